@@ -1,0 +1,147 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tuiapp.core.errors import RecipeError
+from tuiapp.core.recipe import METHOD_KINDS, json_schema, load_recipe, parse_recipe
+
+
+def error_of(text: str) -> RecipeError:
+    with pytest.raises(RecipeError) as info:
+        parse_recipe(text, "r.toml")
+    return info.value
+
+
+def test_defaults_are_a_valid_recipe():
+    recipe = parse_recipe("")
+    assert recipe.model.name == "tiny"
+    assert recipe.method.kind == "lora"
+    assert parse_recipe(recipe.to_toml()) == recipe
+
+
+def test_unknown_key_names_file_line_key_and_suggestion():
+    err = error_of('name = "x"\n[method]\nkind = "lora"\nrnak = 4\n')
+    assert (err.file, err.line, err.key) == ("r.toml", 4, "method.rnak")
+    assert "did you mean 'rank'" in err.fix
+
+
+def test_unknown_section_suggests_the_right_one():
+    err = error_of('[modle]\nname = "x"\n')
+    assert err.key == "modle" and err.line == 1 and "'model'" in err.fix
+
+
+def test_key_of_another_method_is_rejected_not_ignored():
+    err = error_of('[method]\nkind = "prefix"\nrank = 3\n')
+    assert err.key == "method.rank" and err.line == 3
+    assert "virtual_tokens" in err.fix
+
+
+def test_unknown_method_kind():
+    err = error_of('[method]\nkind = "lorra"\n')
+    assert err.key == "method.kind" and "'lora'" in err.fix
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("[train]\nlearning_rate = nan\n", "train.learning_rate"),
+        ("[train]\nmicro_batch = -1\n", "train.micro_batch"),
+        ("[train]\nmax_steps = \"ten\"\n", "train.max_steps"),
+        ("[launch]\nzero_stage = 5\n", "launch.zero_stage"),
+        ("[launch]\ngpus = 0\n", "launch.gpus"),
+        ("[dataset]\neval_split = 0.9\n", "dataset.eval_split"),
+        ('name = "../../etc"\n', "name"),
+    ],
+)
+def test_bad_values(text, key):
+    err = error_of(text)
+    assert err.key == key
+    assert err.line is not None
+
+
+def test_bad_toml_syntax_names_the_line():
+    err = error_of('name = "x"\n[train\n')
+    assert err.line == 2 and "TOML" in err.message
+
+
+def test_every_method_kind_parses():
+    for kind in METHOD_KINDS:
+        assert parse_recipe(f'[method]\nkind = "{kind}"\n').method.kind == kind
+
+
+def test_overrides(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text('[method]\nkind = "lora"\n')
+    recipe = load_recipe(path, ["train.max_steps=7", "method.rank=4", "launch.gpus=[0,1]", "name=abc"])
+    assert recipe.train.max_steps == 7 and recipe.method.rank == 4
+    assert recipe.launch.gpus == [0, 1] and recipe.name == "abc"
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, ["train.max_stepz=7"])
+    assert "max_steps" in info.value.fix
+
+
+def test_file_problems(tmp_path):
+    with pytest.raises(RecipeError, match="not found"):
+        load_recipe(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'name = "x"\n\xff\xfe = 1\n')
+    with pytest.raises(RecipeError) as info:
+        load_recipe(bad)
+    assert info.value.line == 2 and "UTF-8" in info.value.message
+    with pytest.raises(RecipeError, match="folder"):
+        load_recipe(tmp_path)
+
+
+def test_schema_has_descriptions_for_every_field():
+    schema = json_schema()
+    assert "properties" in schema
+    text = json.dumps(schema)
+    assert "Peak learning rate" in text and "discriminator" in text or "oneOf" in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_fuzzed_text_never_raises_anything_but_recipe_error(text):
+    try:
+        parse_recipe(text, "fuzz.toml")
+    except RecipeError as exc:
+        assert str(exc)
+
+
+toml_values = st.one_of(
+    st.integers(-10**6, 10**6), st.floats(allow_nan=True), st.text(max_size=20), st.booleans(),
+    st.lists(st.integers(-3, 3), max_size=3),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["model", "dataset", "method", "train", "launch", "bogus"]),
+    st.sampled_from(["name", "kind", "max_steps", "gpus", "zero_stage", "rank", "learning_rate", "columns", "x"]),
+    toml_values,
+)
+def test_fuzzed_structures_never_raise_anything_but_recipe_error(section, key, value):
+    from tuiapp.core.recipe import recipe_from_dict
+
+    try:
+        recipe_from_dict({section: {key: value}})
+    except RecipeError as exc:
+        assert exc.key
+
+
+def test_validate_cli_exit_codes(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text('name = "g"\n[method]\nkind = "sft"\n')
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[train]\nlr = 1\n')
+    run = lambda p: subprocess.run([sys.executable, "-m", "tuiapp.cli", "validate", str(p)], capture_output=True, text=True)
+    ok = run(good)
+    assert ok.returncode == 0, ok.stderr + ok.stdout
+    failed = run(bad)
+    assert failed.returncode == 2
+    assert "bad.toml:2: train.lr: unknown key 'lr'" in failed.stderr
+    assert "Traceback" not in failed.stderr

@@ -1,0 +1,86 @@
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tuiapp.core.errors import RunError
+from tuiapp.core.recipe import parse_recipe
+from tuiapp.core.runs import RunStore, redact
+
+
+def test_create_freezes_recipe_and_writes_run_json(tmp_path):
+    store = RunStore(tmp_path)
+    run = store.create(parse_recipe('name = "demo"\n'), recipe_file="r.toml")
+    assert run.path.parent == tmp_path and run.id.split("-")[2] == "demo"
+    info = json.loads((run.path / "run.json").read_text())
+    assert info["status"] == "created" and info["name"] == "demo"
+    assert run.recipe().name == "demo"
+
+
+def test_get_by_id_prefix_and_name(tmp_path):
+    store = RunStore(tmp_path)
+    first = store.create(parse_recipe('name = "a"\n'))
+    second = store.create(parse_recipe('name = "a"\n'))
+    assert store.get(first.id).path == first.path
+    assert store.get("a").path == second.path  # the latest of that name
+    with pytest.raises(RunError):
+        store.get("nope")
+
+
+@pytest.mark.parametrize("ref", ["../x", "..", "/etc/passwd", "a/b", "", ".hidden"])
+def test_run_refs_cannot_escape_the_runs_dir(tmp_path, ref):
+    with pytest.raises(RunError):
+        RunStore(tmp_path).get(ref)
+
+
+def test_status_truth_when_supervisor_is_gone(tmp_path):
+    store = RunStore(tmp_path)
+    run = store.create(parse_recipe('name = "crash"\n'))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    import psutil
+
+    run.update(status="running", pid=proc.pid, pid_create_time=psutil.Process(proc.pid).create_time())
+    (run.path / "stdout.log").write_text("step 1\nTraceback (most recent call last):\nRuntimeError: boom\n")
+    assert store.get(run.id).status == "running"
+    proc.kill()
+    proc.wait()
+    again = store.get(run.id)
+    assert again.status == "failed"
+    assert "RuntimeError: boom" in again.info["reason"]
+    assert json.loads((run.path / "run.json").read_text())["status"] == "failed"
+
+
+def test_reused_pid_is_not_mistaken_for_the_run(tmp_path):
+    store = RunStore(tmp_path)
+    run = store.create(parse_recipe('name = "reboot"\n'))
+    run.update(status="running", pid=os.getpid(), pid_create_time=1.0)  # same pid, other process
+    assert store.get(run.id).status == "failed"
+
+
+def test_unreadable_run_json_does_not_break_listing(tmp_path):
+    store = RunStore(tmp_path)
+    run = store.create(parse_recipe('name = "ok"\n'))
+    broken = tmp_path / "20200101-000000-broken-0000"
+    broken.mkdir()
+    (broken / "run.json").write_bytes(b"\xff{not json")
+    runs = store.list()
+    assert {r.status for r in runs} == {"created", "unknown"}
+
+
+def test_redact_hides_secrets():
+    assert redact(["HF_TOKEN=abc", "--api-key", "xyz", "--lr", "1"]) == ["HF_TOKEN=***", "--api-key", "***", "--lr", "1"]
+
+
+def test_resolve_run_reference(tmp_path):
+    store = RunStore(tmp_path)
+    with pytest.raises(RunError) as info:
+        store.resolve_model("run:base")
+    assert info.value.key == "model.name"
+    run = store.create(parse_recipe('name = "base"\n'))
+    (run.path / "final").mkdir()
+    run.update(status="succeeded")
+    assert store.resolve_model("run:base") == str((run.path / "final").resolve())
+    assert store.resolve_model("tiny") == "tiny"

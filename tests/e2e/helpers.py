@@ -1,0 +1,95 @@
+"""Driving the real CLI, launcher and trainer from tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def llmtui(*args: str, runs_dir: Path, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(runs_dir), *args]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{cmd} -> {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def spawn_llmtui(*args: str, runs_dir: Path, new_session: bool = False) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(runs_dir), *args]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=new_session)
+
+
+def only_run(runs_dir: Path) -> Path:
+    runs = [p for p in runs_dir.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def run_info(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def train_steps(run_dir: Path) -> list[int]:
+    return [r["step"] for r in metrics(run_dir) if r.get("split", "train") == "train"]
+
+
+def wait_for(predicate, timeout: float = 300, interval: float = 0.5, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def group_pids(pgid: int) -> list[int]:
+    pids = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                pids.append(proc.pid)
+        except (ProcessLookupError, psutil.Error, OSError):
+            pass
+    return pids
+
+
+def rank_pids(run_dir: Path) -> list[int]:
+    """Pids of the trainer ranks of a run (by command line)."""
+    pids = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if "tuiapp.trainer" in cmd and str(run_dir) in cmd and "deepspeed.launcher.runner" not in cmd \
+                and not any("deepspeed.launcher.launch" in c for c in cmd):
+            pids.append(proc.pid)
+    return pids
+
+
+def kill_group(run_dir: Path) -> None:
+    """Test cleanup: never leave a run behind."""
+    try:
+        pgid = run_info(run_dir).get("pgid")
+    except (OSError, ValueError):
+        return
+    if pgid:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,0 +1,129 @@
+"""Runs that survive, tell the truth, stop cleanly and resume exactly (real processes, CPU)."""
+
+import json
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from tests.e2e.helpers import (
+    group_pids, kill_group, llmtui, metrics, only_run, rank_pids, run_info, spawn_llmtui, train_steps, wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+LONG = ["--set", "train.max_steps=100000", "--set", "train.save_steps=0", "--set", "train.eval_steps=0"]
+
+
+def started(run_dir, min_step=2):
+    return len(train_steps(run_dir)) >= min_step
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    yield tmp_path
+    for run_dir in tmp_path.iterdir():
+        if run_dir.is_dir():
+            kill_group(run_dir)
+
+
+def test_stop_saves_a_checkpoint_and_leaves_no_process(runs_dir):
+    llmtui("run", "recipes/tiny-sft.toml", *LONG, "--detach", runs_dir=runs_dir, check=True)
+    run_dir = only_run(runs_dir)
+    wait_for(lambda: started(run_dir, 3), what="training steps")
+    pgid = run_info(run_dir)["pgid"]
+    pids = group_pids(pgid)
+    assert len(pids) >= 3  # supervisor, deepspeed runner/launcher, rank
+    result = llmtui("stop", run_dir.name, runs_dir=runs_dir, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    info = run_info(run_dir)
+    assert info["status"] == "stopped"
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    checkpoints = list((run_dir / "checkpoints").glob("checkpoint-*"))
+    assert checkpoints and (checkpoints[0] / "trainer_state.json").exists()
+    step = int(checkpoints[0].name.split("-")[1])
+    assert step >= 3
+
+
+def test_rank_killed_marks_failed_and_leaves_no_orphan(runs_dir):
+    llmtui("run", "recipes/tiny-sft.toml", *LONG, "--set", "launch.gpus=2", "--set", "launch.zero_stage=2",
+           "--detach", runs_dir=runs_dir, check=True)
+    run_dir = only_run(runs_dir)
+    wait_for(lambda: started(run_dir, 2), what="training steps")
+    pgid = run_info(run_dir)["pgid"]
+    ranks = rank_pids(run_dir)
+    assert len(ranks) == 2
+    os.kill(ranks[1], signal.SIGKILL)
+    wait_for(lambda: run_info(run_dir)["status"] == "failed", timeout=90, what="failed status")
+    info = run_info(run_dir)
+    assert info["reason"]
+    wait_for(lambda: not group_pids(pgid), timeout=30, what="every process of the run to exit")
+    shown = llmtui("show", run_dir.name, runs_dir=runs_dir)
+    assert "failed" in shown.stdout
+
+
+def test_supervisor_killed_is_reported_failed_on_next_look(runs_dir):
+    llmtui("run", "recipes/tiny-sft.toml", *LONG, "--detach", runs_dir=runs_dir, check=True)
+    run_dir = only_run(runs_dir)
+    wait_for(lambda: started(run_dir, 2), what="training steps")
+    os.killpg(run_info(run_dir)["pgid"], signal.SIGKILL)  # like a reboot: everything gone at once
+    listing = llmtui("runs", "--json", runs_dir=runs_dir)
+    row = json.loads(listing.stdout)[0]
+    assert row["status"] == "failed" and "supervisor is gone" in row["reason"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP])
+def test_run_survives_its_parent_cli(runs_dir, sig):
+    parent = spawn_llmtui("run", "recipes/tiny-sft.toml", "--set", "train.max_steps=12", "--set",
+                          "train.save_steps=0", runs_dir=runs_dir)
+    wait_for(lambda: any(runs_dir.iterdir()) and started(only_run(runs_dir), 2), what="training steps")
+    parent.send_signal(sig)
+    parent.wait(timeout=30)
+    run_dir = only_run(runs_dir)
+    wait_for(lambda: run_info(run_dir)["status"] != "running", timeout=240, what="run to end")
+    assert run_info(run_dir)["status"] == "succeeded"
+    assert train_steps(run_dir)[-1] == 12
+
+
+def final_loss(run_dir):
+    rows = [r for r in metrics(run_dir) if r.get("split", "train") == "train"]
+    return rows[-1]["loss"]
+
+
+def test_resume_after_kill_matches_uninterrupted_run(runs_dir):
+    common = ["--set", "train.max_steps=16", "--set", "train.save_steps=6", "--set", "train.eval_steps=0",
+              "--set", "train.warmup_ratio=0.0"]
+    base_dir = runs_dir / "base"
+    llmtui("run", "recipes/tiny-sft.toml", *common, runs_dir=base_dir, check=True)
+    reference = final_loss(only_run(base_dir))
+
+    killed_dir = runs_dir / "killed"
+    llmtui("run", "recipes/tiny-sft.toml", *common, "--set", "train.logging_steps=1", "--detach",
+           runs_dir=killed_dir, check=True)
+    run_dir = only_run(killed_dir)
+    wait_for(lambda: (run_dir / "checkpoints" / "checkpoint-12").exists() or
+             (train_steps(run_dir) and train_steps(run_dir)[-1] >= 13), interval=0.05, what="step 13")
+    os.killpg(run_info(run_dir)["pgid"], signal.SIGKILL)
+    wait_for(lambda: run_info(run_dir)["status"] != "running" or not group_pids(run_info(run_dir)["pgid"]))
+    assert llmtui("show", run_dir.name, runs_dir=killed_dir).returncode == 0
+    assert run_info(run_dir)["status"] == "failed"
+    done = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*"))
+    last_complete = done[-1]
+    # a checkpoint half-written at the moment of a crash: newer, but incomplete
+    half = run_dir / "checkpoints" / "checkpoint-15"
+    half.mkdir()
+    (half / "model.safetensors").write_bytes(b"\0" * 100)
+    staged = run_dir / "checkpoints" / ".staging" / "checkpoint-14"
+    staged.mkdir(parents=True)
+
+    result = llmtui("resume", run_dir.name, runs_dir=killed_dir, timeout=300)
+    assert result.returncode == 0, result.stdout + (run_dir / "stdout.log").read_text()[-3000:]
+    assert run_info(run_dir)["status"] == "succeeded"
+    steps = train_steps(run_dir)
+    assert steps == list(range(1, 17)), steps  # continued, no duplicate steps
+    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    resumed_start = [e for e in events if e["event"] == "started"][-1]
+    assert resumed_start["step"] == last_complete
+    assert final_loss(run_dir) == pytest.approx(reference, rel=1e-3, abs=1e-3)

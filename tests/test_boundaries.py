@@ -1,0 +1,24 @@
+"""The CLI and core never import torch, transformers, deepspeed or textual."""
+
+import subprocess
+import sys
+
+FORBIDDEN = ["torch", "transformers", "deepspeed", "textual", "peft", "datasets"]
+
+
+def test_core_and_cli_import_no_heavy_modules():
+    code = (
+        "import sys, tuiapp.cli, tuiapp.core.checks, tuiapp.core.supervisor, tuiapp.core.launcher;"
+        f"print([m for m in {FORBIDDEN!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_ui_imports_no_torch():
+    code = (
+        "import sys, tuiapp.ui.app;"
+        "print([m for m in ['torch', 'transformers', 'deepspeed', 'tuiapp.trainer'] if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

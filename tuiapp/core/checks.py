@@ -1,0 +1,122 @@
+"""Everything checked before a launch, shared by `llmtui validate/run` and the TUI form."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+from tuiapp.core import datasets, estimate, launcher, preflight
+from tuiapp.core.errors import UserError
+from tuiapp.core.metrics import dedupe_steps, train_rows
+from tuiapp.core.preflight import Finding
+from tuiapp.core.recipe import Recipe
+from tuiapp.core.runs import RunStore
+
+STALL_FACTOR = 5.0
+STALL_MIN_S = 60.0
+
+
+def resolve_recipe(recipe: Recipe, store: RunStore) -> tuple[Recipe, str]:
+    """Resolve 'run:NAME' into the earlier run's final folder; returns (recipe, original name)."""
+    ref = recipe.model.name
+    path = store.resolve_model(ref)
+    if path == ref:
+        return recipe, ref
+    resolved = recipe.model_copy(deep=True)
+    resolved.model.name = path
+    return resolved, ref
+
+
+def _dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
+    try:
+        info = datasets.inspect_dataset(recipe.dataset, base_dir=base_dir)
+    except UserError as exc:
+        return [Finding("error", exc.key or "dataset.name", str(exc), exc.fix or "")]
+    if info.count == 0:
+        return [Finding("error", "dataset.name", "the dataset has no records", "check the file or max_samples")]
+    wants_text = recipe.method.kind == "pretrain"
+    if info.format != "text" and wants_text:
+        return [Finding("info", "dataset.format", f"{info.format} records are flattened to text for pretraining", "")]
+    if info.format == "text" and not wants_text:
+        return [
+            Finding(
+                "error",
+                "dataset.format",
+                f"method '{recipe.method.kind}' needs conversations, but the data is plain text",
+                "use an alpaca/sharegpt/messages dataset, or method.kind = 'pretrain'",
+            )
+        ]
+    return []
+
+
+def model_config(recipe: Recipe, base_dir: Path) -> dict | None:
+    try:
+        return estimate.load_model_config(recipe.model.name, base_dir)
+    except UserError:
+        return None
+
+
+def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Finding]:
+    """Recipe rules, the dataset and the model reference; no machine checks."""
+    try:
+        recipe, _ = resolve_recipe(recipe, store)
+    except UserError as exc:
+        return [Finding("error", exc.key or "model.name", exc.message, exc.fix or "")]
+    findings = preflight.recipe_rules(recipe)
+    findings += _dataset_findings(recipe, base_dir)
+    return findings
+
+
+def before_launch(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Finding]:
+    """All checks before a launch: recipe, data, GPUs, disk and memory."""
+    findings = static_findings(recipe, store, base_dir)
+    recipe, _ = resolve_recipe(recipe, store)
+    store.root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(store.root).free
+    findings += preflight.run_preflight(recipe, store.root, model_config(recipe, base_dir), free_bytes=free)
+    unique = {(f.level, f.key, f.message): f for f in findings}
+    return list(unique.values())
+
+
+def has_errors(findings: list[Finding]) -> bool:
+    return any(f.level == "error" for f in findings)
+
+
+def format_findings(findings: list[Finding]) -> str:
+    return preflight.format_findings(findings)
+
+
+def estimate_report(recipe: Recipe, store: RunStore, base_dir: Path, nodes: int = 1, gpus: int | None = None) -> dict:
+    recipe, _ = resolve_recipe(recipe, store)
+    config = estimate.load_model_config(recipe.model.name, base_dir)
+    if gpus is None:
+        gpus, _ = launcher.plan_ranks(recipe.launch, launcher.cuda_device_count())
+    gpu_memory = None
+    devices = preflight.detect_gpus()
+    if devices:
+        gpu_memory = min(d.total_bytes for d in devices)
+    result = estimate.estimate_recipe(recipe, config, n_gpus=gpus, nodes=nodes, gpu_memory_bytes=gpu_memory)
+    return {"text": estimate.format_estimate(result), "json": result.to_json()}
+
+
+def stall_hint(run, summary: dict | None = None) -> str | None:
+    """A hint when a running run's step has not moved for several median step times."""
+    if run.status != "running":
+        return None
+    rows = dedupe_steps(train_rows(run.metrics()))
+    times = [r.get("time") for r in rows if isinstance(r.get("time"), (int, float))]
+    if len(times) < 3:
+        return None
+    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    if not gaps:
+        return None
+    limit = max(STALL_MIN_S, STALL_FACTOR * statistics.median(gaps))
+    quiet = time.time() - times[-1]
+    if quiet > limit:
+        return (
+            f"stalled: no step for {quiet:.0f}s (median step {statistics.median(gaps):.1f}s). "
+            "Check the log tail for a hung rank or NCCL timeout; `llmtui stop` then `llmtui resume`."
+        )
+    return None

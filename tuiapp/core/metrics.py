@@ -1,0 +1,196 @@
+"""JSON-lines files of the run directory: one writer and one reader own the format.
+
+The writer appends one object per line and flushes each line. The reader reads only new bytes
+by offset, keeps a partial last line for later, and skips malformed lines, so a file truncated
+or corrupted by a crash never breaks the CLI or the TUI.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as strings so the line stays valid."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+class JsonlWriter:
+    """Appends JSON objects to a file, one per line, flushed per line."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        record = {"time": time.time(), **record}
+        self._file.write(json.dumps(_clean(record), separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class JsonlReader:
+    """Reads new complete lines of a growing JSON-lines file by byte offset."""
+
+    def __init__(self, path: str | Path, max_line_bytes: int = 1 << 20):
+        self.path = Path(path)
+        self.offset = 0
+        self.malformed = 0
+        self._partial = b""
+        self._max_line = max_line_bytes
+        self._inode = None
+
+    def read_new(self) -> list[dict]:
+        try:
+            stat = self.path.stat()
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return []
+        if self._inode is not None and stat.st_ino != self._inode or stat.st_size < self.offset:
+            self.offset, self._partial = 0, b""  # replaced or truncated: start again
+        self._inode = stat.st_ino
+        if stat.st_size == self.offset:
+            return []
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read(stat.st_size - self.offset)
+        except OSError:
+            return []
+        self.offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > self._max_line:
+            self._partial = b""
+            self.malformed += 1
+        records = []
+        for line in lines:
+            record = self._parse(line)
+            if record is not None:
+                records.append(record)
+        return records
+
+    def _parse(self, line: bytes) -> dict | None:
+        line = line.strip()
+        if not line:
+            return None
+        if len(line) > self._max_line:
+            self.malformed += 1
+            return None
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            self.malformed += 1
+            return None
+        if not isinstance(record, dict):
+            self.malformed += 1
+            return None
+        return record
+
+    def read_all(self) -> list[dict]:
+        self.offset, self._partial = 0, b""
+        return self.read_new()
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    return JsonlReader(path).read_all()
+
+
+def as_number(value: Any) -> float | None:
+    """A metric value as a float (NaN/inf strings included), or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def peak_memory(row: dict) -> float | None:
+    """The largest per-rank peak (or RSS) of a metrics row."""
+    mem = row.get("mem")
+    if not isinstance(mem, dict):
+        return None
+    peaks = []
+    for device in mem.values():
+        if isinstance(device, dict):
+            value = as_number(device.get("peak")) or as_number(device.get("rss"))
+            if value is not None:
+                peaks.append(value)
+    return max(peaks) if peaks else None
+
+
+def train_rows(records: list[dict]) -> list[dict]:
+    return [r for r in records if r.get("split", "train") == "train" and as_number(r.get("step")) is not None]
+
+
+def eval_rows(records: list[dict]) -> list[dict]:
+    return [r for r in records if r.get("split") == "eval" and as_number(r.get("step")) is not None]
+
+
+def dedupe_steps(rows: list[dict]) -> list[dict]:
+    """Keep the last row written for each (split, step): a resumed run rewrites steps."""
+    latest: dict[tuple, dict] = {}
+    for row in rows:
+        latest[(row.get("split", "train"), row.get("step"))] = row
+    return sorted(latest.values(), key=lambda r: (as_number(r.get("step")) or 0))
+
+
+def summarize(records: list[dict]) -> dict:
+    """Summary figures of a run's metrics for tables and the CLI."""
+    train = dedupe_steps(train_rows(records))
+    evals = dedupe_steps(eval_rows(records))
+    losses = [as_number(r.get("loss")) for r in train]
+    eval_losses = [as_number(r.get("eval_loss")) for r in evals]
+    finite_eval = [v for v in eval_losses if v is not None and math.isfinite(v)]
+    speeds = [as_number(r.get("tokens_per_s")) for r in train]
+    speeds = [v for v in speeds if v is not None and math.isfinite(v)]
+    peaks = [p for p in (peak_memory(r) for r in train) if p is not None]
+    last = train[-1] if train else {}
+    return {
+        "step": as_number(last.get("step")),
+        "max_steps": as_number(last.get("max_steps")),
+        "epoch": as_number(last.get("epoch")),
+        "last_loss": losses[-1] if losses else None,
+        "best_eval_loss": min(finite_eval) if finite_eval else None,
+        "tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else None,
+        "tokens": as_number(last.get("tokens")),
+        "peak_mem": max(peaks) if peaks else None,
+        "nonfinite_loss": any(v is not None and not math.isfinite(v) for v in losses),
+        "last_time": as_number(last.get("time")),
+    }
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write a file so readers never see it half-written."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,74 @@
+"""Human formatting of run progress and summaries (shared by the CLI and the TUI)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from tuiapp.core.metrics import peak_memory
+
+
+def fmt_bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1000 or unit == "TB":
+            return f"{value:.1f}{unit}" if unit != "B" else f"{int(value)}B"
+        value /= 1000.0
+    return "-"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return "-"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def fmt_number(value, spec: str = ".4g") -> str:
+    if value is None:
+        return "-"
+    try:
+        return format(float(value), spec)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def fmt_time(stamp: float | None) -> str:
+    if not stamp:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))
+
+
+def eta_seconds(rows: list[dict]) -> float | None:
+    """Seconds left, from the recent step rate."""
+    if len(rows) < 2:
+        return None
+    last = rows[-1]
+    total = last.get("max_steps")
+    window = rows[-20:]
+    first = window[0]
+    steps = (last.get("step") or 0) - (first.get("step") or 0)
+    elapsed = (last.get("time") or 0) - (first.get("time") or 0)
+    if not total or steps <= 0 or elapsed <= 0:
+        return None
+    return (total - last["step"]) * elapsed / steps
+
+
+def progress_line(row: dict, rows: list[dict]) -> str:
+    step = row.get("step")
+    total = row.get("max_steps")
+    parts = [f"step {step}/{total}" if total else f"step {step}"]
+    parts.append(f"loss {fmt_number(row.get('loss'), '.4f')}")
+    parts.append(f"lr {fmt_number(row.get('lr'), '.2e')}")
+    if row.get("tokens_per_s") is not None:
+        parts.append(f"tok/s {fmt_number(row.get('tokens_per_s'), '.0f')}")
+    parts.append(f"mem {fmt_bytes(peak_memory(row))}")
+    parts.append(f"ETA {fmt_duration(eta_seconds(rows))}")
+    return "  ".join(parts)

@@ -1,0 +1,461 @@
+"""The recipe: one strict pydantic schema for a training run, read from TOML.
+
+Every field has a description and a default, so the CLI, `llmtui schema`, the TUI form and
+the docs all come from this one place.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tuiapp.core.errors import RecipeError, RecipeErrors, did_you_mean
+
+BUNDLED_MODEL = "tiny"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(Section):
+    name: str = Field(
+        BUNDLED_MODEL,
+        description="Base model: 'tiny' (bundled, offline), a local HF folder, a hub id, "
+        "or 'run:NAME' for the final model of the latest succeeded run named NAME.",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Dtype the weights are loaded in; 'auto' follows train.precision."
+    )
+    trust_remote_code: bool = Field(
+        False, description="Allow the model's own Python code to run. Only for models you trust."
+    )
+
+
+class DatasetSpec(Section):
+    name: str = Field(
+        "demo:facts",
+        description="'demo:facts' (instructions), 'demo:chat' (multi-turn), 'demo:text' "
+        "(plain text), a local file (.json .jsonl .csv .parquet .txt) or folder, or a hub id.",
+    )
+    format: Literal["auto", "text", "alpaca", "sharegpt", "messages"] = Field(
+        "auto", description="Record layout; 'auto' detects it from the first records."
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Map of roles to column names, e.g. {prompt='question', response='answer'}. "
+        "Roles: text, prompt, query, response, system, history, messages, tools.",
+    )
+    split: str = Field("train", description="Split to read from a hub dataset or folder.")
+    eval_split: float | str = Field(
+        0.0,
+        description="Held-out fraction (0 to 0.5) of the training data, or a file path for eval.",
+    )
+    max_samples: int = Field(0, ge=0, description="Use at most this many records (0 = all).")
+
+    @field_validator("columns")
+    @classmethod
+    def _known_roles(cls, value: dict[str, str]) -> dict[str, str]:
+        roles = {"text", "prompt", "query", "response", "system", "history", "messages", "tools"}
+        for role in value:
+            if role not in roles:
+                hint = did_you_mean(role, roles) or f"use one of {sorted(roles)}"
+                raise ValueError(f"unknown column role '{role}'; {hint}")
+        return value
+
+    @field_validator("eval_split")
+    @classmethod
+    def _eval_fraction(cls, value: float | str) -> float | str:
+        if isinstance(value, float) and not (0.0 <= value <= 0.5):
+            raise ValueError("eval_split as a fraction must be between 0 and 0.5")
+        return value
+
+
+class _LoraParams(Section):
+    rank: int = Field(8, ge=1, le=1024, description="Rank r of the update BA.")
+    alpha: float = Field(16.0, gt=0, description="Scale; the update is multiplied by alpha/rank.")
+    dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the LoRA input.")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Linear layers to adapt, e.g. ['q_proj','v_proj'], or 'all-linear'."
+    )
+
+
+class PretrainMethod(Section):
+    kind: Literal["pretrain"] = Field("pretrain", description="Causal LM from random init.")
+    hidden_size: int = Field(0, ge=0, description="Override the model config's hidden size (0 = keep).")
+    num_layers: int = Field(0, ge=0, description="Override the number of layers (0 = keep).")
+
+
+class SftMethod(Section):
+    kind: Literal["sft"] = Field("sft", description="Full fine-tune of every weight.")
+
+
+class LoraMethod(_LoraParams):
+    kind: Literal["lora"] = Field("lora", description="Low-rank adapters W + BA, B zero-init.")
+
+
+class QloraMethod(_LoraParams):
+    kind: Literal["qlora"] = Field("qlora", description="LoRA over a 4-bit base (CUDA only).")
+    quant_type: Literal["nf4", "fp4"] = Field("nf4", description="4-bit data type.")
+    double_quant: bool = Field(True, description="Quantize the quantization constants too.")
+
+
+class DoraMethod(_LoraParams):
+    kind: Literal["dora"] = Field("dora", description="Weight-decomposed LoRA (magnitude + direction).")
+
+
+class PrefixMethod(Section):
+    kind: Literal["prefix"] = Field("prefix", description="Learned past key/values for each layer.")
+    virtual_tokens: int = Field(16, ge=1, le=512, description="Prefix length.")
+    projection: bool = Field(False, description="Reparameterize the prefix through an MLP.")
+    encoder_hidden_size: int = Field(128, ge=1, description="Hidden size of that MLP.")
+
+
+class PromptMethod(Section):
+    kind: Literal["prompt"] = Field("prompt", description="Learned soft prompt embeddings.")
+    virtual_tokens: int = Field(16, ge=1, le=512, description="Soft prompt length.")
+    init_text: str = Field("", description="Initialise the prompt from this text ('' = random).")
+
+
+class PtuningMethod(Section):
+    kind: Literal["ptuning"] = Field("ptuning", description="Soft prompt through a prompt encoder.")
+    virtual_tokens: int = Field(16, ge=1, le=512, description="Soft prompt length.")
+    encoder_type: Literal["MLP", "LSTM"] = Field("MLP", description="Prompt encoder.")
+    encoder_hidden_size: int = Field(128, ge=1, description="Prompt encoder hidden size.")
+
+
+class Ia3Method(Section):
+    kind: Literal["ia3"] = Field("ia3", description="Learned rescaling of keys, values and FFN.")
+    target_modules: list[str] | Literal["auto"] = Field(
+        "auto", description="Modules to rescale; 'auto' uses peft's defaults for the architecture."
+    )
+
+
+class AdapterMethod(Section):
+    kind: Literal["adapter"] = Field(
+        "adapter", description="Bottleneck adapter d→m→d after each block's MLP (Houlsby et al.)."
+    )
+    bottleneck_size: int = Field(64, ge=1, description="Bottleneck width m.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout inside the adapter.")
+
+
+class LlamaAdapterMethod(Section):
+    kind: Literal["llama-adapter"] = Field(
+        "llama-adapter", description="Zero-init gated adaption prompts in the top layers."
+    )
+    adapter_len: int = Field(10, ge=1, description="Adaption prompt length.")
+    adapter_layers: int = Field(2, ge=1, description="Number of top layers with adaption prompts.")
+
+
+Method = Annotated[
+    Union[
+        PretrainMethod,
+        SftMethod,
+        LoraMethod,
+        QloraMethod,
+        DoraMethod,
+        PrefixMethod,
+        PromptMethod,
+        PtuningMethod,
+        Ia3Method,
+        AdapterMethod,
+        LlamaAdapterMethod,
+    ],
+    Field(discriminator="kind"),
+]
+METHOD_KINDS = [
+    "pretrain", "sft", "lora", "qlora", "dora", "prefix", "prompt", "ptuning", "ia3", "adapter",
+    "llama-adapter",
+]
+ADAPTER_KINDS = set(METHOD_KINDS) - {"pretrain", "sft"}
+
+
+class TrainSpec(Section):
+    epochs: float = Field(1.0, gt=0, description="Passes over the data (ignored when max_steps > 0).")
+    max_steps: int = Field(0, ge=0, description="Stop after this many optimizer steps (0 = use epochs).")
+    micro_batch: int = Field(4, ge=1, description="Sequences per rank per forward pass.")
+    grad_accum: int = Field(1, ge=1, description="Micro batches accumulated per optimizer step.")
+    learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
+    scheduler: Literal["cosine", "linear", "constant"] = Field("cosine", description="LR schedule.")
+    warmup_ratio: float = Field(0.03, ge=0, le=0.5, description="Fraction of steps for linear warmup.")
+    weight_decay: float = Field(0.0, ge=0, lt=1, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm (0 = off).")
+    seed: int = Field(42, ge=0, description="Seed for init, shuffling and dropout.")
+    max_seq_len: int = Field(512, ge=8, le=1_048_576, description="Tokens per sequence; longer is cut.")
+    packing: bool = Field(
+        True, description="Pack several examples per sequence (no attention across examples)."
+    )
+    gradient_checkpointing: bool = Field(False, description="Recompute activations to save memory.")
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        "auto", description="'auto' = bf16 on CUDA that supports it, else fp16 on CUDA, fp32 on CPU."
+    )
+    logging_steps: int = Field(1, ge=1, description="Write a metrics line every N steps.")
+    eval_steps: int = Field(0, ge=0, description="Evaluate every N steps (0 = only at the end).")
+    save_steps: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
+    save_total_limit: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted.")
+    sample_prompts: list[str] = Field(
+        default_factory=list, description="Prompts answered by the model at each eval."
+    )
+    sample_max_new_tokens: int = Field(32, ge=1, le=4096, description="Tokens generated per sample.")
+
+    @field_validator("learning_rate", "epochs", "warmup_ratio", "weight_decay", "max_grad_norm")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+class LaunchSpec(Section):
+    gpus: Literal["all"] | int | list[int] = Field(
+        "all",
+        description="'all', a count, or a list of GPU ids. Without CUDA: the number of CPU ranks "
+        "('all' = 1).",
+    )
+    zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage.")
+    offload_optimizer: Literal["none", "cpu", "nvme"] = Field("none", description="Optimizer state offload.")
+    offload_params: Literal["none", "cpu", "nvme"] = Field(
+        "none", description="Parameter offload (ZeRO-3 only)."
+    )
+    nvme_path: str = Field("", description="Folder on fast local NVMe for 'nvme' offload.")
+    master_port: int = Field(0, ge=0, le=65535, description="Rendezvous port (0 = pick a free one).")
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value):
+        if isinstance(value, int) and value < 1:
+            raise ValueError("gpus must be 'all', a count of at least 1, or a list of ids")
+        if isinstance(value, list):
+            if not value or any(v < 0 for v in value) or len(set(value)) != len(value):
+                raise ValueError("gpus as a list must hold distinct ids >= 0")
+        return value
+
+
+class Recipe(Section):
+    name: str = Field("run", pattern=NAME_PATTERN, description="Run name: letters, digits, . _ -")
+    description: str = Field("", description="Free text shown in history.")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="Base model.")
+    dataset: DatasetSpec = Field(default_factory=DatasetSpec, description="Training data.")
+    method: Method = Field(default_factory=LoraMethod, description="Training method.")
+    train: TrainSpec = Field(default_factory=TrainSpec, description="Optimisation settings.")
+    launch: LaunchSpec = Field(default_factory=LaunchSpec, description="Processes and ZeRO.")
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.model_dump(mode="json"))
+
+
+# ---------------------------------------------------------------- reading
+
+
+def key_line(text: str, path: tuple) -> int | None:
+    """Best-effort line number of a dotted key path inside TOML text."""
+    lines = text.splitlines()
+    names = [str(p) for p in path if not isinstance(p, int)]
+    if not names:
+        return None
+    table: list[str] = []
+    best = None
+    for number, raw in enumerate(lines, start=1):
+        line = raw.split("#", 1)[0].strip()
+        header = re.match(r"^\[\s*([^\]]+?)\s*\]$", line)
+        if header:
+            table = [part.strip().strip('"') for part in header.group(1).split(".")]
+            if table == names:
+                best = best or number
+            continue
+        assign = re.match(r"^([A-Za-z0-9_\-.\"' ]+?)\s*=", line)
+        if assign:
+            key = [part.strip().strip("\"'") for part in assign.group(1).split(".")]
+            full = table + key
+            if full == names[: len(full)] and len(full) >= 1:
+                if full == names:
+                    return number
+                best = number
+    return best
+
+
+def _error_for(item: dict, text: str, file: str) -> RecipeError:
+    loc = list(item["loc"])
+    # drop the discriminator tag pydantic inserts for the method union
+    if len(loc) >= 2 and loc[0] == "method" and loc[1] in METHOD_KINDS:
+        loc.pop(1)
+    loc = [p for p in loc if not (isinstance(p, str) and p.startswith("function-"))]
+    if loc and loc[-1] in ("str", "int", "list[int]", "float", "literal['all']", "list[str]", "literal['all-linear']", "literal['auto']"):
+        loc.pop()
+    key = ".".join(str(p) for p in loc)
+    kind = item["type"]
+    line = key_line(text, tuple(loc))
+    fix = None
+    message = item["msg"]
+    if kind == "extra_forbidden":
+        field = str(loc[-1])
+        parent = _model_at(loc[:-1], item)
+        choices = list(parent.model_fields) if parent else []
+        hint = did_you_mean(field, choices)
+        message = f"unknown key '{field}'"
+        fix = hint or (f"remove it; known keys: {', '.join(choices)}" if choices else "remove it")
+    elif kind == "union_tag_invalid" or (kind == "literal_error" and key == "method.kind"):
+        given = str(item.get("input", ""))
+        if isinstance(item.get("input"), dict):
+            given = str(item["input"].get("kind", ""))
+        message = f"unknown method kind '{given}'"
+        fix = did_you_mean(given, METHOD_KINDS) or f"use one of: {', '.join(METHOD_KINDS)}"
+        key = "method.kind"
+        line = key_line(text, ("method", "kind"))
+    elif kind == "union_tag_not_found":
+        message = "method.kind is missing"
+        fix = f"add kind = one of: {', '.join(METHOD_KINDS)}"
+        key = "method.kind"
+    elif kind == "literal_error":
+        fix = "use " + item.get("ctx", {}).get("expected", "one of the allowed values")
+    elif kind in ("missing",):
+        fix = "add this key"
+    else:
+        description = _description_of(loc)
+        if description:
+            fix = description
+    return RecipeError(message=message, file=file, line=line, key=key or None, fix=fix)
+
+
+def _model_at(loc: list, item: dict):
+    model: Any = Recipe
+    for part in loc:
+        if model is None:
+            return None
+        if part == "method":
+            return METHOD_MODELS.get(_method_kind_of(item), LoraMethod) if len(loc) == 1 else None
+        field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
+        if field is None:
+            return None
+        model = field.annotation if isinstance(field.annotation, type) else None
+    return model
+
+
+def _method_kind_of(item: dict) -> str:
+    loc = item["loc"]
+    if len(loc) >= 2 and loc[0] == "method" and loc[1] in METHOD_KINDS:
+        return loc[1]
+    return "lora"
+
+
+def _description_of(loc: list) -> str | None:
+    model: Any = Recipe
+    for index, part in enumerate(loc):
+        if part == "method" and index + 1 < len(loc):
+            for candidate in METHOD_MODELS.values():
+                if str(loc[index + 1]) in candidate.model_fields:
+                    info = candidate.model_fields[str(loc[index + 1])]
+                    return f"expected: {info.description}"
+            return None
+        fields = getattr(model, "model_fields", {})
+        info = fields.get(str(part))
+        if info is None:
+            return None
+        if index == len(loc) - 1:
+            return f"expected: {info.description}" if info.description else None
+        model = info.annotation
+    return None
+
+
+METHOD_MODELS = {
+    cls.model_fields["kind"].default: cls
+    for cls in (
+        PretrainMethod, SftMethod, LoraMethod, QloraMethod, DoraMethod, PrefixMethod,
+        PromptMethod, PtuningMethod, Ia3Method, AdapterMethod, LlamaAdapterMethod,
+    )
+}
+
+
+def parse_recipe(text: str, file: str = "<recipe>") -> Recipe:
+    """Parse and validate recipe TOML text. Raises RecipeError with file/line/key/fix."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"line (\d+)", str(exc))
+        raise RecipeError(
+            message=f"not valid TOML: {exc}",
+            file=file,
+            line=int(match.group(1)) if match else None,
+            fix="check quotes, brackets and '=' on that line",
+        ) from None
+    return recipe_from_dict(data, text=text, file=file)
+
+
+def recipe_from_dict(data: dict, text: str = "", file: str = "<recipe>") -> Recipe:
+    if isinstance(data.get("method"), dict) and "kind" not in data["method"]:
+        data = {**data, "method": {**data["method"], "kind": "lora"}}
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        errors = [_error_for(item, text, file) for item in exc.errors()]
+        unique = list({str(e): e for e in errors}.values())
+        if len(unique) == 1:
+            raise unique[0] from None
+        raise RecipeErrors(unique) from None
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Read a recipe file, apply `key.path=value` overrides, validate."""
+    path = Path(path)
+    file = str(path)
+    if not path.exists():
+        raise RecipeError(message="file not found", file=file, fix="check the path, or list recipes/")
+    if path.is_dir():
+        raise RecipeError(message="is a folder, not a recipe file", file=file, fix="pass a .toml file")
+    raw = path.read_bytes()
+    if len(raw) > 1_000_000:
+        raise RecipeError(message="file is over 1 MB; not a recipe", file=file, fix="pass a recipe .toml")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise RecipeError(
+            message="not UTF-8 text", file=file, line=line, fix="save the file as UTF-8"
+        ) from None
+    if not overrides:
+        return parse_recipe(text, file)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return parse_recipe(text, file)
+    for override in overrides:
+        apply_override(data, override)
+    return recipe_from_dict(data, text=text, file=file)
+
+
+def apply_override(data: dict, override: str) -> None:
+    """Apply one `a.b.c=value` override in place; the value is parsed as TOML when it can be."""
+    if "=" not in override:
+        raise RecipeError(
+            message=f"bad --set '{override}'", key=None, fix="write it as key.path=value, e.g. train.max_steps=10"
+        )
+    key, _, value = override.partition("=")
+    parts = [p.strip() for p in key.strip().split(".") if p.strip()]
+    if not parts:
+        raise RecipeError(message=f"bad --set '{override}'", fix="write it as key.path=value")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise RecipeError(message=f"--set {key}: '{part}' is not a table", key=key, fix="check the key path")
+        node = child
+    node[parts[-1]] = parsed
+
+
+def json_schema() -> dict:
+    return Recipe.model_json_schema()
+
+
+def uses_adapter(recipe: Recipe) -> bool:
+    return recipe.method.kind in ADAPTER_KINDS

@@ -1,0 +1,303 @@
+"""The run store: runs/<id>/ folders, their run.json, and the truth about their status."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+from tuiapp.core.errors import RunError
+from tuiapp.core.metrics import atomic_write_text, read_jsonl, summarize
+from tuiapp.core.recipe import Recipe, parse_recipe
+
+RUNS_ENV = "LLMTUI_RUNS_DIR"
+ACTIVE = ("created", "running")
+FINAL = ("succeeded", "failed", "stopped")
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SECRET_PATTERN = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+
+
+def default_runs_dir(explicit: str | Path | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get(RUNS_ENV) or "runs")
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_PATTERN.search(name))
+
+
+def redact(values: list[str]) -> list[str]:
+    """Hide secret values in argv-like lists (KEY=value or --token value)."""
+    out, hide_next = [], False
+    for value in values:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        name, sep, _ = value.partition("=")
+        if sep and is_secret_name(name):
+            out.append(f"{name}=***")
+        elif value.startswith("--") and is_secret_name(value) and not sep:
+            out.append(value)
+            hide_next = True
+        else:
+            out.append(value)
+    return out
+
+
+def new_run_id(name: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:40] or "run"
+    return f"{stamp}-{slug}-{secrets.token_hex(2)}"
+
+
+def process_alive(pid: int | None, create_time: float | None) -> bool:
+    """True when the process exists and is the same one we recorded (not a reused pid)."""
+    if not pid:
+        return False
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if create_time is not None and abs(process.create_time() - create_time) > 1.0:
+            return False
+        return True
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return False
+
+
+def tail_lines(path: Path, count: int = 20, max_bytes: int = 65536) -> list[str]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[-count:]
+
+
+ERROR_MARKERS = ("Error", "error:", "Traceback", "Killed", "OutOfMemory", "CUDA out of memory", "exits with return code")
+
+
+def failure_reason(run_dir: Path) -> str:
+    """The last error lines of a run's output, for a failed status."""
+    lines = tail_lines(run_dir / "stdout.log", 200)
+    hits = [i for i, line in enumerate(lines) if any(m in line for m in ERROR_MARKERS)]
+    if not hits:
+        return "\n".join(lines[-5:])
+    first = hits[-1]
+    for index in reversed(hits):
+        if "Traceback" in lines[index]:
+            first = index
+            break
+    chosen = [line for line in lines[first:] if line.strip()]
+    errors = [line for line in chosen if any(m in line for m in ERROR_MARKERS)]
+    return "\n".join((errors or chosen)[-6:])
+
+
+@dataclass
+class Run:
+    """One run directory."""
+
+    path: Path
+    info: dict = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    @property
+    def name(self) -> str:
+        return self.info.get("name", self.id)
+
+    @property
+    def status(self) -> str:
+        return self.info.get("status", "unknown")
+
+    @property
+    def info_path(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "stdout.log"
+
+    @property
+    def final_path(self) -> Path:
+        return self.path / "final"
+
+    @property
+    def checkpoints_path(self) -> Path:
+        return self.path / "checkpoints"
+
+    def load(self) -> "Run":
+        try:
+            self.info = json.loads(self.info_path.read_text(encoding="utf-8"))
+            if not isinstance(self.info, dict):
+                raise ValueError("not an object")
+        except FileNotFoundError:
+            self.info = {"status": "unknown", "reason": "run.json is missing"}
+        except (ValueError, OSError, UnicodeDecodeError) as exc:
+            self.info = {"status": "unknown", "reason": f"run.json is unreadable: {exc}"}
+        return self
+
+    def save(self) -> None:
+        atomic_write_text(self.info_path, json.dumps(self.info, indent=2, sort_keys=True, default=str))
+
+    def update(self, **values) -> None:
+        self.load()
+        self.info.update(values)
+        self.save()
+
+    def recipe(self) -> Recipe:
+        path = self.path / "recipe.toml"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RunError(message=f"cannot read the frozen recipe: {exc}", file=str(path)) from None
+        return parse_recipe(text, str(path))
+
+    def metrics(self) -> list[dict]:
+        return read_jsonl(self.metrics_path)
+
+    def events(self) -> list[dict]:
+        return read_jsonl(self.events_path)
+
+    def summary(self) -> dict:
+        return summarize(self.metrics())
+
+    def supervisor_alive(self) -> bool:
+        return process_alive(self.info.get("pid"), self.info.get("pid_create_time"))
+
+    def refresh_truth(self, persist: bool = True) -> "Run":
+        """An active run whose supervisor is gone has failed: say so, with the reason."""
+        if self.status in ACTIVE and self.info.get("pid") and not self.supervisor_alive():
+            self.load()  # the supervisor may have just written the final status
+            if self.status in ACTIVE and not self.supervisor_alive():
+                self.info.update(
+                    status="failed",
+                    ended=time.time(),
+                    reason="the run's supervisor is gone (killed or the machine rebooted). "
+                    + (failure_reason(self.path) or ""),
+                )
+                if persist:
+                    try:
+                        self.save()
+                    except OSError:
+                        pass
+        return self
+
+
+class RunStore:
+    """All runs under one folder."""
+
+    def __init__(self, root: str | Path | None = None):
+        self.root = default_runs_dir(root)
+
+    def create(self, recipe: Recipe, recipe_file: str | None = None) -> Run:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for _ in range(5):
+            path = self.root / new_run_id(recipe.name)
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise RunError(message="could not create a unique run folder", file=str(self.root))
+        run = Run(path)
+        try:
+            (path / "recipe.toml").write_text(recipe.to_toml(), encoding="utf-8")
+            run.info = {
+                "id": run.id,
+                "name": recipe.name,
+                "status": "created",
+                "created": time.time(),
+                "host": socket.gethostname(),
+                "recipe_file": recipe_file,
+                "method": recipe.method.kind,
+                "model": recipe.model.name,
+                "dataset": recipe.dataset.name,
+                "trust_remote_code": recipe.model.trust_remote_code,
+                "recipe": recipe.model_dump(mode="json"),
+                "attempts": 0,
+            }
+            run.save()
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        return run
+
+    def run_dirs(self) -> list[Path]:
+        try:
+            entries = list(os.scandir(self.root))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(
+            (Path(e.path) for e in entries if e.is_dir() and not e.name.startswith(".")),
+            key=lambda p: p.name,
+        )
+
+    def list(self, refresh: bool = True) -> list[Run]:
+        runs = [Run(p).load() for p in self.run_dirs()]
+        if refresh:
+            for run in runs:
+                run.refresh_truth()
+        return runs
+
+    def get(self, ref: str) -> Run:
+        """A run by id, unique id prefix, or name (the latest run of that name)."""
+        if not ref or not ID_PATTERN.match(ref) or ".." in ref:
+            raise RunError(message=f"'{ref}' is not a valid run id or name", fix="see `llmtui runs`")
+        exact = self.root / ref
+        if exact.is_dir():
+            return Run(exact).load().refresh_truth()
+        dirs = self.run_dirs()
+        prefixed = [p for p in dirs if p.name.startswith(ref)]
+        if len(prefixed) == 1:
+            return Run(prefixed[0]).load().refresh_truth()
+        named = [r for r in (Run(p).load() for p in dirs) if r.name == ref]
+        if named:
+            return named[-1].refresh_truth()
+        if len(prefixed) > 1:
+            raise RunError(message=f"'{ref}' matches {len(prefixed)} runs", fix="give more of the id")
+        raise RunError(message=f"no run '{ref}' in {self.root}", fix="see `llmtui runs`")
+
+    def latest_succeeded(self, name: str) -> Run | None:
+        done = [r for r in self.list(refresh=False) if r.name == name and r.status == "succeeded"]
+        return done[-1] if done else None
+
+    def resolve_model(self, model_name: str) -> str:
+        """Turn 'run:NAME' into the path of that run's final model; other names pass through."""
+        if not model_name.startswith("run:"):
+            return model_name
+        name = model_name[4:]
+        run = self.latest_succeeded(name)
+        if run is None or not run.final_path.is_dir():
+            raise RunError(
+                message=f"no succeeded run named '{name}' with a final model in {self.root}",
+                key="model.name",
+                fix="train that run first, or check `llmtui runs`",
+            )
+        return str(run.final_path.resolve())

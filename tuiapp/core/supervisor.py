@@ -1,0 +1,168 @@
+"""The run supervisor: leads the run's session, starts DeepSpeed, records the outcome.
+
+It is the only writer of run.json while a run is active. It ignores SIGHUP, turns SIGTERM and
+SIGINT into a graceful stop of the whole group, and after the ranks exit it kills anything left
+in the group, so no rank outlives its run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from tuiapp.core import launcher
+from tuiapp.core.errors import UserError
+from tuiapp.core.metrics import JsonlWriter, read_jsonl, summarize
+from tuiapp.core.runs import Run, failure_reason, redact
+
+POLL_S = 0.5
+
+
+class Supervisor:
+    def __init__(self, run_dir: Path, resume: bool, grace_s: float, port: int | None = None):
+        self.port = port
+        self.run = Run(run_dir).load()
+        self.resume = resume
+        self.grace_s = grace_s
+        self.stop_requested_at: float | None = None
+        self.child: subprocess.Popen | None = None
+
+    def _on_stop_signal(self, signum, frame) -> None:
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.monotonic()
+            self._signal_group(signal.SIGTERM)
+
+    def _signal_group(self, signum: int) -> None:
+        me = os.getpid()
+        for process in launcher.group_processes(os.getpgid(0)):
+            if process.pid == me:
+                continue
+            try:
+                process.send_signal(signum)
+            except psutil.Error:
+                pass
+
+    def _rank_env(self, ranks: int) -> dict:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["LLMTUI_RUN_DIR"] = str(self.run.path)
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if "OMP_NUM_THREADS" not in env:
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks))
+        return env
+
+    def execute(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_stop_signal)
+        signal.signal(signal.SIGINT, self._on_stop_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        run = self.run
+        recipe = run.recipe()
+        cuda = launcher.cuda_device_count()
+        ranks, gpu_ids = launcher.plan_ranks(recipe.launch, cuda)
+        port = self.port or recipe.launch.master_port or launcher.free_port()
+        argv = launcher.deepspeed_argv(run.path, ranks, gpu_ids, port, resume=self.resume)
+        me = psutil.Process()
+        run.update(
+            status="running",
+            pid=me.pid,
+            pgid=os.getpgid(0),
+            pid_create_time=me.create_time(),
+            started=time.time(),
+            ended=None,
+            exit_code=None,
+            reason=None,
+            argv=redact(argv),
+            host=socket.gethostname(),
+            ranks=ranks,
+            gpus=gpu_ids if gpu_ids is not None else (list(range(ranks)) if cuda else []),
+            accelerator="cuda" if cuda else "cpu",
+            attempts=int(run.info.get("attempts", 0)) + 1,
+            resumed=self.resume,
+        )
+        with JsonlWriter(run.events_path) as events:
+            events.write({"event": "launched", "resume": self.resume, "ranks": ranks})
+        with open(run.log_path, "ab") as log:
+            log.write(f"$ {' '.join(redact(argv))}\n".encode())
+            log.flush()
+            self.child = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self._rank_env(ranks), cwd=os.getcwd(),
+            )
+            code = self._wait()
+        self._kill_leftovers()
+        self._record_outcome(code)
+        return 0
+
+    def _wait(self) -> int:
+        while True:
+            code = self.child.poll()
+            if code is not None:
+                return code
+            if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > self.grace_s:
+                self._signal_group(signal.SIGKILL)
+            time.sleep(POLL_S)
+
+    def _kill_leftovers(self) -> None:
+        """No orphan: whatever is left of the group after the launcher exits is killed."""
+        me = os.getpid()
+        left = [p for p in launcher.group_processes(os.getpgid(0)) if p.pid != me]
+        for process in left:
+            try:
+                process.terminate()
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(left, timeout=10)
+        for process in alive:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+
+    def _record_outcome(self, code: int) -> None:
+        run = self.run
+        summary = summarize(read_jsonl(run.metrics_path))
+        finished = any(e.get("event") == "finished" for e in read_jsonl(run.events_path))
+        if self.stop_requested_at is not None:
+            status, reason = "stopped", "stopped on request"
+        elif code == 0 and finished:
+            status, reason = "succeeded", None
+        else:
+            status = "failed"
+            reason = failure_reason(run.path) or f"the launcher exited with code {code}"
+            if code < 0:
+                reason = f"killed by signal {-code}. " + reason
+        if summary.get("nonfinite_loss"):
+            reason = ((reason + " ") if reason else "") + "The loss became NaN/inf."
+        run.update(status=status, exit_code=code, ended=time.time(), reason=reason)
+        with JsonlWriter(run.events_path) as events:
+            events.write({"event": status, "exit_code": code, "reason": reason})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tuiapp.core.supervisor")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--master-port", type=int, default=None)
+    parser.add_argument("--grace", type=float, default=float(os.environ.get("LLMTUI_STOP_GRACE_S", launcher.STOP_GRACE_S)))
+    args = parser.parse_args(argv)
+    supervisor = Supervisor(args.run_dir, args.resume, args.grace, args.master_port)
+    try:
+        return supervisor.execute()
+    except UserError as exc:
+        supervisor.run.update(status="failed", ended=time.time(), reason=str(exc))
+        return 2
+    except Exception as exc:  # the outcome must be recorded whatever happens
+        supervisor.run.update(status="failed", ended=time.time(), reason=f"supervisor error: {exc!r}")
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Entry point of each DeepSpeed rank: `python -m tuiapp.trainer --run-dir DIR [--resume]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import traceback
+from pathlib import Path
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="tuiapp.trainer")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=-1)
+    return parser.parse_known_args(argv)[0]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from tuiapp.trainer.run import train
+
+    try:
+        return train(args.run_dir, args.resume)
+    except BaseException as exc:
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            raise
+        rank = os.environ.get("RANK", "0")
+        traceback.print_exc()
+        message = f"rank {rank}: {type(exc).__name__}: {exc}".strip()
+        try:
+            from tuiapp.core.metrics import JsonlWriter
+
+            with JsonlWriter(args.run_dir / "events.jsonl") as events:
+                events.write({"event": "error", "rank": int(rank), "message": message[:2000]})
+        except OSError:
+            pass
+        print(f"Error: {message}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""`llmtui export`: a run's final adapter alone, or merged into its base as a plain HF model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from tuiapp.trainer.model import FINAL_INFO, PROMPT_LEARNING
+
+
+def export(final: Path, out: Path, merge: bool) -> str:
+    info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
+    method = info.get("method", "sft")
+    if not merge or method in ("pretrain", "sft"):
+        shutil.copytree(final, out, dirs_exist_ok=True)
+        return f"copied the {'model' if method in ('pretrain', 'sft') else 'adapter'} to {out}"
+    if method in PROMPT_LEARNING or method == "llama-adapter":
+        raise ValueError(f"a {method} adapter cannot be merged into its base weights; export without --merge")
+    if method == "adapter":
+        raise ValueError("bottleneck adapters add layers, so they cannot merge into a plain HF model; "
+                         "export without --merge")
+    import torch
+    from peft import AutoPeftModelForCausalLM
+
+    model = AutoPeftModelForCausalLM.from_pretrained(str(final), dtype=torch.float32)
+    merged = model.merge_and_unload()
+    merged.save_pretrained(out)
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(str(final)).save_pretrained(out)
+    return f"merged the {method} adapter into {info.get('base_model')} and wrote {out}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="llmtui export")
+    parser.add_argument("final", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--merge", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        print(export(args.final, args.out, args.merge))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

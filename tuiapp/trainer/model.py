@@ -1,0 +1,160 @@
+"""Loading the base model and tokenizer, and applying the recipe's training method."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from tuiapp.core.errors import RecipeError
+from tuiapp.core.recipe import Recipe
+from tuiapp.trainer import bottleneck
+
+FINAL_INFO = "llmtui.json"
+PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LLMTUI_CACHE") or Path.home() / ".cache" / "llmtui")
+
+
+def resolve_model_path(name: str) -> str:
+    if name == "tiny":
+        from tuiapp.trainer.tiny import ensure_tiny_model
+
+        return str(ensure_tiny_model(cache_dir()))
+    return name
+
+
+def torch_dtype(precision: str) -> torch.dtype:
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+
+
+def load_tokenizer(path: str, trust_remote_code: bool):
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _merge_adapter_folder(path: str, dtype, trust_remote_code: bool):
+    """An earlier run's adapter folder: load its base, apply and merge the adapter."""
+    folder = Path(path)
+    info = json.loads((folder / FINAL_INFO).read_text()) if (folder / FINAL_INFO).exists() else {}
+    base = info.get("base_model")
+    if (folder / bottleneck.CONFIG_NAME).exists():
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype, trust_remote_code=trust_remote_code)
+        return bottleneck.load_bottleneck(model, folder)
+    from peft import AutoPeftModelForCausalLM
+
+    model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    if not hasattr(model, "merge_and_unload") or info.get("method") in PROMPT_LEARNING | {"llama-adapter"}:
+        raise RecipeError(
+            message=f"cannot continue from a {info.get('method')} adapter: it cannot be merged into its base",
+            key="model.name",
+            fix="start from that run's base model, or from a lora/dora/ia3/sft run",
+        )
+    return model.merge_and_unload()
+
+
+def load_model(recipe: Recipe, path: str, precision: str):
+    trust = recipe.model.trust_remote_code
+    dtype = torch_dtype(precision) if recipe.model.dtype == "auto" else getattr(torch, recipe.model.dtype)
+    method = recipe.method
+    if method.kind == "pretrain":
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
+        if method.hidden_size:
+            config.hidden_size = method.hidden_size
+        if method.num_layers:
+            config.num_hidden_layers = method.num_layers
+        torch.manual_seed(recipe.train.seed)
+        return AutoModelForCausalLM.from_config(config, trust_remote_code=trust)
+    if (Path(path) / "adapter_config.json").exists() or (Path(path) / bottleneck.CONFIG_NAME).exists():
+        return _merge_adapter_folder(path, dtype, trust)
+    kwargs = {"dtype": dtype, "trust_remote_code": trust}
+    if method.kind == "qlora":
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type=method.quant_type,
+            bnb_4bit_use_double_quant=method.double_quant,
+            bnb_4bit_compute_dtype=dtype if dtype != torch.float32 else torch.bfloat16,
+        )
+        kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", 0))}
+    # keep master weights in fp32 for full fine-tunes; DeepSpeed casts for mixed precision
+    if method.kind == "sft":
+        kwargs["dtype"] = torch.float32
+    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
+def apply_method(model, recipe: Recipe, tokenizer_path: str):
+    """Wrap the model for the recipe's method; returns the model to train."""
+    method = recipe.method
+    kind = method.kind
+    if kind in ("pretrain", "sft"):
+        return model
+    if kind == "adapter":
+        return bottleneck.add_bottleneck_adapters(model, method.bottleneck_size, method.dropout)
+    import peft
+
+    task = peft.TaskType.CAUSAL_LM
+    if kind in ("lora", "qlora", "dora"):
+        if kind == "qlora":
+            model = peft.prepare_model_for_kbit_training(
+                model, use_gradient_checkpointing=recipe.train.gradient_checkpointing
+            )
+        config = peft.LoraConfig(
+            task_type=task,
+            r=method.rank,
+            lora_alpha=method.alpha,
+            lora_dropout=method.dropout,
+            target_modules=method.target_modules,
+            use_dora=kind == "dora",
+        )
+    elif kind == "prefix":
+        config = peft.PrefixTuningConfig(
+            task_type=task,
+            num_virtual_tokens=method.virtual_tokens,
+            prefix_projection=method.projection,
+            encoder_hidden_size=method.encoder_hidden_size,
+        )
+    elif kind == "prompt":
+        extra = {}
+        if method.init_text:
+            extra = dict(
+                prompt_tuning_init=peft.PromptTuningInit.TEXT,
+                prompt_tuning_init_text=method.init_text,
+                tokenizer_name_or_path=tokenizer_path,
+            )
+        config = peft.PromptTuningConfig(task_type=task, num_virtual_tokens=method.virtual_tokens, **extra)
+    elif kind == "ptuning":
+        config = peft.PromptEncoderConfig(
+            task_type=task,
+            num_virtual_tokens=method.virtual_tokens,
+            encoder_reparameterization_type=method.encoder_type,
+            encoder_hidden_size=method.encoder_hidden_size,
+        )
+    elif kind == "ia3":
+        targets = None if method.target_modules == "auto" else method.target_modules
+        feedforward = None if targets is None else [t for t in targets if "mlp" in t or "down" in t or "fc" in t]
+        config = peft.IA3Config(task_type=task, target_modules=targets, feedforward_modules=feedforward)
+    elif kind == "llama-adapter":
+        layers = min(method.adapter_layers, model.config.num_hidden_layers)
+        config = peft.AdaptionPromptConfig(task_type=task, adapter_len=method.adapter_len, adapter_layers=layers)
+    else:  # pragma: no cover - the schema admits no other kind
+        raise ValueError(kind)
+    return peft.get_peft_model(model, config)
+
+
+def count_parameters(model) -> tuple[int, int]:
+    total = trainable = 0
+    for param in model.parameters():
+        n = param.ds_numel if hasattr(param, "ds_numel") else param.numel()
+        total += n
+        if param.requires_grad:
+            trainable += n
+    return total, trainable

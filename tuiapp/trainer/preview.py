@@ -1,0 +1,74 @@
+"""`llmtui data`: the first training examples exactly as the trainer sees them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tuiapp.core.errors import UserError
+from tuiapp.core.recipe import load_recipe
+from tuiapp.trainer.model import load_tokenizer, resolve_model_path
+
+MASK = -100
+
+
+def render(example: dict, tokenizer) -> str:
+    """Trained tokens as they are, masked ones dimmed inside ⟦…⟧."""
+    out, masked_run, trained_run = [], [], []
+
+    def flush():
+        if masked_run:
+            out.append("⟦" + tokenizer.decode(masked_run) + "⟧")
+            masked_run.clear()
+        if trained_run:
+            out.append(tokenizer.decode(trained_run))
+            trained_run.clear()
+
+    for token, label in zip(example["input_ids"], example["labels"]):
+        if label == MASK:
+            if trained_run:
+                flush()
+            masked_run.append(token)
+        else:
+            if masked_run:
+                flush()
+            trained_run.append(token)
+    flush()
+    return "".join(out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="llmtui data")
+    parser.add_argument("recipe")
+    parser.add_argument("--show", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--set", action="append")
+    args = parser.parse_args(argv)
+    try:
+        recipe = load_recipe(args.recipe, args.set)
+        from tuiapp.trainer.data import preview_examples
+
+        tokenizer = load_tokenizer(resolve_model_path(recipe.model.name), recipe.model.trust_remote_code)
+        examples = preview_examples(recipe, tokenizer, args.show)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for index, example in enumerate(examples):
+        if args.json:
+            print(json.dumps({
+                "index": index,
+                "input_ids": list(example["input_ids"]),
+                "labels": list(example["labels"]),
+                "text": example.get("text") or tokenizer.decode(example["input_ids"]),
+            }, ensure_ascii=False))
+            continue
+        trained = sum(1 for label in example["labels"] if label != MASK)
+        print(f"── example {index}: {len(example['input_ids'])} tokens, {trained} trained "
+              f"(masked text inside ⟦ ⟧) ──")
+        print(render(example, tokenizer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

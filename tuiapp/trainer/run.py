@@ -1,0 +1,226 @@
+"""One rank's training: frozen recipe in, metrics, checkpoints and final model out."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import transformers
+from transformers import Trainer, TrainingArguments
+
+from tuiapp.core.metrics import atomic_write_text, read_jsonl
+from tuiapp.core.recipe import Recipe, parse_recipe
+from tuiapp.trainer import bottleneck, checkpoints
+from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
+from tuiapp.trainer.ds_config import deepspeed_config
+from tuiapp.trainer.model import (
+    FINAL_INFO,
+    apply_method,
+    cache_dir,
+    load_model,
+    load_tokenizer,
+    resolve_model_path,
+)
+
+
+def resolve_precision(requested: str) -> str:
+    cuda = torch.cuda.is_available()
+    if requested == "auto":
+        if cuda:
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "fp32"
+    if requested in ("bf16", "fp16") and not cuda:
+        raise RuntimeError(f"train.precision = '{requested}' needs CUDA; set it to 'fp32' or 'auto'")
+    return requested
+
+
+def prepare_cpu_distributed() -> None:
+    """Without CUDA, accelerate would not start DeepSpeed's process group: start it on gloo."""
+    if torch.cuda.is_available() or int(os.environ.get("WORLD_SIZE", "1")) < 1:
+        return
+    import accelerate
+
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    accelerate.PartialState(backend="gloo")
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _is_main() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+class RunTrainer(Trainer):
+    """Trainer whose checkpoints appear only once complete, and whose bottleneck adapters
+    are saved on their own."""
+
+    method_kind: str = ""
+    base_model: str = ""
+
+    def _save_checkpoint(self, model, trial):
+        root = Path(self.args.output_dir)
+        staging = root / checkpoints.STAGING
+        name = f"checkpoint-{self.state.global_step}"
+        self.args.output_dir = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.output_dir = str(root)
+        _barrier()
+        if _is_main():
+            checkpoints.publish(staging, name, root, self.args.save_total_limit or 2)
+        _barrier()
+
+    def _save(self, output_dir=None, state_dict=None):
+        if self.method_kind != "adapter":
+            return super()._save(output_dir, state_dict)
+        if state_dict is None:
+            state_dict = self.model.state_dict()
+        bottleneck.save_bottleneck(output_dir, state_dict, self.model.bottleneck_config)
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(output_dir)
+
+
+def _training_args(recipe: Recipe, run_dir: Path, precision: str, has_eval: bool) -> TrainingArguments:
+    train = recipe.train
+    extra = {}
+    if not torch.cuda.is_available():
+        extra["accelerator_config"] = {"use_configured_state": True}
+    return TrainingArguments(
+        output_dir=str(run_dir / "checkpoints"),
+        per_device_train_batch_size=train.micro_batch,
+        per_device_eval_batch_size=train.micro_batch,
+        gradient_accumulation_steps=train.grad_accum,
+        learning_rate=train.learning_rate,
+        lr_scheduler_type=train.scheduler if train.scheduler != "constant" else "constant_with_warmup",
+        warmup_steps=train.warmup_ratio,
+        weight_decay=train.weight_decay,
+        max_grad_norm=train.max_grad_norm,
+        num_train_epochs=train.epochs,
+        max_steps=train.max_steps or -1,
+        seed=train.seed,
+        data_seed=train.seed,
+        logging_steps=train.logging_steps,
+        logging_first_step=True,
+        eval_strategy=("steps" if train.eval_steps else "no") if has_eval else "no",
+        eval_steps=train.eval_steps or None,
+        save_strategy="steps" if train.save_steps else "no",
+        save_steps=train.save_steps or 500,
+        save_total_limit=train.save_total_limit,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        activation_checkpointing=train.gradient_checkpointing,
+        activation_checkpointing_kwargs={"use_reentrant": False} if train.gradient_checkpointing else None,
+        deepspeed=deepspeed_config(recipe),
+        report_to=[],
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        include_num_input_tokens_seen="non_padding",
+        dataloader_num_workers=0,
+        save_only_model=False,
+        **extra,
+    )
+
+
+def _trim_metrics(run_dir: Path, step: int) -> None:
+    """On resume, drop metric rows past the checkpoint so steps are never duplicated."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return
+    kept = [r for r in read_jsonl(path) if (r.get("step") or 0) <= step]
+    atomic_write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
+
+
+def train(run_dir: Path, resume: bool) -> int:
+    run_dir = Path(run_dir).resolve()
+    recipe = parse_recipe((run_dir / "recipe.toml").read_text(encoding="utf-8"), str(run_dir / "recipe.toml"))
+    transformers.logging.set_verbosity_warning()
+    stopper = GracefulStop()
+    prepare_cpu_distributed()
+    precision = resolve_precision(recipe.train.precision)
+    model_path = resolve_model_path(recipe.model.name)
+    tokenizer = load_tokenizer(
+        model_path if not (Path(model_path) / "adapter_config.json").exists() else model_path,
+        recipe.model.trust_remote_code,
+    )
+    from tuiapp.trainer.data import build_datasets, make_collator
+
+    train_set, eval_set = build_datasets(recipe, tokenizer, cache_dir())
+    model = load_model(recipe, model_path, precision)
+    model = apply_method(model, recipe, model_path)
+    if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
+        model.enable_input_require_grads()
+
+    args = _training_args(recipe, run_dir, precision, eval_set is not None)
+    recorder = RunRecorder(run_dir, socket.gethostname())
+    callbacks = [stopper]
+    if eval_set is not None and recipe.train.sample_prompts:
+        callbacks.append(
+            EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
+                        recipe.launch.zero_stage == 3)
+        )
+    callbacks.append(recorder)
+    trainer = RunTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        data_collator=make_collator(recipe, tokenizer),
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    trainer.method_kind = recipe.method.kind
+    ckpt_root = run_dir / "checkpoints"
+    resume_from = None
+    if resume:
+        last = checkpoints.last_checkpoint(ckpt_root)
+        if last is not None:
+            resume_from = str(last)
+            if _is_main():
+                _trim_metrics(run_dir, checkpoints.checkpoint_step(last))
+    _barrier()
+    if _is_main():
+        checkpoints.clear_staging(ckpt_root)
+    trainer.train(resume_from_checkpoint=resume_from)
+
+    if stopper.stopped:
+        recorder.event(trainer.state, {"event": "stop_checkpoint", "step": trainer.state.global_step})
+        return 0
+    if eval_set is not None and not recipe.train.eval_steps:
+        trainer.evaluate()
+    _save_final(trainer, run_dir, recipe, model_path)
+    recorder.event(trainer.state, {"event": "finished", "step": trainer.state.global_step})
+    return 0
+
+
+def _save_final(trainer: RunTrainer, run_dir: Path, recipe: Recipe, model_path: str) -> None:
+    staging = run_dir / ".final-staging"
+    final = run_dir / "final"
+    if _is_main():
+        shutil.rmtree(staging, ignore_errors=True)
+    _barrier()
+    trainer.save_model(str(staging))
+    _barrier()
+    if _is_main():
+        info = {
+            "method": recipe.method.kind,
+            "base_model": str(model_path),
+            "recipe_name": recipe.name,
+            "step": trainer.state.global_step,
+        }
+        (staging / FINAL_INFO).write_text(json.dumps(info, indent=2))
+        tokenizer = trainer.processing_class
+        if tokenizer is not None and not (staging / "tokenizer_config.json").exists():
+            tokenizer.save_pretrained(staging)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    _barrier()
