@@ -97,7 +97,9 @@ def estimate_report(recipe: Recipe, store: RunStore, base_dir: Path, nodes: int 
     devices = preflight.detect_gpus()
     if devices:
         gpu_memory = min(d.total_bytes for d in devices)
-    result = estimate.estimate_recipe(recipe, config, n_gpus=gpus, nodes=nodes, gpu_memory_bytes=gpu_memory)
+    result = estimate.estimate_recipe(
+        recipe, config, n_gpus=gpus, nodes=nodes, gpu_memory_bytes=gpu_memory, cuda=preflight.cuda_available(devices)
+    )
     return {"text": estimate.format_estimate(result), "json": result.to_json()}
 
 

@@ -1,0 +1,699 @@
+"""Memory estimate per GPU from a model's config alone (no weights are read).
+
+Model states follow the ZeRO paper (Rajbhandari et al. 2020) for mixed-precision Adam, K = 12:
+2 bytes fp16/bf16 params + 2 bytes grads + 12 bytes fp32 params/momentum/variance per parameter.
+
+    stage 0: 16P          stage 1: 4P + 12P/N      stage 2: 2P + 14P/N      stage 3: 16P/N
+
+With `deepspeed_buffers=True` (what `estimate_recipe` uses) the working buffers that DeepSpeed's
+own estimators count are added, so the totals equal `estimate_zero2/3_model_states_mem_needs`:
+the fp32 gradient partition the optimizer steps on (4 bytes per trainable parameter, sharded like
+the optimizer; under ZeRO-3 it takes the place of the 16-bit grad shard) and, under ZeRO-3, the
+gathered 16-bit weight + gradient of the largest layer (4 bytes per parameter of that layer).
+
+Activations follow Korthikanti et al. 2022 (see `activation_bytes`). GB here means 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuiapp.core.errors import RecipeError
+from tuiapp.core.recipe import METHOD_MODELS, Recipe
+
+GB = 1e9
+# Fraction of GPU memory a run may plan to use; the rest goes to the CUDA context, NCCL buffers
+# and allocator fragmentation.
+USABLE_FRACTION = 0.9
+# 4-bit storage per weight: 4 bits + the blockwise fp32 absmax (0.5 bit per weight at block size
+# 64), or 0.127 bit when the constants are quantized again (double quantization, QLoRA paper).
+QLORA_BYTES = {True: 4.127 / 8, False: 4.5 / 8}
+
+# The bundled tiny model (tuiapp/assets builds it from this dict).
+TINY_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 2048,
+    "hidden_size": 128,
+    "intermediate_size": 352,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 1024,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+}
+
+
+def _preset(model_type, vocab, hidden, inter, layers, heads, kv, positions, tied):
+    arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[model_type]
+    return {
+        "architectures": [arch], "model_type": model_type, "vocab_size": vocab,
+        "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv,
+        "max_position_embeddings": positions, "tie_word_embeddings": tied,
+    }
+
+
+# Real config.json values of well-known models, so `llmtui estimate` works offline.
+PRESET_CONFIGS: dict[str, dict[str, Any]] = {
+    "Qwen/Qwen2.5-0.5B": _preset("qwen2", 151936, 896, 4864, 24, 14, 2, 32768, True),
+    "Qwen/Qwen2.5-0.5B-Instruct": _preset("qwen2", 151936, 896, 4864, 24, 14, 2, 32768, True),
+    "Qwen/Qwen2.5-1.5B": _preset("qwen2", 151936, 1536, 8960, 28, 12, 2, 131072, True),
+    "Qwen/Qwen2.5-1.5B-Instruct": _preset("qwen2", 151936, 1536, 8960, 28, 12, 2, 32768, True),
+    "Qwen/Qwen2.5-7B": _preset("qwen2", 152064, 3584, 18944, 28, 28, 4, 131072, False),
+    "meta-llama/Llama-3.2-1B": _preset("llama", 128256, 2048, 8192, 16, 32, 8, 131072, True),
+    "meta-llama/Llama-3.2-3B": _preset("llama", 128256, 3072, 8192, 28, 24, 8, 131072, True),
+    "meta-llama/Llama-3.1-8B": _preset("llama", 128256, 4096, 14336, 32, 32, 8, 131072, False),
+    "TinyLlama/TinyLlama-1.1B-Chat-v1.0": _preset("llama", 32000, 2048, 5632, 22, 32, 4, 2048, False),
+}
+
+
+# ---------------------------------------------------------------- model shape
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One linear layer inside a transformer block; `name` is its path within the block."""
+
+    name: str
+    in_features: int
+    out_features: int
+    bias: bool = False
+
+    @property
+    def params(self) -> int:
+        return self.in_features * self.out_features + (self.out_features if self.bias else 0)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    family: str  # "llama" (also mistral, qwen2/3), "gpt2" or "gpt_neox"
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    tied: bool
+    positions: int  # learned position embeddings (gpt2); 0 for rotary models
+    linears: tuple[Linear, ...]  # per block
+    experts: int  # MLP experts per block (1 = dense)
+    norm_params: int  # per block
+    final_norm_params: int
+
+    @property
+    def block_params(self) -> int:
+        attn = sum(l.params for l in self.linears if not _is_mlp(l))
+        mlp = sum(l.params for l in self.linears if _is_mlp(l)) * self.experts
+        router = self.hidden * self.experts if self.experts > 1 else 0
+        return attn + mlp + router + self.norm_params
+
+
+def _is_mlp(linear: Linear) -> bool:
+    return linear.name.startswith("mlp.")
+
+
+def _get(config: dict, *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return default
+
+
+def _require(config: dict, *keys: str) -> int:
+    value = _get(config, *keys)
+    if value is None:
+        raise RecipeError(
+            message=f"the model config has no '{keys[0]}'; cannot estimate its size",
+            key="model.name",
+            fix="use a decoder-only HF model (llama, mistral, qwen2, gpt2, gpt-neox style config)",
+        )
+    return int(value)
+
+
+def model_shape(config: dict) -> ModelShape:
+    """Read the architecture numbers from an HF config dict (nested text_config supported)."""
+    if "text_config" in config and _get(config, "hidden_size", "n_embd") is None:
+        config = {**config, **config["text_config"]}
+    model_type = str(config.get("model_type", ""))
+    family = "gpt2" if model_type == "gpt2" or "n_embd" in config else (
+        "gpt_neox" if model_type == "gpt_neox" else "llama")
+    vocab = _require(config, "vocab_size")
+    hidden = _require(config, "hidden_size", "n_embd", "d_model")
+    layers = _require(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _require(config, "num_attention_heads", "n_head")
+    kv_heads = int(_get(config, "num_key_value_heads", default=heads))
+    head_dim = int(_get(config, "head_dim", default=hidden // heads))
+    inter = int(_get(config, "intermediate_size", "n_inner", default=4 * hidden))
+    tied = bool(_get(config, "tie_word_embeddings", default=family == "gpt2"))
+    experts = int(_get(config, "num_local_experts", default=1))
+    if family == "gpt2":
+        linears = (
+            Linear("attn.c_attn", hidden, 3 * hidden, True), Linear("attn.c_proj", hidden, hidden, True),
+            Linear("mlp.c_fc", hidden, inter, True), Linear("mlp.c_proj", inter, hidden, True),
+        )
+        positions = int(_get(config, "n_positions", "max_position_embeddings", default=1024))
+        return ModelShape(family, vocab, hidden, layers, heads, heads, hidden // heads, inter, tied,
+                          positions, linears, 1, 4 * hidden, 2 * hidden)
+    if family == "gpt_neox":
+        bias = bool(config.get("attention_bias", True))
+        linears = (
+            Linear("attention.query_key_value", hidden, 3 * hidden, bias),
+            Linear("attention.dense", hidden, hidden, bias),
+            Linear("mlp.dense_h_to_4h", hidden, inter, True),
+            Linear("mlp.dense_4h_to_h", inter, hidden, True),
+        )
+        return ModelShape(family, vocab, hidden, layers, heads, heads, hidden // heads, inter, tied,
+                          0, linears, 1, 4 * hidden, 2 * hidden)
+    # llama style: qwen2 always has q/k/v biases; others follow attention_bias / mlp_bias
+    attn_bias = bool(config.get("attention_bias", False))
+    qkv_bias = attn_bias or model_type == "qwen2"
+    mlp_bias = bool(config.get("mlp_bias", False))
+    q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
+    linears = (
+        Linear("self_attn.q_proj", hidden, q_dim, qkv_bias),
+        Linear("self_attn.k_proj", hidden, kv_dim, qkv_bias),
+        Linear("self_attn.v_proj", hidden, kv_dim, qkv_bias),
+        Linear("self_attn.o_proj", q_dim, hidden, attn_bias),
+        Linear("mlp.gate_proj", hidden, inter, mlp_bias),
+        Linear("mlp.up_proj", hidden, inter, mlp_bias),
+        Linear("mlp.down_proj", inter, hidden, mlp_bias),
+    )
+    norms = 2 * hidden + (2 * head_dim if model_type == "qwen3" else 0)  # qwen3: q_norm, k_norm
+    return ModelShape(family, vocab, hidden, layers, heads, kv_heads, head_dim, inter, tied,
+                      0, linears, experts, norms, hidden)
+
+
+def count_parameters(config: dict) -> int:
+    """Exact parameter count of a decoder-only causal LM (tied embeddings counted once)."""
+    shape = model_shape(config)
+    embeddings = shape.vocab * shape.hidden + shape.positions * shape.hidden
+    head = 0 if shape.tied else shape.vocab * shape.hidden
+    return embeddings + shape.layers * shape.block_params + shape.final_norm_params + head
+
+
+def largest_layer_params(config: dict) -> int:
+    """Parameters of the largest single module (DeepSpeed's `largest_layer_params` for ZeRO-3)."""
+    shape = model_shape(config)
+    return max([shape.vocab * shape.hidden] + [l.params for l in shape.linears])
+
+
+def apply_method_overrides(config: dict, method) -> dict:
+    """The config the trainer builds: pretrain may override hidden size and layer count."""
+    if getattr(method, "kind", None) != "pretrain":
+        return config
+    config = dict(config)
+    if method.hidden_size:
+        config.pop("head_dim", None)  # derived again from hidden_size / heads
+        config["n_embd" if "n_embd" in config else "hidden_size"] = method.hidden_size
+    if method.num_layers:
+        config["n_layer" if "n_layer" in config else "num_hidden_layers"] = method.num_layers
+    return config
+
+
+# ---------------------------------------------------------------- trainable parameters
+
+
+def _as_method(method):
+    return METHOD_MODELS[method]() if isinstance(method, str) else method
+
+
+def targeted_linears(config: dict, targets) -> list[Linear]:
+    """Block linears a LoRA `target_modules` selects, matched like peft (name or '.name' suffix).
+    'all-linear' = every linear in the blocks (lm_head is never adapted)."""
+    linears = model_shape(config).linears
+    if targets == "all-linear":
+        return list(linears)
+    return [l for l in linears if any(l.name == t or l.name.endswith("." + t) for t in targets)]
+
+
+def _ia3_vectors(shape: ModelShape, model_type: str, targets) -> int:
+    # peft's default targets: key, value (qwen2/3, gemma: query, value) and the MLP's output
+    # projection. Feed-forward (MLP output) targets scale their input, the others their output.
+    if targets == "auto":
+        defaults = {"gpt2": ("c_attn", "mlp.c_proj"), "gpt_neox": ("query_key_value", "dense_4h_to_h")}
+        targets = defaults.get(shape.family, ("k_proj", "v_proj", "down_proj"))
+        if model_type.startswith(("qwen2", "qwen3", "gemma")):
+            targets = ("q_proj", "v_proj", "down_proj")
+    chosen = [l for l in shape.linears if any(l.name == t or l.name.endswith("." + t) for t in targets)]
+    feedforward = {"mlp.down_proj", "mlp.c_proj", "mlp.dense_4h_to_h"}
+    return sum(l.in_features if l.name in feedforward else l.out_features for l in chosen)
+
+
+def trainable_parameters(config: dict, method) -> int:
+    """Trainable parameters of `method` (a recipe method model or a kind name) on this config.
+
+    pretrain, sft     every parameter.
+    lora, qlora       r * (in + out) per targeted linear per block (A: r x in, B: out x r).
+    dora              lora + a magnitude vector of `out` per targeted linear.
+    prefix            per peft: virtual * layers * 2 * d with d = kv_heads * head_dim; with
+                      projection: virtual * d + (d*e + e) + (e * layers*2*d + layers*2*d).
+    prompt            virtual * hidden.
+    ptuning           virtual * hidden + encoder. MLP: (h*e+e) + (e*e+e) + (e*h+h);
+                      LSTM (2 bidirectional layers, then 2e -> 2e -> h MLP).
+    ia3               one vector per targeted module (in_features for the MLP output, else out).
+    adapter           per block: down h*m + m, up m*h + h.
+    llama-adapter     per adapted top layer: adapter_len * hidden prompt + 1 gate.
+    """
+    method = _as_method(method)
+    kind = method.kind
+    if kind in ("pretrain", "sft"):
+        return count_parameters(apply_method_overrides(config, method))
+    shape = model_shape(config)
+    h, layers = shape.hidden, shape.layers
+    if kind in ("lora", "qlora", "dora"):
+        chosen = targeted_linears(config, method.target_modules)
+        per_block = sum(method.rank * (l.in_features + l.out_features) for l in chosen)
+        if kind == "dora":
+            per_block += sum(l.out_features for l in chosen)
+        return layers * per_block
+    if kind == "prefix":
+        d = shape.kv_heads * shape.head_dim if "num_key_value_heads" in config else h
+        out = layers * 2 * d
+        if not method.projection:
+            return method.virtual_tokens * out
+        e = method.encoder_hidden_size
+        return method.virtual_tokens * d + (d * e + e) + (e * out + out)
+    if kind == "prompt":
+        return method.virtual_tokens * h
+    if kind == "ptuning":
+        e = method.encoder_hidden_size
+        if method.encoder_type == "MLP":
+            encoder = (h * e + e) + (e * e + e) + (e * h + h)
+        else:
+            lstm = 2 * (4 * e * (h + e) + 8 * e) + 2 * (4 * e * (2 * e + e) + 8 * e)
+            encoder = lstm + (2 * e * 2 * e + 2 * e) + (2 * e * h + h)
+        return method.virtual_tokens * h + encoder
+    if kind == "ia3":
+        return layers * _ia3_vectors(shape, str(config.get("model_type", "")), method.target_modules)
+    if kind == "adapter":
+        m = method.bottleneck_size
+        return layers * (h * m + m + m * h + h)
+    if kind == "llama-adapter":
+        return min(method.adapter_layers, layers) * (method.adapter_len * h + 1)
+    raise ValueError(f"unknown method kind {kind!r}")
+
+
+# ---------------------------------------------------------------- memory
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU, plus what offload puts in CPU memory (per node)."""
+
+    params: int
+    grads: int
+    optimizer: int
+    buffers: int = 0  # DeepSpeed working buffers (fp32 grad partition, ZeRO-3 gathered layer)
+    activations: int = 0
+    cpu_offload_total: int = 0
+
+    @property
+    def model_states(self) -> int:
+        return self.params + self.grads + self.optimizer + self.buffers
+
+    @property
+    def total(self) -> int:
+        return self.model_states + self.activations
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "model_states": self.model_states, "total": self.total}
+
+
+def _half(precision: str) -> bool:
+    return precision != "fp32"  # "auto" means 16-bit on a GPU
+
+
+def model_state_bytes(
+    total_params: int,
+    trainable_params: int,
+    zero_stage: int,
+    n_gpus: int,
+    offload_optimizer: str = "none",
+    offload_params: str = "none",
+    precision: str = "bf16",
+    *,
+    gpus_per_node: int | None = None,
+    frozen_bytes: float | None = None,
+    largest_layer_params: int = 0,
+    deepspeed_buffers: bool = False,
+) -> MemoryBreakdown:
+    """Model-state bytes per GPU for Adam, with `n_gpus` = the data-parallel world size N.
+
+    Trainable parameters T cost 2 (weight) + 2 (grad) + 12 (fp32 master, momentum, variance) bytes
+    in mixed precision, 4 + 4 + 8 in fp32. Frozen ones (adapter methods) cost only their weight:
+    `frozen_bytes` in total (default 2 or 4 bytes each); ZeRO-3 shards them too.
+    Optimizer states are sharded from stage 1, grads from 2, weights at 3.
+
+    Offload (stage >= 1) moves the optimizer states to CPU, and from stage 2 the gradients too,
+    where DeepSpeed keeps them in fp32; stage 1 keeps its full grads on GPU and adds the fp32
+    partition on CPU. `offload_params` (stage 3) moves the weight shards as well. Offload with
+    a stage that does not support it is ignored (preflight reports it). `cpu_offload_total` is per
+    node: `gpus_per_node` (default n_gpus) ranks each holding its shard.
+    """
+    n = max(1, int(n_gpus))
+    per_node = max(1, int(gpus_per_node or n))
+    trainable = max(0, min(int(trainable_params), int(total_params)))
+    frozen_params = max(0, int(total_params) - trainable)
+    half = _half(precision)
+    weight_b, grad_b, optim_b = (2, 2, 12) if half else (4, 4, 8)
+    if frozen_bytes is None:
+        frozen_bytes = frozen_params * weight_b
+    offload_opt = offload_optimizer != "none" and zero_stage >= 1
+    offload_w = offload_params != "none" and zero_stage == 3
+
+    def shard(value: float, sharded: bool) -> float:
+        return value / n if sharded else value
+
+    params = shard(trainable * weight_b + frozen_bytes, zero_stage == 3)
+    grads = shard(trainable * grad_b, zero_stage >= 2)
+    optimizer = shard(trainable * optim_b, zero_stage >= 1)
+    fp32_grads = shard(trainable * 4, zero_stage >= 1) if half else 0.0
+    if zero_stage == 3:  # DeepSpeed reduces ZeRO-3 grads into the fp32 partition: it replaces the shard
+        fp32_grads -= grads
+    cpu = 0.0
+    if offload_opt:
+        cpu += optimizer
+        optimizer = 0.0
+        if zero_stage >= 2:
+            grads = 0.0
+        cpu += shard(trainable * 4, True)  # fp32 grad partition the CPU optimizer steps on
+        fp32_grads = 0.0
+    if offload_w:
+        cpu += params
+        params = 0.0
+    buffers = 0.0
+    if deepspeed_buffers:
+        buffers = fp32_grads + (4 * largest_layer_params if zero_stage == 3 else 0)
+    return MemoryBreakdown(
+        params=int(params), grads=int(grads), optimizer=int(optimizer), buffers=int(buffers),
+        cpu_offload_total=int(cpu * per_node),
+    )
+
+
+def activation_bytes(
+    *,
+    seq_len: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    layers: int,
+    vocab: int,
+    checkpointing: bool,
+    bytes_per_value: int = 2,
+    fused_attention: bool = True,
+) -> int:
+    """Activation memory of one micro batch (Korthikanti et al. 2022, no tensor parallelism).
+
+    Per layer, 16-bit: s*b*h*(34 + 5*a*s/h) bytes, with s = sequence, b = micro batch,
+    h = hidden, a = heads. The 5*a*s^2*b term is the stored attention scores; fused attention
+    (SDPA/flash, transformers' default) does not store them, so it is dropped then.
+    With gradient checkpointing only each layer's input is kept (2*s*b*h bytes per layer) plus
+    one layer's full activations while it is recomputed. fp32 doubles everything.
+    The logits for the loss are added: s*b*vocab in the training dtype plus an fp32 upcast and
+    its log-softmax (10 bytes per logit in 16-bit, 8 in fp32).
+    """
+    sbh = seq_len * micro_batch * hidden
+    scale = bytes_per_value / 2
+    scores = 0 if fused_attention else 5 * heads * seq_len * seq_len * micro_batch
+    full_layer = (34 * sbh + scores) * scale
+    if checkpointing:
+        body = layers * 2 * sbh * scale + full_layer
+    else:
+        body = layers * full_layer
+    logits = seq_len * micro_batch * vocab * (bytes_per_value + 4 + (4 if bytes_per_value < 4 else 0))
+    return int(body + logits)
+
+
+# ---------------------------------------------------------------- recipe estimate
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The recipe settings that change memory; suggestions are made by turning them."""
+
+    method: Any
+    zero_stage: int
+    offload_optimizer: str
+    offload_params: str
+    gradient_checkpointing: bool
+    micro_batch: int
+
+
+@dataclass(frozen=True)
+class Estimate:
+    model: str
+    method: str
+    total_params: int
+    trainable_params: int
+    n_gpus: int  # per node
+    nodes: int
+    zero_stage: int
+    precision: str  # resolved: bf16 / fp16 / fp32
+    micro_batch: int
+    seq_len: int
+    gradient_checkpointing: bool
+    memory: MemoryBreakdown  # per GPU
+    gpu_memory_bytes: int | None
+    fits: bool | None
+    warning: str | None = None
+    suggestions: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.memory.total
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["memory"] = self.memory.to_json()
+        return data
+
+
+def _resolve_precision(precision: str, cuda: bool) -> str:
+    if precision == "auto":
+        return "bf16" if cuda else "fp32"
+    return precision
+
+
+def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: int, precision: str):
+    method = knobs.method
+    config = apply_method_overrides(config, method)
+    shape = model_shape(config)
+    base = count_parameters(config)
+    full = method.kind in ("pretrain", "sft")
+    extra = 0 if full else trainable_parameters(config, method)
+    total, trainable = base + extra, (base if full else extra)
+    frozen_bytes = None
+    if method.kind == "qlora":
+        quantized = shape.layers * sum(l.in_features * l.out_features for l in shape.linears)
+        frozen_bytes = quantized * QLORA_BYTES[method.double_quant] + (base - quantized) * 2
+    states = model_state_bytes(
+        total, trainable, knobs.zero_stage, world, knobs.offload_optimizer, knobs.offload_params,
+        precision, gpus_per_node=per_node, frozen_bytes=frozen_bytes,
+        largest_layer_params=largest_layer_params(config), deepspeed_buffers=True,
+    )
+    seq = recipe.train.max_seq_len + (method.virtual_tokens if method.kind in ("prompt", "ptuning") else 0)
+    acts = activation_bytes(
+        seq_len=seq, micro_batch=knobs.micro_batch, hidden=shape.hidden, heads=shape.heads,
+        layers=shape.layers, vocab=shape.vocab, checkpointing=knobs.gradient_checkpointing,
+        bytes_per_value=2 if _half(precision) else 4,
+    )
+    return total, trainable, dataclasses.replace(states, activations=acts)
+
+
+def _candidates(knobs: Knobs, world: int, grad_accum: int) -> list[tuple[str, Knobs]]:
+    """Single changes that lower memory, each as (how to write it, new knobs)."""
+    out: list[tuple[str, Knobs]] = []
+    kind = knobs.method.kind
+    if not knobs.gradient_checkpointing and kind != "prefix":
+        out.append(("gradient_checkpointing=true", dataclasses.replace(knobs, gradient_checkpointing=True)))
+    if world > 1 and knobs.zero_stage < 3 and kind != "qlora":
+        out.append(("zero_stage=3", dataclasses.replace(knobs, zero_stage=3)))
+    if knobs.offload_optimizer == "none":
+        stage = max(knobs.zero_stage, 2)
+        text = "offload_optimizer='cpu'" if stage == knobs.zero_stage else f"zero_stage={stage}, offload_optimizer='cpu'"
+        out.append((text, dataclasses.replace(knobs, zero_stage=stage, offload_optimizer="cpu")))
+    if knobs.offload_params == "none" and kind != "qlora":
+        out.append(("zero_stage=3, offload_optimizer='cpu', offload_params='cpu'",
+                    dataclasses.replace(knobs, zero_stage=3, offload_optimizer="cpu", offload_params="cpu")))
+    batch = knobs.micro_batch * grad_accum
+    for smaller in sorted({max(1, knobs.micro_batch // 2), 1}, reverse=True):
+        if smaller < knobs.micro_batch:
+            text = f"micro_batch={smaller}"
+            if batch % smaller == 0:
+                text += f", grad_accum={batch // smaller}"
+            out.append((text, dataclasses.replace(knobs, micro_batch=smaller)))
+    if kind in ("pretrain", "sft"):
+        out.append(("method.kind='lora'", dataclasses.replace(knobs, method=METHOD_MODELS["lora"]())))
+    return out
+
+
+def _advice(config, recipe, knobs, world, per_node, precision, capacity: float) -> list[str]:
+    """Up to three suggestions, those that fit alone first, ranked by the memory they leave.
+    When none fits alone, changes are combined greedily (biggest saving first) until one does."""
+    accum = recipe.train.grad_accum
+
+    def need(k: Knobs) -> int:
+        return _memory(config, recipe, k, world, per_node, precision)[2].total
+
+    scored = sorted((need(k), text) for text, k in _candidates(knobs, world, accum))
+    fitting = [f"{text} (→ {n / GB:.1f} GB)" for n, text in scored if n <= capacity]
+    if fitting:
+        return fitting[:3]
+    steps, current = [], knobs
+    for _ in range(6):
+        options = _candidates(current, world, accum)
+        if not options:
+            break
+        best_need, text, current = min(((need(k), t, k) for t, k in options), key=lambda x: x[0])
+        steps.append(text)
+        if best_need <= capacity:
+            return [" + ".join(steps) + f" (→ {best_need / GB:.1f} GB)"]
+    return [
+        f"more GPUs, a shorter max_seq_len or a smaller model (even {' + '.join(steps)} needs {need(current) / GB:.1f} GB)"
+    ]
+
+
+def estimate_recipe(
+    recipe: Recipe,
+    model_config: dict,
+    n_gpus: int,
+    nodes: int = 1,
+    gpu_memory_bytes: int | None = None,
+    *,
+    cuda: bool = True,
+) -> Estimate:
+    """Estimate per-GPU memory of `recipe` on `nodes` machines with `n_gpus` GPUs each.
+
+    `cuda=False` estimates CPU ranks (precision 'auto' resolves to fp32 there).
+    `fits` is None when `gpu_memory_bytes` is unknown; otherwise the total must stay within
+    USABLE_FRACTION of it, and `warning` says what to change when it does not.
+    """
+    n_gpus, nodes = max(1, int(n_gpus)), max(1, int(nodes))
+    world = n_gpus * nodes
+    precision = _resolve_precision(recipe.train.precision, cuda)
+    launch, train = recipe.launch, recipe.train
+    knobs = Knobs(recipe.method, launch.zero_stage, launch.offload_optimizer, launch.offload_params,
+                  train.gradient_checkpointing, train.micro_batch)
+    total, trainable, memory = _memory(model_config, recipe, knobs, world, n_gpus, precision)
+    fits, warning, suggestions = None, None, []
+    if gpu_memory_bytes:
+        capacity = gpu_memory_bytes * USABLE_FRACTION
+        fits = memory.total <= capacity
+        if not fits:
+            suggestions = _advice(model_config, recipe, knobs, world, n_gpus, precision, capacity)
+            warning = (
+                f"needs {memory.total / GB:.1f} GB per GPU, the GPU has {gpu_memory_bytes / GB:.1f} GB "
+                f"(about {capacity / GB:.1f} GB usable): try " + _join_or(suggestions)
+            )
+    return Estimate(
+        model=recipe.model.name, method=recipe.method.kind, total_params=total,
+        trainable_params=trainable, n_gpus=n_gpus, nodes=nodes, zero_stage=launch.zero_stage,
+        precision=precision, micro_batch=train.micro_batch, seq_len=train.max_seq_len,
+        gradient_checkpointing=train.gradient_checkpointing, memory=memory,
+        gpu_memory_bytes=gpu_memory_bytes, fits=fits, warning=warning, suggestions=suggestions,
+    )
+
+
+def _join_or(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def _count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
+
+
+def format_estimate(est: Estimate) -> str:
+    """A compact table, GB with one decimal."""
+    m = est.memory
+    gpus = f"{est.n_gpus} GPU{'s' if est.n_gpus > 1 else ''}" + (f" x {est.nodes} nodes" if est.nodes > 1 else "")
+    rows = [
+        f"model        {est.model}: {_count(est.total_params)} params, "
+        f"{_count(est.trainable_params)} trainable ({est.method})",
+        f"setup        {gpus}, ZeRO-{est.zero_stage}, {est.precision}, micro_batch {est.micro_batch} x "
+        f"{est.seq_len} tokens, checkpointing {'on' if est.gradient_checkpointing else 'off'}",
+        "per GPU          GB",
+    ]
+    for name in ("params", "grads", "optimizer", "buffers", "activations"):
+        rows.append(f"  {name:<12} {getattr(m, name) / GB:>6.1f}")
+    total = f"  {'total':<12} {m.total / GB:>6.1f}"
+    if est.gpu_memory_bytes:
+        total += f"  of {est.gpu_memory_bytes / GB:.1f} GB: {'fits' if est.fits else 'does NOT fit'}"
+    rows.append(total)
+    if m.cpu_offload_total:
+        rows.append(f"CPU offload  {m.cpu_offload_total / GB:.1f} GB per node")
+    if est.warning:
+        rows.append(f"warning: {est.warning}")
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------- configs
+
+
+def _hf_cache_dirs() -> list[Path]:
+    dirs = []
+    if os.environ.get("HF_HUB_CACHE"):
+        dirs.append(Path(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        dirs.append(Path(os.environ["HF_HOME"]) / "hub")
+    dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return dirs
+
+
+def _cached_config(hub_id: str) -> Path | None:
+    folder = "models--" + hub_id.replace("/", "--")
+    for cache in _hf_cache_dirs():
+        found = glob.glob(str(cache / folder / "snapshots" / "*" / "config.json"))
+        if found:
+            return Path(max(found, key=os.path.getmtime))
+    return None
+
+
+def _read_config(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RecipeError(
+            message=f"cannot read {path}: {exc}", key="model.name",
+            fix="point model.name at a folder with a valid HF config.json",
+        ) from None
+
+
+def load_model_config(name: str, base_dir: str | Path | None = None) -> dict:
+    """The HF config dict of `name`: 'tiny', a local folder or config.json (relative to
+    `base_dir`), a hub id found in the HF cache, or an offline preset (PRESET_CONFIGS).
+    'run:NAME' must be resolved to a folder by the caller."""
+    if name == "tiny":
+        return dict(TINY_CONFIG)
+    local = Path(name).expanduser()
+    if base_dir is not None and not local.is_absolute():
+        local = Path(base_dir) / local
+    if local.is_dir() and (local / "config.json").is_file():
+        return _read_config(local / "config.json")
+    if local.is_file() and local.name.endswith(".json"):
+        return _read_config(local)
+    if not name.startswith("run:") and name.count("/") == 1:
+        cached = _cached_config(name)
+        if cached:
+            return _read_config(cached)
+    if name in PRESET_CONFIGS:
+        return dict(PRESET_CONFIGS[name])
+    raise RecipeError(
+        message=f"no config.json found for '{name}'",
+        key="model.name",
+        fix="download the model first (hf download " + name + "), point model.name at a local "
+        "folder with config.json, or use 'tiny' or one of the offline presets: "
+        + ", ".join(PRESET_CONFIGS),
+    )

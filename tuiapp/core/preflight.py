@@ -1,0 +1,342 @@
+"""Checks before any launch: the recipe against this machine (GPUs, disk, memory, libraries).
+
+Each problem is a Finding with the recipe key it concerns and how to fix it. Errors stop a
+launch; warnings are shown and the run may go on. CUDA is detected without importing torch:
+NVML (nvidia-ml-py) when it loads, else /proc/driver/nvidia/gpus; LLMTUI_FORCE_CPU=1 acts as CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+import psutil
+
+from tuiapp.core.errors import UserError
+from tuiapp.core.estimate import (
+    GB,
+    USABLE_FRACTION,
+    count_parameters,
+    estimate_recipe,
+    targeted_linears,
+    trainable_parameters,
+)
+from tuiapp.core.recipe import Recipe
+
+Level = Literal["error", "warning", "info"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Level
+    key: str | None  # recipe key path it concerns, e.g. "launch.zero_stage"
+    message: str
+    fix: str | None = None
+
+
+class GpuProcess(NamedTuple):
+    pid: int
+    used_bytes: int
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int  # NVML index (PCI bus order, as nvidia-smi shows)
+    name: str
+    total_bytes: int
+    used_bytes: int
+    other_processes: list[GpuProcess] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- machine
+
+
+def detect_gpus() -> list[GpuInfo]:
+    """GPUs seen by NVML, with compute processes other than this one; [] without NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return []
+    gpus = []
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = pynvml.nvmlDeviceGetName(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            try:
+                processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            except Exception:
+                processes = []
+            others = [
+                GpuProcess(p.pid, int(p.usedGpuMemory or 0))
+                for p in processes if p.pid != os.getpid()
+            ]
+            gpus.append(GpuInfo(
+                index, name.decode() if isinstance(name, bytes) else str(name),
+                int(memory.total), int(memory.used), others,
+            ))
+    except Exception:
+        return gpus
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return gpus
+
+
+def cuda_available(gpus: list[GpuInfo] | None = None) -> bool:
+    """Whether runs will get CUDA devices, judged without importing torch."""
+    if os.environ.get("LLMTUI_FORCE_CPU") == "1":
+        return False
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    if gpus is None:
+        gpus = detect_gpus()
+    if gpus:
+        return True
+    proc = Path("/proc/driver/nvidia/gpus")
+    return proc.is_dir() and any(proc.iterdir())
+
+
+def bitsandbytes_installed() -> bool:
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
+def free_disk_bytes(runs_dir: str | Path) -> int:
+    """Free bytes on the file system that holds runs_dir (or its nearest existing parent)."""
+    path = Path(runs_dir).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+# ---------------------------------------------------------------- rules
+
+
+def recipe_rules(recipe: Recipe) -> list[Finding]:
+    """Cross-field rules that hold on any machine (DeepSpeed and peft constraints)."""
+    out: list[Finding] = []
+    train, launch, kind = recipe.train, recipe.launch, recipe.method.kind
+    if kind == "qlora" and launch.zero_stage == 3:
+        out.append(Finding("error", "launch.zero_stage", "ZeRO-3 cannot partition the 4-bit base "
+                           "weights of qlora", "set launch.zero_stage = 2 or lower"))
+    if kind == "prefix" and train.gradient_checkpointing:
+        out.append(Finding("error", "train.gradient_checkpointing", "prefix tuning passes learned past "
+                           "key/values, which gradient checkpointing does not support",
+                           "set train.gradient_checkpointing = false"))
+    if launch.offload_params != "none" and launch.zero_stage != 3:
+        out.append(Finding("error", "launch.offload_params",
+                           f"parameter offload needs ZeRO-3; zero_stage is {launch.zero_stage}",
+                           "set launch.zero_stage = 3, or launch.offload_params = 'none'"))
+    if launch.offload_optimizer != "none" and launch.zero_stage == 0:
+        out.append(Finding("error", "launch.offload_optimizer",
+                           "optimizer offload needs ZeRO stage 1, 2 or 3; zero_stage is 0",
+                           "set launch.zero_stage = 2, or launch.offload_optimizer = 'none'"))
+    if "nvme" in (launch.offload_optimizer, launch.offload_params):
+        if not launch.nvme_path:
+            out.append(Finding("error", "launch.nvme_path", "nvme offload needs a folder on NVMe",
+                               "set launch.nvme_path = '/path/on/local/nvme', or offload to 'cpu'"))
+        elif not Path(launch.nvme_path).expanduser().is_dir():
+            out.append(Finding("error", "launch.nvme_path",
+                               f"nvme_path '{launch.nvme_path}' is not an existing folder",
+                               "create it on a local NVMe drive, or fix the path"))
+    return out
+
+
+def machine_rules(recipe: Recipe, *, cuda: bool, bnb_installed: bool | None = None) -> list[Finding]:
+    """Rules that depend on this machine: CUDA and installed libraries."""
+    out: list[Finding] = []
+    precision = recipe.train.precision
+    if precision in ("bf16", "fp16") and not cuda:
+        out.append(Finding("error", "train.precision",
+                           f"{precision} training needs a CUDA GPU and this machine has none",
+                           "set train.precision = 'fp32' or 'auto'"))
+    if recipe.method.kind == "qlora":
+        if not cuda:
+            out.append(Finding("error", "method.kind", "qlora needs a CUDA GPU (4-bit bitsandbytes "
+                               "kernels) and this machine has none",
+                               "use method.kind = 'lora' on CPU, or run on a CUDA machine"))
+        if not (bitsandbytes_installed() if bnb_installed is None else bnb_installed):
+            out.append(Finding("error", "method.kind", "qlora needs the bitsandbytes package, which "
+                               "is not installed", "pip install bitsandbytes (or use method.kind = 'lora')"))
+    return out
+
+
+def check_rules(recipe: Recipe, *, cuda: bool, bnb_installed: bool | None = None) -> list[Finding]:
+    """recipe_rules + machine_rules."""
+    return recipe_rules(recipe) + machine_rules(recipe, cuda=cuda, bnb_installed=bnb_installed)
+
+
+def check_method(recipe: Recipe, model_config: dict) -> list[Finding]:
+    """Method settings that must match the model's layers."""
+    method = recipe.method
+    targets = getattr(method, "target_modules", None)
+    if method.kind in ("lora", "qlora", "dora") and targets != "all-linear":
+        if not targeted_linears(model_config, targets):
+            return [Finding("error", "method.target_modules",
+                            f"target_modules {targets} match no linear layer of this model",
+                            "use 'all-linear' or names such as ['q_proj', 'v_proj'] "
+                            "(gpt2: 'c_attn'; gpt-neox: 'query_key_value')")]
+    return []
+
+
+# ---------------------------------------------------------------- GPUs
+
+
+def requested_gpus(recipe: Recipe, gpus: list[GpuInfo]) -> list[int]:
+    """The GPU indices a launch asks for ('all' = every detected GPU)."""
+    wanted = recipe.launch.gpus
+    if wanted == "all":
+        return [g.index for g in gpus]
+    if isinstance(wanted, int):
+        return list(range(wanted))
+    return list(wanted)
+
+
+def cpu_ranks(recipe: Recipe) -> int:
+    wanted = recipe.launch.gpus
+    return 1 if wanted == "all" else wanted if isinstance(wanted, int) else len(wanted)
+
+
+def check_gpus(recipe: Recipe, gpus: list[GpuInfo]) -> list[Finding]:
+    """Requested GPUs exist and are free. Needs the NVML list (skipped when it is empty)."""
+    if not gpus:
+        return []
+    out: list[Finding] = []
+    wanted = recipe.launch.gpus
+    indices = [g.index for g in gpus]
+    if isinstance(wanted, int) and wanted > len(gpus):
+        out.append(Finding("error", "launch.gpus", f"asks for {wanted} GPUs; this machine has {len(gpus)}",
+                           f"set launch.gpus = {len(gpus)} or 'all'"))
+    if isinstance(wanted, list):
+        missing = [i for i in wanted if i not in indices]
+        if missing:
+            out.append(Finding("error", "launch.gpus", f"GPU ids {missing} do not exist; this machine "
+                               f"has {indices}", f"use ids from {indices}, or launch.gpus = 'all'"))
+    free = [g.index for g in gpus if not g.other_processes]
+    for gpu in gpus:
+        if gpu.index in requested_gpus(recipe, gpus) and gpu.other_processes:
+            held = sum(p.used_bytes for p in gpu.other_processes)
+            pids = ", ".join(str(p.pid) for p in gpu.other_processes)
+            fix = f"use free GPUs with launch.gpus = {free}" if free else "stop those processes or wait"
+            out.append(Finding("warning", "launch.gpus", f"GPU {gpu.index} ({gpu.name}) is in use by "
+                               f"pid {pids}, holding {held / GB:.1f} GB", fix))
+    return out
+
+
+# ---------------------------------------------------------------- memory and disk
+
+
+def check_memory(recipe: Recipe, model_config: dict, *, cuda: bool, gpus: list[GpuInfo],
+                 ram_available: int | None = None) -> list[Finding]:
+    """The memory estimate against the requested GPUs (or RAM for CPU ranks)."""
+    if cuda:
+        chosen = [g for g in gpus if g.index in requested_gpus(recipe, gpus)]
+        capacity = min((g.total_bytes - sum(p.used_bytes for p in g.other_processes) for g in chosen),
+                       default=None)
+        est = estimate_recipe(recipe, model_config, len(chosen) or cpu_ranks(recipe),
+                              gpu_memory_bytes=capacity)
+        if est.fits is False:
+            need, _, advice = est.warning.partition(": try ")
+            return [Finding("warning", None, f"memory: {need}", f"try {advice}" if advice else None)]
+        where = f" of {capacity / GB:.1f} GB free" if capacity else ""
+        return [Finding("info", None, f"memory: about {est.total / GB:.1f} GB per GPU{where}")]
+    ranks = cpu_ranks(recipe)
+    est = estimate_recipe(recipe, model_config, ranks, cuda=False)
+    need = est.total * ranks + est.memory.cpu_offload_total
+    if ram_available is None:
+        ram_available = psutil.virtual_memory().available
+    if need > ram_available * USABLE_FRACTION:
+        return [Finding("warning", "launch.gpus", f"memory: {ranks} CPU rank(s) need about "
+                        f"{need / GB:.1f} GB of RAM; {ram_available / GB:.1f} GB is available",
+                        "use fewer ranks (launch.gpus), a smaller micro_batch or max_seq_len, "
+                        "or gradient_checkpointing = true")]
+    return [Finding("info", None, f"memory: about {need / GB:.1f} GB of RAM for {ranks} CPU rank(s)")]
+
+
+def disk_needed_bytes(recipe: Recipe, model_config: dict, *, cuda: bool) -> int:
+    """Peak disk use of a run's checkpoints: save_total_limit + 1 of them exist while the oldest
+    is rotated out. Each holds the weights (full) or adapter, plus Adam states of what trains."""
+    half = recipe.train.precision in ("bf16", "fp16") or (recipe.train.precision == "auto" and cuda)
+    weight_bytes, optim_bytes = (2, 12) if half else (4, 8)
+    trainable = trainable_parameters(model_config, recipe.method)
+    full = recipe.method.kind in ("pretrain", "sft")
+    saved = trainable if not full else count_parameters(model_config)
+    checkpoint = saved * weight_bytes + trainable * optim_bytes
+    return (recipe.train.save_total_limit + 1) * checkpoint
+
+
+def check_disk(recipe: Recipe, model_config: dict, free_bytes: int, *, cuda: bool) -> list[Finding]:
+    """Checkpoints against the free space at the runs dir (computed by the caller)."""
+    need = disk_needed_bytes(recipe, model_config, cuda=cuda)
+    fix = "free disk space, lower train.save_total_limit, or use a runs folder on a larger disk"
+    limit = recipe.train.save_total_limit
+    if need > free_bytes:
+        return [Finding("error", "train.save_total_limit", f"checkpoints need about {need / GB:.1f} GB "
+                        f"({limit} kept + 1 being written); only {free_bytes / GB:.1f} GB is free", fix)]
+    if 2 * need > free_bytes:
+        return [Finding("warning", "train.save_total_limit", f"checkpoints need about {need / GB:.1f} GB "
+                        f"of the {free_bytes / GB:.1f} GB free (less than 2x margin)", fix)]
+    return []
+
+
+# ---------------------------------------------------------------- all together
+
+
+def run_preflight(
+    recipe: Recipe,
+    runs_dir: str | Path,
+    model_config: dict | None,
+    *,
+    gpus: list[GpuInfo] | None = None,
+    cuda: bool | None = None,
+    free_bytes: int | None = None,
+    ram_available: int | None = None,
+) -> list[Finding]:
+    """Every check; the keyword arguments replace what is read from the machine."""
+    if gpus is None:
+        gpus = detect_gpus()
+    if cuda is None:
+        cuda = cuda_available(gpus)
+    findings = check_rules(recipe, cuda=cuda)
+    if cuda:
+        findings += check_gpus(recipe, gpus)
+    if model_config is None:
+        findings.append(Finding("info", "model.name", "no model config: memory and disk not checked"))
+        return findings
+    try:
+        findings += check_method(recipe, model_config)
+        findings += check_memory(recipe, model_config, cuda=cuda, gpus=gpus, ram_available=ram_available)
+        if free_bytes is None:
+            free_bytes = free_disk_bytes(runs_dir)
+        findings += check_disk(recipe, model_config, free_bytes, cuda=cuda)
+    except UserError as exc:
+        findings.append(Finding("warning", exc.key, f"cannot estimate memory: {exc.message}", exc.fix))
+    return findings
+
+
+def has_errors(findings: list[Finding]) -> bool:
+    return any(f.level == "error" for f in findings)
+
+
+def format_findings(findings: list[Finding]) -> str:
+    """One block per finding, errors first, then a count."""
+    order = {"error": 0, "warning": 1, "info": 2}
+    lines = []
+    for f in sorted(findings, key=lambda f: order[f.level]):
+        lines.append(f"{f.level:<8} {f.key + ': ' if f.key else ''}{f.message}")
+        if f.fix:
+            lines.append(f"{'':<8} fix: {f.fix}")
+    counts = [f"{n} {level}{'s' if n != 1 else ''}"
+              for level in ("error", "warning") if (n := sum(f.level == level for f in findings))]
+    lines.append("preflight: " + (", ".join(counts) if counts else "ok"))
+    return "\n".join(lines)
