@@ -50,6 +50,17 @@ def train_steps(run_dir: Path) -> list[int]:
     return [r["step"] for r in metrics(run_dir) if r.get("split", "train") == "train"]
 
 
+def steps_reached(run_dir: Path, count: int) -> bool:
+    """True once a run has logged `count` steps; fails fast (with the log) if the run ended."""
+    if len(train_steps(run_dir)) >= count:
+        return True
+    status = run_info(run_dir).get("status") if (run_dir / "run.json").exists() else None
+    if status in ("failed", "stopped", "succeeded"):
+        log = (run_dir / "stdout.log").read_text(errors="replace")[-4000:] if (run_dir / "stdout.log").exists() else ""
+        raise AssertionError(f"run ended as {status} before step {count}:\n{log}")
+    return False
+
+
 def wait_for(predicate, timeout: float = 300, interval: float = 0.5, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from tests.e2e.helpers import (
-    group_pids, kill_group, llmtui, metrics, only_run, rank_pids, run_info, spawn_llmtui, train_steps, wait_for,
+    group_pids, kill_group, llmtui, metrics, only_run, rank_pids, run_info, spawn_llmtui, steps_reached, train_steps, wait_for,
 )
 
 pytestmark = pytest.mark.slow
@@ -18,7 +18,7 @@ LONG = ["--set", "train.max_steps=100000", "--set", "train.save_steps=0", "--set
 
 
 def started(run_dir, min_step=2):
-    return len(train_steps(run_dir)) >= min_step
+    return steps_reached(run_dir, min_step)
 
 
 @pytest.fixture

@@ -1,0 +1,80 @@
+import subprocess
+import sys
+
+import pytest
+
+from tuiapp.core import demo_data
+from tuiapp.core.demo_data import DEMO_DATASETS, demo_records, facts_eval_pairs
+from tuiapp.core.errors import DatasetError
+
+
+def _question(record: dict) -> str:
+    return f"{record['instruction']}\n{record['input']}" if record["input"] else record["instruction"]
+
+
+def test_every_demo_is_deterministic():
+    for name in DEMO_DATASETS:
+        assert demo_records(name) == demo_records(name)
+
+
+def test_facts_are_short_alpaca_records():
+    records = demo_records("demo:facts")
+    assert 1300 <= len(records) <= 1700
+    assert all(set(r) == {"instruction", "input", "output"} for r in records)
+    assert max(len(r["output"]) for r in records) < 60
+    # every fact is asked several ways
+    outputs = [r["output"] for r in records]
+    assert min(outputs.count(o) for o in set(outputs)) >= 4
+
+
+def test_eval_pairs_use_held_out_phrasings_of_trained_facts():
+    records = demo_records("demo:facts")
+    trained_questions = {_question(r) for r in records}
+    trained_answers = {r["output"] for r in records}
+    pairs = facts_eval_pairs()
+    assert len(pairs) >= 100
+    assert ("Which city is the capital of France?", "The capital of France is Paris.") in pairs
+    for question, answer in pairs:
+        assert question not in trained_questions
+        assert answer in trained_answers
+
+
+def test_chat_is_multi_turn_messages():
+    records = demo_records("demo:chat")
+    assert len(records) == 800
+    with_system = 0
+    for record in records:
+        roles = [m["role"] for m in record["messages"]]
+        if roles[0] == "system":
+            with_system += 1
+            roles = roles[1:]
+        assert roles in (["user", "assistant"] * 2, ["user", "assistant"] * 3)
+        assert all(m["content"] for m in record["messages"])
+    assert 0 < with_system < len(records)
+
+
+def test_text_is_paragraphs_of_fact_sentences():
+    records = demo_records("demo:text")
+    assert len(records) == 2000
+    assert all(set(r) == {"text"} and r["text"].count(".") >= 3 for r in records)
+    assert any("Paris is the capital of France." in r["text"] for r in records)
+
+
+def test_unknown_demo_suggests_a_name():
+    with pytest.raises(DatasetError) as info:
+        demo_records("demo:fact")
+    assert "demo:facts" in str(info.value)
+
+
+def test_core_data_modules_import_no_heavy_libraries():
+    code = (
+        "import sys, tuiapp.core.datasets, tuiapp.core.demo_data\n"
+        "heavy = {'torch', 'transformers', 'datasets', 'deepspeed', 'textual', 'pyarrow'}\n"
+        "print(sorted(heavy & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_version_is_a_string_for_cache_keys():
+    assert isinstance(demo_data.DEMO_VERSION, str) and demo_data.DEMO_VERSION

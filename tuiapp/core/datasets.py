@@ -1,0 +1,498 @@
+"""Find, read and normalise the dataset a recipe names, in pure Python.
+
+Every record becomes one canonical form the trainer tokenizes:
+  {"text": str}                                      plain text (pretraining)
+  {"messages": [{"role", "content"}], "tools": str|None}   chats
+with roles system, user, assistant, tool_call (trained like assistant) and tool (masked).
+Hub ids are only recognised here; the trainer loads them with `datasets.load_dataset` and
+normalises the rows with `normalise_rows`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuiapp.core.demo_data import DEMO_DATASETS, DEMO_VERSION, demo_records
+from tuiapp.core.errors import DatasetError, did_you_mean
+from tuiapp.core.recipe import DatasetSpec
+
+SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".txt")
+FORMATS = ("text", "alpaca", "sharegpt", "messages")
+DEFAULT_COLUMNS = {
+    "text": {"text": "text"},
+    "alpaca": {"prompt": "instruction", "query": "input", "response": "output",
+               "system": "system", "history": "history"},
+    "sharegpt": {"messages": "conversations", "system": "system", "tools": "tools"},
+    "messages": {"messages": "messages", "tools": "tools"},
+}
+REQUIRED_ROLES = {"text": ["text"], "alpaca": ["prompt", "response"],
+                  "sharegpt": ["messages"], "messages": ["messages"]}
+# Role tags used by sharegpt and OpenAI-style data, mapped to canonical roles.
+ROLES = {
+    "system": "system", "human": "user", "user": "user", "gpt": "assistant",
+    "assistant": "assistant", "model": "assistant", "bot": "assistant",
+    "function_call": "tool_call", "tool_call": "tool_call",
+    "observation": "tool", "tool": "tool", "function": "tool", "ipython": "tool",
+}
+TRAINED_ROLES = ("assistant", "tool_call")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+DETECT_ROWS = 50  # rows whose columns decide the format
+
+
+@dataclass
+class Source:
+    """Where records come from: a demo, local files, or a hub id the trainer loads."""
+
+    kind: str  # "demo" | "file" | "folder" | "hub"
+    name: str
+    files: list[Path] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.kind == "folder":
+            return f"folder {self.name} ({len(self.files)} files)"
+        return {"demo": "demo", "file": "file", "hub": "hub dataset"}[self.kind] + f" {self.name}"
+
+
+@dataclass
+class DatasetInfo:
+    source: str
+    format: str  # detected format, or "auto" for hub datasets not yet loaded
+    count: int | None  # number of records; None for hub datasets
+    examples: list[dict]
+    columns: list[str] = field(default_factory=list)
+    skipped: int = 0  # records dropped for empty content
+    is_hub: bool = False
+
+
+@dataclass
+class Row:
+    """One raw record and where it came from, for error messages."""
+
+    data: object
+    file: str | None
+    line: int | None
+    index: int
+
+
+class _Problem(Exception):
+    """A bad record; turned into a DatasetError that names the file and line."""
+
+    def __init__(self, message: str, key: str | None = None, fix: str | None = None):
+        super().__init__(message)
+        self.message, self.key, self.fix = message, key, fix
+
+
+# ---------------------------------------------------------------- resolving
+
+
+def resolve_source(spec: DatasetSpec, base_dir: str | Path | None = None) -> Source:
+    name = spec.name.strip()
+    if name.startswith("demo:"):
+        if name not in DEMO_DATASETS:
+            hint = did_you_mean(name, DEMO_DATASETS) or f"use one of: {', '.join(DEMO_DATASETS)}"
+            raise DatasetError(message=f"unknown demo dataset '{name}'", key="dataset.name", fix=hint)
+        return Source("demo", name)
+    path = _local_path(name, base_dir)
+    if path.is_file():
+        if path.suffix.lower() not in SUFFIXES:
+            raise DatasetError(message=f"unsupported file type '{path.suffix}'", file=str(path),
+                               fix=f"use one of {', '.join(SUFFIXES)}")
+        return Source("file", str(path), [path])
+    if path.is_dir():
+        return Source("folder", str(path), _folder_files(path, spec.split))
+    if HUB_ID.match(name) and Path(name).suffix.lower() not in SUFFIXES:
+        return Source("hub", name)
+    raise DatasetError(
+        message="dataset not found", file=str(path), key="dataset.name",
+        fix=f"check the path (relative paths start at {_base(base_dir)}), or use a demo "
+        f"({', '.join(DEMO_DATASETS)}) or a hub id like owner/name",
+    )
+
+
+def is_hub_dataset(spec: DatasetSpec, base_dir: str | Path | None = None) -> bool:
+    return resolve_source(spec, base_dir).kind == "hub"
+
+
+def source_fingerprint(spec: DatasetSpec, base_dir: str | Path | None = None) -> dict:
+    """What identifies the source's content, for cache keys: demo version, or file stats."""
+    source = resolve_source(spec, base_dir)
+    if source.kind == "demo":
+        return {"demo": source.name, "version": DEMO_VERSION}
+    if source.kind == "hub":
+        return {"hub": source.name, "split": spec.split}
+    stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in source.files]
+    return {"files": stats}
+
+
+def _base(base_dir) -> Path:
+    return Path(base_dir) if base_dir is not None else Path.cwd()
+
+
+def _local_path(name: str, base_dir) -> Path:
+    path = Path(name).expanduser()
+    return path if path.is_absolute() else _base(base_dir) / path
+
+
+def _folder_files(folder: Path, split: str) -> list[Path]:
+    """Supported files of a folder, sorted; those named after the split when there are any."""
+    if (folder / split).is_dir():
+        folder = folder / split
+    files = sorted(p for p in folder.iterdir()
+                   if p.is_file() and p.suffix.lower() in SUFFIXES and not p.name.startswith("."))
+    if not files:
+        raise DatasetError(message=f"no {', '.join(SUFFIXES)} files in this folder", file=str(folder),
+                           fix="put data files in it, or name one file directly")
+    of_split = [p for p in files if re.match(rf"{re.escape(split)}([-_.]|$)", p.stem)]
+    return of_split or files
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_rows(source: Source) -> list[Row]:
+    if source.kind == "demo":
+        return [Row(r, source.name, None, i) for i, r in enumerate(demo_records(source.name))]
+    if source.kind == "hub":
+        raise DatasetError(message="hub datasets are read by the trainer (datasets.load_dataset)",
+                           file=source.name, fix="run training, or inspect it with the datasets library")
+    return [row for path in source.files for row in _read_file(path)]
+
+
+def _read_file(path: Path) -> list[Row]:
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        rows = _read_parquet(path)
+    else:
+        text = _decode(path)
+        if suffix == ".txt":
+            rows = [Row({"text": line}, str(path), n, 0)
+                    for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+        elif suffix == ".csv":
+            reader = csv.DictReader(io.StringIO(text))
+            rows = [Row(r, str(path), reader.line_num, 0) for r in reader]
+        elif suffix == ".jsonl":
+            rows = _json_lines(text, path)
+        else:
+            rows = _json_document(text, path)
+    if not rows:
+        raise DatasetError(message="file has no records", file=str(path), fix="add records to it")
+    for index, row in enumerate(rows):
+        row.index = index
+    return rows
+
+
+def _decode(path: Path) -> str:
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            message=f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+            file=str(path), line=raw[: exc.start].count(b"\n") + 1,
+            fix="save the file as UTF-8, e.g. iconv -f latin1 -t utf-8 in > out",
+        ) from None
+    if not text.strip():
+        raise DatasetError(message="file is empty", file=str(path), fix="add records to it")
+    return text
+
+
+def _json_lines(text: str, path: Path) -> list[Row]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(Row(json.loads(line), str(path), number, 0))
+        except json.JSONDecodeError as exc:
+            raise DatasetError(
+                message=f"not valid JSON: {exc.msg} (column {exc.colno})", file=str(path), line=number,
+                fix="fix or remove that line; JSON lines hold one complete JSON object per line",
+            ) from None
+    return rows
+
+
+def _json_document(text: str, path: Path) -> list[Row]:
+    """A .json file: one array or object, or else JSON lines."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if text.lstrip().startswith("["):
+            raise DatasetError(message=f"not valid JSON: {exc.msg} (column {exc.colno})",
+                               file=str(path), line=exc.lineno,
+                               fix="fix the JSON near that line (a missing comma or quote?)") from None
+        return _json_lines(text, path)
+    records = data if isinstance(data, list) else [data]
+    return [Row(record, str(path), None, 0) for record in records]
+
+
+def _read_parquet(path: Path) -> list[Row]:
+    try:
+        import pyarrow.parquet as pq  # lazily: only parquet needs it
+    except ImportError:
+        raise DatasetError(message="reading .parquet needs pyarrow", file=str(path),
+                           fix="pip install pyarrow") from None
+    try:
+        records = pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow raises several types for broken files
+        raise DatasetError(message=f"not a readable parquet file: {exc}", file=str(path),
+                           fix="re-export the file, or convert it to .jsonl") from None
+    return [Row(r, str(path), None, 0) for r in records]
+
+
+# ---------------------------------------------------------------- format
+
+
+def detect_format(rows: list[dict], spec: DatasetSpec, where: str) -> tuple[str, dict]:
+    """The format and the role → column map, from the spec and the first rows' columns."""
+    found = sorted({key for row in rows[:DETECT_ROWS] if isinstance(row, dict) for key in row})
+    guess = _guess_format(found, spec.columns)
+    fmt = guess if spec.format == "auto" else spec.format
+    if fmt is None:
+        raise DatasetError(
+            message=f"cannot tell the format from the columns found: {', '.join(found) or 'none'}",
+            file=where, key="dataset.format",
+            fix="expected text (text), alpaca (instruction, input, output), sharegpt "
+            "(conversations) or messages (messages); or set dataset.columns, e.g. "
+            "{prompt='question', response='answer'}",
+        )
+    columns = {**DEFAULT_COLUMNS[fmt], **spec.columns}
+    missing = [columns[role] for role in REQUIRED_ROLES[fmt] if columns.get(role) not in found]
+    if missing:
+        looks = f"; it looks like '{guess}' data" if guess and guess != fmt else ""
+        raise DatasetError(
+            message=f"format '{fmt}' needs column(s) {', '.join(missing)}; found: "
+            f"{', '.join(found) or 'none'}{looks}",
+            file=where, key="dataset.columns",
+            fix=f"set dataset.format = '{guess}'" if looks else
+            "map the roles to your columns in dataset.columns, e.g. "
+            + ", ".join(f"{r}='...'" for r in REQUIRED_ROLES[fmt]),
+        )
+    return fmt, columns
+
+
+def _guess_format(found: list[str], columns: dict[str, str]) -> str | None:
+    if "messages" in columns:
+        return "messages" if columns["messages"] == "messages" else "sharegpt"
+    if "prompt" in columns or "response" in columns:
+        return "alpaca"
+    if "text" in columns:
+        return "text"
+    if "messages" in found:
+        return "messages"
+    if "conversations" in found:
+        return "sharegpt"
+    if "instruction" in found and "output" in found:
+        return "alpaca"
+    if "text" in found:
+        return "text"
+    return None
+
+
+# ---------------------------------------------------------------- normalising
+
+
+def normalise_record(row: object, fmt: str, columns: dict) -> dict | None:
+    """One record in canonical form, or None when it has no content to train on."""
+    if not isinstance(row, dict):
+        raise _Problem(f"record is a {type(row).__name__}, not an object with named columns",
+                       fix="each record must be a JSON object like {\"text\": ...}")
+    if fmt == "text":
+        text = _text(row, columns["text"], required=True)
+        return {"text": text} if text.strip() else None
+    if fmt == "alpaca":
+        messages = _alpaca_messages(row, columns)
+    else:
+        messages = _system(row, columns) + _turns(row, columns["messages"])
+    if not any(m["role"] in TRAINED_ROLES and m["content"].strip() for m in messages):
+        return None
+    return {"messages": messages, "tools": _tools(row, columns.get("tools"))}
+
+
+def normalise_rows(rows: list[Row], spec: DatasetSpec, where: str) -> tuple[list[dict], str, int]:
+    """(canonical records, format, number skipped as empty); errors name the file and line."""
+    for row in rows[:DETECT_ROWS]:
+        if not isinstance(row.data, dict):
+            raise _row_error(row, where, _Problem(
+                f"record is a {type(row.data).__name__}, not an object with named columns",
+                fix="each record must be a JSON object like {\"text\": ...}"))
+    fmt, columns = detect_format([r.data for r in rows], spec, where)
+    records = []
+    for row in rows:
+        try:
+            record = normalise_record(row.data, fmt, columns)
+        except _Problem as problem:
+            raise _row_error(row, where, problem) from None
+        if record is not None:
+            records.append(record)
+    return records, fmt, len(rows) - len(records)
+
+
+def _row_error(row: Row, where: str, problem: _Problem) -> DatasetError:
+    at = "" if row.line else f"record {row.index}: "
+    key = "dataset.columns" if problem.key else None  # the message names the column itself
+    return DatasetError(message=at + problem.message, file=row.file or where, line=row.line,
+                        key=key, fix=problem.fix)
+
+
+def _text(row: dict, column: str | None, required: bool = False) -> str:
+    if column is None or column not in row:
+        if required:
+            raise _Problem(f"column '{column}' is missing; found: {', '.join(row)}", key=column,
+                           fix="add it to every record, or map it in dataset.columns")
+        return ""
+    value = row[column]
+    if value is None:
+        return ""
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise _Problem(f"column '{column}' holds a {type(value).__name__}, expected text", key=column,
+                   fix="check dataset.format and dataset.columns")
+
+
+def _parsed(value: object) -> object:
+    """A list stored as a JSON string (CSV cells) becomes the list."""
+    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _alpaca_messages(row: dict, columns: dict) -> list[dict]:
+    prompt = _text(row, columns["prompt"], required=True)
+    query = _text(row, columns.get("query"))
+    response = _text(row, columns["response"], required=True)
+    messages = _system(row, columns)
+    history = _parsed(row.get(columns.get("history") or "", None)) or []
+    if not isinstance(history, list) or not all(
+        isinstance(t, (list, tuple)) and len(t) == 2 for t in history
+    ):
+        raise _Problem(f"column '{columns['history']}' must be a list of [prompt, response] pairs",
+                       key=columns["history"], fix="e.g. [[\"hi\", \"hello\"]], or leave it empty")
+    for user, assistant in history:
+        messages += [{"role": "user", "content": str(user)}, {"role": "assistant", "content": str(assistant)}]
+    user = f"{prompt}\n{query}" if query.strip() else prompt
+    return messages + [{"role": "user", "content": user}, {"role": "assistant", "content": response}]
+
+
+def _system(row: dict, columns: dict) -> list[dict]:
+    system = _text(row, columns.get("system"))
+    return [{"role": "system", "content": system}] if system.strip() else []
+
+
+def _turns(row: dict, column: str) -> list[dict]:
+    if column not in row:
+        raise _Problem(f"column '{column}' is missing; found: {', '.join(row)}", key=column,
+                       fix="add it to every record, or map it in dataset.columns")
+    turns = _parsed(row[column])
+    if not isinstance(turns, list) or not turns:
+        raise _Problem(f"column '{column}' must be a non-empty list of turns", key=column,
+                       fix="each turn is {\"role\": ..., \"content\": ...} or {\"from\": ..., \"value\": ...}")
+    return [_turn(turn, column, n) for n, turn in enumerate(turns)]
+
+
+def _turn(turn: object, column: str, n: int) -> dict:
+    if not isinstance(turn, dict):
+        raise _Problem(f"turn {n} of '{column}' is a {type(turn).__name__}, not an object", key=column,
+                       fix="each turn is {\"role\": ..., \"content\": ...} or {\"from\": ..., \"value\": ...}")
+    tag = turn.get("role", turn.get("from"))
+    role = ROLES.get(str(tag).lower())
+    if role is None:
+        hint = did_you_mean(str(tag), ROLES) or f"use one of: {', '.join(ROLES)}"
+        raise _Problem(f"turn {n} of '{column}' has unknown role '{tag}'", key=column, fix=hint)
+    content = turn.get("content", turn.get("value"))
+    if role == "assistant" and not content and turn.get("tool_calls"):
+        role, content = "tool_call", json.dumps(turn["tool_calls"], ensure_ascii=False)
+    return {"role": role, "content": _content_text(content, column, n)}
+
+
+def _content_text(content: object, column: str, n: int) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts: keep the text ones
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if isinstance(content, dict):
+        return json.dumps(content, ensure_ascii=False)
+    raise _Problem(f"turn {n} of '{column}' has {type(content).__name__} content, expected text",
+                   key=column, fix="make each turn's content a string")
+
+
+def _tools(row: dict, column: str | None) -> str | None:
+    value = row.get(column) if column else None
+    if value in (None, "", [], {}):
+        return None
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------- API
+
+
+def load_records(spec: DatasetSpec, base_dir: str | Path | None = None) -> list[dict]:
+    """Canonical records of a demo or local dataset, honouring max_samples."""
+    source = resolve_source(spec, base_dir)
+    records, _, _ = _records(source, spec)
+    return records
+
+
+def inspect_dataset(spec: DatasetSpec, base_dir: str | Path | None = None, limit: int = 5) -> DatasetInfo:
+    """Describe a dataset: source, format, size, and its first canonical records."""
+    source = resolve_source(spec, base_dir)
+    if source.kind == "hub":
+        return DatasetInfo(source.describe(), spec.format, None, [], list(spec.columns.values()), is_hub=True)
+    records, fmt, skipped, columns = _records(source, spec, with_columns=True)
+    return DatasetInfo(source.describe(), fmt, len(records), records[:limit], columns, skipped)
+
+
+def _records(source: Source, spec: DatasetSpec, with_columns: bool = False):
+    rows = read_rows(source)
+    records, fmt, skipped = normalise_rows(rows, spec, source.name)
+    records = limit_records(records, spec, source.name)
+    if not with_columns:
+        return records, fmt, skipped
+    columns = sorted({k for r in rows[:DETECT_ROWS] if isinstance(r.data, dict) for k in r.data})
+    return records, fmt, skipped, columns
+
+
+def limit_records(records: list[dict], spec: DatasetSpec, where: str) -> list[dict]:
+    """The first max_samples records; an error when none are left."""
+    if spec.max_samples:
+        records = records[: spec.max_samples]
+    if not records:
+        raise DatasetError(message="no records left after dropping empty ones and max_samples",
+                           file=where, key="dataset.max_samples",
+                           fix="check that records have content (text, or an assistant answer)")
+    return records
+
+
+def eval_fraction(spec: DatasetSpec) -> float:
+    """eval_split as a held-out fraction (0 when it names a file)."""
+    value = spec.eval_split
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return 0.0
+        if not 0.0 <= value <= 0.5:
+            raise DatasetError(message=f"eval_split {value} is not between 0 and 0.5",
+                               key="dataset.eval_split", fix="use a fraction like 0.05, or a file path")
+    return float(value)
+
+
+def eval_file_spec(spec: DatasetSpec) -> DatasetSpec | None:
+    """The spec of the eval file named by eval_split (same format and columns), or None."""
+    value = spec.eval_split
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        float(value)
+        return None
+    except ValueError:
+        return spec.model_copy(update={"name": value.strip(), "eval_split": 0.0})

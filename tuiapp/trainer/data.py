@@ -1,0 +1,299 @@
+"""Canonical records (tuiapp.core.datasets) → tokenized training examples.
+
+pretrain: documents + eos, concatenated, cut into blocks of max_seq_len; labels = input_ids.
+SFT (every other method): the chat template; labels are -100 except on assistant and
+tool_call turns (their closing end-of-turn token included). Tokenized datasets are cached
+under cache_dir/data/<hash of every input that changes them>.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from datasets import Dataset, load_dataset, load_from_disk
+from transformers import DataCollatorForSeq2Seq, DataCollatorWithFlattening, default_data_collator
+
+from tuiapp.core.datasets import (
+    TRAINED_ROLES, Row, eval_file_spec, eval_fraction, limit_records, load_records,
+    normalise_rows, resolve_source, source_fingerprint,
+)
+from tuiapp.core.errors import DatasetError
+from tuiapp.core.recipe import DatasetSpec, Recipe
+from tuiapp.trainer.tiny import CHATML_TEMPLATE
+
+log = logging.getLogger("llmtui.data")
+PIPELINE_VERSION = "1"  # bump when tokenization changes, to invalidate cached datasets
+IGNORE = -100
+DOCS_PER_BLOCK_BATCH = 1000  # pretrain: documents concatenated together before cutting blocks
+GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+# ---------------------------------------------------------------- public API
+
+
+def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple[Dataset, Dataset | None]:
+    """(train, eval or None) with input_ids, labels (and attention_mask unless packing)."""
+    spec = recipe.dataset
+    train = _cached_tokenized(spec, recipe, tokenizer, Path(cache_dir), base_dir)
+    eval_spec = eval_file_spec(spec)
+    if eval_spec is not None:
+        return train, _cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir)
+    fraction = eval_fraction(spec)
+    if not fraction:
+        return train, None
+    if len(train) < 2:
+        raise DatasetError(message=f"only {len(train)} example; too few to hold some out for eval",
+                           key="dataset.eval_split", fix="set eval_split = 0 or add records")
+    # datasets writes the split's index files next to the cached data, via temp file + rename
+    parts = train.train_test_split(test_size=fraction, seed=recipe.train.seed)
+    return parts["train"], parts["test"]
+
+
+def make_collator(recipe: Recipe, tokenizer):
+    """Batches: full pretrain blocks as they are; packed SFT padding-free; else pad to longest."""
+    if is_pretrain(recipe):
+        return default_data_collator
+    if recipe.train.packing:
+        # One row per batch, position_ids restart per example, so sdpa/flash attention
+        # keep examples apart; labels get -100 at each boundary.
+        return DataCollatorWithFlattening()
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return DataCollatorForSeq2Seq(tokenizer, padding="longest", label_pad_token_id=IGNORE)
+
+
+def preview_examples(recipe: Recipe, tokenizer, n: int, base_dir=None) -> list[dict]:
+    """The first n training examples as the trainer sees them (before packing), decoded."""
+    records = _canonical_records(recipe.dataset, base_dir)
+    examples: list[dict] = []
+    step = DOCS_PER_BLOCK_BATCH if is_pretrain(recipe) else max(n, 1)
+    for start in range(0, len(records), step):
+        batch = _columns(records[start : start + step])
+        examples += _rows(_tokenize_batch(batch, recipe, tokenizer))
+        if len(examples) >= n:
+            break
+    return [
+        {"input_ids": e["input_ids"], "labels": e["labels"],
+         "text": tokenizer.decode(e["input_ids"], skip_special_tokens=False)}
+        for e in examples[:n]
+    ]
+
+
+def is_pretrain(recipe: Recipe) -> bool:
+    return recipe.method.kind == "pretrain"
+
+
+# ---------------------------------------------------------------- records
+
+
+def _canonical_records(spec: DatasetSpec, base_dir) -> list[dict]:
+    if resolve_source(spec, base_dir).kind != "hub":
+        return load_records(spec, base_dir)
+    try:
+        hub = load_dataset(spec.name, split=spec.split)
+    except Exception as exc:  # network, auth, missing split: all end here
+        raise DatasetError(
+            message=f"could not load hub dataset (split '{spec.split}'): {exc}", file=spec.name,
+            key="dataset.name",
+            fix="check the id and split; offline, the dataset must already be in the HF cache "
+            "(llmtui cannot check hub ids without the network)",
+        ) from None
+    rows = [Row(row, f"hub:{spec.name}", None, i) for i, row in enumerate(hub)]
+    records, _, _ = normalise_rows(rows, spec, f"hub:{spec.name}")
+    return limit_records(records, spec, f"hub:{spec.name}")
+
+
+def _columns(records: list[dict]) -> dict[str, list]:
+    """Records → a batch of columns, as datasets.map hands them over."""
+    return {key: [r.get(key) for r in records] for key in records[0]}
+
+
+def _rows(batch: dict[str, list]) -> list[dict]:
+    keys = list(batch)
+    return [dict(zip(keys, values)) for values in zip(*batch.values())] if keys else []
+
+
+# ---------------------------------------------------------------- tokenizing
+
+
+def _tokenize_batch(batch: dict[str, list], recipe: Recipe, tokenizer) -> dict[str, list]:
+    if is_pretrain(recipe):
+        return _pretrain_blocks(_documents(batch, tokenizer), tokenizer, recipe.train.max_seq_len)
+    examples = (
+        [_text_example(t, tokenizer, recipe.train.max_seq_len) for t in batch["text"]]
+        if "text" in batch
+        else [_chat_example(m, tools, tokenizer, recipe.train.max_seq_len)
+              for m, tools in zip(batch["messages"], batch["tools"])]
+    )
+    kept = [e for e in examples if e is not None]
+    columns = ["input_ids", "labels"] + ([] if recipe.train.packing else ["attention_mask"])
+    return {c: [e[c] for e in kept] for c in columns}
+
+
+def _documents(batch: dict[str, list], tokenizer) -> list[str]:
+    if "text" in batch:
+        return batch["text"]
+    return [_render(tokenizer, _template_messages(m, tokenizer), tokenize=False) for m in batch["messages"]]
+
+
+def _pretrain_blocks(documents: list[str], tokenizer, block: int) -> dict[str, list]:
+    """Each document + eos, all concatenated, cut into full blocks (the remainder is dropped)."""
+    eos = _eos_id(tokenizer)
+    ids = tokenizer(documents, add_special_tokens=False, verbose=False)["input_ids"]
+    stream = [token for doc in ids for token in (*doc, eos)]
+    blocks = [stream[i : i + block] for i in range(0, len(stream) - block + 1, block)]
+    return {"input_ids": blocks, "labels": [list(b) for b in blocks]}
+
+
+def _text_example(text: str, tokenizer, max_len: int) -> dict | None:
+    ids = (tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] + [_eos_id(tokenizer)])[:max_len]
+    return _example(ids, [1] * len(ids))
+
+
+def _chat_example(messages: list[dict], tools: str | None, tokenizer, max_len: int) -> dict | None:
+    messages, schemas = _with_tools(_template_messages(messages, tokenizer), tools)
+    if GENERATION_TAG.search(_template(tokenizer)):
+        out = _render(tokenizer, messages, tools=schemas, return_dict=True, return_assistant_tokens_mask=True)
+        ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+    else:
+        ids, mask = _mask_by_prefixes(tokenizer, messages, schemas)
+    return _example(ids[:max_len], mask[:max_len])
+
+
+def _example(ids: list[int], trained: list[int]) -> dict | None:
+    labels = [t if keep else IGNORE for t, keep in zip(ids, trained)]
+    if all(label == IGNORE for label in labels):
+        return None  # nothing left to learn (e.g. the answer was cut off)
+    return {"input_ids": ids, "labels": labels, "attention_mask": [1] * len(ids)}
+
+
+def _mask_by_prefixes(tokenizer, messages: list[dict], tools) -> tuple[list[int], list[int]]:
+    """For templates without {% generation %}: a trained turn spans from the end of the
+    prefix before it (with the generation prompt) to the end of the prefix including it."""
+    ids = _render(tokenizer, messages, tools=tools)
+    mask = [0] * len(ids)
+    for i, message in enumerate(messages):
+        if message["role"] in TRAINED_ROLES:
+            start = len(_render(tokenizer, messages[:i], tools=tools, add_generation_prompt=True)) if i else 0
+            end = len(_render(tokenizer, messages[: i + 1], tools=tools))
+            mask[start:end] = [1] * (end - start)
+    return ids, mask
+
+
+def _render(tokenizer, messages: list[dict], **kwargs):
+    kwargs.setdefault("tokenize", True)
+    if kwargs["tokenize"] and not kwargs.get("return_dict"):
+        kwargs["return_dict"] = False
+    return tokenizer.apply_chat_template(messages, chat_template=_template(tokenizer), **kwargs)
+
+
+def _template(tokenizer) -> str:
+    template = getattr(tokenizer, "chat_template", None)
+    return template if isinstance(template, str) and template else CHATML_TEMPLATE
+
+
+def _template_messages(messages: list[dict], tokenizer) -> list[dict]:
+    """Templates that do not know the tool_call role get it as an assistant turn."""
+    if "tool_call" in _template(tokenizer):
+        return messages
+    return [{**m, "role": "assistant"} if m["role"] == "tool_call" else m for m in messages]
+
+
+def _with_tools(messages: list[dict], tools: str | None) -> tuple[list[dict], list[dict] | None]:
+    """JSON tool schemas go to the template; other tool text becomes a system turn."""
+    if not tools:
+        return messages, None
+    try:
+        schemas = json.loads(tools)
+    except json.JSONDecodeError:
+        schemas = None
+    if isinstance(schemas, dict):
+        schemas = [schemas]
+    if isinstance(schemas, list) and all(isinstance(s, dict) for s in schemas):
+        return messages, schemas
+    return [{"role": "system", "content": f"Tools:\n{tools}"}, *messages], None
+
+
+def _eos_id(tokenizer) -> int:
+    if tokenizer.eos_token_id is None:
+        raise DatasetError(message="the tokenizer has no end-of-sequence token", key="model.name",
+                           fix="use a model whose tokenizer defines eos_token")
+    return tokenizer.eos_token_id
+
+
+# ---------------------------------------------------------------- cache
+
+
+def _cached_tokenized(spec: DatasetSpec, recipe: Recipe, tokenizer, cache_dir: Path, base_dir) -> Dataset:
+    folder = cache_dir / "data" / cache_key(spec, recipe, tokenizer, base_dir)
+    if folder.is_dir():
+        log.info("tokenized dataset loaded from cache %s", folder)
+        return load_from_disk(str(folder))
+    records = _canonical_records(spec, base_dir)
+    dataset = _tokenize(Dataset.from_list(records), recipe, tokenizer, folder.name)
+    dropped = len(records) - len(dataset) if not is_pretrain(recipe) else 0
+    if dropped:
+        log.warning("dropped %d of %d examples with no trained token left after truncation "
+                    "to max_seq_len=%d", dropped, len(records), recipe.train.max_seq_len)
+    if len(dataset) == 0:
+        what = "blocks: the corpus is shorter than one" if is_pretrain(recipe) else "examples with a trained token"
+        raise DatasetError(message=f"no training {what} of max_seq_len={recipe.train.max_seq_len}",
+                           file=spec.name, key="train.max_seq_len",
+                           fix="raise train.max_seq_len or use more data")
+    _save_atomically(dataset, folder)
+    return load_from_disk(str(folder))
+
+
+def _tokenize(dataset: Dataset, recipe: Recipe, tokenizer, fingerprint: str) -> Dataset:
+    return dataset.map(
+        _tokenize_batch, fn_kwargs={"recipe": recipe, "tokenizer": tokenizer}, batched=True,
+        batch_size=DOCS_PER_BLOCK_BATCH, remove_columns=dataset.column_names,
+        new_fingerprint=fingerprint, desc="tokenizing",
+    )
+
+
+def _save_atomically(dataset: Dataset, folder: Path) -> None:
+    """Write to a temporary folder, then rename: a racing rank sees all of it or nothing."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        dataset.save_to_disk(str(building))
+        try:
+            os.rename(building, folder)
+        except OSError:
+            if not folder.is_dir():
+                raise  # a real error, not another rank that finished first
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def cache_key(spec: DatasetSpec, recipe: Recipe, tokenizer, base_dir=None) -> str:
+    """Hash of everything that changes the tokenized dataset."""
+    parts = {
+        "pipeline": PIPELINE_VERSION,
+        "source": source_fingerprint(spec, base_dir),
+        "format": spec.format,
+        "columns": spec.columns,
+        "max_samples": spec.max_samples,
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "max_seq_len": recipe.train.max_seq_len,
+        "family": "pretrain" if is_pretrain(recipe) else "sft",
+        "packing": recipe.train.packing,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    content = backend.to_str() if backend is not None else str(sorted(tokenizer.get_vocab().items()))
+    name = tokenizer.name_or_path if backend is None else ""  # content identifies a fast tokenizer
+    identity = [name, len(tokenizer), _template(tokenizer), tokenizer.eos_token_id,
+                tokenizer.pad_token_id, content]
+    return hashlib.sha256(json.dumps(identity, default=str).encode()).hexdigest()

@@ -1,0 +1,147 @@
+"""The bundled offline model: a ~1M-parameter Llama and a byte-level BPE tokenizer.
+
+Both are made by this module, deterministically, from the demo corpora, so nothing is
+downloaded. The architecture is `tuiapp.core.estimate.TINY_CONFIG` (one definition for the
+estimate and the model). The folder is built once per cache dir and definition, in a
+temporary folder renamed into place, so several ranks may call `ensure_tiny_model` at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tuiapp.core import demo_data
+from tuiapp.core.estimate import TINY_CONFIG
+
+# Bump when the build changes in a way the definition hash below cannot see.
+TINY_VERSION = "2"
+MARKER = "llmtui_tiny.json"
+SEED = 0
+EOS, PAD, IM_START, IM_END = "<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = [EOS, PAD, IM_START, IM_END]
+
+# ChatML. Assistant and tool_call turns sit inside {% generation %} so that
+# apply_chat_template(..., return_assistant_tokens_mask=True) marks them, <|im_end|> included.
+# A tool_call is an assistant turn wrapped in <tool_call> tags; tool results are a "tool" turn.
+CHATML_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n# Tools\\n' + (tools | tojson) + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- generation %}{{- message.content + '<|im_end|>' }}{%- endgeneration %}"
+    "{{- '\\n' }}"
+    "{%- elif message.role == 'tool_call' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- generation %}{{- '<tool_call>\\n' + message.content + '\\n</tool_call><|im_end|>' }}"
+    "{%- endgeneration %}"
+    "{{- '\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def definition_version() -> str:
+    """Changes whenever anything that shapes the built folder changes."""
+    parts = [TINY_VERSION, SEED, SPECIAL_TOKENS, CHATML_TEMPLATE, TINY_CONFIG, demo_data.DEMO_VERSION]
+    return TINY_VERSION + "-" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("LLMTUI_CACHE") or "~/.cache/llmtui").expanduser()
+
+
+def ensure_tiny_model(cache_dir: Path | str | None = None) -> Path:
+    """The tiny model's HF folder, built on first use."""
+    target = Path(cache_dir or default_cache_dir()) / "models" / f"tiny-{definition_version()}"
+    if _is_complete(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=".tiny-building-", dir=target.parent))
+    try:
+        _build(building)
+        if target.exists() and not _is_complete(target):
+            shutil.rmtree(target, ignore_errors=True)  # left by a foreign hand; rebuild it
+        try:
+            os.rename(building, target)  # atomic: readers see all of it or nothing
+        except OSError:
+            if not _is_complete(target):  # another rank won the race, unless this is a real error
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return target
+
+
+def resolve_model_path(name: str, cache_dir: Path | str | None = None) -> str:
+    """'tiny' becomes the bundled model's folder; other names are returned unchanged."""
+    return str(ensure_tiny_model(cache_dir)) if name == "tiny" else name
+
+
+def _is_complete(folder: Path) -> bool:
+    try:
+        return json.loads((folder / MARKER).read_text())["version"] == definition_version()
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _build(folder: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tokenizer()
+    shape = {k: v for k, v in TINY_CONFIG.items() if k not in ("architectures", "model_type")}
+    # The vocab is padded up to TINY_CONFIG's size: the demo corpora hold fewer merges.
+    if len(tokenizer) > shape["vocab_size"]:
+        raise RuntimeError(f"the tokenizer has {len(tokenizer)} tokens, over TINY_CONFIG's vocab")
+    config = LlamaConfig(
+        **shape, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):  # a fixed init that leaves the caller's RNG alone
+        torch.manual_seed(SEED)
+        model = LlamaForCausalLM(config)
+    # generate() stops at the end of a chat turn as well as at the end of a document
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(IM_END)]
+    model.save_pretrained(folder)  # safetensors
+    tokenizer.save_pretrained(folder)
+    params = sum(p.numel() for p in model.parameters())
+    marker = {"version": definition_version(), "parameters": params, "tokens": len(tokenizer)}
+    (folder / MARKER).write_text(json.dumps(marker) + "\n")
+
+
+def build_tokenizer():
+    """A byte-level BPE trained on the demo corpora, with ChatML special tokens and template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.post_processor = processors.ByteLevel(trim_offsets=False)  # exact char offsets
+    trainer = trainers.BpeTrainer(
+        vocab_size=TINY_CONFIG["vocab_size"], special_tokens=SPECIAL_TOKENS, min_frequency=2,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    backend.train_from_iterator(_corpus(), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token=EOS, pad_token=PAD,
+        extra_special_tokens=[IM_START, IM_END], chat_template=CHATML_TEMPLATE,
+        model_max_length=TINY_CONFIG["max_position_embeddings"],
+    )
+
+
+def _corpus() -> list[str]:
+    texts = [r["text"] for r in demo_data.text_records()]
+    texts += [f"{r['instruction']}\n{r['input']}\n{r['output']}" for r in demo_data.facts_records()]
+    texts += [m["content"] for r in demo_data.chat_records() for m in r["messages"]]
+    texts += ["system\nuser\nassistant\ntool\n# Tools\n<tool_call>\n</tool_call>\n"] * 50
+    return texts
