@@ -25,7 +25,7 @@ from tuiapp.core.datasets import (
     normalise_rows, resolve_source, source_fingerprint,
 )
 from tuiapp.core.errors import DatasetError
-from tuiapp.core.recipe import DatasetSpec, Recipe
+from tuiapp.core.recipe import DatasetSpec, Recipe, packing_enabled
 from tuiapp.trainer.tiny import CHATML_TEMPLATE
 
 log = logging.getLogger("llmtui.data")
@@ -60,7 +60,7 @@ def make_collator(recipe: Recipe, tokenizer):
     """Batches: full pretrain blocks as they are; packed SFT padding-free; else pad to longest."""
     if is_pretrain(recipe):
         return default_data_collator
-    if recipe.train.packing:
+    if packing_enabled(recipe):
         # One row per batch, position_ids restart per example, so sdpa/flash attention
         # keep examples apart; labels get -100 at each boundary.
         return DataCollatorWithFlattening()
@@ -133,7 +133,7 @@ def _tokenize_batch(batch: dict[str, list], recipe: Recipe, tokenizer) -> dict[s
               for m, tools in zip(batch["messages"], batch["tools"])]
     )
     kept = [e for e in examples if e is not None]
-    columns = ["input_ids", "labels"] + ([] if recipe.train.packing else ["attention_mask"])
+    columns = ["input_ids", "labels"] + ([] if packing_enabled(recipe) else ["attention_mask"])
     return {c: [e[c] for e in kept] for c in columns}
 
 
@@ -285,7 +285,7 @@ def cache_key(spec: DatasetSpec, recipe: Recipe, tokenizer, base_dir=None) -> st
         "tokenizer": tokenizer_fingerprint(tokenizer),
         "max_seq_len": recipe.train.max_seq_len,
         "family": "pretrain" if is_pretrain(recipe) else "sft",
-        "packing": recipe.train.packing,
+        "packing": packing_enabled(recipe),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 

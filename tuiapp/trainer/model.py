@@ -12,21 +12,14 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.recipe import Recipe
 from tuiapp.trainer import bottleneck
+from tuiapp.trainer.tiny import default_cache_dir, resolve_model_path  # noqa: F401 (re-exported)
 
 FINAL_INFO = "llmtui.json"
 PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("LLMTUI_CACHE") or Path.home() / ".cache" / "llmtui")
-
-
-def resolve_model_path(name: str) -> str:
-    if name == "tiny":
-        from tuiapp.trainer.tiny import ensure_tiny_model
-
-        return str(ensure_tiny_model(cache_dir()))
-    return name
+    return default_cache_dir()
 
 
 def torch_dtype(precision: str) -> torch.dtype:
