@@ -25,7 +25,7 @@ from tuiapp.core.estimate import (
     targeted_linears,
     trainable_parameters,
 )
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.recipe import NO_PACKING_KINDS, Recipe
 
 Level = Literal["error", "warning", "info"]
 
@@ -133,6 +133,10 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
         out.append(Finding("error", "train.gradient_checkpointing", "prefix tuning passes learned past "
                            "key/values, which gradient checkpointing does not support",
                            "set train.gradient_checkpointing = false"))
+    if train.packing is True and kind in NO_PACKING_KINDS:
+        out.append(Finding("error", "train.packing", f"{kind} adds virtual tokens or past key/values, "
+                           "which would attend across packed examples",
+                           "set train.packing = false (or 'auto')"))
     if launch.offload_params != "none" and launch.zero_stage != 3:
         out.append(Finding("error", "launch.offload_params",
                            f"parameter offload needs ZeRO-3; zero_stage is {launch.zero_stage}",

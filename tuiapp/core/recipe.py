@@ -189,8 +189,10 @@ class TrainSpec(Section):
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm (0 = off).")
     seed: int = Field(42, ge=0, description="Seed for init, shuffling and dropout.")
     max_seq_len: int = Field(512, ge=8, le=1_048_576, description="Tokens per sequence; longer is cut.")
-    packing: bool = Field(
-        True, description="Pack several examples per sequence (no attention across examples)."
+    packing: bool | Literal["auto"] = Field(
+        "auto",
+        description="Padding-free batches: examples flattened into one sequence, attention kept "
+        "apart. 'auto' = on for every method that supports it (not prefix/prompt/ptuning/llama-adapter).",
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations to save memory.")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
@@ -455,6 +457,16 @@ def apply_override(data: dict, override: str) -> None:
 
 def json_schema() -> dict:
     return Recipe.model_json_schema()
+
+
+NO_PACKING_KINDS = {"prefix", "prompt", "ptuning", "llama-adapter"}
+
+
+def packing_enabled(recipe: Recipe) -> bool:
+    """Whether batches are packed; 'auto' packs where the method keeps examples apart."""
+    if recipe.train.packing == "auto":
+        return recipe.method.kind not in NO_PACKING_KINDS
+    return bool(recipe.train.packing)
 
 
 def uses_adapter(recipe: Recipe) -> bool:
