@@ -38,6 +38,10 @@ def publish(staging_root: Path, name: str, root: Path, keep: int) -> Path:
     if target.exists():
         shutil.rmtree(target)
     os.replace(staging_root / name, target)
+    try:
+        staging_root.rmdir()
+    except OSError:
+        pass  # not empty: another staged save is under way
     for old in complete_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return target
