@@ -84,3 +84,15 @@ def test_resolve_run_reference(tmp_path):
     run.update(status="succeeded")
     assert store.resolve_model("run:base") == str((run.path / "final").resolve())
     assert store.resolve_model("tiny") == "tiny"
+
+
+def test_files_follow_the_users_umask(tmp_path):
+    old = os.umask(0o077)
+    try:
+        run = RunStore(tmp_path).create(parse_recipe('name = "private"\n'))
+        run.update(status="running")
+    finally:
+        os.umask(old)
+    assert (run.path / "run.json").stat().st_mode & 0o777 == 0o600
+    assert (run.path / "recipe.toml").stat().st_mode & 0o777 == 0o600
+    assert run.path.stat().st_mode & 0o777 == 0o700

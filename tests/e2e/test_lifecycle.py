@@ -127,3 +127,44 @@ def test_resume_after_kill_matches_uninterrupted_run(runs_dir):
     resumed_start = [e for e in events if e["event"] == "started"][-1]
     assert resumed_start["step"] == last_complete
     assert final_loss(run_dir) == pytest.approx(reference, rel=1e-3, abs=1e-3)
+
+
+def test_ctrl_c_stops_cleanly_and_secrets_stay_out_of_the_run(runs_dir):
+    secret = "hf_supersecret_value_123"
+    os.environ["HF_TOKEN"] = secret
+    try:
+        parent = spawn_llmtui("run", "recipes/tiny-sft.toml", *LONG, runs_dir=runs_dir)
+    finally:
+        del os.environ["HF_TOKEN"]
+    wait_for(lambda: any(runs_dir.iterdir()) and started(only_run(runs_dir), 2), what="training steps")
+    parent.send_signal(signal.SIGINT)
+    out, _ = parent.communicate(timeout=180)
+    assert parent.returncode == 130, out
+    run_dir = only_run(runs_dir)
+    assert run_info(run_dir)["status"] == "stopped"
+    assert list((run_dir / "checkpoints").glob("checkpoint-*"))
+    for path in run_dir.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".jsonl", ".log", ".toml", ""):
+            assert secret not in path.read_text(errors="replace"), path
+
+
+def test_stalled_ranks_are_flagged(runs_dir):
+    os.environ["LLMTUI_STALL_MIN_S"] = "3"
+    llmtui("run", "recipes/tiny-sft.toml", *LONG, "--detach", runs_dir=runs_dir, check=True)
+    run_dir = only_run(runs_dir)
+    wait_for(lambda: started(run_dir, 4), what="training steps")
+    ranks = rank_pids(run_dir)
+    for pid in ranks:
+        os.kill(pid, signal.SIGSTOP)  # alive but idle, like a hung collective
+    try:
+        def flagged():
+            rows = json.loads(llmtui("runs", "--json", runs_dir=runs_dir).stdout)
+            return rows[0]["stalled"]
+        hint = wait_for(flagged, timeout=60, interval=1, what="stall flag")
+        assert "no step for" in hint and "llmtui stop" in hint
+        assert "stalled" in llmtui("show", run_dir.name, runs_dir=runs_dir).stdout
+    finally:
+        del os.environ["LLMTUI_STALL_MIN_S"]
+        for pid in ranks:
+            os.kill(pid, signal.SIGCONT)
+    assert llmtui("stop", run_dir.name, runs_dir=runs_dir, timeout=180).returncode == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import time
@@ -15,7 +16,7 @@ from tuiapp.core.recipe import Recipe
 from tuiapp.core.runs import RunStore
 
 STALL_FACTOR = 5.0
-STALL_MIN_S = 60.0
+STALL_MIN_S = float(os.environ.get("LLMTUI_STALL_MIN_S", "60"))
 
 
 def resolve_recipe(recipe: Recipe, store: RunStore) -> tuple[Recipe, str]:
