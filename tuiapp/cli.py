@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from tuiapp import cli_scale
 from tuiapp.core import checks, launcher
 from tuiapp.core.errors import UserError
 from tuiapp.core.metrics import JsonlReader, dedupe_steps, train_rows
@@ -62,6 +63,8 @@ def cmd_run(args) -> int:
     store = RunStore(args.runs_dir)
     recipe = load_recipe(args.recipe, args.set)
     recipe, model_ref = checks.resolve_recipe(recipe, store)
+    if cli_scale.wanted(args, recipe):  # multi-node, SLURM, fsdp/ddp: docs/scale-out.md
+        return cli_scale.cmd_run(args, recipe, model_ref, store, follow)
     findings = checks.before_launch(recipe, store, base_dir=Path.cwd())
     text = checks.format_findings(findings)
     if text:
@@ -187,6 +190,8 @@ def cmd_show(args) -> int:
     if rows:
         print(f"  progress  {progress_line(rows[-1], rows)}")
     print(f"  best eval {fmt_number(row['best_eval_loss'], '.4f')}")
+    for line in cli_scale.show_lines(run):  # strategy, nodes, SLURM job
+        print(line)
     if run.info.get("trust_remote_code"):
         print("  trust_remote_code = true (the model's own code runs)")
     if row["stalled"]:
@@ -213,6 +218,9 @@ def cmd_stop(args) -> int:
 def cmd_resume(args) -> int:
     store = RunStore(args.runs_dir)
     run = store.get(args.run)
+    scaled = cli_scale.resume(args, run, store, follow)  # SLURM and node-by-node runs
+    if scaled is not None:
+        return scaled
     if run.status == "running":
         raise UserError(message=f"{run.id} is still running", fix="stop it first, or follow it with `llmtui show`")
     if run.status == "succeeded":
@@ -277,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe key")
     p.add_argument("--dry-run", action="store_true", help="validate and print the command; create nothing")
     p.add_argument("--detach", action="store_true", help="return at once; the run goes on")
+    cli_scale.add_run_arguments(p)
 
     p = add("validate", cmd_validate, "check a recipe (exit 0 ok, 2 bad)")
     p.add_argument("recipe")
@@ -305,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("resume", cmd_resume, "continue a stopped or failed run from its last checkpoint")
     p.add_argument("run")
     p.add_argument("--detach", action="store_true")
+    cli_scale.add_resume_arguments(p)
 
     p = add("data", cmd_data, "show training examples exactly as the trainer sees them")
     p.add_argument("recipe")

@@ -144,6 +144,14 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
     the grace period. If the supervisor is gone, this does the killing. True when no process
     of the run is left."""
     run.load()
+    if run.info.get("slurm_job"):
+        from tuiapp.core import slurm  # SIGTERM to the job's steps, scancel after the grace period
+
+        return slurm.stop(run, grace_s, wait)
+    host = run.info.get("host")
+    if run.info.get("status") in ("created", "running") and host not in (None, socket.gethostname()):
+        # a multi-node run's supervisor on another machine: its pgid means nothing here
+        raise RunError(message=f"{run.id} is supervised on {host}", fix=f"run `llmtui stop {run.id}` on {host}")
     pgid = run.info.get("pgid")
     if not pgid:
         return True

@@ -153,6 +153,9 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
             out.append(Finding("error", "launch.nvme_path",
                                f"nvme_path '{launch.nvme_path}' is not an existing folder",
                                "create it on a local NVMe drive, or fix the path"))
+    from tuiapp.core.cluster_checks import scale_rules  # strategy x method, hosts (docs/scale-out.md)
+
+    out += scale_rules(recipe)
     return out
 
 

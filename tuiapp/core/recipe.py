@@ -227,7 +227,49 @@ class LaunchSpec(Section):
         "none", description="Parameter offload (ZeRO-3 only)."
     )
     nvme_path: str = Field("", description="Folder on fast local NVMe for 'nvme' offload.")
-    master_port: int = Field(0, ge=0, le=65535, description="Rendezvous port (0 = pick a free one).")
+    master_port: int = Field(
+        0, ge=0, le=65535,
+        description="Rendezvous port (0 = pick a free one; 29500 when the run spans several nodes).",
+    )
+    # scale-out (multi-node, strategies): rules in tuiapp.core.cluster, docs in docs/scale-out.md
+    strategy: Literal["deepspeed", "fsdp", "ddp"] = Field(
+        "deepspeed",
+        description="'deepspeed' (ZeRO, deepspeed launcher), 'fsdp' (PyTorch FSDP2 via torchrun) "
+        "or 'ddp' (plain data parallel via torchrun).",
+    )
+    fsdp_cpu_offload: bool = Field(
+        False, description="strategy 'fsdp' only: keep parameters and gradients on CPU between uses."
+    )
+    hosts: list[str] | str = Field(
+        default_factory=list,
+        description="Multi-node: MPI-style 'host slots=N' entries, e.g. ['node1 slots=8', "
+        "'node2 slots=8'], or the path of such a hostfile ([] = this machine only).",
+    )
+    include: str = Field(
+        "", description="DeepSpeed --include filter over hosts: NODE[:SLOT,...] joined by '@'."
+    )
+    exclude: str = Field("", description="DeepSpeed --exclude filter, same syntax; not with include.")
+    nodes: int = Field(
+        0, ge=0, description="Number of nodes: the first N hosts (0 = every host, or 1 without hosts)."
+    )
+    gpus_per_node: int = Field(
+        0, ge=0, description="Ranks per node in multi-node runs (0 = from 'gpus' or the hosts' slots)."
+    )
+    launcher: Literal["pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm"] = Field(
+        "pdsh", description="How DeepSpeed starts ranks on the other hosts (its --launcher)."
+    )
+    join_timeout_s: int = Field(
+        600, ge=10, description="Multi-node: seconds node 0 waits for every node to join before failing."
+    )
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, value):
+        if isinstance(value, list) and value:
+            from tuiapp.core.cluster import parse_host_entries
+
+            parse_host_entries(value)  # raises ValueError naming the bad entry and the fix
+        return value
 
     @field_validator("gpus")
     @classmethod
@@ -288,9 +330,7 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
     # drop the discriminator tag pydantic inserts for the method union
     if len(loc) >= 2 and loc[0] == "method" and loc[1] in METHOD_KINDS:
         loc.pop(1)
-    loc = [p for p in loc if not (isinstance(p, str) and p.startswith("function-"))]
-    if loc and loc[-1] in ("str", "int", "list[int]", "float", "literal['all']", "list[str]", "literal['all-linear']", "literal['auto']"):
-        loc.pop()
+    loc = [p for p in loc if not _is_type_tag(p)]
     key = ".".join(str(p) for p in loc)
     kind = item["type"]
     line = key_line(text, tuple(loc))
@@ -324,6 +364,29 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
         if description:
             fix = description
     return RecipeError(message=message, file=file, line=line, key=key or None, fix=fix)
+
+
+TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list"}
+
+
+def _is_type_tag(part) -> bool:
+    """Union members pydantic adds to an error location (e.g. "literal['all']", "list[int]")."""
+    if not isinstance(part, str):
+        return False
+    return part in TYPE_TAGS or "[" in part or part.startswith(("function-", "literal", "union"))
+
+
+def _merge_same_key(errors: list[RecipeError]) -> list[RecipeError]:
+    """One error per key: a union's alternatives become one message."""
+    merged: dict[str | None, RecipeError] = {}
+    for error in errors:
+        first = merged.get(error.key)
+        if first is None:
+            merged[error.key] = error
+        elif error.message not in first.message:
+            first.message = f"{first.message}; or {error.message[0].lower()}{error.message[1:]}"
+            first.fix = _description_of((error.key or "").split(".")) or first.fix
+    return list(merged.values())
 
 
 def _model_at(loc: list, item: dict):
@@ -396,8 +459,7 @@ def recipe_from_dict(data: dict, text: str = "", file: str = "<recipe>") -> Reci
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
-        errors = [_error_for(item, text, file) for item in exc.errors()]
-        unique = list({str(e): e for e in errors}.values())
+        unique = _merge_same_key([_error_for(item, text, file) for item in exc.errors()])
         if len(unique) == 1:
             raise unique[0] from None
         raise RecipeErrors(unique) from None

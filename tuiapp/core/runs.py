@@ -92,9 +92,9 @@ def tail_lines(path: Path, count: int = 20, max_bytes: int = 65536) -> list[str]
 ERROR_MARKERS = ("Error", "error:", "Traceback", "Killed", "OutOfMemory", "CUDA out of memory", "exits with return code")
 
 
-def failure_reason(run_dir: Path) -> str:
-    """The last error lines of a run's output, for a failed status."""
-    lines = tail_lines(run_dir / "stdout.log", 200)
+def failure_reason(run_dir: Path, log: Path | None = None) -> str:
+    """The last error lines of a run's output (or of another log, e.g. nodes/1.log)."""
+    lines = tail_lines(log or run_dir / "stdout.log", 200)
     hits = [i for i, line in enumerate(lines) if any(m in line for m in ERROR_MARKERS)]
     if not hits:
         return "\n".join(lines[-5:])
@@ -192,6 +192,13 @@ class Run:
 
     def refresh_truth(self, persist: bool = True) -> "Run":
         """An active run whose supervisor is gone has failed: say so, with the reason."""
+        if self.status in ACTIVE and self.info.get("slurm_job"):
+            from tuiapp.core import slurm  # a SLURM run: the scheduler's job state is the truth
+
+            slurm.refresh(self, persist)
+            return self
+        if self.status in ACTIVE and self.info.get("host") not in (None, socket.gethostname()):
+            return self  # its supervisor runs on another machine (multi-node): a pid means nothing here
         if self.status in ACTIVE and self.info.get("pid") and not self.supervisor_alive():
             self.load()  # the supervisor may have just written the final status
             if self.status in ACTIVE and not self.supervisor_alive():
@@ -215,9 +222,20 @@ class RunStore:
     def __init__(self, root: str | Path | None = None):
         self.root = default_runs_dir(root)
 
-    def create(self, recipe: Recipe, recipe_file: str | None = None) -> Run:
+    def create(self, recipe: Recipe, recipe_file: str | None = None, run_id: str | None = None) -> Run:
+        """A new run folder; `run_id` picks its name (multi-node runs: every node passes it)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        for _ in range(5):
+        if run_id is not None:
+            if not ID_PATTERN.match(run_id) or ".." in run_id:
+                raise RunError(message=f"'{run_id}' is not a valid run id",
+                               fix="use letters, digits, '.', '_' and '-' (at most 128)")
+            path = self.root / run_id
+            try:
+                path.mkdir()
+            except FileExistsError:
+                raise RunError(message=f"run '{run_id}' already exists in {self.root}",
+                               fix="choose a new --run-id (resume that run with `llmtui resume`)") from None
+        for _ in range(5 if run_id is None else 0):
             path = self.root / new_run_id(recipe.name)
             try:
                 path.mkdir()
@@ -225,7 +243,8 @@ class RunStore:
             except FileExistsError:
                 continue
         else:
-            raise RunError(message="could not create a unique run folder", file=str(self.root))
+            if run_id is None:
+                raise RunError(message="could not create a unique run folder", file=str(self.root))
         run = Run(path)
         try:
             (path / "recipe.toml").write_text(recipe.to_toml(), encoding="utf-8")
@@ -279,14 +298,14 @@ class RunStore:
             return Run(prefixed[0]).load().refresh_truth()
         named = [r for r in (Run(p).load() for p in dirs) if r.name == ref]
         if named:
-            return named[-1].refresh_truth()
+            return max(named, key=lambda r: (r.info.get("created") or 0, r.id)).refresh_truth()
         if len(prefixed) > 1:
             raise RunError(message=f"'{ref}' matches {len(prefixed)} runs", fix="give more of the id")
         raise RunError(message=f"no run '{ref}' in {self.root}", fix="see `llmtui runs`")
 
     def latest_succeeded(self, name: str) -> Run | None:
         done = [r for r in self.list(refresh=False) if r.name == name and r.status == "succeeded"]
-        return done[-1] if done else None
+        return max(done, key=lambda r: (r.info.get("created") or 0, r.id)) if done else None
 
     def resolve_model(self, model_name: str) -> str:
         """Turn 'run:NAME' into the path of that run's final model; other names pass through."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from tuiapp.core import launcher
+from tuiapp.core import cluster, launcher
 from tuiapp.core.errors import UserError
 from tuiapp.core.metrics import JsonlWriter, read_jsonl, summarize
 from tuiapp.core.runs import Run, failure_reason, redact
@@ -27,8 +27,13 @@ POLL_S = 0.5
 
 
 class Supervisor:
-    def __init__(self, run_dir: Path, resume: bool, grace_s: float, port: int | None = None):
+    def __init__(self, run_dir: Path, resume: bool, grace_s: float, port: int | None = None,
+                 node: cluster.NodeArgs | None = None):
         self.port = port
+        self.node = node  # one node of a multi-node run (node mode / SLURM); None = the only one
+        self.launch: cluster.Launch | None = None
+        self.watch: cluster.NodeWatch | None = None
+        self.fail_reason: str | None = None  # set when this supervisor ends the run itself
         self.run = Run(run_dir).load()
         self.resume = resume
         self.grace_s = grace_s
@@ -66,11 +71,11 @@ class Supervisor:
         run = self.run
         recipe = run.recipe()
         cuda = launcher.cuda_device_count()
-        ranks, gpu_ids = launcher.plan_ranks(recipe.launch, cuda)
-        port = self.port or recipe.launch.master_port or launcher.free_port()
-        argv = launcher.deepspeed_argv(run.path, ranks, gpu_ids, port, resume=self.resume)
+        plan = self.launch = cluster.build_launch(run.path, recipe.launch, cuda, resume=self.resume,
+                                                  port=self.port, node=self.node)
+        argv, ranks, gpu_ids = plan.argv, plan.ranks, plan.gpu_ids
         me = psutil.Process()
-        run.update(
+        self._record(
             status="running",
             pid=me.pid,
             pgid=os.getpgid(0),
@@ -86,15 +91,21 @@ class Supervisor:
             accelerator="cuda" if cuda else "cpu",
             attempts=int(run.info.get("attempts", 0)) + 1,
             resumed=self.resume,
+            **plan.fields,
         )
-        with JsonlWriter(run.events_path) as events:
-            events.write({"event": "launched", "resume": self.resume, "ranks": ranks})
-        with open(run.log_path, "ab") as log:
+        if plan.plan is not None and plan.plan.nnodes > 1 and plan.owner:
+            cluster.link_node0_log(run.path)
+            self.watch = cluster.NodeWatch(run, plan.plan, recipe.launch.join_timeout_s)
+        if plan.owner:
+            with JsonlWriter(run.events_path) as events:
+                events.write({"event": "launched", "resume": self.resume, "ranks": ranks})
+        plan.log_path(run.path).parent.mkdir(parents=True, exist_ok=True)
+        with open(plan.log_path(run.path), "ab") as log:
             log.write(f"$ {' '.join(redact(argv))}\n".encode())
             log.flush()
             self.child = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self._rank_env(ranks), cwd=os.getcwd(),
+                env={**self._rank_env(ranks), **plan.env}, cwd=os.getcwd(),
             )
             code = self._wait()
         self._kill_leftovers()
@@ -106,9 +117,34 @@ class Supervisor:
             code = self.child.poll()
             if code is not None:
                 return code
+            self._watch_nodes()
             if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > self.grace_s:
                 self._signal_group(signal.SIGKILL)
             time.sleep(POLL_S)
+
+    def _record(self, **values) -> None:
+        """run.json for the run's only (or node 0's) supervisor; nodes/<k>.json for node k."""
+        if self.node is None or self.node.node_rank == 0:
+            self.run.update(**values)
+        if self.node is not None:
+            cluster.write_node(self.run.path, self.node.node_rank, **values)
+
+    def _watch_nodes(self) -> None:
+        """Multi-node: node 0 ends the run when a node does not join or fails; node k ends its
+        part when node 0 has recorded an outcome and its ranks are still running 30s later."""
+        if self.stop_requested_at is not None:
+            return
+        reason = None
+        if self.watch is not None:
+            reason = self.watch.poll()
+        elif self.node is not None and self.node.node_rank:
+            if cluster.node_gone_reason(self.run.path, self.node.node_rank):
+                self._node0_done_at = getattr(self, "_node0_done_at", None) or time.monotonic()
+                if time.monotonic() - self._node0_done_at > 30:
+                    reason = cluster.node_gone_reason(self.run.path, self.node.node_rank)
+        if reason:
+            self.fail_reason = reason
+            self._on_stop_signal(signal.SIGTERM, None)
 
     def _kill_leftovers(self) -> None:
         """No orphan: whatever is left of the group after the launcher exits is killed."""
@@ -130,18 +166,30 @@ class Supervisor:
         run = self.run
         summary = summarize(read_jsonl(run.metrics_path))
         finished = any(e.get("event") == "finished" for e in read_jsonl(run.events_path))
-        if self.stop_requested_at is not None:
+        owner = self.launch is None or self.launch.owner
+        log = self.launch.log_path(run.path) if self.launch else run.log_path
+        if self.fail_reason:
+            status, reason = ("failed" if owner else "stopped"), self.fail_reason
+        elif self.stop_requested_at is not None:
             status, reason = "stopped", "stopped on request"
-        elif code == 0 and finished:
+        elif code == 0 and (finished or not owner):
             status, reason = "succeeded", None
         else:
             status = "failed"
-            reason = failure_reason(run.path) or f"the launcher exited with code {code}"
+            reason = failure_reason(run.path, log) or f"the launcher exited with code {code}"
+            known = cluster.explain_run(run.path, self.launch) if self.launch else None
+            if known:
+                reason = known + "\n" + reason
             if code < 0:
                 reason = f"killed by signal {-code}. " + reason
         if summary.get("nonfinite_loss"):
             reason = ((reason + " ") if reason else "") + "The loss became NaN/inf."
-        run.update(status=status, exit_code=code, ended=time.time(), reason=reason)
+        if self.watch is not None:
+            self.watch.settle()
+            self.watch.poll(status)  # the last word on every node, for run.json's `nodes`
+        self._record(status=status, exit_code=code, ended=time.time(), reason=reason)
+        if not owner:
+            return
         with JsonlWriter(run.events_path) as events:
             events.write({"event": status, "exit_code": code, "reason": reason})
 
@@ -151,16 +199,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--master-port", type=int, default=None)
+    parser.add_argument("--node-rank", type=int, default=None, help="this node's rank (multi-node runs)")
+    parser.add_argument("--nnodes", type=int, default=None, help="number of nodes (multi-node runs)")
+    parser.add_argument("--master-addr", default=None, help="address of node 0 (multi-node runs)")
+    parser.add_argument("--slurm", action="store_true", help="started by the run's sbatch script")
     parser.add_argument("--grace", type=float, default=float(os.environ.get("LLMTUI_STOP_GRACE_S", launcher.STOP_GRACE_S)))
     args = parser.parse_args(argv)
-    supervisor = Supervisor(args.run_dir, args.resume, args.grace, args.master_port)
+    node = None
+    if args.node_rank is not None:
+        node = cluster.NodeArgs(args.node_rank, args.nnodes, args.master_addr, args.slurm)
+    supervisor = Supervisor(args.run_dir, args.resume, args.grace, args.master_port, node)
     try:
         return supervisor.execute()
     except UserError as exc:
-        supervisor.run.update(status="failed", ended=time.time(), reason=str(exc))
+        supervisor._record(status="failed", ended=time.time(), reason=str(exc))
         return 2
     except Exception as exc:  # the outcome must be recorded whatever happens
-        supervisor.run.update(status="failed", ended=time.time(), reason=f"supervisor error: {exc!r}")
+        supervisor._record(status="failed", ended=time.time(), reason=f"supervisor error: {exc!r}")
         raise
 
 

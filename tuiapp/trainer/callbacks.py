@@ -106,6 +106,8 @@ class RunRecorder(TrainerCallback):
     def _rank_memory(self) -> dict:
         mine = memory_snapshot()
         mine["host"] = self.host
+        # node rank: DeepSpeed's launcher sets CROSS_RANK, torchrun GROUP_RANK
+        mine["node"] = int(os.environ.get("CROSS_RANK") or os.environ.get("GROUP_RANK") or 0)
         gathered = [mine]
         if _distributed():
             gathered = [None] * dist.get_world_size()

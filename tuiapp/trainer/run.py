@@ -15,9 +15,8 @@ from transformers import Trainer, TrainingArguments
 
 from tuiapp.core.metrics import atomic_write_text, read_jsonl
 from tuiapp.core.recipe import Recipe, parse_recipe
-from tuiapp.trainer import bottleneck, checkpoints
+from tuiapp.trainer import bottleneck, checkpoints, strategies
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
-from tuiapp.trainer.ds_config import deepspeed_config
 from tuiapp.trainer.model import (
     FINAL_INFO,
     apply_method,
@@ -39,16 +38,6 @@ def resolve_precision(requested: str) -> str:
     return requested
 
 
-def prepare_cpu_distributed() -> None:
-    """Without CUDA, accelerate would not start DeepSpeed's process group: start it on gloo."""
-    if torch.cuda.is_available() or int(os.environ.get("WORLD_SIZE", "1")) < 1:
-        return
-    import accelerate
-
-    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
-    accelerate.PartialState(backend="gloo")
-
-
 def _barrier() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
@@ -58,7 +47,7 @@ def _is_main() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-class RunTrainer(Trainer):
+class RunTrainer(strategies.StrategyMixin, Trainer):
     """Trainer whose checkpoints appear only once complete, and whose bottleneck adapters
     are saved on their own."""
 
@@ -82,6 +71,8 @@ class RunTrainer(Trainer):
     def _save(self, output_dir=None, state_dict=None):
         if self.method_kind != "adapter":
             return super()._save(output_dir, state_dict)
+        if not self.args.should_save:
+            return  # FSDP calls _save on every rank (with an empty state dict off rank 0)
         if state_dict is None:
             state_dict = self.model.state_dict()
         bottleneck.save_bottleneck(output_dir, state_dict, self.model.bottleneck_config)
@@ -91,9 +82,7 @@ class RunTrainer(Trainer):
 
 def _training_args(recipe: Recipe, run_dir: Path, precision: str, has_eval: bool) -> TrainingArguments:
     train = recipe.train
-    extra = {}
-    if not torch.cuda.is_available():
-        extra["accelerator_config"] = {"use_configured_state": True}
+    extra = strategies.training_kwargs(recipe)  # deepspeed config, or FSDP/DDP settings
     return TrainingArguments(
         output_dir=str(run_dir / "checkpoints"),
         per_device_train_batch_size=train.micro_batch,
@@ -119,7 +108,6 @@ def _training_args(recipe: Recipe, run_dir: Path, precision: str, has_eval: bool
         fp16=precision == "fp16",
         activation_checkpointing=train.gradient_checkpointing,
         activation_checkpointing_kwargs={"use_reentrant": False} if train.gradient_checkpointing else None,
-        deepspeed=deepspeed_config(recipe),
         report_to=[],
         disable_tqdm=True,
         remove_unused_columns=False,
@@ -144,9 +132,11 @@ def train(run_dir: Path, resume: bool) -> int:
     recipe = parse_recipe((run_dir / "recipe.toml").read_text(encoding="utf-8"), str(run_dir / "recipe.toml"))
     transformers.logging.set_verbosity_warning()
     stopper = GracefulStop()
-    prepare_cpu_distributed()
-    precision = resolve_precision(recipe.train.precision)
+    # before any process group: transformers' save_pretrained writes nothing off rank 0 once one
+    # exists, so a rank building the tiny model then would publish a folder without weights
     model_path = resolve_model_path(recipe.model.name)
+    strategies.prepare_distributed(recipe)
+    precision = resolve_precision(recipe.train.precision)
     tokenizer = load_tokenizer(
         model_path if not (Path(model_path) / "adapter_config.json").exists() else model_path,
         recipe.model.trust_remote_code,
@@ -165,7 +155,7 @@ def train(run_dir: Path, resume: bool) -> int:
     if eval_set is not None and recipe.train.sample_prompts:
         callbacks.append(
             EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
-                        recipe.launch.zero_stage == 3)
+                        recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
         )
     callbacks.append(recorder)
     trainer = RunTrainer(

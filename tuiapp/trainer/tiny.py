@@ -111,8 +111,11 @@ def _build(folder: Path) -> None:
         model = LlamaForCausalLM(config)
     # generate() stops at the end of a chat turn as well as at the end of a document
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(IM_END)]
-    model.save_pretrained(folder)  # safetensors
+    # every rank may build it (each into its own temp folder): write even off the main process
+    model.save_pretrained(folder, is_main_process=True)  # safetensors
     tokenizer.save_pretrained(folder)
+    if not (folder / "config.json").is_file() or not list(folder.glob("*.safetensors")):
+        raise RuntimeError(f"saving the tiny model into {folder} wrote no weights")
     params = sum(p.numel() for p in model.parameters())
     marker = {"version": definition_version(), "parameters": params, "tokens": len(tokenizer)}
     (folder / MARKER).write_text(json.dumps(marker) + "\n")

@@ -1,0 +1,31 @@
+"""The trainer's strategy pieces of TrainingArguments (no process group needed)."""
+
+from __future__ import annotations
+
+from tuiapp.core.recipe import recipe_from_dict
+from tuiapp.trainer import strategies
+
+
+def test_deepspeed_pieces():
+    kwargs = strategies.training_kwargs(recipe_from_dict({"launch": {"zero_stage": 2}}), cuda=False)
+    assert kwargs["deepspeed"]["zero_optimization"]["stage"] == 2
+    assert kwargs["accelerator_config"] == {"use_configured_state": True}
+    assert "accelerator_config" not in strategies.training_kwargs(recipe_from_dict({}), cuda=True)
+
+
+def test_ddp_pieces():
+    recipe = recipe_from_dict({"launch": {"strategy": "ddp"}})
+    assert strategies.training_kwargs(recipe, cuda=False) == {
+        "ddp_backend": "gloo", "use_cpu": True, "ddp_find_unused_parameters": False}
+    assert strategies.training_kwargs(recipe, cuda=True)["ddp_backend"] == "nccl"
+
+
+def test_fsdp_pieces():
+    recipe = recipe_from_dict({"launch": {"strategy": "fsdp", "fsdp_cpu_offload": True}})
+    kwargs = strategies.training_kwargs(recipe, cuda=False)
+    assert kwargs["fsdp"] is True and "deepspeed" not in kwargs
+    assert kwargs["fsdp_config"]["version"] == 2 and "cpu_offload" not in kwargs["fsdp_config"]  # needs CUDA
+    assert kwargs["fsdp_config"]["state_dict_type"] == "FULL_STATE_DICT"
+    assert (kwargs["use_cpu"], kwargs["ddp_backend"]) == (True, "gloo")
+    on_gpu = strategies.training_kwargs(recipe, cuda=True)
+    assert on_gpu["fsdp_config"]["cpu_offload"] is True and (on_gpu["use_cpu"], on_gpu["ddp_backend"]) == (False, "nccl")

@@ -1,0 +1,113 @@
+"""The distributed strategy of a run: DeepSpeed (default), PyTorch FSDP or plain DDP.
+
+Each strategy contributes its own TrainingArguments pieces and its own process-group start;
+`tuiapp.trainer.run` stays the same for all three. DeepSpeed ranks are started by DeepSpeed's
+launcher; FSDP and DDP ranks by torchrun (`python -m torch.distributed.run`).
+
+On CPU:
+- deepspeed: accelerate would not start DeepSpeed's process group without CUDA, so a
+  `PartialState(backend="gloo")` is created first with ACCELERATE_USE_DEEPSPEED set, and the
+  Trainer reuses it (`use_configured_state`).
+- ddp: `use_cpu=True` + `ddp_backend="gloo"`: accelerate's MULTI_CPU type, which is DDP.
+- fsdp: accelerate 1.15 only turns an FSDP plugin on for GPU-like distributed types; on CPU it
+  quietly falls back to DDP. `enable_cpu_fsdp` switches the (shared) accelerator state to FSDP
+  after the Trainer built its Accelerator, so the model really is sharded with FSDP2
+  (`fully_shard` over a CPU device mesh, gloo collectives).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from tuiapp.core.recipe import Recipe
+from tuiapp.trainer.ds_config import deepspeed_config
+
+
+def strategy_of(recipe: Recipe) -> str:
+    return getattr(recipe.launch, "strategy", "deepspeed")
+
+
+def fsdp_config(recipe: Recipe, cuda: bool = True) -> dict:
+    """The Trainer's `fsdp_config` (FSDP2, full state dict so the final model is plain HF).
+    CPU offload needs an accelerator to offload from: on CPU it is left out (preflight warns)."""
+    config = {
+        "version": 2,
+        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "state_dict_type": "FULL_STATE_DICT",
+        "reshard_after_forward": True,
+        "cpu_ram_efficient_loading": False,
+    }
+    if getattr(recipe.launch, "fsdp_cpu_offload", False) and cuda:
+        config["cpu_offload"] = True
+    return config
+
+
+def training_kwargs(recipe: Recipe, cuda: bool | None = None) -> dict:
+    """TrainingArguments keywords that depend on the strategy."""
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    strategy = strategy_of(recipe)
+    if strategy == "deepspeed":
+        extra: dict = {"deepspeed": deepspeed_config(recipe)}
+        if not cuda:
+            extra["accelerator_config"] = {"use_configured_state": True}
+        return extra
+    extra = {"ddp_backend": "nccl" if cuda else "gloo", "use_cpu": not cuda}
+    if strategy == "ddp":
+        extra["ddp_find_unused_parameters"] = False
+        return extra
+    extra["fsdp"] = True
+    extra["fsdp_config"] = fsdp_config(recipe, cuda)
+    return extra
+
+
+def prepare_distributed(recipe: Recipe) -> None:
+    """Start what must exist before TrainingArguments (only DeepSpeed on CPU needs it)."""
+    if strategy_of(recipe) != "deepspeed":
+        return
+    if torch.cuda.is_available() or int(os.environ.get("WORLD_SIZE", "1")) < 1:
+        return
+    import accelerate
+
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    accelerate.PartialState(backend="gloo")
+
+
+class StrategyMixin:
+    """Mixed into the run's Trainer: after the Accelerator exists, turn FSDP on for CPU."""
+
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        enable_cpu_fsdp(self)
+
+
+def enable_cpu_fsdp(trainer) -> bool:
+    """Make accelerate use the FSDP plugin on a CPU process group (see the module docstring).
+
+    Called right after the Trainer is built and before `train()`. Returns True when it changed
+    the state. A no-op with CUDA, for other strategies, or when accelerate already chose FSDP.
+    """
+    from accelerate.utils import DistributedType
+
+    args = trainer.args
+    if not getattr(args, "fsdp", None) or torch.cuda.is_available():
+        return False
+    accelerator = trainer.accelerator
+    state = accelerator.state
+    if state.distributed_type == DistributedType.FSDP:
+        return False
+    if state.distributed_type != DistributedType.MULTI_CPU:
+        return False
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    from accelerate.state import PartialState
+
+    plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
+    # AcceleratorState copies PartialState's fields each time it is built: change both
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    state.distributed_type = DistributedType.FSDP
+    state.fsdp_plugin = plugin
+    trainer.is_fsdp_enabled = True
+    return True
