@@ -11,7 +11,7 @@ from tuiapp.core.recipe import LaunchSpec
 def test_deepspeed_argv_golden():
     argv = deepspeed_argv(Path("/r/run1"), 2, None, 29555, python="/py")
     assert argv == ["/py", "-m", "deepspeed.launcher.runner", "--master_port", "29555", "--num_gpus", "2",
-                    "--module", "tuiapp.trainer", "--run-dir", "/r/run1"]
+                    "--enable_each_rank_log", "/r/run1/ranks", "--module", "tuiapp.trainer", "--run-dir", "/r/run1"]
     argv = deepspeed_argv(Path("/r/run1"), 2, [1, 3], 29555, resume=True, python="/py")
     assert argv[5:7] == ["--include", "localhost:1,3"] and argv[-1] == "--resume"
 

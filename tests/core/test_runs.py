@@ -96,3 +96,16 @@ def test_files_follow_the_users_umask(tmp_path):
     assert (run.path / "run.json").stat().st_mode & 0o777 == 0o600
     assert (run.path / "recipe.toml").stat().st_mode & 0o777 == 0o600
     assert run.path.stat().st_mode & 0o777 == 0o700
+
+
+def test_failure_reason_explains_a_killed_rank(tmp_path):
+    from tuiapp.core.runs import failure_reason
+
+    (tmp_path / "stdout.log").write_text(
+        "[INFO] step\n[ERROR] [launch.py:259:sigkill_handler] ['python', '-u', '-m', 'tuiapp.trainer', "
+        "'--local_rank=1', '--run-dir', '/r'] exits with return code = -9\n")
+    reason = failure_reason(tmp_path)
+    assert reason.startswith("local rank 1 was killed by signal 9 (SIGKILL")
+    (tmp_path / "ranks").mkdir()
+    (tmp_path / "ranks" / "20260101000000_rank0.log").write_text("Traceback (most recent call last):\nValueError: bad\n")
+    assert failure_reason(tmp_path).startswith("[20260101000000_rank0.log] Traceback")

@@ -104,22 +104,27 @@ def estimate_report(recipe: Recipe, store: RunStore, base_dir: Path, nodes: int 
     return {"text": estimate.format_estimate(result), "json": result.to_json()}
 
 
-def stall_hint(run, summary: dict | None = None) -> str | None:
+def is_stalled(times: list[float], now: float) -> bool:
+    """True when the last step is older than several median step times (and STALL_MIN_S)."""
+    if len(times) < 3:
+        return False
+    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    if not gaps:
+        return False
+    return now - times[-1] > max(STALL_MIN_S, STALL_FACTOR * statistics.median(gaps))
+
+
+def stall_hint(run, summary: dict | None = None, now: float | None = None) -> str | None:
     """A hint when a running run's step has not moved for several median step times."""
     if run.status != "running":
         return None
     rows = dedupe_steps(train_rows(run.metrics()))
-    times = [r.get("time") for r in rows if isinstance(r.get("time"), (int, float))]
-    if len(times) < 3:
+    times = [r["time"] for r in rows if isinstance(r.get("time"), (int, float))]
+    now = time.time() if now is None else now
+    if not is_stalled(times, now):
         return None
     gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
-    if not gaps:
-        return None
-    limit = max(STALL_MIN_S, STALL_FACTOR * statistics.median(gaps))
-    quiet = time.time() - times[-1]
-    if quiet > limit:
-        return (
-            f"stalled: no step for {quiet:.0f}s (median step {statistics.median(gaps):.1f}s). "
-            "Check the log tail for a hung rank or NCCL timeout; `llmtui stop` then `llmtui resume`."
-        )
-    return None
+    return (
+        f"stalled: no step for {now - times[-1]:.0f}s (median step {statistics.median(gaps):.1f}s). "
+        "Check the log tail for a hung rank or NCCL timeout; `llmtui stop` then `llmtui resume`."
+    )

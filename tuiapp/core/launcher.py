@@ -87,7 +87,7 @@ def deepspeed_argv(
         argv += ["--include", "localhost:" + ",".join(str(i) for i in gpu_ids)]
     else:
         argv += ["--num_gpus", str(ranks)]
-    argv += ["--module", "tuiapp.trainer", "--run-dir", str(run_dir)]
+    argv += ["--enable_each_rank_log", str(run_dir / "ranks"), "--module", "tuiapp.trainer", "--run-dir", str(run_dir)]
     if resume:
         argv.append("--resume")
     return argv

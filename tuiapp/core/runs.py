@@ -92,12 +92,12 @@ def tail_lines(path: Path, count: int = 20, max_bytes: int = 65536) -> list[str]
 ERROR_MARKERS = ("Error", "error:", "Traceback", "Killed", "OutOfMemory", "CUDA out of memory", "exits with return code")
 
 
-def failure_reason(run_dir: Path, log: Path | None = None) -> str:
-    """The last error lines of a run's output (or of another log, e.g. nodes/1.log)."""
-    lines = tail_lines(log or run_dir / "stdout.log", 200)
+def error_lines(log: Path) -> tuple[bool, list[str]]:
+    """(found an error, the last error lines) of one log."""
+    lines = tail_lines(log, 200)
     hits = [i for i, line in enumerate(lines) if any(m in line for m in ERROR_MARKERS)]
     if not hits:
-        return "\n".join(lines[-5:])
+        return False, lines[-5:]
     first = hits[-1]
     for index in reversed(hits):
         if "Traceback" in lines[index]:
@@ -105,7 +105,50 @@ def failure_reason(run_dir: Path, log: Path | None = None) -> str:
             break
     chosen = [line for line in lines[first:] if line.strip()]
     errors = [line for line in chosen if any(m in line for m in ERROR_MARKERS)]
-    return "\n".join((errors or chosen)[-6:])
+    return True, (errors or chosen)[-6:]
+
+
+def rank_logs(run_dir: Path) -> list[Path]:
+    """Per-rank logs of the latest attempt (DeepSpeed names them <start time>_rank<N>.log)."""
+    logs = sorted((run_dir / "ranks").glob("*_rank*.log"))
+    if not logs:
+        return []
+    latest = logs[-1].name.split("_rank")[0]
+    return [p for p in logs if p.name.startswith(latest + "_rank")]
+
+
+RANK_EXIT = re.compile(r"--local_rank=(\d+).*exits with return code = (-?\d+)")
+SIGNAL_HINTS = {9: "SIGKILL: killed from outside, often the kernel's out-of-memory killer", 15: "SIGTERM",
+                6: "SIGABRT: a crash in native code", 11: "SIGSEGV: a crash in native code"}
+
+
+def explain_rank_exit(lines: list[str]) -> str | None:
+    """'local rank 1 was killed by signal 9 (...)' from DeepSpeed's launcher line."""
+    for line in reversed(lines):
+        match = RANK_EXIT.search(line)
+        if match:
+            rank, code = int(match.group(1)), int(match.group(2))
+            if code < 0:
+                hint = SIGNAL_HINTS.get(-code, "")
+                return f"local rank {rank} was killed by signal {-code}" + (f" ({hint})" if hint else "")
+            return f"local rank {rank} exited with code {code}"
+    return None
+
+
+def failure_reason(run_dir: Path, log: Path | None = None) -> str:
+    """The last error lines of a run: the first rank log holding an error, else the main log
+    (or another log given, e.g. nodes/1.log)."""
+    main = log or run_dir / "stdout.log"
+    for candidate in [*rank_logs(run_dir), main] if log is None else [main]:
+        found, lines = error_lines(candidate)
+        explained = explain_rank_exit(lines)
+        if explained:
+            lines = [explained, *lines]
+        if found:
+            prefix = f"[{candidate.name}] " if candidate != main else ""
+            return prefix + "\n".join(lines)
+    lines = error_lines(main)[1]
+    return "\n".join([explain_rank_exit(lines) or "", *lines]).strip()
 
 
 @dataclass

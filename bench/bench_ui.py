@@ -1,0 +1,262 @@
+"""Benchmarks of the TUI (headless, Textual's test driver): prints a markdown table.
+
+    .venv/bin/python bench/bench_ui.py [--quick]
+
+- time to the first painted frame of the history with 0, 1,000 and 10,000 runs (and until the
+  first rows, every run.json and every metrics file are in)
+- metric line written to metrics.jsonl -> the loss chart redrawn with it (latency)
+- redraw of a chart of 1,000,000 points (downsampled to its width)
+- compare 10 runs x 100,000 points: load, first frame, redraw on switching step/tokens
+
+Synthetic run folders (a template made by RunStore.create, copied with its own run.json and a
+short metrics.jsonl) in a temporary folder, removed at the end. Under ~3 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tuiapp.core.metrics import JsonlWriter  # noqa: E402
+from tuiapp.core.recipe import Recipe  # noqa: E402
+from tuiapp.core.runs import RunStore  # noqa: E402
+from tuiapp.ui.app import LlmtuiApp  # noqa: E402
+from tuiapp.ui.config import UiConfig  # noqa: E402
+from tuiapp.ui.rundata import Series  # noqa: E402
+from tuiapp.ui.screens.compare import CompareScreen  # noqa: E402
+from tuiapp.ui.screens.run_view import RunViewScreen  # noqa: E402
+from tuiapp.ui.widgets.charts import MetricChart  # noqa: E402
+
+NOW = time.time()
+SIZE = (160, 48)
+
+
+class TimedApp(LlmtuiApp):
+    """Notes when the first frame of the history was handed to the driver."""
+
+    first_frame: float | None = None
+
+    def _display(self, screen, renderable) -> None:
+        if self.first_frame is None and renderable is not None and type(screen).__name__ == "HomeScreen":
+            self.first_frame = time.perf_counter()
+        super()._display(screen, renderable)
+
+
+def app_for(root: Path, base: Path, **options) -> TimedApp:
+    return TimedApp(UiConfig(runs_root=root, base_dir=base, system_monitor=False, hf_cache_dirs=[], **options))
+
+
+async def until(pilot, predicate, timeout: float = 120.0, step: float = 0.005) -> float:
+    deadline = time.perf_counter() + timeout
+
+    def holds() -> bool:
+        try:
+            return bool(predicate())
+        except Exception:  # the screen is still being built
+            return False
+
+    while not holds():
+        if time.perf_counter() > deadline:
+            raise TimeoutError("benchmark condition not reached")
+        await pilot.pause(step)
+    return time.perf_counter()
+
+
+# ------------------------------------------------------------------ synthetic runs
+
+
+def make_runs(root: Path, count: int, metric_rows: int = 20) -> list[Path]:
+    store = RunStore(root)
+    template = store.create(Recipe(name="bench"))
+    recipe_text = (template.path / "recipe.toml").read_text()
+    base_info = json.loads(template.info_path.read_text())
+    shutil.rmtree(template.path)
+    paths = []
+    statuses = ["succeeded", "failed", "stopped", "succeeded"]
+    for i in range(count):
+        path = root / f"20250101-{i:06d}-bench-{i % 97}-{i:04x}"
+        path.mkdir(parents=True)
+        (path / "recipe.toml").write_text(recipe_text)
+        info = dict(base_info, id=path.name, name=f"bench-{i % 97}", status=statuses[i % 4],
+                    started=NOW - 86400 + i, ended=NOW - 86000 + i, method=["lora", "sft", "dora"][i % 3])
+        (path / "run.json").write_text(json.dumps(info))
+        lines = []
+        for step in range(1, metric_rows + 1):
+            lines.append(json.dumps({"step": step, "max_steps": metric_rows, "time": NOW - 86400 + i + step,
+                                     "loss": 3.0 / step + (i % 13) * 0.01, "lr": 1e-4, "tokens": step * 2048,
+                                     "tokens_per_s": 1000.0 + i % 50, "mem": {"rank0": {"device": "cpu", "peak": 1e9}}}))
+        (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        paths.append(path)
+    return paths
+
+
+def write_long_metrics(path: Path, points: int, seed: int) -> None:
+    rows = []
+    for step in range(1, points + 1):
+        rows.append(f'{{"step":{step},"time":{NOW + step},"loss":{2.0 + math.sin(step / 500 + seed) / (1 + step / 20000):.5f},'
+                    f'"lr":{1e-4 * (1 - step / points):.3e},"tokens":{step * 1024 * (1 + seed % 3)},"tokens_per_s":{1000 + seed * 10 + step % 17}}}')
+    (path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+
+
+# ------------------------------------------------------------------ benchmarks
+
+
+async def bench_first_frame(tmp: Path, count: int) -> dict:
+    root = tmp / f"runs-{count}"
+    make_runs(root, count, metric_rows=10) if count else root.mkdir(parents=True)
+    app = app_for(root, tmp, live=False)
+    start = time.perf_counter()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.first_frame is not None)
+        home = app.screen
+        rows = await until(pilot, lambda: count == 0 or len(home.query_one("RunsTable").rows) > 0)
+        loaded = await until(pilot, lambda: home.loaded)
+        summarized = await until(pilot, lambda: home.summarized, timeout=300)
+        # one live-sized update: a keypress that re-sorts everything
+        sort_start = time.perf_counter()
+        await pilot.press("s")
+        await pilot.pause()
+        sort_time = time.perf_counter() - sort_start
+    return {"runs": count, "first_frame": app.first_frame - start, "first_rows": rows - start,
+            "all_loaded": loaded - start, "all_summarized": summarized - start, "sort": sort_time}
+
+
+async def bench_latency(tmp: Path, samples: int) -> dict:
+    root = tmp / "latency"
+    path = make_runs(root, 1, metric_rows=100)[0]
+    info = json.loads((path / "run.json").read_text())
+    info.update(status="running", ended=None)
+    (path / "run.json").write_text(json.dumps(info))
+    app = app_for(root, tmp)
+    delays = []
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.screen.loaded)
+        app.push_screen(RunViewScreen(path.name))
+        await until(pilot, lambda: isinstance(app.screen, RunViewScreen) and app.screen.loaded)
+        view = app.screen
+        chart = view.query_one("#chart-loss", MetricChart)
+        drawn = {"n": 0}
+        original = chart.render
+
+        def render():
+            result = original()
+            drawn["n"] = len(view.data.loss)
+            return result
+
+        chart.render = render
+        with JsonlWriter(path / "metrics.jsonl") as writer:
+            for i in range(samples):
+                step = 101 + i
+                start = time.perf_counter()
+                writer.write({"step": step, "max_steps": 1000, "loss": 1.0, "time": NOW + step})
+                done = await until(pilot, lambda: drawn["n"] >= step - 0 and len(view.data.loss) >= step, step=0.002)
+                delays.append(done - start)
+                await pilot.pause(0.05)
+    delays.sort()
+    return {"median": statistics.median(delays), "p95": delays[int(len(delays) * 0.95) - 1], "max": delays[-1], "poll_s": app.config.poll_s}
+
+
+async def bench_million(tmp: Path, points: int) -> dict:
+    root = tmp / "million"
+    root.mkdir()
+    app = app_for(root, tmp, live=False)
+    series = Series()
+    for i in range(points):
+        series.append(float(i), 2.0 + math.sin(i / 1000) / (1 + i / 100000))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.screen.loaded)
+        chart = MetricChart("1M points", id="bench-chart")
+        await app.screen.mount(chart, before=app.screen.query_one("RunsTable"))
+        app.screen.query_one("RunsTable").display = False
+        await pilot.pause()
+        chart.set_series([("loss", series)])
+        cold = _timed(chart.render)
+        warm = statistics.median(_timed(chart.render) for _ in range(5))
+        uncached = statistics.median(_timed(chart._build) for _ in range(5))
+        series.append(float(points), 2.0)
+        appended = _timed(chart.render)
+        start = time.perf_counter()
+        chart.refresh()
+        await pilot.pause()
+        frame = time.perf_counter() - start
+    return {"points": points, "cold": cold, "warm": warm, "uncached": uncached, "after_append": appended, "frame": frame, "drawn": chart.points_drawn}
+
+
+def _timed(func) -> float:
+    start = time.perf_counter()
+    func()
+    return time.perf_counter() - start
+
+
+async def bench_compare(tmp: Path, runs: int, points: int) -> dict:
+    root = tmp / "compare"
+    paths = make_runs(root, runs, metric_rows=1)
+    for seed, path in enumerate(paths):
+        write_long_metrics(path, points, seed)
+    app = app_for(root, tmp, live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.screen.summarized, timeout=300)
+        start = time.perf_counter()
+        app.push_screen(CompareScreen([p.name for p in paths]))
+        first_curves = await until(pilot, lambda: isinstance(app.screen, CompareScreen) and bool(app.screen.query_one("#cmp-chart-loss").series), timeout=300)
+        loaded = await until(pilot, lambda: app.screen.loaded, timeout=300)
+        await pilot.pause()
+        first = time.perf_counter()
+        toggle = time.perf_counter()
+        await pilot.press("x")
+        await pilot.pause()
+        switched = time.perf_counter()
+        charts = list(app.screen.query(MetricChart))
+        redraw = sum(_timed(c._build) for c in charts)  # uncached: plotext builds all four
+    return {"runs": runs, "points": points, "first_curves": first_curves - start, "load": loaded - start, "first_frame": first - start,
+            "toggle_axis": switched - toggle, "redraw_4_charts": redraw}
+
+
+def fmt(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+async def main(quick: bool) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="llmtui-bench-ui-"))
+    started = time.perf_counter()
+    try:
+        counts = [0, 1000] if quick else [0, 1000, 10000]
+        frames = [await bench_first_frame(tmp, n) for n in counts]
+        latency = await bench_latency(tmp, 10 if quick else 20)
+        million = await bench_million(tmp, 1_000_000)
+        compare = await bench_compare(tmp, 10, 10_000 if quick else 100_000)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"## TUI benchmarks ({SIZE[0]}x{SIZE[1]}, headless; {time.perf_counter() - started:.0f} s in all)\n")
+    print("| benchmark | result |")
+    print("|---|---|")
+    for f in frames:
+        print(f"| history, {f['runs']:,} runs: first frame | {fmt(f['first_frame'])} |")
+        if f["runs"]:
+            print(f"| history, {f['runs']:,} runs: first rows / all run.json / all metrics | "
+                  f"{fmt(f['first_rows'])} / {fmt(f['all_loaded'])} / {fmt(f['all_summarized'])} |")
+            print(f"| history, {f['runs']:,} runs: re-sort all (keypress to frame) | {fmt(f['sort'])} |")
+    print(f"| metric line -> loss chart redrawn (poll {latency['poll_s']} s): median / p95 / max | "
+          f"{fmt(latency['median'])} / {fmt(latency['p95'])} / {fmt(latency['max'])} |")
+    print(f"| chart of {million['points']:,} points: first render (downsample + plot) | {fmt(million['cold'])} |")
+    print(f"| chart of {million['points']:,} points: redraw, cached / rebuilt / after one more point | {fmt(million['warm'])} / {fmt(million['uncached'])} / {fmt(million['after_append'])} |")
+    print(f"| chart of {million['points']:,} points: full frame | {fmt(million['frame'])} ({million['drawn']} points drawn) |")
+    print(f"| compare {compare['runs']} runs x {compare['points']:,} points: first curves / all loaded (read + parse) / frame | "
+          f"{fmt(compare['first_curves'])} / {fmt(compare['load'])} / {fmt(compare['first_frame'])} |")
+    print(f"| compare {compare['runs']} runs x {compare['points']:,} points: switch step/tokens / redraw 4 charts | {fmt(compare['toggle_axis'])} / {fmt(compare['redraw_4_charts'])} |")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    asyncio.run(main(parser.parse_args().quick))

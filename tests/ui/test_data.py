@@ -1,0 +1,249 @@
+"""The UI's data layer without Textual: history rows, run series, form data, compare, tails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ui_fixtures import FIXED_NOW, make_run, standard_runs
+
+from tuiapp.core.errors import RecipeError, RecipeErrors
+from tuiapp.core.metrics import JsonlWriter
+from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec, load_recipe
+from tuiapp.ui import formdata
+from tuiapp.ui.comparing import build_series, config_rows, flatten, load_compare_run
+from tuiapp.core.checks import is_stalled
+from tuiapp.ui.history import HistoryLoader, LiveSummary, with_metrics
+from tuiapp.ui.history_model import HistoryModel
+from tuiapp.ui.rundata import RunData
+from tuiapp.core.tail import TextTail, log_sources
+
+
+def test_ui_never_imports_torch_or_the_trainer():
+    code = (
+        "import sys, tuiapp.ui.app, tuiapp.ui.screens.home, tuiapp.ui.screens.run_view, "
+        "tuiapp.ui.screens.new_experiment, tuiapp.ui.screens.compare, tuiapp.ui.screens.help;"
+        "bad = [m for m in ('torch', 'transformers', 'deepspeed', 'tuiapp.trainer', 'peft') if m in sys.modules];"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_history_loader_reads_rows_and_summaries(tmp_path):
+    root = tmp_path / "runs"
+    runs = standard_runs(root)
+    loader = HistoryLoader(root)
+    batches = list(loader.load_infos(loader.scan(), batch=4))
+    assert [len(b) for b in batches] == [4, 2]
+    rows = [r for b in batches for r in b]
+    assert rows[0].name == "stuck"  # newest first
+    by_name = {r.name: loader.summarize(r) for r in rows}
+    assert by_name["baseline"].step == 40 and by_name["baseline"].max_steps == 40
+    assert by_name["high-lr"].best_eval_loss < by_name["baseline"].best_eval_loss
+    assert by_name["full-sft"].status == "failed"
+    assert by_name["stuck"].stalled(FIXED_NOW) and not by_name["live-one"].stalled(FIXED_NOW)
+    assert len(by_name["baseline"].losses) <= 48
+    assert set(loader.active) == {runs["live-one"].id, runs["stuck"].id}
+    # a live run writes a new row: the next poll reports it
+    with JsonlWriter(runs["live-one"].metrics_path) as writer:
+        writer.write({"step": 31, "max_steps": 100, "loss": 0.5, "time": FIXED_NOW})
+    changed = loader.poll()
+    assert [r.name for r in changed] == ["live-one"] and changed[0].step == 31
+    assert loader.poll() == []
+
+
+def test_history_model_filters_sorts_and_marks(tmp_path):
+    root = tmp_path / "runs"
+    standard_runs(root)
+    loader = HistoryLoader(root)
+    model = HistoryModel(lambda: FIXED_NOW)
+    model.add([loader.summarize(r) for b in loader.load_infos(loader.scan(), 100) for r in b])
+    assert len(model.visible) == 6
+    model.status_filter = "stalled"
+    model.invalidate()
+    assert [r.name for r in model.visible] == ["stuck"]
+    model.status_filter, model.method_filter = "", "lora"
+    model.invalidate()
+    assert {r.name for r in model.visible} == {"baseline", "high-lr", "live-one"}
+    model.method_filter, model.text_filter = "", "HIGH"
+    model.invalidate()
+    assert [r.name for r in model.visible] == ["high-lr"]
+    model.text_filter = ""
+    model.sort_by("last_loss")
+    losses = [r.last_loss for r in model.visible]
+    assert losses == sorted(losses)
+    model.sort_by("last_loss")  # again: descending
+    assert [r.last_loss for r in model.visible] == sorted(losses, reverse=True)
+    model.sort_by("name", reverse=False)
+    assert [r.name for r in model.visible][:2] == ["baseline", "full-sft"]
+    model.toggle_mark(model.visible[0].id)
+    model.toggle_mark(model.visible[1].id)
+    model.toggle_mark(model.visible[0].id)
+    assert model.marked == [model.visible[1].id]
+
+
+def test_is_stalled():
+    times = [0.0, 1.0, 2.0, 3.0]
+    assert not is_stalled(times, 30.0)
+    assert is_stalled(times, 100.0)
+    assert not is_stalled(times[:2], 1000.0)
+
+
+def test_rundata_dedupes_a_resumed_run():
+    data = RunData()
+    data.extend([{"step": s, "loss": 10 - s, "lr": 0.1, "time": s, "max_steps": 10} for s in range(1, 6)])
+    data.extend([{"split": "eval", "step": 4, "eval_loss": 3.0, "samples": [{"prompt": "p", "output": "o"}]}])
+    # resumed from the step-3 checkpoint: steps 4 and 5 are written again
+    data.extend([{"step": s, "loss": 100 + s, "lr": 0.1, "time": 10 + s, "max_steps": 10} for s in (4, 5, 6)])
+    assert list(data.loss.xs) == [1, 2, 3, 4, 5, 6]
+    assert list(data.loss.ys) == [9, 8, 7, 104, 105, 106]
+    assert len(data.eval_loss) == 0  # the eval at step 4 belonged to the abandoned branch
+    assert data.samples == [{"prompt": "p", "output": "o"}]
+    data.extend([{"step": 7, "loss": "nan", "time": 20}])
+    assert data.nonfinite_loss and len(data.loss) == 6
+
+
+def test_form_defaults_are_a_valid_recipe_and_roundtrip():
+    check = formdata.check_values(formdata.default_values("lora"), "lora")
+    assert check.errors == [] and check.recipe == Recipe()
+    recipe = Recipe(name="x", method=LoraMethod(rank=4, target_modules=["q_proj", "v_proj"]),
+                    train=TrainSpec(sample_prompts=["hi \"there\""], learning_rate=3e-5),
+                    dataset={"name": "demo:chat", "columns": {"prompt": "q"}, "eval_split": 0.1},
+                    launch={"gpus": [0, 1], "zero_stage": 2})
+    values = formdata.values_from_recipe(recipe)
+    assert formdata.check_values(values, "lora").recipe == recipe
+
+
+def test_form_errors_are_the_ones_validate_prints(tmp_path):
+    values = formdata.default_values("qlora")
+    values["train.learning_rate"] = "fast"
+    values["launch.gpus"] = "0"
+    check = formdata.check_values(values, "qlora", "recipes/run.toml")
+    assert {e.key for e in check.errors} == {"train.learning_rate", "launch.gpus"}
+    path = tmp_path / "recipes" / "run.toml"
+    path.parent.mkdir()
+    path.write_text(check.toml, encoding="utf-8")
+    try:
+        load_recipe(path)
+    except (RecipeErrors, RecipeError) as exc:
+        from_file = [str(e) for e in getattr(exc, "errors", [exc])]
+    assert [s.replace(str(path), "recipes/run.toml") for s in from_file] == [str(e) for e in check.errors]
+
+
+def test_compare_series_and_config(tmp_path):
+    root = tmp_path / "runs"
+    runs = standard_runs(root)
+    a, b = load_compare_run(runs["baseline"].path), load_compare_run(runs["high-lr"].path)
+    assert len(a.series[("loss", "step")]) == 40
+    assert list(a.series[("loss", "tokens")].xs)[:2] == [2048, 4096]
+    assert list(a.series[("eval_loss", "tokens")].xs) == [20480, 40960, 61440, 81920]
+    keys = [k for k, _ in config_rows([a.recipe, b.recipe])]
+    assert keys == ["name", "train.learning_rate", "train.seed"]
+    assert len(config_rows([a.recipe, b.recipe], only_differing=False)) > 30
+    assert flatten({"a": {"b": 1, "c": {}}}) == {"a.b": 1, "a.c": {}}
+
+
+def test_build_series_handles_missing_tokens():
+    series = build_series([{"step": 1, "loss": 2.0}, {"split": "eval", "step": 1, "eval_loss": 1.0}])
+    assert len(series[("loss", "step")]) == 1 and len(series[("loss", "tokens")]) == 0
+
+
+def test_text_tail(tmp_path):
+    path = tmp_path / "log.txt"
+    path.write_bytes(b"a" * 100 + b"\nfirst\nsecond\npart")
+    tail = TextTail(path, initial_bytes=20)
+    lines, reset = tail.read_new()
+    assert reset and lines == ["first", "second"]  # the cut line is dropped, the partial waits
+    with open(path, "ab") as handle:
+        handle.write(b"ial\nprogress 1\rprogress 2\n")
+    assert tail.read_new() == (["partial", "progress 2"], False)
+    path.write_bytes(b"new\n")  # truncated: start again
+    assert tail.read_new() == (["new"], True)
+    assert TextTail(tmp_path / "missing").read_new() == ([], False)
+
+
+def test_log_sources(tmp_path):
+    run = make_run(tmp_path / "runs", "x", index=1)
+    assert [label for label, _ in log_sources(run.path)] == ["stdout", "ranks/rank0.log"]
+
+
+def test_metrics_fixture_matches_the_trainer_format(tmp_path):
+    run = make_run(tmp_path / "runs", "x", index=1, steps=3, eval_every=3)
+    rows = [json.loads(line) for line in Path(run.metrics_path).read_text().splitlines()]
+    assert set(rows[0]) >= {"step", "max_steps", "epoch", "time", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mem"}
+    assert rows[-1]["split"] == "eval" and "samples" in rows[-1]
+
+
+def test_system_sampler_falls_back_to_psutil():
+    from tuiapp.ui.system import SystemSampler
+
+    sampler = SystemSampler()
+    try:
+        sample = sampler.sample()
+    finally:
+        sampler.close()
+    assert sample.ram_total and sample.ram_used and sample.cpu_percent is not None
+    assert sample.source in ("nvml", "psutil")
+
+
+def test_system_sampler_reads_nvml_gpus():
+    from tuiapp.core.launcher import cuda_device_count
+    from tuiapp.ui.system import SystemSampler
+
+    if cuda_device_count() == 0:
+        import pytest
+
+        pytest.skip("no NVIDIA GPU visible to NVML")
+    sampler = SystemSampler()
+    try:
+        sample = sampler.sample()
+    finally:
+        sampler.close()
+    assert sample.source == "nvml" and sample.gpus and sample.gpus[0].total > 0
+
+
+def test_launch_is_refused_by_preflight_errors(tmp_path, monkeypatch):
+    from tuiapp.core.recipe import QloraMethod
+    from tuiapp.ui import actions
+
+    monkeypatch.setenv("LLMTUI_FORCE_CPU", "1")
+    recipe = Recipe(name="q", method=QloraMethod())
+    try:
+        actions.launch(recipe, tmp_path / "runs", tmp_path)
+    except actions.LaunchRefused as exc:
+        assert "error" in str(exc)
+    else:
+        raise AssertionError("a QLoRA run on a CPU-only machine must be refused")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_check_form_reports_findings(tmp_path):
+    from tuiapp.ui import actions
+
+    values = formdata.default_values("lora")
+    values["dataset.name"] = "missing.jsonl"
+    report = actions.check_form(values, "lora", tmp_path / "runs", tmp_path)
+    assert report.check.errors == [] and report.has_errors
+    assert "dataset not found" in report.findings
+    values["dataset.name"] = "demo:facts"
+    report = actions.check_form(values, "lora", tmp_path / "runs", tmp_path)
+    assert not report.has_errors and report.estimate
+
+
+def test_live_summary_matches_the_full_summary(tmp_path):
+    from tuiapp.core.metrics import read_jsonl
+
+    run = make_run(tmp_path / "runs", "x", index=1, steps=600, eval_every=50)
+    records = read_jsonl(run.metrics_path)
+    live = LiveSummary()
+    for start in range(0, len(records), 37):
+        live.add(records[start:start + 37])
+    base = HistoryLoader(tmp_path / "runs")
+    row = next(iter(base.load_infos(base.scan(), 10)))[0]
+    exact, incremental = with_metrics(row, records), live.apply(row)
+    for name in ("step", "max_steps", "last_loss", "best_eval_loss", "tokens_per_s", "peak_mem", "last_time", "step_times"):
+        assert getattr(incremental, name) == getattr(exact, name), name
+    assert len(incremental.losses) <= 48 and incremental.losses[0] == exact.losses[0]

@@ -1,0 +1,136 @@
+"""History screen: loading, filters, sorting, marks, compare, opening runs (Pilot)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ui_fixtures import FIXED_NOW, make_run, screen_text, test_app, wait_for
+
+from tuiapp.core.metrics import JsonlWriter
+from tuiapp.ui.screens.compare import CompareScreen
+from tuiapp.ui.screens.home import HomeScreen
+from tuiapp.ui.screens.run_view import RunViewScreen
+from tuiapp.ui.widgets.runs_table import RunsTable
+
+
+def names(app) -> list[str]:
+    return [r.name for r in app.screen.query_one(RunsTable).rows]
+
+
+def test_history_lists_every_run(runs_root, tmp_path):
+    async def scenario():
+        app = test_app(runs_root, tmp_path)
+        async with app.run_test(size=(120, 30)) as pilot:
+            await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
+            assert names(app) == ["stuck", "live-one", "halted", "full-sft", "high-lr", "baseline"]
+            text = screen_text(app)
+            for expected in ("stalled", "running", "succeeded", "failed", "stopped", "40/40", "0.6751", "▁"):
+                assert expected in text
+            assert "6 runs · 2 running" in text
+
+    asyncio.run(scenario())
+
+
+def test_filter_by_text_status_and_method(runs_root, tmp_path):
+    async def scenario():
+        app = test_app(runs_root, tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
+            await pilot.press("slash", *"lr", "enter")
+            assert names(app) == ["high-lr"]
+            assert isinstance(app.focused, RunsTable)
+            await pilot.press("escape")  # clears every filter
+            await pilot.pause()
+            assert len(names(app)) == 6
+            await pilot.press("t")  # status: running
+            await pilot.pause()
+            assert names(app) == ["stuck", "live-one"]
+            await pilot.press("t")  # status: stalled
+            await pilot.pause()
+            assert names(app) == ["stuck"]
+            await pilot.press("escape", "m")  # method: the first one in order (dora)
+            await pilot.pause()
+            assert names(app) == ["halted"]
+            await pilot.press("m")  # lora
+            await pilot.pause()
+            assert names(app) == ["live-one", "high-lr", "baseline"]
+            assert "3 of 6 runs" in screen_text(app)
+
+    asyncio.run(scenario())
+
+
+def test_sort_by_keys_and_header_click(runs_root, tmp_path):
+    async def scenario():
+        app = test_app(runs_root, tmp_path)
+        async with app.run_test(size=(120, 30)) as pilot:
+            await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
+            await pilot.press("s")  # first sortable column: name
+            assert names(app) == sorted(names(app))
+            await pilot.press("S")
+            assert names(app) == sorted(names(app), reverse=True)
+            table = app.screen.query_one(RunsTable)
+            await pilot.click(RunsTable, offset=(22 + 12 + 11 + 2, 0))  # the 'loss' header
+            losses = [r.last_loss for r in table.rows]
+            assert app.screen.model.sort_key == "last_loss" and losses == sorted(losses)
+            assert "sorted by loss ▲" in screen_text(app)
+            await pilot.click(RunsTable, offset=(22 + 12 + 11 + 2, 0))
+            assert [r.last_loss for r in table.rows] == sorted(losses, reverse=True)
+
+    asyncio.run(scenario())
+
+
+def test_mark_two_runs_and_compare_shows_differing_keys(runs_root, tmp_path):
+    async def scenario():
+        app = test_app(runs_root, tmp_path)
+        async with app.run_test(size=(100, 36)) as pilot:  # narrow: one pane at a time
+            await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
+            await pilot.press("c")  # nothing marked: a hint, no screen
+            assert isinstance(app.screen, HomeScreen)
+            await pilot.press("end", "up", "space", "space")  # high-lr, baseline
+            assert [app.screen.model.rows[i].name for i in app.screen.model.marked] == ["high-lr", "baseline"]
+            await pilot.press("c")
+            assert isinstance(app.screen, CompareScreen)
+            await wait_for(pilot, lambda: app.screen.loaded, what="compare data")
+            assert app.screen.config_keys() == ["name", "train.learning_rate", "train.seed"]
+            await pilot.press("5")  # the config pane
+            text = screen_text(app)
+            assert "train.learning_rate" in text and "0.001" in text and "0.0002" in text
+            assert "model.name" not in text
+            await pilot.press("a")
+            assert "model.name" in app.screen.config_keys()
+            await pilot.press("x")
+            assert app.screen.axis == "tokens"
+            chart = app.screen.query_one("#cmp-chart-loss")
+            assert chart.x_label == "tokens" and [label for label, _ in chart.series] == ["high-lr", "baseline"]
+            await pilot.press("escape")
+            assert isinstance(app.screen, HomeScreen)
+
+    asyncio.run(scenario())
+
+
+def test_enter_opens_the_run_and_a_new_run_appears_live(runs_root, tmp_path):
+    async def scenario():
+        app = test_app(runs_root, tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
+            run = make_run(runs_root, "late-comer", index=9, status="running", steps=50, written=3, last_time=FIXED_NOW - 1)
+            await wait_for(pilot, lambda: "late-comer" in names(app), what="the new run")
+            with JsonlWriter(run.metrics_path) as writer:
+                writer.write({"step": 4, "max_steps": 50, "loss": 1.0, "time": FIXED_NOW})
+            await wait_for(pilot, lambda: app.screen.model.rows[run.id].step == 4, what="the live update")
+            await pilot.press("home", "enter")
+            assert isinstance(app.screen, RunViewScreen) and app.screen.run_id == run.id
+            await pilot.press("escape")
+            assert isinstance(app.screen, HomeScreen)
+
+    asyncio.run(scenario())
+
+
+def test_empty_runs_folder(tmp_path):
+    async def scenario():
+        app = test_app(tmp_path / "none", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="load")
+            assert "press n for a new experiment" in screen_text(app)
+
+    asyncio.run(scenario())

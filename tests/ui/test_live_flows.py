@@ -1,0 +1,149 @@
+"""Flows with real processes: launch a tiny CPU run from the app, quit and reopen while it runs,
+stop it from the app. The real launcher, supervisor, DeepSpeed and trainer; about 30-60 s each.
+
+Run them alone with `pytest tests/ui -m slow`; skip them with `-m "not slow"`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from ui_fixtures import screen_text, test_app, wait_for
+
+from tuiapp.core import launcher
+from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec
+from tuiapp.core.runs import Run, RunStore
+from tuiapp.ui.screens.confirm import ConfirmScreen
+from tuiapp.ui.screens.home import HomeScreen
+from tuiapp.ui.screens.new_experiment import NewExperimentScreen
+from tuiapp.ui.screens.run_view import RunViewScreen
+
+pytestmark = pytest.mark.slow
+START_S = 150.0  # DeepSpeed + torch import + the tiny model on a small CPU box
+
+
+@pytest.fixture(autouse=True)
+def cpu_only(monkeypatch):
+    monkeypatch.setenv("LLMTUI_FORCE_CPU", "1")
+    monkeypatch.setenv("LLMTUI_STOP_GRACE_S", "30")
+
+
+def tiny_recipe(name: str, steps: int) -> Recipe:
+    return Recipe(
+        name=name,
+        dataset={"name": "demo:facts", "max_samples": 48},
+        method=LoraMethod(rank=4),
+        train=TrainSpec(max_steps=steps, micro_batch=2, max_seq_len=64, logging_steps=1),
+        launch={"gpus": 1},
+    )
+
+
+async def open_run_view(pilot, run_id: str) -> RunViewScreen:
+    app = pilot.app
+    await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.loaded, what="home")
+    app.push_screen(RunViewScreen(run_id))
+    await wait_for(pilot, lambda: isinstance(app.screen, RunViewScreen) and app.screen.loaded, what="run view")
+    return app.screen
+
+
+def test_launch_a_tiny_cpu_run_from_the_app(tmp_path):
+    root = tmp_path / "runs"
+
+    async def scenario():
+        app = test_app(root, tmp_path, system_monitor=True)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            await pilot.press("n")
+            form = app.screen
+            assert isinstance(form, NewExperimentScreen)
+            await wait_for(pilot, lambda: form.last_check is not None, what="check")
+            form.query_one("#f-name").focus()
+            await pilot.press("home", "ctrl+k", *"from-ui")
+            for key, value in {"train.max_steps": "4", "train.micro_batch": "2", "train.max_seq_len": "64",
+                               "dataset.max_samples": "32", "launch.gpus": "1", "method.rank": "4"}.items():
+                form.set_field(key, value)
+            await pilot.pause(0.4)
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda: isinstance(app.screen, RunViewScreen), timeout=60, what="the run view")
+            view = app.screen
+            run = Run(root / view.run_id).load()
+            assert run.name == "from-ui" and run.info["recipe"]["train"]["max_steps"] == 4
+            await wait_for(pilot, lambda: view.info.get("status") == "succeeded", timeout=START_S, what="success")
+            await wait_for(pilot, lambda: len(view.data.loss) == 4, what="every step in the chart")
+            assert (run.path / "final").is_dir()
+            assert "succeeded" in screen_text(app)
+
+    asyncio.run(scenario())
+
+
+@pytest.fixture(scope="module")
+def live_run(tmp_path_factory):
+    """One long tiny run shared by the reopen and stop flows; stopped at the end in any case."""
+    os.environ["LLMTUI_FORCE_CPU"] = "1"
+    os.environ["LLMTUI_STOP_GRACE_S"] = "30"
+    root = tmp_path_factory.mktemp("live") / "runs"
+    store = RunStore(root)
+    run = store.create(tiny_recipe("long-one", 2000))
+    launcher.start(run)
+    yield run
+    launcher.stop(run, grace_s=10)
+
+
+def test_quit_and_reopen_the_run_is_still_live(live_run, tmp_path):
+    root = live_run.path.parent
+
+    async def first_session():
+        app = test_app(root, tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            view = await open_run_view(pilot, live_run.id)
+            await wait_for(pilot, lambda: len(view.data.loss) >= 1, timeout=START_S, what="the first step")
+            return len(view.data.loss)
+        # leaving the block quits the app
+
+    seen = asyncio.run(first_session())
+    run = Run(live_run.path).load().refresh_truth()
+    assert run.status == "running" and run.supervisor_alive()
+
+    async def second_session():
+        app = test_app(root, tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.screen.summarized, what="history")
+            row = app.screen.model.rows[live_run.id]
+            assert row.status == "running"
+            assert "running" in screen_text(app)
+            await pilot.press("enter")
+            view = app.screen
+            assert isinstance(view, RunViewScreen) and view.run_id == live_run.id
+            await wait_for(pilot, lambda: len(view.data.loss) > seen + 1, timeout=60, what="new steps after reopening")
+
+    asyncio.run(second_session())
+
+
+def test_stop_from_the_app_then_resume(live_run, tmp_path):
+    root = live_run.path.parent
+
+    async def scenario():
+        app = test_app(root, tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            view = await open_run_view(pilot, live_run.id)
+            await wait_for(pilot, lambda: view.info.get("status") == "running", timeout=START_S, what="running")
+            await wait_for(pilot, lambda: len(view.data.loss) >= 1, timeout=START_S, what="a step")
+            await pilot.press("x")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+            await pilot.press("y")
+            await wait_for(pilot, lambda: view.info.get("status") == "stopped", timeout=90, what="stopped")
+            assert view.check_action("resume", ()) is True and view.check_action("stop", ()) is None
+            pgid = Run(live_run.path).load().info.get("pgid")
+            await wait_for(pilot, lambda: not launcher.group_processes(pgid), timeout=30, what="no process left")
+            assert "stopped" in screen_text(app)
+            # resume from the checkpoint the stop saved: the same view follows the new attempt
+            steps_at_stop = len(view.data.loss)
+            await pilot.press("r")
+            await wait_for(pilot, lambda: view.info.get("status") == "running", timeout=60, what="running again")
+            await wait_for(pilot, lambda: len(view.data.loss) > steps_at_stop, timeout=START_S, what="steps after resuming")
+            assert Run(live_run.path).load().info.get("attempts") == 2
+
+    asyncio.run(scenario())
+

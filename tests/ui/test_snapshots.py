@@ -1,0 +1,70 @@
+"""Snapshots (pytest-textual-snapshot) of every screen at 80x24 and 160x48.
+
+Deterministic: synthetic runs with fixed timestamps and ids, a frozen clock, TZ=UTC, no GPU or
+host monitor, no HF cache scan, no polling (live=False). Update with `--snapshot-update`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from ui_fixtures import test_app, wait_for
+
+from tuiapp.core.runs import RunStore
+from tuiapp.ui.screens.compare import CompareScreen
+from tuiapp.ui.screens.new_experiment import NewExperimentScreen
+from tuiapp.ui.screens.run_view import RunViewScreen
+
+SIZES = [(80, 24), (160, 48)]
+
+
+def _app(runs_root, tmp_path):
+    return test_app(runs_root, tmp_path, live=False)
+
+
+async def _home_ready(pilot):
+    await wait_for(pilot, lambda: pilot.app.screen.summarized, what="history")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])
+def test_home(snap_compare, runs_root, tmp_path, size):
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=_home_ready)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])
+def test_new_experiment(snap_compare, runs_root, tmp_path, size):
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        await pilot.press("n")
+        screen = pilot.app.screen
+        assert isinstance(screen, NewExperimentScreen)
+        await wait_for(pilot, lambda: screen.last_check is not None, what="check")
+        await wait_for(pilot, lambda: "alpaca" in str(screen.query_one("#ne-data").render()), what="preview")
+        screen.query_one("#f-name").cursor_blink = False
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])
+def test_run_view(snap_compare, runs_root, tmp_path, size):
+    run_id = RunStore(runs_root).get("high-lr").id
+
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        pilot.app.push_screen(RunViewScreen(run_id))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, RunViewScreen) and pilot.app.screen.loaded, what="run")
+        await wait_for(pilot, lambda: pilot.app.screen.info.get("status") == "succeeded", what="status")
+        await wait_for(pilot, lambda: len(pilot.app.screen.query_one("#rv-log").lines) > 0, what="log")
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])
+def test_compare(snap_compare, runs_root, tmp_path, size):
+    ids = [RunStore(runs_root).get(name).id for name in ("baseline", "high-lr", "halted")]
+
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        pilot.app.push_screen(CompareScreen(ids))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)

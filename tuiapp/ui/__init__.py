@@ -1,0 +1,1 @@
+"""The Textual app of llmtui. Imports tuiapp.core only (never torch or the trainer)."""

@@ -1,0 +1,225 @@
+"""The new-experiment form as data, generated from the recipe's pydantic schema.
+
+Each field becomes a FieldSpec (dotted key, kind of input, choices, default, description). The
+form's text values are turned back into a recipe dict, written as TOML, and parsed with
+`parse_recipe`: the same path `llmtui validate` takes, so the form shows the same messages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import BaseModel
+
+from tuiapp.core.errors import RecipeError, RecipeErrors
+from tuiapp.core.recipe import METHOD_MODELS, Recipe, parse_recipe
+
+SECTIONS = ("model", "dataset", "method", "train", "launch")
+BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass
+class FieldSpec:
+    key: str  # dotted path, e.g. "train.learning_rate"
+    name: str
+    kind: str  # "choice" | "bool" | "int" | "float" | "text" | "toml"
+    default: Any
+    description: str = ""
+    choices: list[Any] = field(default_factory=list)
+
+    @property
+    def section(self) -> str:
+        return self.key.split(".", 1)[0] if "." in self.key else ""
+
+    @property
+    def widget_id(self) -> str:
+        return "f-" + self.key.replace(".", "--").replace("_", "-")
+
+
+def _kind(annotation: Any) -> tuple[str, list[Any]]:
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return "choice", list(typing.get_args(annotation))
+    if annotation is bool:
+        return "bool", [True, False]
+    if annotation is int:
+        return "int", []
+    if annotation is float:
+        return "float", []
+    if annotation is str:
+        return "text", []
+    if origin in (typing.Union, types.UnionType):
+        return "toml", []
+    return "toml", []  # lists, dicts
+
+
+def _default(info) -> Any:
+    if info.default_factory is not None:
+        return info.default_factory()
+    return info.default
+
+
+def model_fields(model: type[BaseModel], prefix: str, skip: tuple[str, ...] = ()) -> list[FieldSpec]:
+    specs = []
+    for name, info in model.model_fields.items():
+        if name in skip:
+            continue
+        kind, choices = _kind(info.annotation)
+        key = f"{prefix}.{name}" if prefix else name
+        specs.append(FieldSpec(key, name, kind, _default(info), info.description or "", choices))
+    return specs
+
+
+def top_fields() -> list[FieldSpec]:
+    return model_fields(Recipe, "", skip=SECTIONS)
+
+
+def section_fields(section: str, method_kind: str = "lora") -> list[FieldSpec]:
+    """The fields of one section; for 'method', those of the given kind (kind itself excluded)."""
+    if section == "method":
+        return model_fields(METHOD_MODELS[method_kind], "method", skip=("kind",))
+    annotation = Recipe.model_fields[section].annotation
+    return model_fields(annotation, section)
+
+
+def all_fields(method_kind: str) -> list[FieldSpec]:
+    specs = top_fields()
+    for section in SECTIONS:
+        specs += section_fields(section, method_kind)
+    return specs
+
+
+# ------------------------------------------------------------------ text <-> values
+
+
+def toml_value(value: Any) -> str:
+    """A value as inline TOML (what a user would type)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = []
+        for k, v in value.items():
+            key = k if BARE_KEY.match(str(k)) else json.dumps(str(k))
+            items.append(f"{key} = {toml_value(v)}")
+        return "{" + ", ".join(items) + "}"
+    return str(value)
+
+
+def to_text(spec: FieldSpec, value: Any) -> str:
+    if spec.kind in ("choice", "bool"):
+        return choice_text(value)
+    if spec.kind == "toml":
+        return value if isinstance(value, str) else toml_value(value)
+    if spec.kind == "float" and isinstance(value, float):
+        return format(value, "g") if 0 < abs(value) < 1e-3 else repr(value)
+    return "" if value is None else str(value)
+
+
+def choice_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def from_text(spec: FieldSpec, text: str) -> Any:
+    """The value a text stands for; text that does not parse is passed on as a string, so
+    validation reports it exactly as it would from a TOML file."""
+    if spec.kind in ("choice", "bool"):
+        for choice in spec.choices:
+            if choice_text(choice) == text:
+                return choice
+        return text
+    stripped = text.strip()
+    if spec.kind == "int":
+        try:
+            return int(stripped.replace("_", ""))
+        except ValueError:
+            return text
+    if spec.kind == "float":
+        try:
+            return float(stripped)
+        except ValueError:
+            return text
+    if spec.kind == "text":
+        return text
+    if not stripped:
+        if isinstance(spec.default, (dict, list)):
+            return type(spec.default)()
+        return ""
+    try:
+        return tomllib.loads(f"v = {stripped}")["v"]
+    except tomllib.TOMLDecodeError:
+        return stripped
+
+
+def values_from_recipe(recipe: Recipe) -> dict[str, str]:
+    """Form texts of a recipe (to clone one)."""
+    data = recipe.model_dump(mode="python")
+    out = {}
+    for spec in all_fields(recipe.method.kind):
+        node: Any = data
+        for part in spec.key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        out[spec.key] = to_text(spec, node)
+    return out
+
+
+def default_values(method_kind: str = "lora") -> dict[str, str]:
+    return {spec.key: to_text(spec, spec.default) for spec in all_fields(method_kind)}
+
+
+def build_data(values: dict[str, str], method_kind: str) -> dict:
+    """The recipe dict of the form's texts (only the current method kind's fields)."""
+    data: dict[str, Any] = {section: {} for section in SECTIONS}
+    data["method"]["kind"] = method_kind
+    for spec in all_fields(method_kind):
+        if spec.key not in values:
+            continue
+        value = from_text(spec, values[spec.key])
+        if spec.section:
+            data[spec.section][spec.name] = value
+        else:
+            data[spec.name] = value
+    top = {k: data.pop(k) for k in list(data) if k not in SECTIONS}
+    return {**top, **data}
+
+
+@dataclass
+class FormCheck:
+    """The outcome of checking the form: the TOML, the recipe (when valid) and the errors."""
+
+    toml: str
+    recipe: Recipe | None
+    errors: list[RecipeError]
+
+    @property
+    def error_keys(self) -> set[str]:
+        return {e.key for e in self.errors if e.key}
+
+
+def check_values(values: dict[str, str], method_kind: str, file: str = "<form>") -> FormCheck:
+    data = build_data(values, method_kind)
+    try:
+        text = tomli_w.dumps(data)
+    except (TypeError, ValueError) as exc:  # pragma: no cover - the form only makes plain values
+        return FormCheck("", None, [RecipeError(message=str(exc), file=file)])
+    try:
+        recipe = parse_recipe(text, file)
+    except RecipeErrors as exc:
+        return FormCheck(text, None, list(exc.errors))
+    except RecipeError as exc:
+        return FormCheck(text, None, [exc])
+    return FormCheck(recipe.to_toml(), recipe, [])

@@ -1,0 +1,254 @@
+"""Run history as data: one RunRow per run directory, and the loader a worker thread drives.
+No Textual here: the loader runs in a thread and only returns values; the screen posts them as
+messages. The filter/sort/mark model of the table is in history_model.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterator
+
+from tuiapp.core.checks import is_stalled
+from tuiapp.core.metrics import JsonlReader, as_number, dedupe_steps, summarize, train_rows
+from tuiapp.core.runs import ACTIVE, Run, RunStore
+
+SPARK_POINTS = 48  # losses kept per row for the sparkline
+STATUSES = ("created", "running", "succeeded", "failed", "stopped", "unknown")
+
+
+@dataclass
+class RunRow:
+    """What the history table and the compare summary show of one run."""
+
+    id: str
+    path: Path
+    name: str = ""
+    status: str = "unknown"
+    method: str = ""
+    model: str = ""
+    dataset: str = ""
+    description: str = ""
+    started: float | None = None
+    ended: float | None = None
+    created: float | None = None
+    reason: str | None = None
+    step: float | None = None
+    max_steps: float | None = None
+    last_loss: float | None = None
+    best_eval_loss: float | None = None
+    tokens_per_s: float | None = None
+    peak_mem: float | None = None
+    last_time: float | None = None
+    losses: list[float] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)  # last few row times (stall check)
+    summarized: bool = False
+
+    def duration(self, now: float) -> float | None:
+        if not self.started:
+            return None
+        end = self.ended or (now if self.status in ACTIVE else self.last_time)
+        return (end - self.started) if end else None
+
+    def stalled(self, now: float) -> bool:
+        return self.status == "running" and is_stalled(self.step_times, now)
+
+    def display_status(self, now: float) -> str:
+        return "stalled" if self.stalled(now) else self.status
+
+    def matches(self, text: str) -> bool:
+        haystack = " ".join((self.name, self.id, self.method, self.model, self.dataset, self.description, self.status))
+        return all(word in haystack.lower() for word in text.lower().split())
+
+
+def row_from_info(path: Path, info: dict) -> RunRow:
+    started = as_number(info.get("started"))
+    return RunRow(
+        id=path.name,
+        path=path,
+        name=str(info.get("name") or path.name),
+        status=str(info.get("status") or "unknown"),
+        method=str(info.get("method") or ""),
+        model=str(info.get("model_ref") or info.get("model") or ""),
+        dataset=str(info.get("dataset") or ""),
+        description=str((info.get("recipe") or {}).get("description") or "") if isinstance(info.get("recipe"), dict) else "",
+        started=started,
+        ended=as_number(info.get("ended")),
+        created=as_number(info.get("created")),
+        reason=info.get("reason"),
+    )
+
+
+def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
+    """The row with its summary figures and sparkline taken from all its metrics records."""
+    summary = summarize(records)
+    train = dedupe_steps(train_rows(records))
+    losses = [as_number(r.get("loss")) for r in train]
+    finite = [v for v in losses if v is not None and math.isfinite(v)]
+    times = [as_number(r.get("time")) for r in train[-20:]]
+    return replace(
+        row,
+        step=summary["step"],
+        max_steps=summary["max_steps"],
+        last_loss=summary["last_loss"],
+        best_eval_loss=summary["best_eval_loss"],
+        tokens_per_s=summary["tokens_per_s"],
+        peak_mem=summary["peak_mem"],
+        last_time=summary["last_time"],
+        losses=_thin(finite, SPARK_POINTS),
+        step_times=[t for t in times if t is not None],
+        summarized=True,
+    )
+
+
+def _thin(values: list[float], count: int) -> list[float]:
+    if len(values) <= count:
+        return values
+    step = len(values) / count
+    return [values[min(len(values) - 1, int(i * step))] for i in range(count - 1)] + [values[-1]]
+
+
+class LiveSummary:
+    """The summary of a growing metrics file, kept up to date from new records alone, so a
+    long live run costs the same on every poll (no re-reading, bounded memory). Figures match
+    `with_metrics` except tokens/s, the median of the last few thousand steps."""
+
+    def __init__(self) -> None:
+        self.last: dict = {}
+        self.best_eval: float | None = None
+        self.peak: float | None = None
+        self.speeds: deque[float] = deque(maxlen=4096)
+        self.losses: list[float] = []
+        self.stride = 1
+        self.seen = 0
+        self.times: deque[float] = deque(maxlen=20)
+
+    def add(self, records: list[dict]) -> None:
+        for record in records:
+            split = record.get("split", "train")
+            if split == "eval":
+                value = as_number(record.get("eval_loss"))
+                if value is not None and math.isfinite(value):
+                    self.best_eval = value if self.best_eval is None else min(self.best_eval, value)
+            elif split == "train" and "step" in record:
+                self._train(record)
+
+    def _train(self, record: dict) -> None:
+        self.last = record
+        loss = as_number(record.get("loss"))
+        if loss is not None and math.isfinite(loss):
+            self.seen += 1
+            if self.seen % self.stride == 0:
+                self.losses.append(loss)
+                if len(self.losses) > 8 * SPARK_POINTS:  # keep every other one from now on
+                    self.losses = self.losses[::2]
+                    self.stride *= 2
+        speed = as_number(record.get("tokens_per_s"))
+        if speed is not None and math.isfinite(speed):
+            self.speeds.append(speed)
+        for device in (record.get("mem") or {}).values():
+            if isinstance(device, dict):
+                value = as_number(device.get("peak")) or as_number(device.get("rss"))
+                if value is not None:
+                    self.peak = value if self.peak is None else max(self.peak, value)
+        when = as_number(record.get("time"))
+        if when is not None:
+            self.times.append(when)
+
+    def apply(self, row: RunRow) -> RunRow:
+        last = self.last
+        speeds = sorted(self.speeds)
+        return replace(
+            row,
+            step=as_number(last.get("step")),
+            max_steps=as_number(last.get("max_steps")),
+            last_loss=as_number(last.get("loss")),
+            best_eval_loss=self.best_eval,
+            tokens_per_s=speeds[len(speeds) // 2] if speeds else None,
+            peak_mem=self.peak,
+            last_time=as_number(last.get("time")),
+            losses=_thin(self.losses, SPARK_POINTS),
+            step_times=list(self.times),
+            summarized=True,
+        )
+
+
+class HistoryLoader:
+    """Reads the runs folder for the home screen. Owned by one worker thread."""
+
+    def __init__(self, root: Path):
+        self.store = RunStore(root)
+        self.known: dict[str, float] = {}  # run id -> run.json mtime when last read
+        self.active: dict[str, tuple[JsonlReader, LiveSummary, RunRow]] = {}
+
+    def scan(self) -> list[Path]:
+        """Run folders not seen before, newest first (ids start with the UTC time)."""
+        fresh = [p for p in self.store.run_dirs() if p.name not in self.known]
+        fresh.reverse()
+        return fresh
+
+    def load_infos(self, paths: list[Path], batch: int, max_batch: int | None = None) -> Iterator[list[RunRow]]:
+        """run.json of each folder, in batches; active runs get their liveness checked. Batches
+        double up to max_batch: the first rows show at once, and 10,000 runs take few messages."""
+        rows: list[RunRow] = []
+        max_batch = max_batch or batch
+        for path in paths:
+            self.known[path.name] = _mtime(path / "run.json")
+            run = Run(path).load()
+            if run.status in ACTIVE:
+                run.refresh_truth()
+            rows.append(row_from_info(path, run.info))
+            if len(rows) >= batch:
+                yield rows
+                rows = []
+                batch = min(max_batch, batch * 2)
+        if rows:
+            yield rows
+
+    def summarize(self, row: RunRow) -> RunRow:
+        """Read a run's metrics once; active runs keep their reader for later polls."""
+        reader = JsonlReader(row.path / "metrics.jsonl")
+        records = reader.read_new()
+        summarized = with_metrics(row, records)
+        if row.status in ACTIVE:
+            live = LiveSummary()
+            live.add(records)
+            self.active[row.id] = (reader, live, summarized)
+        return summarized
+
+    def poll(self) -> list[RunRow]:
+        """Rows that changed since the last poll: active runs' status or metrics, and finished
+        runs whose run.json was rewritten (resumed from the CLI, say)."""
+        changed = []
+        for run_id, seen in list(self.known.items()):
+            if run_id in self.active:
+                continue
+            path = self.store.root / run_id
+            mtime = _mtime(path / "run.json")
+            if mtime != seen:
+                self.known[run_id] = mtime
+                run = Run(path).load()
+                changed.append(self.summarize(row_from_info(path, run.info)))
+        for run_id, (reader, live, row) in list(self.active.items()):
+            run = Run(row.path).load().refresh_truth()
+            fresh = row_from_info(row.path, run.info)
+            new = reader.read_new()
+            live.add(new)
+            if fresh.status not in ACTIVE:  # finished: exact figures from the whole file, once
+                del self.active[run_id]
+                self.known[run_id] = _mtime(row.path / "run.json")
+                changed.append(with_metrics(fresh, JsonlReader(row.path / "metrics.jsonl").read_all()))
+            elif new or fresh.status != row.status:
+                row = live.apply(fresh)
+                self.active[run_id] = (reader, live, row)
+                changed.append(row)
+        return changed
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

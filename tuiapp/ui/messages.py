@@ -1,0 +1,123 @@
+"""Messages workers post to screens: past-tense facts. Handlers own the widget state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.message import Message
+
+
+class RunsLoaded(Message):
+    """A batch of run.json files was read (history); `done` on the last batch."""
+
+    def __init__(self, rows: list, done: bool = False) -> None:
+        super().__init__()
+        self.rows = rows
+        self.done = done
+
+
+class RunsUpdated(Message):
+    """Runs already shown have new figures: metrics summarized, status changed."""
+
+    def __init__(self, rows: list, summaries_done: bool = False) -> None:
+        super().__init__()
+        self.rows = rows
+        self.summaries_done = summaries_done
+
+
+class MetricsAppended(Message):
+    """New metrics.jsonl records of the followed run."""
+
+    def __init__(self, run_id: str, records: list[dict]) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.records = records
+
+
+class LogAppended(Message):
+    """New lines of a log; `reset` when the view should clear first (new source, truncation)."""
+
+    def __init__(self, run_id: str, source: str, lines: list[str], reset: bool = False) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.source = source
+        self.lines = lines
+        self.reset = reset
+
+
+class RunStatusChanged(Message):
+    """The followed run's run.json changed (status, reason, ended...)."""
+
+    def __init__(self, run_id: str, info: dict) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.info = info
+
+
+class LogSourcesFound(Message):
+    def __init__(self, run_id: str, sources: list[tuple[str, Any]]) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.sources = sources
+
+
+class SystemSampled(Message):
+    def __init__(self, sample: Any) -> None:
+        super().__init__()
+        self.sample = sample
+
+
+class RunStopped(Message):
+    def __init__(self, run_id: str, clean: bool, status: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.clean = clean
+        self.status = status
+
+
+class RunLaunched(Message):
+    def __init__(self, run_id: str, resumed: bool = False) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.resumed = resumed
+
+
+class LaunchFailed(Message):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class RecipeChecked(Message):
+    """The form was validated: recipe errors, static findings and the memory estimate."""
+
+    def __init__(self, generation: int, check: Any, findings_text: str, has_errors: bool, estimate: str) -> None:
+        super().__init__()
+        self.generation = generation
+        self.check = check
+        self.findings_text = findings_text
+        self.has_errors = has_errors
+        self.estimate = estimate
+
+
+class DatasetInspected(Message):
+    def __init__(self, name: str, info: Any = None, error: str | None = None) -> None:
+        super().__init__()
+        self.name = name
+        self.info = info
+        self.error = error
+
+
+class ModelsFound(Message):
+    def __init__(self, names: list[str]) -> None:
+        super().__init__()
+        self.names = names
+
+
+class CompareLoaded(Message):
+    """Runs read for the compare screen (one message per run, so curves appear as they load)."""
+
+    def __init__(self, runs: list, done: bool = False) -> None:
+        super().__init__()
+        self.runs = runs
+        self.done = done

@@ -1,0 +1,158 @@
+"""A run's metrics as growable series: what the run view's charts and status line show.
+
+Rows come from metrics.jsonl in the order they were written. A resumed run writes steps again
+from its checkpoint: a train row whose step is not past the last one cuts the series back to
+before that step, so each step appears once (the latest write wins, as in core's dedupe_steps).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+from tuiapp.core.metrics import as_number
+
+
+class Series:
+    """x/y pairs in two arrays of doubles (compact; numpy reads them without a copy)."""
+
+    __slots__ = ("xs", "ys", "version")
+
+    def __init__(self) -> None:
+        self.xs = array("d")
+        self.ys = array("d")
+        self.version = 0  # bumped on every change: charts cache their downsampled copy by it
+
+    def __len__(self) -> int:
+        return len(self.ys)
+
+    def append(self, x: float | None, y: float | None) -> None:
+        if x is None or y is None or not math.isfinite(y) or not math.isfinite(x):
+            return  # NaN/inf cannot be drawn; the status line reports a non-finite loss
+        self.xs.append(x)
+        self.ys.append(y)
+        self.version += 1
+
+    def extend(self, xs: list, ys: list) -> None:
+        """Append many points at once (non-numeric and non-finite ones are skipped)."""
+        try:  # fast path: every value a finite number
+            ax, ay = array("d", xs), array("d", ys)
+            if len(ax) == len(ay) and all(map(math.isfinite, ax)) and all(map(math.isfinite, ay)):
+                if ax:
+                    self.xs.extend(ax)
+                    self.ys.extend(ay)
+                    self.version += 1
+                return
+        except TypeError:
+            pass
+        pairs = [(x, y) for x, y in zip(xs, ys) if _finite(x) and _finite(y)]
+        if pairs:
+            self.xs.extend(float(x) for x, _ in pairs)
+            self.ys.extend(float(y) for _, y in pairs)
+            self.version += 1
+
+    def truncate_from(self, x: float) -> None:
+        """Drop every point at or after x (xs must be increasing)."""
+        cut = bisect_left(self.xs, x)
+        if cut < len(self.xs):
+            del self.xs[cut:]
+            del self.ys[cut:]
+            self.version += 1
+
+    def last(self) -> float | None:
+        return self.ys[-1] if self.ys else None
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+TRAIN_SERIES = ("loss", "lr", "tokens_per_s", "grad_norm", "samples_per_s")
+
+
+@dataclass
+class RunData:
+    """Everything the run view draws, built from metrics records as they arrive."""
+
+    series: dict[str, Series] = field(default_factory=lambda: {k: Series() for k in TRAIN_SERIES})
+    eval_loss: Series = field(default_factory=Series)
+    memory: dict[str, Series] = field(default_factory=dict)  # "rank0" -> GB by step
+    steps: array = field(default_factory=lambda: array("d"))
+    last_train: dict = field(default_factory=dict)
+    first_time: float | None = None
+    recent: list[dict] = field(default_factory=list)  # last train rows, for the ETA
+    last_eval: dict = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)
+    samples_step: float | None = None
+    nonfinite_loss: bool = False
+    records: int = 0
+
+    @property
+    def loss(self) -> Series:
+        return self.series["loss"]
+
+    def extend(self, records: list[dict]) -> None:
+        for record in records:
+            self.records += 1
+            if record.get("split") == "eval":
+                self._eval(record)
+            elif record.get("split", "train") == "train" and "step" in record:
+                self._train(record)
+
+    def _train(self, row: dict) -> None:
+        step = as_number(row.get("step"))
+        if step is None:
+            return
+        if self.steps and step <= self.steps[-1]:
+            self._cut(step)
+        self.steps.append(step)
+        for key, series in self.series.items():
+            value = as_number(row.get(key))
+            if key == "loss" and value is not None and not math.isfinite(value):
+                self.nonfinite_loss = True
+            series.append(step, value)
+        for rank, device in (row.get("mem") or {}).items():
+            if isinstance(device, dict):
+                value = as_number(device.get("peak")) or as_number(device.get("rss"))
+                if value is not None:
+                    self.memory.setdefault(rank, Series()).append(step, value / 1e9)
+        if self.first_time is None:
+            self.first_time = as_number(row.get("time"))
+        self.last_train = row
+        self.recent.append(row)
+        del self.recent[:-20]
+
+    def _cut(self, step: float) -> None:
+        cut = bisect_left(self.steps, step)
+        del self.steps[cut:]
+        for series in (*self.series.values(), *self.memory.values(), self.eval_loss):
+            series.truncate_from(step)
+        self.recent = [r for r in self.recent if (as_number(r.get("step")) or 0) < step]
+
+    def _eval(self, row: dict) -> None:
+        step = as_number(row.get("step"))
+        if step is None:
+            return
+        if len(self.eval_loss) and step <= self.eval_loss.xs[-1]:
+            self.eval_loss.truncate_from(step)
+        self.eval_loss.append(step, as_number(row.get("eval_loss")))
+        self.last_eval = row
+        if row.get("samples"):
+            self.samples = [s for s in row["samples"] if isinstance(s, dict)]
+            self.samples_step = step
+
+    def best_eval(self) -> float | None:
+        return min(self.eval_loss.ys) if len(self.eval_loss) else None
+
+    def eta_seconds(self) -> float | None:
+        rows = self.recent
+        if len(rows) < 2:
+            return None
+        total = as_number(rows[-1].get("max_steps"))
+        steps = (as_number(rows[-1].get("step")) or 0) - (as_number(rows[0].get("step")) or 0)
+        elapsed = (as_number(rows[-1].get("time")) or 0) - (as_number(rows[0].get("time")) or 0)
+        if not total or steps <= 0 or elapsed <= 0:
+            return None
+        return max(0.0, (total - (as_number(rows[-1].get("step")) or 0)) * elapsed / steps)

@@ -1,0 +1,117 @@
+"""Text of the run view's status line and panes (pure functions of RunData and run.json)."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+
+from tuiapp.core.metrics import as_number
+from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number
+from tuiapp.core.checks import is_stalled
+from tuiapp.ui.rundata import RunData
+
+BADGES = {
+    "running": "[b $accent]● running[/]",
+    "created": "[b $secondary]○ starting[/]",
+    "succeeded": "[b $success]✓ succeeded[/]",
+    "failed": "[b $error]✗ failed[/]",
+    "stopped": "[b $warning]■ stopped[/]",
+}
+
+
+def status_text(info: dict, data: RunData, now: float) -> str:
+    status = info.get("status", "unknown")
+    badge = BADGES.get(status, f"[b]? {escape(str(status))}[/]")
+    model = info.get("model_ref") or info.get("model") or "?"
+    head = f"{badge}  [b]{escape(str(info.get('name', '?')))}[/]  {escape(str(info.get('method', '?')))} on {escape(str(model))} · {escape(str(info.get('dataset', '?')))}"
+    row = data.last_train
+    parts = []
+    step, total = as_number(row.get("step")), as_number(row.get("max_steps"))
+    if step is not None:
+        text = f"step {step:.0f}"
+        if total:
+            text += f"/{total:.0f} ({100 * step / total:.0f}%)"
+        parts.append(text)
+    if as_number(row.get("epoch")) is not None:
+        parts.append(f"epoch {as_number(row.get('epoch')):.2f}")
+    if data.loss.last() is not None:
+        parts.append(f"loss {data.loss.last():.4f}")
+    if data.best_eval() is not None:
+        parts.append(f"best eval {data.best_eval():.4f}")
+    started = as_number(info.get("started"))
+    if started:
+        end = as_number(info.get("ended")) or (now if status in ("running", "created") else None)
+        if end:
+            parts.append(("elapsed " if status == "running" else "took ") + fmt_duration(end - started))
+    if status == "running":
+        parts.append(f"ETA {fmt_duration(data.eta_seconds())}")
+    if info.get("ranks"):
+        parts.append(f"{info['ranks']} rank(s) on {escape(str(info.get('accelerator', '?')))}")
+    lines = [head, " · ".join(parts) or "no metrics yet"]
+    if status == "running":
+        times = [t for t in (as_number(r.get("time")) for r in data.recent) if t is not None]
+        if is_stalled(times, now):
+            lines.append(f"[b $warning]stalled: no step for {fmt_duration(now - times[-1])}; check the log tail for a hung rank[/]")
+    if data.nonfinite_loss:
+        lines.append("[$warning]the loss became NaN/inf[/]")
+    if info.get("reason"):
+        reason = str(info["reason"]).strip().splitlines()
+        if reason:
+            lines.append(f"[$text-muted]reason: {escape(reason[-1])[:300]}[/]")
+    return "\n".join(lines)
+
+
+def memory_text(data: RunData, system, monitor: bool) -> str:
+    lines = []
+    mem = data.last_train.get("mem") or {}
+    for rank, device in sorted(mem.items()):
+        if not isinstance(device, dict):
+            continue
+        figures = [f"{rank} {device.get('device', '?')}"]
+        for key in ("allocated", "reserved", "peak", "rss"):
+            if as_number(device.get(key)) is not None:
+                figures.append(f"{key} {fmt_bytes(as_number(device.get(key)))}")
+        if device.get("host"):
+            figures.append(f"@{device['host']}")
+        lines.append(" ".join(figures))
+    if not lines:
+        lines.append("no per-rank memory yet")
+    if system is None:
+        lines.append("system: " + ("sampling…" if monitor else "monitor off"))
+    else:
+        for gpu in system.gpus:
+            util = f"{gpu.util:.0f}%" if gpu.util is not None else "?"
+            lines.append(f"GPU{gpu.index} {gpu.name}: util {util}, mem {fmt_bytes(gpu.used)}/{fmt_bytes(gpu.total)}")
+        if system.ram_total:
+            lines.append(f"host: CPU {system.cpu_percent or 0:.0f}%, RAM {fmt_bytes(system.ram_used)}/{fmt_bytes(system.ram_total)}")
+    return "\n".join(lines)
+
+
+def speed_text(data: RunData) -> str:
+    row = data.last_train
+    if not row:
+        return "no steps yet"
+    parts = [
+        f"tokens/s {fmt_number(row.get('tokens_per_s'), '.0f')}",
+        f"samples/s {fmt_number(row.get('samples_per_s'), '.2f')}",
+        f"step {fmt_number(row.get('step_time'), '.2f')}s",
+        f"tokens {fmt_number(row.get('tokens'), ',.0f')}",
+    ]
+    return " · ".join(parts)
+
+
+def samples_text(data: RunData) -> str:
+    lines = []
+    evals = data.eval_loss
+    if len(evals):
+        recent = list(zip(evals.xs, evals.ys))[-5:]
+        lines.append("eval loss: " + ", ".join(f"step {x:.0f}: {y:.4f}" for x, y in recent))
+        ppl = as_number(data.last_eval.get("perplexity"))
+        if ppl is not None:
+            lines.append(f"perplexity {ppl:.2f}")
+    if data.samples:
+        lines.append(f"\nsamples at step {data.samples_step:.0f}:")
+        for sample in data.samples:
+            lines.append(f"\n> {sample.get('prompt', '')}\n{sample.get('output', '')}")
+    if not lines:
+        lines.append("no eval yet (set train.eval_steps and train.sample_prompts)")
+    return "\n".join(lines)

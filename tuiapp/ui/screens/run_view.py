@@ -1,0 +1,306 @@
+"""One run: loss, LR, memory, throughput, log tail and eval samples, followed live.
+
+Thread workers tail metrics.jsonl and the logs by offset and post MetricsAppended /
+LogAppended / RunStatusChanged; the handlers feed RunData and the widgets. A finished run is
+read whole by the same path.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.markup import escape
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+from textual.worker import get_current_worker
+
+from tuiapp.core.metrics import JsonlReader
+from tuiapp.core.runs import ACTIVE, Run
+from tuiapp.ui import actions
+from tuiapp.ui.messages import (
+    LaunchFailed, LogAppended, LogSourcesFound, MetricsAppended, RunLaunched, RunStatusChanged, RunStopped, SystemSampled,
+)
+from tuiapp.ui.rundata import RunData
+from tuiapp.ui.screens.run_panes import memory_text, samples_text, speed_text, status_text
+from tuiapp.core.tail import TextTail, log_sources
+from tuiapp.ui.widgets.charts import MetricChart
+from tuiapp.ui.widgets.log_tail import LogTail
+from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck
+
+RESUMABLE = ("stopped", "failed")
+
+
+def clone_recipe(screen: Screen, run_path: Path) -> None:
+    """Open the new-experiment form filled with a run's frozen recipe."""
+    from tuiapp.core.errors import UserError
+    from tuiapp.ui.screens.new_experiment import NewExperimentScreen
+
+    run = Run(run_path).load()
+    try:
+        recipe = run.recipe()
+    except UserError as exc:
+        screen.notify(str(exc), title="Cannot clone", severity="error")
+        return
+    if run.info.get("model_ref"):
+        recipe.model.name = run.info["model_ref"]  # 'run:NAME' as typed, not the resolved folder
+    screen.app.push_screen(NewExperimentScreen(recipe, title=f"Clone of {run.name}"))
+
+
+class RunViewScreen(Screen):
+    BINDINGS = [
+        Binding("x", "stop", "Stop", tooltip="Stop gracefully: checkpoint, then exit"),
+        Binding("r", "resume", "Resume", tooltip="Resume a stopped or failed run from its last checkpoint"),
+        Binding("e", "clone", "Clone", tooltip="New experiment from this run's recipe"),
+        Binding("l", "next_log", "Log source", tooltip="Switch between stdout.log and per-rank logs"),
+        Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one)"),
+        Binding("z", "zoom", "Zoom", tooltip="Maximize the current pane, or restore"),
+        Binding("escape", "back", "Back", tooltip="Back to the history"),
+        *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 7)],
+    ]
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.info: dict = {}
+        self.data = RunData()
+        self.system = None
+        self.sources: list[tuple[str, Path]] = []
+        self.source_index = 0
+        self.loaded = False  # first read of metrics.jsonl done
+
+    @property
+    def run_path(self) -> Path:
+        return self.app.config.runs_root / self.run_id
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="rv-status")
+        yield PaneDeck(
+            Pane("Loss", MetricChart("loss (train, eval)", id="chart-loss"), id="pane-loss"),
+            Pane("LR", MetricChart("learning rate", id="chart-lr"), id="pane-lr"),
+            Pane("Memory", MetricChart("memory GB per rank", id="chart-mem"), Static("", id="rv-mem"), id="pane-mem"),
+            Pane("Speed", MetricChart("tokens/s", id="chart-speed"), Static("", id="rv-speed"), id="pane-speed"),
+            Pane("Log", Static("", id="rv-log-source"), LogTail(id="rv-log"), id="pane-log"),
+            Pane("Samples", VerticalScroll(Static("", id="rv-samples", markup=False)), id="pane-samples"),
+            id="rv-deck",
+        )
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        run = Run(self.run_path).load()
+        self.info = run.info
+        self.sub_title = run.name
+        data = self.data
+        self.query_one("#chart-loss", MetricChart).set_series([("train", data.loss), ("eval", data.eval_loss)])
+        self.query_one("#chart-lr", MetricChart).set_series([("lr", data.series["lr"])])
+        self.query_one("#chart-speed", MetricChart).set_series([("tokens/s", data.series["tokens_per_s"])])
+        self.sources = log_sources(self.run_path)
+        self._show_status()
+        self._show_panes()
+        self.follow_metrics()
+        self.follow_log(self.sources[0][1], self.sources[0][0])
+        if self.app.config.system_monitor:
+            self.monitor_system()
+
+    # ------------------------------------------------------------ workers
+
+    @work(thread=True, exclusive=True, group="metrics")
+    def follow_metrics(self) -> None:
+        config = self.app.config
+        worker = get_current_worker()
+        reader = JsonlReader(self.run_path / "metrics.jsonl")
+        run = Run(self.run_path)
+        last_info: dict | None = None
+        last_status_check = 0.0
+        while not worker.is_cancelled:
+            records = reader.read_new()
+            if records or last_info is None:
+                self.post_message(MetricsAppended(self.run_id, records))
+            now = time.monotonic()
+            if now - last_status_check >= 1.0 or last_info is None:
+                last_status_check = now
+                info = run.load().refresh_truth().info
+                if info != last_info:
+                    last_info = dict(info)
+                    self.post_message(RunStatusChanged(self.run_id, last_info))
+            if not config.live:
+                return
+            time.sleep(config.poll_s if (last_info or {}).get("status") in ACTIVE else config.poll_s * 4)
+
+    @work(thread=True, exclusive=True, group="log")
+    def follow_log(self, path: Path, label: str) -> None:
+        config = self.app.config
+        worker = get_current_worker()
+        tail = TextTail(path)
+        found = [s[0] for s in self.sources]
+        last_scan = time.monotonic()
+        while not worker.is_cancelled:
+            lines, reset = tail.read_new()
+            if lines or reset:
+                self.post_message(LogAppended(self.run_id, label, lines, reset))
+            if not config.live:
+                return
+            if time.monotonic() - last_scan > 3.0:
+                last_scan = time.monotonic()
+                sources = log_sources(self.run_path)
+                if [s[0] for s in sources] != found:
+                    found = [s[0] for s in sources]
+                    self.post_message(LogSourcesFound(self.run_id, sources))
+            time.sleep(config.poll_s)
+
+    @work(thread=True, exclusive=True, group="system")
+    def monitor_system(self) -> None:
+        from tuiapp.ui.system import SystemSampler
+
+        worker = get_current_worker()
+        sampler = SystemSampler()
+        try:
+            while not worker.is_cancelled:
+                self.post_message(SystemSampled(sampler.sample()))
+                for _ in range(20):
+                    if worker.is_cancelled:
+                        return
+                    time.sleep(0.1)
+        finally:
+            sampler.close()
+
+    # ------------------------------------------------------------ handlers
+
+    def on_metrics_appended(self, message: MetricsAppended) -> None:
+        self.loaded = True
+        if not message.records:
+            return
+        self.data.extend(message.records)
+        mem_chart = self.query_one("#chart-mem", MetricChart)
+        if len(mem_chart.series) != len(self.data.memory):
+            mem_chart.set_series(sorted(self.data.memory.items()))
+        for chart in self.query(MetricChart):
+            chart.data_changed()
+        self._show_status()
+        self._show_panes()
+
+    def on_run_status_changed(self, message: RunStatusChanged) -> None:
+        self.info = message.info
+        self._show_status()
+        self.refresh_bindings()
+
+    def on_log_appended(self, message: LogAppended) -> None:
+        if message.source == self.sources[self.source_index][0]:
+            self.query_one("#rv-log", LogTail).show(message.lines, message.reset)
+
+    def on_log_sources_found(self, message: LogSourcesFound) -> None:
+        current = self.sources[self.source_index][0]
+        self.sources = message.sources
+        labels = [s[0] for s in self.sources]
+        self.source_index = labels.index(current) if current in labels else 0
+        self._show_log_source()
+
+    def on_system_sampled(self, message: SystemSampled) -> None:
+        self.system = message.sample
+        self._show_panes()
+
+    def on_run_stopped(self, message: RunStopped) -> None:
+        note = "" if message.clean else " (some processes had to be killed)"
+        self.notify(f"{self.info.get('name', self.run_id)}: {message.status}{note}", title="Stopped")
+
+    def on_run_launched(self, message: RunLaunched) -> None:
+        self.notify("resumed from the last checkpoint", title=self.info.get("name", self.run_id))
+
+    # ------------------------------------------------------------ drawing
+
+    def _show_status(self) -> None:
+        self.query_one("#rv-status", Static).update(status_text(self.info, self.data, self.app.config.clock()))
+
+    def _show_panes(self) -> None:
+        self.query_one("#rv-mem", Static).update(memory_text(self.data, self.system, self.app.config.system_monitor))
+        self.query_one("#rv-speed", Static).update(speed_text(self.data))
+        self.query_one("#rv-samples", Static).update(samples_text(self.data))
+        self._show_log_source()
+
+    def _show_log_source(self) -> None:
+        labels = [s[0] for s in self.sources]
+        text = "  ".join(f"[reverse] {escape(label)} [/]" if i == self.source_index else escape(label) for i, label in enumerate(labels))
+        self.query_one("#rv-log-source", Static).update(f"log: {text}  (l to switch)")
+
+    # ------------------------------------------------------------ actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        status = self.info.get("status")
+        if action == "stop":
+            return True if status in ACTIVE else None
+        if action == "resume":
+            return True if status in RESUMABLE else None
+        return True
+
+    def action_stop(self) -> None:
+        if self.info.get("status") not in ACTIVE:
+            self.notify("the run is not running")
+            return
+        from tuiapp.ui.screens.confirm import ConfirmScreen
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.notify("stopping: the run saves a checkpoint, then exits…", title="Stop")
+                self.stop_run()
+
+        name = self.info.get("name", self.run_id)
+        self.app.push_screen(ConfirmScreen(f"Stop {name}?", "It saves a checkpoint first; resume later with r."), answer)
+
+    @work(thread=True, exclusive=True, group="control")
+    def stop_run(self) -> None:
+        clean, status = actions.stop(self.run_path)
+        self.post_message(RunStopped(self.run_id, clean, status))
+
+    def action_resume(self) -> None:
+        if self.info.get("status") not in RESUMABLE:
+            self.notify("only a stopped or failed run can be resumed")
+            return
+        self.resume_run()
+
+    @work(thread=True, exclusive=True, group="control")
+    def resume_run(self) -> None:
+        try:
+            actions.resume(self.run_path)
+        except Exception as exc:  # an unreadable recipe, a failed start: say so
+            self.post_message(LaunchFailed(str(exc)))
+            return
+        self.post_message(RunLaunched(self.run_id, resumed=True))
+
+    def on_launch_failed(self, message: LaunchFailed) -> None:
+        self.notify(message.text, title="Could not resume", severity="error")
+
+    def action_clone(self) -> None:
+        clone_recipe(self, self.run_path)
+
+    def action_next_log(self) -> None:
+        self.sources = log_sources(self.run_path)
+        self.source_index = (self.source_index + 1) % len(self.sources)
+        label, path = self.sources[self.source_index]
+        self._show_log_source()
+        self.query_one("#rv-log", LogTail).show([], reset=True)
+        self.follow_log(path, label)
+
+    def action_pane(self, index: int) -> None:
+        self.query_one(PaneDeck).activate_index(index)
+
+    def action_next_pane(self) -> None:
+        self.query_one(PaneDeck).cycle(1)
+
+    def action_zoom(self) -> None:
+        if self.maximized is not None:
+            self.minimize()
+            return
+        pane = self.query_one(PaneDeck).active_pane
+        if pane is not None:
+            self.maximize(pane, container=False)
+
+    def action_back(self) -> None:
+        if self.maximized is not None:
+            self.minimize()
+            return
+        self.app.pop_screen()

@@ -1,0 +1,75 @@
+"""Panes that share a screen: side by side in a grid on a wide terminal, one at a time behind
+tabs on a narrow one (80x24 over SSH). The screen's breakpoint classes (-wide, -narrow) pick
+the layout in app.tcss."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Container, Vertical
+from textual.widget import Widget
+from textual.widgets import Tab, Tabs
+
+
+class Pane(Vertical):
+    """One pane of a deck, framed with its title."""
+
+    ALLOW_MAXIMIZE = True
+
+    def __init__(self, title: str, *children: Widget, id: str) -> None:
+        super().__init__(*children, id=id, classes="pane")
+        self.border_title = title
+        self.title = title
+
+
+class PaneDeck(Vertical):
+    DEFAULT_CSS = """
+    PaneDeck { height: 1fr; }
+    PaneDeck > #deck-body { height: 1fr; }
+    """
+
+    def __init__(self, *panes: Pane, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.panes = list(panes)
+        self.active_id = panes[0].id if panes else ""
+
+    def compose(self) -> ComposeResult:
+        yield Tabs(*[Tab(f"{i + 1} {p.title}", id=f"tab-{p.id}") for i, p in enumerate(self.panes)], id="deck-tabs")
+        with Container(id="deck-body"):
+            yield from self.panes
+
+    def on_mount(self) -> None:
+        self.activate(self.active_id)
+
+    def activate(self, pane_id: str) -> None:
+        self.active_id = pane_id
+        for pane in self.panes:
+            pane.set_class(pane.id == pane_id, "-active")
+        found = self.query("#deck-tabs")
+        if not found:  # not composed yet, or being torn down
+            return
+        tabs = found.first(Tabs)
+        if tabs.active != f"tab-{pane_id}":
+            tabs.active = f"tab-{pane_id}"
+
+    def activate_index(self, index: int) -> None:
+        if 0 <= index < len(self.panes):
+            self.activate(self.panes[index].id)
+
+    def cycle(self, delta: int) -> None:
+        ids = [p.id for p in self.panes]
+        index = ids.index(self.active_id) if self.active_id in ids else 0
+        self.activate(ids[(index + delta) % len(ids)])
+
+    @property
+    def active_pane(self) -> Pane | None:
+        for pane in self.panes:
+            if pane.id == self.active_id:
+                return pane
+        return None
+
+    def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
+        event.stop()
+        if event.tab is not None and event.tab.id:
+            pane_id = event.tab.id.removeprefix("tab-")
+            if pane_id != self.active_id:
+                self.activate(pane_id)
