@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from tuiapp.core.errors import RunError
+from tuiapp.core.preflight import detect_gpus
 from tuiapp.core.recipe import LaunchSpec
 from tuiapp.core.runs import Run, process_alive
 
@@ -28,16 +29,7 @@ def cuda_device_count() -> int:
     """GPUs visible through NVML; 0 on a machine without NVIDIA GPUs or with LLMTUI_FORCE_CPU."""
     if os.environ.get("LLMTUI_FORCE_CPU") == "1":
         return 0
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return 0
+    count = len(detect_gpus())
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         ids = [v for v in visible.split(",") if v.strip()]

@@ -14,10 +14,10 @@ from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number
 from tuiapp.ui.comparing import METRICS, CompareRun, config_rows, label_runs, load_compare_run, show_value
 from tuiapp.ui.messages import CompareLoaded
 from tuiapp.ui.widgets.charts import MetricChart
-from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck
+from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
 
 
-class CompareScreen(Screen):
+class CompareScreen(PaneDeckActions, Screen):
     BINDINGS = [
         Binding("x", "toggle_axis", "Step/tokens", tooltip="Align the curves by step or by tokens seen"),
         Binding("a", "toggle_keys", "All keys", tooltip="Show every recipe key, or only those that differ"),
@@ -134,23 +134,3 @@ class CompareScreen(Screen):
         self.only_differing = not self.only_differing
         self._show_config()
         self._show_title()
-
-    def action_pane(self, index: int) -> None:
-        self.query_one(PaneDeck).activate_index(index)
-
-    def action_next_pane(self) -> None:
-        self.query_one(PaneDeck).cycle(1)
-
-    def action_zoom(self) -> None:
-        if self.maximized is not None:
-            self.minimize()
-            return
-        pane = self.query_one(PaneDeck).active_pane
-        if pane is not None:
-            self.maximize(pane, container=False)
-
-    def action_back(self) -> None:
-        if self.maximized is not None:
-            self.minimize()
-            return
-        self.app.pop_screen()

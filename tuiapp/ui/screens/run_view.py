@@ -30,7 +30,7 @@ from tuiapp.ui.screens.run_panes import memory_text, samples_text, speed_text, s
 from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui.widgets.charts import MetricChart
 from tuiapp.ui.widgets.log_tail import LogTail
-from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck
+from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
 
 RESUMABLE = ("stopped", "failed")
 
@@ -51,7 +51,7 @@ def clone_recipe(screen: Screen, run_path: Path) -> None:
     screen.app.push_screen(NewExperimentScreen(recipe, title=f"Clone of {run.name}"))
 
 
-class RunViewScreen(Screen):
+class RunViewScreen(PaneDeckActions, Screen):
     BINDINGS = [
         Binding("x", "stop", "Stop", tooltip="Stop gracefully: checkpoint, then exit"),
         Binding("r", "resume", "Resume", tooltip="Resume a stopped or failed run from its last checkpoint"),
@@ -284,23 +284,3 @@ class RunViewScreen(Screen):
         self._show_log_source()
         self.query_one("#rv-log", LogTail).show([], reset=True)
         self.follow_log(path, label)
-
-    def action_pane(self, index: int) -> None:
-        self.query_one(PaneDeck).activate_index(index)
-
-    def action_next_pane(self) -> None:
-        self.query_one(PaneDeck).cycle(1)
-
-    def action_zoom(self) -> None:
-        if self.maximized is not None:
-            self.minimize()
-            return
-        pane = self.query_one(PaneDeck).active_pane
-        if pane is not None:
-            self.maximize(pane, container=False)
-
-    def action_back(self) -> None:
-        if self.maximized is not None:
-            self.minimize()
-            return
-        self.app.pop_screen()

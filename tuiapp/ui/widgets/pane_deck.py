@@ -73,3 +73,27 @@ class PaneDeck(Vertical):
             pane_id = event.tab.id.removeprefix("tab-")
             if pane_id != self.active_id:
                 self.activate(pane_id)
+
+
+class PaneDeckActions:
+    """Screen actions over the screen's PaneDeck: pick (1-6), cycle, zoom, back."""
+
+    def action_pane(self, index: int) -> None:
+        self.query_one(PaneDeck).activate_index(index)
+
+    def action_next_pane(self) -> None:
+        self.query_one(PaneDeck).cycle(1)
+
+    def action_zoom(self) -> None:
+        if self.maximized is not None:
+            self.minimize()
+            return
+        pane = self.query_one(PaneDeck).active_pane
+        if pane is not None:
+            self.maximize(pane, container=False)
+
+    def action_back(self) -> None:
+        if self.maximized is not None:
+            self.minimize()
+            return
+        self.app.pop_screen()
