@@ -168,3 +168,19 @@ def test_stalled_ranks_are_flagged(runs_dir):
         for pid in ranks:
             os.kill(pid, signal.SIGCONT)
     assert llmtui("stop", run_dir.name, runs_dir=runs_dir, timeout=180).returncode == 0
+
+
+def test_launcher_killed_marks_failed_and_leaves_no_orphan(runs_dir):
+    llmtui("run", "recipes/tiny-sft.toml", *LONG, "--detach", runs_dir=runs_dir, check=True)
+    run_dir = only_run(runs_dir)
+    wait_for(lambda: started(run_dir, 2), what="training steps")
+    pgid = run_info(run_dir)["pgid"]
+    launchers = [p for p in psutil.process_iter(["pid", "cmdline"])
+                 if any("deepspeed.launcher.launch" in c for c in (p.info["cmdline"] or []))
+                 and str(run_dir) in " ".join(p.info["cmdline"] or [])]
+    assert len(launchers) == 1
+    ranks = rank_pids(run_dir)
+    launchers[0].kill()
+    wait_for(lambda: run_info(run_dir)["status"] == "failed", timeout=90, what="failed status")
+    wait_for(lambda: not group_pids(pgid), timeout=30, what="every process of the run to exit")
+    assert not [p for p in ranks if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

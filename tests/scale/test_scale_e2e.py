@@ -75,6 +75,17 @@ def test_two_nodes_on_one_machine_share_one_run(runs_dir):
     shards = list((run_dir / "checkpoints" / "checkpoint-5").glob("global_step5/*optim_states.pt"))
     assert len(shards) == 2
     assert (run_dir / "final" / "model.safetensors").is_file()
+    # what the TUI's run view shows of this run: both nodes, memory per node
+    from tuiapp.core.metrics import read_jsonl
+    from tuiapp.ui.rundata import RunData
+    from tuiapp.ui.screens.run_panes import memory_text, status_text
+
+    data = RunData()
+    data.extend(read_jsonl(run_dir / "metrics.jsonl"))
+    status = status_text(run_info(run_dir), data, now=0.0)
+    assert "node 0 " in status and "node 1 " in status
+    memory = memory_text(data, None, monitor=False)
+    assert "node 0 rank0" in memory and "node 1 rank1" in memory
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])

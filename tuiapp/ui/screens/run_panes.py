@@ -47,6 +47,11 @@ def status_text(info: dict, data: RunData, now: float) -> str:
     if info.get("ranks"):
         parts.append(f"{info['ranks']} rank(s) on {escape(str(info.get('accelerator', '?')))}")
     lines = [head, " · ".join(parts) or "no metrics yet"]
+    nodes = info.get("nodes")
+    if isinstance(nodes, list) and nodes:
+        lines.append("nodes: " + " · ".join(node_text(n) for n in nodes if isinstance(n, dict)))
+    if info.get("trust_remote_code"):
+        lines.append("[$warning]trust_remote_code = true: the model's own Python code runs[/]")
     if status == "running":
         times = [t for t in (as_number(r.get("time")) for r in data.recent) if t is not None]
         if is_stalled(times, now):
@@ -60,6 +65,13 @@ def status_text(info: dict, data: RunData, now: float) -> str:
     return "\n".join(lines)
 
 
+def node_text(node: dict) -> str:
+    """'node 1 gpu-b: running, 8 ranks' for one entry of run.json's `nodes`."""
+    ranks = node.get("ranks")
+    text = f"node {node.get('node_rank', '?')} {escape(str(node.get('host') or '?'))}: {escape(str(node.get('status', '?')))}"
+    return text + (f", {ranks} rank(s)" if ranks else "")
+
+
 def memory_text(data: RunData, system, monitor: bool) -> str:
     lines = []
     mem = data.last_train.get("mem") or {}
@@ -67,6 +79,8 @@ def memory_text(data: RunData, system, monitor: bool) -> str:
         if not isinstance(device, dict):
             continue
         figures = [f"{rank} {device.get('device', '?')}"]
+        if device.get("node") is not None:
+            figures.insert(0, f"node {device['node']}")
         for key in ("allocated", "reserved", "peak", "rss"):
             if as_number(device.get(key)) is not None:
                 figures.append(f"{key} {fmt_bytes(as_number(device.get(key)))}")

@@ -1,0 +1,26 @@
+"""The run view's text panes for multi-node runs and trust_remote_code (pure functions)."""
+
+from tuiapp.ui.rundata import RunData
+from tuiapp.ui.screens.run_panes import memory_text, status_text
+
+
+def test_multi_node_run_shows_nodes_ranks_and_memory_per_node():
+    data = RunData()
+    data.extend([{
+        "step": 3, "max_steps": 5, "time": 100.0, "loss": 2.0,
+        "mem": {"rank0": {"device": "cpu", "rss": 7e8, "peak": 8e8, "host": "a", "node": 0},
+                "rank1": {"device": "cpu", "rss": 6e8, "peak": 7e8, "host": "b", "node": 1}},
+    }])
+    info = {"status": "running", "name": "x", "ranks": 1, "started": 90.0,
+            "nodes": [{"node_rank": 0, "host": "a", "ranks": 1, "status": "running"},
+                      {"node_rank": 1, "host": "b", "ranks": 1, "status": "running"}]}
+    status = status_text(info, data, now=101.0)
+    assert "node 0 a: running, 1 rank(s)" in status and "node 1 b: running" in status
+    memory = memory_text(data, None, monitor=False)
+    assert "node 0 rank0 cpu" in memory and "node 1 rank1 cpu" in memory and "@b" in memory
+
+
+def test_trust_remote_code_is_shown():
+    info = {"status": "running", "name": "x", "trust_remote_code": True}
+    assert "trust_remote_code = true" in status_text(info, RunData(), now=0.0)
+    assert "trust_remote_code" not in status_text({"status": "running", "name": "x"}, RunData(), now=0.0)
