@@ -1,4 +1,7 @@
-"""The UI's data layer without Textual: history rows, run series, form data, compare, tails."""
+"""The UI's data layer without Textual: history rows, run series, form data, compare, tails.
+
+Run folders are the real-run fixtures (tests/fixtures/runs, see ui_fixtures.py) except where a
+test says SYNTHETIC."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ui_fixtures import FIXED_NOW, make_run, standard_runs
+from ui_fixtures import FIXED_NOW, REAL_IDS, real_rows, real_runs, synthetic_run
 
 from tuiapp.core.errors import RecipeError, RecipeErrors
 from tuiapp.core.metrics import JsonlWriter
@@ -34,40 +37,42 @@ def test_ui_never_imports_torch_or_the_trainer():
 
 def test_history_loader_reads_rows_and_summaries(tmp_path):
     root = tmp_path / "runs"
-    runs = standard_runs(root)
+    runs = real_runs(root)
     loader = HistoryLoader(root)
     batches = list(loader.load_infos(loader.scan(), batch=4))
-    assert [len(b) for b in batches] == [4, 2]
+    assert [len(b) for b in batches] == [4, 3]
     rows = [r for b in batches for r in b]
-    assert rows[0].name == "stuck"  # newest first
+    assert rows[0].name == "live"  # newest first
     by_name = {r.name: loader.summarize(r) for r in rows}
     assert by_name["baseline"].step == 40 and by_name["baseline"].max_steps == 40
-    assert by_name["high-lr"].best_eval_loss < by_name["baseline"].best_eval_loss
-    assert by_name["full-sft"].status == "failed"
-    assert by_name["stuck"].stalled(FIXED_NOW) and not by_name["live-one"].stalled(FIXED_NOW)
+    best = {name: min(r["eval_loss"] for r in real_rows(name, "eval")) for name in ("baseline", "high-lr")}
+    assert by_name["high-lr"].best_eval_loss == best["high-lr"] and by_name["baseline"].best_eval_loss == best["baseline"]
+    assert by_name["crashed"].status == "failed" and by_name["halted"].status == "stopped"
+    assert by_name["stuck"].stalled(FIXED_NOW) and not by_name["live"].stalled(FIXED_NOW)
     assert len(by_name["baseline"].losses) <= 48
-    assert set(loader.active) == {runs["live-one"].id, runs["stuck"].id}
+    assert set(loader.active) == {runs["live"].id, runs["stuck"].id}
     # a live run writes a new row: the next poll reports it
-    with JsonlWriter(runs["live-one"].metrics_path) as writer:
-        writer.write({"step": 31, "max_steps": 100, "loss": 0.5, "time": FIXED_NOW})
+    step = real_rows("live")[-1]["step"]
+    with JsonlWriter(runs["live"].metrics_path) as writer:
+        writer.write({"step": step + 1, "max_steps": 200, "loss": 0.5, "time": FIXED_NOW})
     changed = loader.poll()
-    assert [r.name for r in changed] == ["live-one"] and changed[0].step == 31
+    assert [r.name for r in changed] == ["live"] and changed[0].step == step + 1
     assert loader.poll() == []
 
 
 def test_history_model_filters_sorts_and_marks(tmp_path):
     root = tmp_path / "runs"
-    standard_runs(root)
+    real_runs(root)
     loader = HistoryLoader(root)
     model = HistoryModel(lambda: FIXED_NOW)
     model.add([loader.summarize(r) for b in loader.load_infos(loader.scan(), 100) for r in b])
-    assert len(model.visible) == 6
+    assert len(model.visible) == 7
     model.status_filter = "stalled"
     model.invalidate()
     assert [r.name for r in model.visible] == ["stuck"]
     model.status_filter, model.method_filter = "", "lora"
     model.invalidate()
-    assert {r.name for r in model.visible} == {"baseline", "high-lr", "live-one"}
+    assert {r.name for r in model.visible} == {"baseline", "high-lr", "live"}
     model.method_filter, model.text_filter = "", "HIGH"
     model.invalidate()
     assert [r.name for r in model.visible] == ["high-lr"]
@@ -78,7 +83,7 @@ def test_history_model_filters_sorts_and_marks(tmp_path):
     model.sort_by("last_loss")  # again: descending
     assert [r.last_loss for r in model.visible] == sorted(losses, reverse=True)
     model.sort_by("name", reverse=False)
-    assert [r.name for r in model.visible][:2] == ["baseline", "full-sft"]
+    assert [r.name for r in model.visible][:2] == ["baseline", "crashed"]
     model.toggle_mark(model.visible[0].id)
     model.toggle_mark(model.visible[1].id)
     model.toggle_mark(model.visible[0].id)
@@ -135,13 +140,14 @@ def test_form_errors_are_the_ones_validate_prints(tmp_path):
 
 def test_compare_series_and_config(tmp_path):
     root = tmp_path / "runs"
-    runs = standard_runs(root)
+    runs = real_runs(root)
     a, b = load_compare_run(runs["baseline"].path), load_compare_run(runs["high-lr"].path)
     assert len(a.series[("loss", "step")]) == 40
-    assert list(a.series[("loss", "tokens")].xs)[:2] == [2048, 4096]
-    assert list(a.series[("eval_loss", "tokens")].xs) == [20480, 40960, 61440, 81920]
+    tokens = {r["step"]: r["tokens"] for r in real_rows("baseline")}  # tokens seen, as the trainer counted
+    assert list(a.series[("loss", "tokens")].xs) == list(tokens.values())
+    assert list(a.series[("eval_loss", "tokens")].xs) == [tokens[10], tokens[20], tokens[30], tokens[40]]
     keys = [k for k, _ in config_rows([a.recipe, b.recipe])]
-    assert keys == ["name", "train.learning_rate", "train.seed"]
+    assert keys == ["name", "train.learning_rate"]
     assert len(config_rows([a.recipe, b.recipe], only_differing=False)) > 30
     assert flatten({"a": {"b": 1, "c": {}}}) == {"a.b": 1, "a.c": {}}
 
@@ -166,15 +172,21 @@ def test_text_tail(tmp_path):
 
 
 def test_log_sources(tmp_path):
-    run = make_run(tmp_path / "runs", "x", index=1)
-    assert [label for label, _ in log_sources(run.path)] == ["stdout", "ranks/rank0.log"]
+    run = real_runs(tmp_path / "runs", ["crashed"])["crashed"]  # 2 ranks: DeepSpeed's <start>_rank<N>.log
+    stamp = REAL_IDS["crashed"][:8]
+    labels = [label for label, _ in log_sources(run.path)]
+    assert labels[0] == "stdout" and len(labels) == 3
+    assert labels[1].startswith(f"ranks/{stamp}") and labels[1].endswith("_rank0.log") and labels[2].endswith("_rank1.log")
 
 
-def test_metrics_fixture_matches_the_trainer_format(tmp_path):
-    run = make_run(tmp_path / "runs", "x", index=1, steps=3, eval_every=3)
+def test_synthetic_rows_match_the_real_trainer_format(tmp_path):
+    """The SYNTHETIC helper writes rows with the keys (and nesting) of the real trainer's rows."""
+    run = synthetic_run(tmp_path / "runs", "x", index=1, steps=3, eval_every=3)
     rows = [json.loads(line) for line in Path(run.metrics_path).read_text().splitlines()]
-    assert set(rows[0]) >= {"step", "max_steps", "epoch", "time", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mem"}
-    assert rows[-1]["split"] == "eval" and "samples" in rows[-1]
+    real_train, real_eval = real_rows("sft")[0], real_rows("sft", "eval")[0]
+    assert set(rows[0]) <= set(real_train) and set(rows[0]["mem"]["rank0"]) <= set(real_train["mem"]["rank0"])
+    assert rows[-1]["split"] == "eval" and set(rows[-1]) <= set(real_eval)
+    assert set(rows[-1]["samples"][0]) == set(real_eval["samples"][0])
 
 
 def test_system_sampler_falls_back_to_psutil():
@@ -234,16 +246,19 @@ def test_check_form_reports_findings(tmp_path):
 
 
 def test_live_summary_matches_the_full_summary(tmp_path):
+    """Every real run, and a SYNTHETIC 600-step one (more steps than the sparkline keeps)."""
     from tuiapp.core.metrics import read_jsonl
 
-    run = make_run(tmp_path / "runs", "x", index=1, steps=600, eval_every=50)
-    records = read_jsonl(run.metrics_path)
-    live = LiveSummary()
-    for start in range(0, len(records), 37):
-        live.add(records[start:start + 37])
-    base = HistoryLoader(tmp_path / "runs")
-    row = next(iter(base.load_infos(base.scan(), 10)))[0]
-    exact, incremental = with_metrics(row, records), live.apply(row)
-    for name in ("step", "max_steps", "last_loss", "best_eval_loss", "tokens_per_s", "peak_mem", "last_time", "step_times"):
-        assert getattr(incremental, name) == getattr(exact, name), name
-    assert len(incremental.losses) <= 48 and incremental.losses[0] == exact.losses[0]
+    root = tmp_path / "runs"
+    runs = list(real_runs(root).values()) + [synthetic_run(root, "long", index=1, steps=600, eval_every=50)]
+    base = HistoryLoader(root)
+    rows = {r.id: r for batch in base.load_infos(base.scan(), 100) for r in batch}
+    for run in runs:
+        records = read_jsonl(run.metrics_path)
+        live, chunk = LiveSummary(), 7 if len(records) < 100 else 37  # rows as polls bring them
+        for start in range(0, len(records), chunk):
+            live.add(records[start:start + chunk])
+        exact, incremental = with_metrics(rows[run.id], records), live.apply(rows[run.id])
+        for name in ("step", "max_steps", "last_loss", "best_eval_loss", "tokens_per_s", "peak_mem", "last_time", "step_times"):
+            assert getattr(incremental, name) == getattr(exact, name), (run.name, name)
+        assert len(incremental.losses) <= 48 and incremental.losses[0] == exact.losses[0]

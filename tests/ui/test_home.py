@@ -1,10 +1,11 @@
-"""History screen: loading, filters, sorting, marks, compare, opening runs (Pilot)."""
+"""History screen: loading, filters, sorting, marks, compare, opening runs (Pilot), on the real-run
+fixtures (tests/fixtures/runs, see ui_fixtures.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from ui_fixtures import FIXED_NOW, make_run, screen_text, test_app, wait_for
+from ui_fixtures import FIXED_NOW, REAL_IDS, copy_real_run, real_rows, real_runs, screen_text, test_app, wait_for
 
 from tuiapp.core.metrics import JsonlWriter
 from tuiapp.ui.screens.compare import CompareScreen
@@ -22,11 +23,12 @@ def test_history_lists_every_run(runs_root, tmp_path):
         app = test_app(runs_root, tmp_path)
         async with app.run_test(size=(120, 30)) as pilot:
             await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
-            assert names(app) == ["stuck", "live-one", "halted", "full-sft", "high-lr", "baseline"]
+            assert names(app) == ["live", "crashed", "halted", "sft", "high-lr", "baseline", "stuck"]
             text = screen_text(app)
-            for expected in ("stalled", "running", "succeeded", "failed", "stopped", "40/40", "0.6751", "▁"):
+            last_loss = f"{real_rows('baseline')[-1]['loss']:.4f}"  # as measured by the trainer
+            for expected in ("stalled", "running", "succeeded", "failed", "stopped", "40/40", last_loss, "▁"):
                 assert expected in text
-            assert "6 runs · 2 running" in text
+            assert "7 runs · 2 running" in text
 
     asyncio.run(scenario())
 
@@ -41,10 +43,10 @@ def test_filter_by_text_status_and_method(runs_root, tmp_path):
             assert isinstance(app.focused, RunsTable)
             await pilot.press("escape")  # clears every filter
             await pilot.pause()
-            assert len(names(app)) == 6
+            assert len(names(app)) == 7
             await pilot.press("t")  # status: running
             await pilot.pause()
-            assert names(app) == ["stuck", "live-one"]
+            assert names(app) == ["live", "stuck"]
             await pilot.press("t")  # status: stalled
             await pilot.pause()
             assert names(app) == ["stuck"]
@@ -53,8 +55,8 @@ def test_filter_by_text_status_and_method(runs_root, tmp_path):
             assert names(app) == ["halted"]
             await pilot.press("m")  # lora
             await pilot.pause()
-            assert names(app) == ["live-one", "high-lr", "baseline"]
-            assert "3 of 6 runs" in screen_text(app)
+            assert names(app) == ["live", "high-lr", "baseline"]
+            assert "3 of 7 runs" in screen_text(app)
 
     asyncio.run(scenario())
 
@@ -86,15 +88,15 @@ def test_mark_two_runs_and_compare_shows_differing_keys(runs_root, tmp_path):
             await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
             await pilot.press("c")  # nothing marked: a hint, no screen
             assert isinstance(app.screen, HomeScreen)
-            await pilot.press("end", "up", "space", "space")  # high-lr, baseline
+            await pilot.press("end", "up", "up", "space", "space")  # high-lr, baseline (stuck is the oldest)
             assert [app.screen.model.rows[i].name for i in app.screen.model.marked] == ["high-lr", "baseline"]
             await pilot.press("c")
             assert isinstance(app.screen, CompareScreen)
             await wait_for(pilot, lambda: app.screen.loaded, what="compare data")
-            assert app.screen.config_keys() == ["name", "train.learning_rate", "train.seed"]
+            assert app.screen.config_keys() == ["name", "train.learning_rate"]
             await pilot.press("5")  # the config pane
             text = screen_text(app)
-            assert "train.learning_rate" in text and "0.001" in text and "0.0002" in text
+            assert "train.learning_rate" in text and "0.05" in text and "0.01" in text
             assert "model.name" not in text
             await pilot.press("a")
             assert "model.name" in app.screen.config_keys()
@@ -108,16 +110,22 @@ def test_mark_two_runs_and_compare_shows_differing_keys(runs_root, tmp_path):
     asyncio.run(scenario())
 
 
-def test_enter_opens_the_run_and_a_new_run_appears_live(runs_root, tmp_path):
+def test_enter_opens_the_run_and_a_new_run_appears_live(tmp_path):
+    root = tmp_path / "runs"
+    real_runs(root, [name for name in REAL_IDS if name != "live"])
+
     async def scenario():
-        app = test_app(runs_root, tmp_path)
+        app = test_app(root, tmp_path)
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
-            run = make_run(runs_root, "late-comer", index=9, status="running", steps=50, written=3, last_time=FIXED_NOW - 1)
-            await wait_for(pilot, lambda: "late-comer" in names(app), what="the new run")
+            assert "live" not in names(app)
+            run = copy_real_run(root, "live")  # a real run folder appears while the app runs
+            await wait_for(pilot, lambda: "live" in names(app), what="the new run")
+            step = real_rows("live")[-1]["step"]
+            assert app.screen.model.rows[run.id].step == step
             with JsonlWriter(run.metrics_path) as writer:
-                writer.write({"step": 4, "max_steps": 50, "loss": 1.0, "time": FIXED_NOW})
-            await wait_for(pilot, lambda: app.screen.model.rows[run.id].step == 4, what="the live update")
+                writer.write({"step": step + 1, "max_steps": 200, "loss": 1.0, "time": FIXED_NOW})
+            await wait_for(pilot, lambda: app.screen.model.rows[run.id].step == step + 1, what="the live update")
             await pilot.press("home", "enter")
             assert isinstance(app.screen, RunViewScreen) and app.screen.run_id == run.id
             await pilot.press("escape")

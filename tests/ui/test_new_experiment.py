@@ -126,11 +126,11 @@ def test_clone_prefills_the_form(runs_root, tmp_path):
         app = test_app(runs_root, tmp_path)
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: app.screen.summarized, what="home")
-            await pilot.press("end", "e")  # the oldest run: baseline
+            await pilot.press("end", "up", "e")  # the second oldest run: baseline
             assert isinstance(app.screen, NewExperimentScreen)
             values = app.screen.collect()
             assert values["name"] == "baseline" and values["train.max_steps"] == "40"
-            assert values["train.learning_rate"] == "0.0002" and values["train.eval_steps"] == "10"
+            assert values["train.learning_rate"] == "0.01" and values["train.eval_steps"] == "10"
             await pilot.press("escape")
             assert not isinstance(app.screen, NewExperimentScreen)
 

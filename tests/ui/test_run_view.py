@@ -1,11 +1,16 @@
-"""Run view: live metrics and logs, a finished run whole, panes, help and the palette (Pilot)."""
+"""Run view: live metrics and logs, a finished run whole, panes, help and the palette (Pilot), on
+the real-run fixtures (tests/fixtures/runs, see ui_fixtures.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from ui_fixtures import FIXED_NOW, screen_text, test_app, wait_for
+import pytest
+
+from ui_fixtures import FIXED_NOW, real_info, real_rows, screen_text, test_app, wait_for
+
+from tuiapp.core.progress import fmt_duration
 
 from tuiapp.core.metrics import JsonlWriter
 from tuiapp.core.runs import RunStore
@@ -18,11 +23,11 @@ from tuiapp.ui.widgets.charts import MetricChart
 from tuiapp.ui.widgets.log_tail import LogTail
 
 
-async def open_run(pilot, run_id: str) -> RunViewScreen:
+async def open_run(pilot, run_id: str, timeout: float = 10.0) -> RunViewScreen:
     app = pilot.app
-    await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.loaded, what="home")
+    await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.loaded, timeout, what="home")
     app.push_screen(RunViewScreen(run_id))
-    await wait_for(pilot, lambda: isinstance(app.screen, RunViewScreen) and app.screen.loaded, what="run view")
+    await wait_for(pilot, lambda: isinstance(app.screen, RunViewScreen) and app.screen.loaded, timeout, what="run view")
     return app.screen
 
 
@@ -34,19 +39,21 @@ def test_appended_metric_reaches_the_loss_chart_within_two_seconds(runs_root, tm
     async def scenario():
         app = test_app(runs_root, tmp_path)
         async with app.run_test(size=(100, 30)) as pilot:
-            screen = await open_run(pilot, run_id(runs_root, "live-one"))
-            assert len(screen.data.loss) == 30
+            screen = await open_run(pilot, run_id(runs_root, "live"))
+            rows = real_rows("live")
+            step = rows[-1]["step"]
+            assert len(screen.data.loss) == len(rows) == step
             chart = screen.query_one("#chart-loss", MetricChart)
             with JsonlWriter(runs_root / screen.run_id / "metrics.jsonl") as writer:
                 started = time.monotonic()
-                writer.write({"step": 31, "max_steps": 100, "loss": 0.123, "lr": 1e-4, "time": FIXED_NOW, "tokens": 70000})
-            await wait_for(pilot, lambda: len(screen.data.loss) == 31, timeout=2.0, what="the new row")
+                writer.write({"step": step + 1, "max_steps": 200, "loss": 0.123, "lr": 1e-4, "time": FIXED_NOW, "tokens": 70000})
+            await wait_for(pilot, lambda: len(screen.data.loss) == step + 1, timeout=2.0, what="the new row")
             assert time.monotonic() - started < 2.0
             assert screen.data.loss.ys[-1] == 0.123
             assert chart.series[0][1] is screen.data.loss  # the chart draws this very series
             await pilot.pause(0.1)
-            assert chart.points_drawn >= 31
-            assert "step 31/100" in screen_text(app)
+            assert chart.points_drawn >= step + 1
+            assert f"step {step + 1}/200" in screen_text(app)
 
     asyncio.run(scenario())
 
@@ -55,16 +62,18 @@ def test_log_tail_follows_appended_lines_and_switches_source(runs_root, tmp_path
     async def scenario():
         app = test_app(runs_root, tmp_path)
         async with app.run_test(size=(100, 30)) as pilot:
-            screen = await open_run(pilot, run_id(runs_root, "live-one"))
+            screen = await open_run(pilot, run_id(runs_root, "live"))
             await pilot.press("5")  # the log pane
             log = screen.query_one("#rv-log", LogTail)
-            await wait_for(pilot, lambda: any("step 21/100" in line for line in log.lines), what="the log")
+            await wait_for(pilot, lambda: any("dist_world_size=1" in line for line in log.lines), what="the log")
             with open(runs_root / screen.run_id / "stdout.log", "a", encoding="utf-8") as handle:
                 handle.write("[rank0] a brand new line\n\x1b[32mgreen\x1b[0m\n")
             await wait_for(pilot, lambda: "green" in log.lines[-1:] and "[rank0] a brand new line" in log.lines, timeout=2.0, what="appended lines")
             assert "a brand new line" in screen_text(app)
-            await pilot.press("l")  # ranks/rank0.log
-            await wait_for(pilot, lambda: list(log.lines) == ["rank 0 ready", "rank 0 training"], what="rank log")
+            rank_log = next((runs_root / screen.run_id / "ranks").glob("*_rank0.log"))
+            last = rank_log.read_text(encoding="utf-8").splitlines()[-1]  # the trainer's last log line
+            await pilot.press("l")  # ranks/<start>_rank0.log
+            await wait_for(pilot, lambda: log.lines and log.lines[-1] == last and "green" not in log.lines, what="rank log")
             await pilot.press("l")  # back to stdout
             await wait_for(pilot, lambda: "green" in log.lines, what="stdout again")
 
@@ -75,12 +84,15 @@ def test_finished_run_is_shown_whole(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path)
         async with app.run_test(size=(160, 48)) as pilot:
-            screen = await open_run(pilot, run_id(runs_root, "high-lr"))
+            screen = await open_run(pilot, run_id(runs_root, "sft"))
             assert len(screen.data.loss) == 40 and len(screen.data.eval_loss) == 4
+            assert list(screen.data.loss.ys) == [r["loss"] for r in real_rows("sft")]
             assert len(screen.data.memory["rank0"]) == 40
+            info, sample = real_info("sft"), real_rows("sft", "eval")[-1]["samples"][-1]
             text = screen_text(app)
-            assert "succeeded" in text and "step 40/40" in text and "Paris (step 40)" in text
-            assert "took 1m25s" in text and "rank0 cpu" in text
+            assert "succeeded" in text and "step 40/40" in text and sample["prompt"] in text
+            assert sample["output"].split()[0] in text  # what the model answered at the last eval
+            assert f"took {fmt_duration(info['ended'] - info['started'])}" in text and "rank0 cpu" in text
             assert screen.check_action("stop", ()) is None and screen.check_action("resume", ()) is None
             await pilot.press("x")  # disabled: nothing happens
             assert app.screen is screen
@@ -92,17 +104,22 @@ def test_failed_run_shows_its_reason_and_can_resume(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path, live=False)
         async with app.run_test(size=(100, 30)) as pilot:
-            screen = await open_run(pilot, run_id(runs_root, "full-sft"))
-            await wait_for(pilot, lambda: screen.info.get("status") == "failed", what="status")
-            assert "CUDA out of memory" in screen_text(app)
+            screen = await open_run(pilot, run_id(runs_root, "crashed"), timeout=4.0)  # rank 1 was SIGKILLed
+            await wait_for(pilot, lambda: screen.info.get("status") == "failed", timeout=4.0, what="status")
+            assert "local rank 1 was killed by signal 9" in screen_text(app)  # the reason's summary
             assert screen.check_action("resume", ()) is True
-            stalled = await open_stalled(pilot, runs_root)
-            assert "stalled: no step for 15m00s" in screen_text(app)
-            assert stalled.check_action("stop", ()) is True
 
-    async def open_stalled(pilot, root):
-        pilot.app.pop_screen()
-        return await open_run(pilot, run_id(root, "stuck"))
+    asyncio.run(scenario())
+
+
+def test_stalled_run_says_so_and_can_be_stopped(runs_root, tmp_path):
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            stalled = await open_run(pilot, run_id(runs_root, "stuck"))
+            hung = FIXED_NOW - real_rows("stuck")[-1]["time"]  # its rank was frozen with SIGSTOP
+            assert hung > 120 and f"stalled: no step for {fmt_duration(hung)}" in screen_text(app)
+            assert stalled.check_action("stop", ()) is True and stalled.check_action("resume", ()) is None
 
     asyncio.run(scenario())
 
@@ -116,7 +133,7 @@ def test_panes_zoom_help_and_palette(runs_root, tmp_path):
             await pilot.press("p")
             assert deck.active_id == "pane-lr"
             await pilot.press("6")
-            assert deck.active_id == "pane-samples" and "Paris" in screen_text(app)
+            assert deck.active_id == "pane-samples" and "capital of Japan" in screen_text(app)
             await pilot.press("z")
             assert screen.maximized is not None
             await pilot.press("escape")

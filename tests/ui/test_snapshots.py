@@ -1,7 +1,10 @@
 """Snapshots (pytest-textual-snapshot) of every screen at 80x24 and 160x48.
 
-Deterministic: synthetic runs with fixed timestamps and ids, a frozen clock, TZ=UTC, no GPU or
-host monitor, no HF cache scan, no polling (live=False). Update with `--snapshot-update`.
+The runs shown are the real-run fixtures (tests/fixtures/runs, made by tests/fixtures/make_runs.py
+from real trainer runs: measured losses, lrs, eval samples, logs). Deterministic: those folders
+have normalised timestamps, ids, paths and pids; a frozen clock (the fixtures' capture time),
+TZ=UTC, no GPU or host monitor, no HF cache scan, no polling (live=False).
+Update with `--snapshot-update`.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def test_new_experiment(snap_compare, runs_root, tmp_path, size):
 
 @pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])
 def test_run_view(snap_compare, runs_root, tmp_path, size):
-    run_id = RunStore(runs_root).get("high-lr").id
+    run_id = RunStore(runs_root).get("sft").id  # full fine-tune: loss 7.5 -> 3.1, two sample prompts
 
     async def run_before(pilot):
         await _home_ready(pilot)
@@ -60,7 +63,7 @@ def test_run_view(snap_compare, runs_root, tmp_path, size):
 
 @pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])
 def test_compare(snap_compare, runs_root, tmp_path, size):
-    ids = [RunStore(runs_root).get(name).id for name in ("baseline", "high-lr", "halted")]
+    ids = [RunStore(runs_root).get(name).id for name in ("baseline", "high-lr", "sft")]
 
     async def run_before(pilot):
         await _home_ready(pilot)
@@ -68,3 +71,17 @@ def test_compare(snap_compare, runs_root, tmp_path, size):
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
 
     assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
+
+
+def test_compare_config_80x24(snap_compare, runs_root, tmp_path):
+    """At 80x24 one pane shows at a time: the config pane, the keys that differ between two runs."""
+    ids = [RunStore(runs_root).get(name).id for name in ("baseline", "high-lr")]
+
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        pilot.app.push_screen(CompareScreen(ids))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
+        await pilot.press("5")
+        await pilot.pause()
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=(80, 24), run_before=run_before)

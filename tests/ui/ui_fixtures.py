@@ -1,19 +1,29 @@
 """Helpers of the UI tests (imported by conftest.py and the tests).
 
-SYNTHETIC RUN DIRECTORIES: until the real-trainer fixtures land, `make_run` builds run folders
-with the real core code (RunStore.create for recipe.toml/run.json, JsonlWriter for
-metrics.jsonl) and deterministic values with fixed timestamps, so snapshots never move. The
-metrics follow the trainer's row format (step, max_steps, epoch, time, loss, lr, grad_norm,
-tokens, tokens_per_s, samples_per_s, step_time, mem.rank0{device,rss,peak,host}; eval rows with
-split/eval_loss/perplexity/samples). Swap these for directories from real trainer runs when
-they exist.
+REAL RUN DIRECTORIES: the runs the tests and snapshots show are copies of the folders in
+`tests/fixtures/runs/`, made by `tests/fixtures/make_runs.py` from real runs of the CLI, launcher,
+DeepSpeed and Trainer on the bundled tiny model (see that script and `tests/fixtures/manifest.json`
+for what each run is). They keep the measured losses, lrs, tokens, throughput and memory; their
+timestamps, ids, paths, pids and host are normalised, so snapshots never move. The frozen clock
+of every test app, FIXED_NOW, is the moment make_runs.py copied the two running ones.
+
+    stuck     prefix, `running` but its rank hung (SIGSTOP) minutes before FIXED_NOW: stalled
+    baseline  lora, 40 steps, lr 1e-2, succeeded        high-lr   the same with lr 5e-2
+    sft       full fine-tune, 40 steps, two sample prompts, succeeded
+    halted    dora, stopped with `llmtui stop`          crashed   2 ranks, rank 1 SIGKILLed: failed
+    live      lora, copied while training: `running`, its last step just before FIXED_NOW
+
+SYNTHETIC RUN DIRECTORIES: `synthetic_run` still builds a folder by hand (the real core code for
+recipe.toml/run.json, made-up metrics) for the few tests that need what no small real run has.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -27,14 +37,49 @@ from tuiapp.ui.app import create_app
 os.environ["TZ"] = "UTC"  # start times are shown in local time: pin it for snapshots
 time.tzset()
 
-FIXED_NOW = 1_763_769_600.0  # 2025-11-22 00:00:00 UTC: the clock of every test app
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))
+FIXED_NOW: float = MANIFEST["now"]  # the clock of every test app: when the fixtures were copied
+REAL_IDS: dict[str, str] = {name: run["id"] for name, run in MANIFEST["runs"].items()}
 
 
 def fixed_clock() -> float:
     return FIXED_NOW
 
 
-def make_run(
+def real_runs(root: Path, names: list[str] | None = None) -> dict[str, Run]:
+    """Copies of the committed real-run folders in `root` (all of them, or `names`): {name: Run}."""
+    root.mkdir(parents=True, exist_ok=True)
+    runs = {}
+    for name in names or list(REAL_IDS):
+        runs[name] = copy_real_run(root, name)
+    return runs
+
+
+def copy_real_run(root: Path, name: str, as_id: str | None = None) -> Run:
+    """One real-run fixture copied into `root` (under another folder name with `as_id`)."""
+    target = root / (as_id or REAL_IDS[name])
+    shutil.copytree(FIXTURES / "runs" / REAL_IDS[name], target)
+    run = Run(target).load()
+    if as_id:
+        run.info["id"] = as_id
+        run.save()
+    return run
+
+
+def real_rows(name: str, split: str = "train") -> list[dict]:
+    """The metrics rows of one real-run fixture (train or eval), to check what the UI shows."""
+    path = FIXTURES / "runs" / REAL_IDS[name] / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [r for r in rows if r.get("split", "train") == split]
+
+
+def real_info(name: str) -> dict:
+    """The run.json of one real-run fixture."""
+    return json.loads((FIXTURES / "runs" / REAL_IDS[name] / "run.json").read_text(encoding="utf-8"))
+
+
+def synthetic_run(
     root: Path,
     name: str,
     *,
@@ -53,7 +98,12 @@ def make_run(
     last_time: float | None = None,
     dataset: str = "demo:facts",
 ) -> Run:
-    """A synthetic run folder with deterministic metrics (see the module docstring)."""
+    """SYNTHETIC: a hand-made run folder with deterministic metrics in the trainer's row format.
+
+    Only for the few tests that need data no small real run gives (hundreds of steps, a run
+    made up on the spot); every other test uses `real_runs`. `test_data.py` checks that these
+    rows carry the keys the real trainer's rows carry.
+    """
     store = RunStore(root)
     recipe = Recipe(
         name=name,
@@ -62,7 +112,7 @@ def make_run(
         dataset={"name": dataset},
     )
     run = store.create(recipe, recipe_file=f"recipes/{name}.toml")
-    fixed = root / f"20251121-{index:06d}-{name}-{index:04x}"
+    fixed = root / f"20251231-{index:06d}-{name}-5{index:03x}"  # 5xxx: synthetic
     run.path.rename(fixed)
     run = Run(fixed).load()
     written = steps if written is None else written
@@ -104,19 +154,6 @@ def make_run(
     (run.path / "ranks").mkdir(exist_ok=True)
     (run.path / "ranks" / "rank0.log").write_text("rank 0 ready\nrank 0 training\n", encoding="utf-8")
     return run
-
-
-def standard_runs(root: Path) -> dict[str, Run]:
-    """Six runs covering every status: the history/compare/run-view fixtures."""
-    return {
-        "baseline": make_run(root, "baseline", index=1, lr=2e-4, seed=0),
-        "high-lr": make_run(root, "high-lr", index=2, lr=1e-3, seed=1),
-        "full-sft": make_run(root, "full-sft", index=3, method="sft", status="failed", steps=40, written=17,
-                             reason="rank 0: RuntimeError: CUDA out of memory", seed=2),
-        "halted": make_run(root, "halted", index=4, method="dora", status="stopped", written=25, seed=3, dataset="demo:chat"),
-        "live-one": make_run(root, "live-one", index=5, status="running", steps=100, written=30, last_time=FIXED_NOW - 4, seed=4),
-        "stuck": make_run(root, "stuck", index=6, method="prefix", status="running", steps=100, written=12, last_time=FIXED_NOW - 900, seed=5),
-    }
 
 
 def test_app(root: Path, base_dir: Path, **options):

@@ -144,6 +144,7 @@ def train(run_dir: Path, resume: bool) -> int:
     from tuiapp.trainer.data import build_datasets, make_collator
 
     train_set, eval_set = build_datasets(recipe, tokenizer, cache_dir())
+    transformers.set_seed(recipe.train.seed)  # adapters are initialised before the Trainer seeds
     model = load_model(recipe, model_path, precision)
     model = apply_method(model, recipe, model_path)
     if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):

@@ -18,6 +18,19 @@ BADGES = {
 }
 
 
+def literal(text: str) -> str:
+    """Text shown as is inside markup: every '[' escaped (log lines hold Python lists)."""
+    return str(text).replace("\\", "\\\\").replace("[", "\\[")
+
+
+def reason_summary(lines: list[str]) -> str:
+    """The most telling line of a failure reason: an explanation first, else the error itself."""
+    first = lines[0].strip()
+    if first and not first.startswith(("Traceback", "[")):
+        return first
+    return lines[-1].strip()
+
+
 def status_text(info: dict, data: RunData, now: float) -> str:
     status = info.get("status", "unknown")
     badge = BADGES.get(status, f"[b]? {escape(str(status))}[/]")
@@ -61,7 +74,7 @@ def status_text(info: dict, data: RunData, now: float) -> str:
     if info.get("reason"):
         reason = str(info["reason"]).strip().splitlines()
         if reason:
-            lines.append(f"[$text-muted]reason: {escape(reason[-1])[:300]}[/]")
+            lines.append(f"[$text-muted]reason: {literal(reason_summary(reason)[:300])}[/]")
     return "\n".join(lines)
 
 
@@ -75,11 +88,14 @@ def node_text(node: dict) -> str:
 def memory_text(data: RunData, system, monitor: bool) -> str:
     lines = []
     mem = data.last_train.get("mem") or {}
+    if not isinstance(mem, dict):
+        mem = {}
+    multi_node = len({d.get("node") for d in mem.values() if isinstance(d, dict)}) > 1
     for rank, device in sorted(mem.items()):
         if not isinstance(device, dict):
             continue
         figures = [f"{rank} {device.get('device', '?')}"]
-        if device.get("node") is not None:
+        if multi_node:
             figures.insert(0, f"node {device['node']}")
         for key in ("allocated", "reserved", "peak", "rss"):
             if as_number(device.get(key)) is not None:

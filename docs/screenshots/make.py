@@ -1,0 +1,118 @@
+"""Make the SVG screenshots of docs/tui.md from the real-run fixtures.
+
+    .venv/bin/python docs/screenshots/make.py [--size 120x36]
+
+The app runs headless (Textual's run_test) on a copy of tests/fixtures/runs (real runs of the
+trainer on the bundled tiny model, made by tests/fixtures/make_runs.py), with the fixtures'
+frozen clock, TZ=UTC and no GPU/host monitor, so the pictures are the same on every machine.
+Writes home.svg, new-experiment.svg, run-view.svg, help.svg, compare.svg and compare-config.svg
+next to this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+sys.path.insert(0, str(REPO))
+
+os.environ["TZ"] = "UTC"  # start times show in local time
+time.tzset()
+
+from tuiapp.ui.app import create_app  # noqa: E402
+from tuiapp.ui.screens.compare import CompareScreen  # noqa: E402
+from tuiapp.ui.screens.help import HelpScreen  # noqa: E402
+from tuiapp.ui.screens.new_experiment import NewExperimentScreen  # noqa: E402
+from tuiapp.ui.screens.run_view import RunViewScreen  # noqa: E402
+
+
+async def until(pilot, predicate, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception:
+            pass
+        await pilot.pause(0.05)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+async def shoot(root: Path, work: Path, now: float, ids: dict[str, str], size: tuple[int, int]) -> dict[str, str]:
+    app = create_app(root, clock=lambda: now, base_dir=work, system_monitor=False, hf_cache_dirs=[], live=False)
+    shots = {}
+    async with app.run_test(size=size) as pilot:
+        home = app.screen
+        await until(pilot, lambda: home.summarized, "the history")
+        await pilot.press("down", "down", "down", "space", "down", "space")  # mark sft and high-lr
+        await pilot.pause()
+        shots["home"] = app.export_screenshot(title="llmtui: run history")
+
+        await pilot.press("n")
+        form = app.screen
+        assert isinstance(form, NewExperimentScreen)
+        await until(pilot, lambda: form.last_check is not None, "the form's check")
+        form.query_one("#f-name").cursor_blink = False
+        await pilot.pause(0.3)
+        shots["new-experiment"] = app.export_screenshot(title="llmtui: new experiment")
+        await pilot.press("escape")
+
+        app.push_screen(RunViewScreen(ids["sft"]))
+        await until(pilot, lambda: isinstance(app.screen, RunViewScreen) and app.screen.loaded, "the run view")
+        view = app.screen
+        await until(pilot, lambda: len(view.query_one("#rv-log").lines) > 0, "the log")
+        await pilot.pause(0.3)
+        shots["run-view"] = app.export_screenshot(title="llmtui: run view")
+
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        await pilot.pause(0.2)
+        shots["help"] = app.export_screenshot(title="llmtui: help (?)")
+        await pilot.press("escape", "escape")
+
+        app.push_screen(CompareScreen([ids["baseline"], ids["high-lr"], ids["sft"]]))
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded, "compare")
+        await pilot.pause(0.3)
+        shots["compare"] = app.export_screenshot(title="llmtui: compare")
+        await pilot.press("escape")
+
+        app.push_screen(CompareScreen([ids["baseline"], ids["high-lr"]]))
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded, "compare")
+        await pilot.press("5", "z")  # the config pane, zoomed: the keys that differ
+        await pilot.pause(0.3)
+        shots["compare-config"] = app.export_screenshot(title="llmtui: compare, config keys that differ")
+    return shots
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="120x36", help="terminal size, COLSxROWS")
+    args = parser.parse_args()
+    size = tuple(int(v) for v in args.size.lower().split("x"))
+    manifest = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))
+    ids = {name: run["id"] for name, run in manifest["runs"].items()}
+    work = Path(tempfile.mkdtemp(prefix="llmtui-shots-"))
+    try:
+        root = work / "runs"
+        shutil.copytree(FIXTURES / "runs", root)
+        shots = asyncio.run(shoot(root, work, manifest["now"], ids, size))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for name, svg in shots.items():
+        (HERE / f"{name}.svg").write_text(svg, encoding="utf-8")
+        print(f"docs/screenshots/{name}.svg  {len(svg) // 1024} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
