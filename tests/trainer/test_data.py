@@ -14,6 +14,7 @@ from tuiapp.core.errors import DatasetError
 from tuiapp.core.recipe import Recipe
 from tuiapp.trainer import data
 from tuiapp.trainer.data import IGNORE, build_datasets, make_collator, preview_examples
+from tuiapp.trainer.packing import PackedRowsCollator, pack_rows
 from tuiapp.trainer.tiny import CHATML_TEMPLATE, MARKER, ensure_tiny_model, resolve_model_path
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -202,7 +203,7 @@ def test_packed_batch_has_the_same_loss_as_separate_examples(tmp_path, tiny_path
     packed_recipe = recipe("demo:chat", packing=True)
     train, _ = build_datasets(packed_recipe, tokenizer, tmp_path)
     features = [train[i] for i in range(4)]
-    batch = make_collator(packed_recipe, tokenizer)(features)
+    batch = make_collator(packed_recipe, tokenizer, varlen_attention=True)(features)
     assert batch["input_ids"].shape[0] == 1 and "attention_mask" not in batch
     assert batch["position_ids"][0].tolist().count(0) == 4  # positions restart per example
     model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32, attn_implementation="sdpa").eval()
@@ -215,6 +216,32 @@ def test_packed_batch_has_the_same_loss_as_separate_examples(tmp_path, tiny_path
             total += model(input_ids=torch.tensor([feature["input_ids"]]), labels=labels).loss.item() * n
             count += n
     assert abs(packed - total / count) < 1e-4
+
+
+def test_packed_rows_have_the_same_loss_as_separate_examples(tmp_path, tiny_path, tokenizer):
+    packed_recipe = recipe("demo:chat", packing=True)
+    train, _ = build_datasets(packed_recipe, tokenizer, tmp_path)
+    features = [train[i] for i in range(6)]
+    lengths = [len(f["input_ids"]) for f in features]
+    capacity = sum(sorted(lengths)[-2:])  # forces several rows
+    batch = PackedRowsCollator(capacity, tokenizer.pad_token_id)(features)
+    assert 1 < batch["input_ids"].shape[0] < len(features)
+    assert int((batch["position_ids"] == 0).sum()) >= len(features)  # restarts per example (+ pad segments)
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        packed = model(**batch, use_cache=False).loss.item()
+        total, count = 0.0, 0
+        for feature in features:
+            labels = torch.tensor([feature["labels"]])
+            n = int((labels[:, 1:] != IGNORE).sum())
+            total += model(input_ids=torch.tensor([feature["input_ids"]]), labels=labels).loss.item() * n
+            count += n
+    assert abs(packed - total / count) < 1e-4
+
+
+def test_pack_rows_first_fit_decreasing():
+    assert pack_rows([5, 3, 4, 2], 7) == [[0, 3], [2, 1]]
+    assert pack_rows([8], 7) == [[0]]
 
 
 def test_unpacked_batches_pad_labels_with_ignore(tmp_path, tokenizer):

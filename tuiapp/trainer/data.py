@@ -26,6 +26,7 @@ from tuiapp.core.datasets import (
 )
 from tuiapp.core.errors import DatasetError
 from tuiapp.core.recipe import DatasetSpec, Recipe, packing_enabled
+from tuiapp.trainer.packing import PackedRowsCollator
 from tuiapp.trainer.tiny import CHATML_TEMPLATE
 
 log = logging.getLogger("llmtui.data")
@@ -56,16 +57,18 @@ def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple
     return parts["train"], parts["test"]
 
 
-def make_collator(recipe: Recipe, tokenizer):
-    """Batches: full pretrain blocks as they are; packed SFT padding-free; else pad to longest."""
+def make_collator(recipe: Recipe, tokenizer, varlen_attention: bool = False):
+    """Batches: full pretrain blocks as they are; packed SFT in one flattened row with varlen
+    attention kernels (flash-attention), else in rows of at most max_seq_len; unpacked SFT
+    padded to the longest. Position ids restart per example, so attention stays inside it."""
     if is_pretrain(recipe):
         return default_data_collator
-    if packing_enabled(recipe):
-        # One row per batch, position_ids restart per example, so sdpa/flash attention
-        # keep examples apart; labels get -100 at each boundary.
-        return DataCollatorWithFlattening()
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if packing_enabled(recipe):
+        if varlen_attention:
+            return DataCollatorWithFlattening()
+        return PackedRowsCollator(recipe.train.max_seq_len, tokenizer.pad_token_id)
     return DataCollatorForSeq2Seq(tokenizer, padding="longest", label_pad_token_id=IGNORE)
 
 
@@ -292,7 +295,14 @@ def cache_key(spec: DatasetSpec, recipe: Recipe, tokenizer, base_dir=None) -> st
 
 def tokenizer_fingerprint(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    content = backend.to_str() if backend is not None else str(sorted(tokenizer.get_vocab().items()))
+    if backend is not None:
+        # the serialised backend carries call state (truncation/padding set by the last call)
+        state = json.loads(backend.to_str())
+        state.pop("truncation", None)
+        state.pop("padding", None)
+        content = json.dumps(state, sort_keys=True)
+    else:
+        content = str(sorted(tokenizer.get_vocab().items()))
     name = tokenizer.name_or_path if backend is None else ""  # content identifies a fast tokenizer
     identity = [name, len(tokenizer), _template(tokenizer), tokenizer.eos_token_id,
                 tokenizer.pad_token_id, content]

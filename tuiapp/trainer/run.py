@@ -118,6 +118,11 @@ def _training_args(recipe: Recipe, run_dir: Path, precision: str, has_eval: bool
     )
 
 
+def _varlen_attention(model) -> bool:
+    """Attention kernels that take packed sequences without a (Σ lengths)² mask."""
+    return "flash_attention" in str(getattr(model.config, "_attn_implementation", "") or "")
+
+
 def _trim_metrics(run_dir: Path, step: int) -> None:
     """On resume, drop metric rows past the checkpoint so steps are never duplicated."""
     path = run_dir / "metrics.jsonl"
@@ -164,7 +169,7 @@ def train(run_dir: Path, resume: bool) -> int:
         args=args,
         train_dataset=train_set,
         eval_dataset=eval_set,
-        data_collator=make_collator(recipe, tokenizer),
+        data_collator=make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
         processing_class=tokenizer,
         callbacks=callbacks,
     )
