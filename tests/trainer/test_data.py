@@ -199,6 +199,18 @@ def test_pretrain_blocks_concatenate_documents_with_eos(tmp_path, tokenizer):
 # ---------------------------------------------------------------- collators
 
 
+def loss_one_by_one(model, features) -> float:
+    """Token-weighted mean loss of the examples run separately (the reference for packing)."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for feature in features:
+            labels = torch.tensor([feature["labels"]])
+            n = int((labels[:, 1:] != IGNORE).sum())
+            total += model(input_ids=torch.tensor([feature["input_ids"]]), labels=labels).loss.item() * n
+            count += n
+    return total / count
+
+
 def test_packed_batch_has_the_same_loss_as_separate_examples(tmp_path, tiny_path, tokenizer):
     packed_recipe = recipe("demo:chat", packing=True)
     train, _ = build_datasets(packed_recipe, tokenizer, tmp_path)
@@ -209,13 +221,7 @@ def test_packed_batch_has_the_same_loss_as_separate_examples(tmp_path, tiny_path
     model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32, attn_implementation="sdpa").eval()
     with torch.no_grad():
         packed = model(**batch, use_cache=False).loss.item()  # the Trainer runs with use_cache=False
-        total, count = 0.0, 0
-        for feature in features:
-            labels = torch.tensor([feature["labels"]])
-            n = int((labels[:, 1:] != IGNORE).sum())
-            total += model(input_ids=torch.tensor([feature["input_ids"]]), labels=labels).loss.item() * n
-            count += n
-    assert abs(packed - total / count) < 1e-4
+    assert abs(packed - loss_one_by_one(model, features)) < 1e-4
 
 
 def test_packed_rows_have_the_same_loss_as_separate_examples(tmp_path, tiny_path, tokenizer):
@@ -230,13 +236,7 @@ def test_packed_rows_have_the_same_loss_as_separate_examples(tmp_path, tiny_path
     model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32, attn_implementation="sdpa").eval()
     with torch.no_grad():
         packed = model(**batch, use_cache=False).loss.item()
-        total, count = 0.0, 0
-        for feature in features:
-            labels = torch.tensor([feature["labels"]])
-            n = int((labels[:, 1:] != IGNORE).sum())
-            total += model(input_ids=torch.tensor([feature["input_ids"]]), labels=labels).loss.item() * n
-            count += n
-    assert abs(packed - total / count) < 1e-4
+    assert abs(packed - loss_one_by_one(model, features)) < 1e-4
 
 
 def test_pack_rows_first_fit_decreasing():
