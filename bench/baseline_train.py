@@ -60,6 +60,8 @@ def parse_args():
     p.add_argument("--max-seq-len", type=int, default=512)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--zero-stage", type=int, default=0)
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
+                   help="auto: bf16 on CUDA that supports it, else fp16 on CUDA, fp32 on CPU (as llmtui)")
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1)
     return p.parse_args()
 
@@ -188,6 +190,10 @@ def main():
         accelerate.PartialState(backend="gloo")
         extra["accelerator_config"] = {"use_configured_state": True}
 
+    precision = args.precision
+    if precision == "auto":
+        cuda = torch.cuda.is_available()
+        precision = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if cuda else "fp32"
     training_args = TrainingArguments(
         output_dir=os.path.join(args.out, "checkpoints"),
         per_device_train_batch_size=args.micro_batch,
@@ -200,6 +206,8 @@ def main():
         logging_steps=1,
         save_strategy="no",
         report_to="none",
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
         deepspeed=ds_config,
         **extra,
     )

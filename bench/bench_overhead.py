@@ -22,6 +22,7 @@ import argparse
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -71,8 +72,6 @@ def import_checks(quick_recipe_dir: Path | None = None) -> list[dict]:
 
 def rank_imports(reps: int) -> dict:
     """Wall time of the imports each tool's rank does before its first line of work, interleaved."""
-    import time
-
     probes = {
         "llmtui rank (`import tuiapp.trainer.run, tuiapp.trainer.data`)":
             [common.PYTHON, "-c", "import tuiapp.trainer.run, tuiapp.trainer.data"],

@@ -87,7 +87,7 @@ def describe_model(model_dir: Path, llmtui_results: list[dict]) -> str:
     params = next((r.get("params") for r in llmtui_results if r.get("params")), None)
     return (f"the bundled tiny {config.get('model_type', '?').capitalize()} (hidden {config.get('hidden_size')}, "
             f"{config.get('num_hidden_layers')} layers, {config.get('num_attention_heads')} heads, vocab "
-            f"{config.get('vocab_size')}" + (f", {params / 1e6:.2f} M parameters" if params else "") + ", fp32)")
+            f"{config.get('vocab_size')}" + (f", {params / 1e6:.2f} M parameters" if params else "") + ")")
 
 
 def summarize(run: dict) -> dict:
@@ -155,6 +155,11 @@ def profile_layouts(task: dict, model_dir: str, cache: Path, batches: int, seed:
     from tuiapp.trainer.data import build_datasets, make_collator
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // task.get("ranks", 1)))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     recipe = parse_recipe(common.recipe_toml(task))
     ours, _ = build_datasets(recipe, tokenizer, cache)
@@ -189,7 +194,7 @@ def profile_layouts(task: dict, model_dir: str, cache: Path, batches: int, seed:
     picks = [rng.sample(range(size), task["micro_batch"]) for _ in range(batches + 1)]
     state = {}
     for name, _, _ in layouts:
-        model = new_model()
+        model = new_model().to(device)
         model.train()
         state[name] = {"model": model, "optimizer": torch.optim.AdamW(model.parameters(), lr=task["lr"]),
                        "times": {"collate": [], "forward": [], "backward": [], "optimizer": []},
@@ -198,17 +203,22 @@ def profile_layouts(task: dict, model_dir: str, cache: Path, batches: int, seed:
         for name, dataset, collator in layouts:
             st = state[name]
             model, optimizer = st["model"], st["optimizer"]
+            sync()
             t0 = time.perf_counter()
             batch = collator([dataset[j] for j in indices])
-            t1 = time.perf_counter()
             real_tokens = batch.pop("num_tokens", None)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            t1 = time.perf_counter()
             loss = model(**batch).loss
+            sync()
             t2 = time.perf_counter()
             loss.backward()
+            sync()
             t3 = time.perf_counter()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            sync()
             t4 = time.perf_counter()
             if i == 0:
                 continue  # first step: allocator and kernel warm-up
@@ -382,7 +392,9 @@ def markdown(runs: list[dict], settings: dict, collectives: dict | None = None) 
     out = []
     model = next((r["model"] for r in runs if r.get("model")), "the bundled tiny model")
     out.append(f"Model: {model} — what trains on a 2-core CPU in seconds, so several repetitions fit in "
-               "the budget; at this size per-step framework overhead is as visible as it gets. One CPU rank per tool (the tiny recipes' `gpus = 1`), "
+               "the budget; at this size per-step framework overhead is as visible as it gets. "
+               "One rank per tool (the tiny recipes' `gpus = 1`: a CPU rank without CUDA, GPU 0 with it; "
+               "precision auto in both: fp32 on CPU, bf16/fp16 on CUDA), "
                "ZeRO stage 0, micro batch 8, grad accum 1, lr 3e-3 cosine with 3% warmup, seed 42, "
                f"{settings['steps']} optimizer steps, logging every step in both. "
                f"Repetitions: {settings['reps']} per tool, alternating which tool goes first. "

@@ -114,7 +114,6 @@ def bench_env(cache: Path, hf_cache: Path) -> dict:
     env["HF_HUB_OFFLINE"] = "1"
     env["TRANSFORMERS_OFFLINE"] = "1"
     env["HF_DATASETS_OFFLINE"] = "1"
-    env["LLMTUI_FORCE_CPU"] = env.get("LLMTUI_FORCE_CPU", "")
     env.pop("LLMTUI_RUNS_DIR", None)
     env["PYTHONUNBUFFERED"] = "1"
     return env

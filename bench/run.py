@@ -17,6 +17,7 @@ its markdown table.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -115,7 +116,10 @@ def _verdict(ok: bool) -> str:
 
 
 def contention_note(train: dict) -> str | None:
-    """A warning when the trainer ranks did not get their cores (other load on the machine)."""
+    """A warning when the trainer ranks did not get their cores (other load on the machine).
+    CPU runs only: a rank that drives a GPU does not keep its CPU threads busy."""
+    if not common.gpu_info().startswith("none"):
+        return None
     starved = []
     for run in train["runs"]:
         for tool, s in (run.get("summary") or {}).items():
@@ -123,7 +127,7 @@ def contention_note(train: dict) -> str | None:
             try:
                 wanted = 100 * int(threads)
             except (TypeError, ValueError):
-                wanted = 100 * (__import__("os").cpu_count() or 1)
+                wanted = 100 * (os.cpu_count() or 1)
             if util is not None and util < 0.8 * wanted:
                 starved.append(f"{run['task']['name']}/{tool} {util:.0f}% of {wanted}%")
     if not starved:
@@ -289,7 +293,7 @@ def main(argv=None) -> int:
     overhead = timed("overhead", lambda: bench_overhead.run_all(args.quick, train_runs=train["runs"], log=log))
     ui = {"markdown": "_skipped (--skip-ui)._"} if args.skip_ui else timed("ui", lambda: run_ui(args.quick))
     elapsed = time.time() - t0
-    end_load = " ".join(f"{x:.2f}" for x in __import__("os").getloadavg())
+    end_load = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     command = "  ".join(["`.venv/bin/python bench/run.py" + (" --quick" if args.quick else "")
                          + (f" --reps {args.reps}" if args.reps else "") + (f" --steps {args.steps}" if args.steps else "")
