@@ -171,6 +171,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
+    common.exit_on_sigterm()
     result = run_all(args.quick, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(result["markdown"])
     return 0

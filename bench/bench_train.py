@@ -56,8 +56,19 @@ def bench_task(task: dict, reps: int, log=print) -> dict:
     work = common.temp_dir(task["name"])
     cache, hf_cache = work / "cache", work / "hf-datasets"
     env = common.bench_env(cache, hf_cache)
-    model_dir = common.ensure_model(cache)
     results = {"llmtui": [], "baseline": []}
+    try:
+        model_dir = common.ensure_model(cache)
+        _repetitions(task, reps, work, env, model_dir, results, log)
+    except BaseException:
+        common.remove(work)
+        raise
+    # the caller removes `work` after profiling (the profile reuses the tokenized cache)
+    return {"task": task, "results": results, "model_dir": str(model_dir), "work": work, "profile": None,
+            "model": describe_model(model_dir, results["llmtui"])}
+
+
+def _repetitions(task: dict, reps: int, work: Path, env: dict, model_dir: Path, results: dict, log) -> None:
     for rep in range(reps):
         order = ["llmtui", "baseline"] if rep % 2 == 0 else ["baseline", "llmtui"]
         for tool in order:
@@ -74,9 +85,6 @@ def bench_task(task: dict, reps: int, log=print) -> dict:
                 f"{fmt(common.throughput(result['rows'], warmup_steps(task['steps'])), '.0f')} tok/s")
             if not result["ok"]:
                 log(result["log_tail"])
-    # the caller removes `work` after profiling (the profile reuses the tokenized cache)
-    return {"task": task, "results": results, "model_dir": str(model_dir), "work": work, "profile": None,
-            "model": describe_model(model_dir, results["llmtui"])}
 
 
 def describe_model(model_dir: Path, llmtui_results: list[dict]) -> str:
@@ -577,6 +585,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--json-out", help="also write the raw results as JSON here")
     args = parser.parse_args(argv)
+    common.exit_on_sigterm()
     result = run_all(args.quick, args.reps, args.steps, [t for t in args.tasks.split(",") if t],
                      profile=not args.no_profile, collectives=not args.no_profile,
                      log=lambda m: print(m, file=sys.stderr, flush=True))

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -344,10 +345,11 @@ def run_llmtui(task: dict, workdir: Path, env: dict, timeout: float = 900) -> di
     rank = None
     last_maps = 0.0
     deadline = time.monotonic() + timeout
+    completed = False
     try:
         while proc.poll() is None:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"llmtui run took over {timeout:.0f}s")
+                break  # counted as failed below; `completed` stays False, so the run is killed
             sampler.sample()
             if run_dir is None and runs.is_dir():
                 dirs = [p for p in runs.iterdir() if p.is_dir()]
@@ -365,9 +367,12 @@ def run_llmtui(task: dict, workdir: Path, env: dict, timeout: float = 900) -> di
                 if "finished" in names:
                     sampler.mark("finished")
             time.sleep(0.2)
+        completed = proc.poll() is not None
     finally:
         if proc.poll() is None:
             proc.kill()
+        if not completed:  # interrupted or timed out: the run lives in its own session, end it too
+            kill_run(run_dir)
         log.close()
     wall = time.time() - t0
     if run_dir is None:
@@ -413,6 +418,26 @@ def run_llmtui(task: dict, workdir: Path, env: dict, timeout: float = 900) -> di
     }
 
 
+def kill_run(run_dir: Path | None) -> None:
+    """SIGKILL the process group of an llmtui run (supervisor, launcher, ranks)."""
+    if run_dir is None:
+        return
+    try:
+        pgid = json.loads((run_dir / "run.json").read_text()).get("pgid")
+    except (OSError, ValueError):
+        return
+    if pgid and pgid != os.getpgid(0):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends a benchmark like Ctrl-C: `finally` blocks stop its runs and remove its folders."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def _diff(a, b):
     return (a - b) if (a is not None and b is not None) else None
 
@@ -452,12 +477,12 @@ def run_baseline(task: dict, model_dir: Path, workdir: Path, env: dict, timeout:
         try:
             while proc.poll() is None:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"the baseline took over {timeout:.0f}s")
+                    break  # killed below, counted as failed
                 rank.poll()
                 time.sleep(0.2)
         finally:
             if proc.poll() is None:
-                os.killpg(proc.pid, 9)
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         code = proc.returncode
         wall = time.time() - t0

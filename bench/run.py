@@ -274,6 +274,7 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-ui", action="store_true")
     parser.add_argument("--out", default=str(RESULTS), help="where to write the results (default bench/RESULTS.md)")
     args = parser.parse_args(argv)
+    common.exit_on_sigterm()
 
     t0 = time.time()
     info = common.machine_info()
