@@ -8,7 +8,6 @@ in the group, so no rank outlives its run.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import signal
 import socket
@@ -61,11 +60,6 @@ class Supervisor:
         env["PYTHONUNBUFFERED"] = "1"
         env["LLMTUI_RUN_DIR"] = str(self.run.path)
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        # DeepSpeed JIT-builds ops into TORCH_EXTENSIONS_DIR; the default (~/.cache) is shared by
-        # every venv, which rebuild it in turn and can leave a stale lock: one folder per venv
-        cache = Path(env.get("LLMTUI_CACHE") or Path.home() / ".cache" / "llmtui")
-        venv = hashlib.sha1(sys.prefix.encode()).hexdigest()[:12]
-        env.setdefault("TORCH_EXTENSIONS_DIR", str(cache / "torch_extensions" / venv))
         if "OMP_NUM_THREADS" not in env:
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks))
         return env
