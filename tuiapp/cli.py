@@ -16,12 +16,14 @@ import time
 from pathlib import Path
 
 from tuiapp import cli_scale
-from tuiapp.core import checks, launcher
+from tuiapp.core import checks, launcher, service
 from tuiapp.core.errors import UserError
+from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
 from tuiapp.core.metrics import JsonlReader, dedupe_steps, train_rows
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, progress_line
 from tuiapp.core.recipe import json_schema, load_recipe
-from tuiapp.core.runs import FINAL, RunStore
+from tuiapp.core.rundir import ACTIVE, FINAL, attempt_count, duration_s, first_started
+from tuiapp.core.runs import RunStore
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 OUTCOME_EXIT = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_INTERRUPTED}
@@ -50,52 +52,67 @@ def cmd_schema(args) -> int:
 
 
 def cmd_estimate(args) -> int:
-    recipe = load_recipe(args.recipe, args.set)
-    report = checks.estimate_report(recipe, RunStore(args.runs_dir), base_dir=Path.cwd(), nodes=args.nodes, gpus=args.gpus)
-    if args.json:
-        print(json.dumps(report["json"], indent=2))
-    else:
-        print(report["text"])
+    if not args.json:
+        recipe = load_recipe(args.recipe, args.set)
+        print(checks.estimate_report(recipe, RunStore(args.runs_dir), base_dir=Path.cwd(), nodes=args.nodes,
+                                     gpus=args.gpus)["text"])
+        return EXIT_OK
+    with stdout_to_stderr() as out:  # one JSON document on stdout, in every state
+        try:
+            recipe = load_recipe(args.recipe, args.set)
+            report = checks.estimate_report(recipe, RunStore(args.runs_dir), base_dir=Path.cwd(), nodes=args.nodes,
+                                            gpus=args.gpus)
+        except UserError as exc:
+            _print_err(str(exc))
+            write_document(out, error_document(exc))
+            return EXIT_BAD_INPUT
+        write_document(out, report["json"])
     return EXIT_OK
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 def cmd_run(args) -> int:
     store = RunStore(args.runs_dir)
     recipe = load_recipe(args.recipe, args.set)
-    recipe, model_ref = checks.resolve_recipe(recipe, store)
-    if cli_scale.wanted(args, recipe):  # multi-node, SLURM, fsdp/ddp: docs/scale-out.md
-        return cli_scale.cmd_run(args, recipe, model_ref, store, follow)
-    findings = checks.before_launch(recipe, store, base_dir=Path.cwd())
-    text = checks.format_findings(findings)
-    if text:
-        print(text, file=sys.stderr)
-    if checks.has_errors(findings):
-        return EXIT_BAD_INPUT
-    ranks, gpu_ids = launcher.plan_ranks(recipe.launch, launcher.cuda_device_count())
-    port = recipe.launch.master_port or launcher.free_port()
-    if args.dry_run:
-        argv = launcher.deepspeed_argv(Path(store.root) / "<run-id>", ranks, gpu_ids, port)
-        print("would run: " + " ".join(str(a) for a in argv))
-        print("dry run: nothing was created")
-        return EXIT_OK
-    run = store.create(recipe, recipe_file=str(args.recipe))
-    if model_ref != recipe.model.name:
-        run.update(model_ref=model_ref)
-    argv = launcher.deepspeed_argv(run.path, ranks, gpu_ids, port)
-    print(f"run {run.id} in {run.path}")
-    print("command: " + " ".join(str(a) for a in argv))
-    launcher.start(run, port=port)
+    options = cli_scale.launch_options(args)
+    if options.node_rank:  # node K joins the run node 0 started
+        joining = service.plan_join(recipe, store, Path.cwd(), options, say=_say)
+        if args.dry_run:
+            print("\n".join(joining.preview()))
+            return EXIT_OK
+        run = service.join(joining, say=_say)
+    else:
+        try:
+            plan = service.plan_launch(recipe, store, Path.cwd(), options)
+        except service.LaunchRefused as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_BAD_INPUT
+        notes = checks.format_findings(plan.findings)
+        if notes:
+            print(notes, file=sys.stderr)
+        if args.dry_run:
+            print("\n".join(plan.preview(store.root)))
+            print("dry run: nothing was created", file=sys.stderr if plan.mode == "slurm" else sys.stdout)
+            return EXIT_OK
+        run = service.launch(plan, store, say=_say)
     if args.detach:
         print(f"detached; follow with `llmtui show {run.id}`, stop with `llmtui stop {run.id}`")
         return EXIT_OK
-    return follow(run, store)
+    code = follow(run, store)
+    if options.node_rank:
+        cli_scale.print_node_outcome(run, options.node_rank)
+    return code
 
 
 def follow(run, store) -> int:
-    """Print progress lines until the run ends; Ctrl-C stops the run cleanly."""
+    """Print start-up phases and progress lines until the run ends; Ctrl-C stops the run cleanly."""
     reader = JsonlReader(run.metrics_path)
     rows: list[dict] = []
     interrupted = False
+    shown: tuple = ()
 
     def on_interrupt(signum, frame):
         nonlocal interrupted
@@ -103,16 +120,22 @@ def follow(run, store) -> int:
             return
         interrupted = True
         print("\nstopping the run (checkpoint, then exit)...", flush=True)
-        launcher.stop(run, wait=False)
+        service.stop(run, wait=False)
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         while True:
+            info = run.load().refresh_truth().info
+            if run.status == "starting" and not rows:
+                hang = (info.get("hang") or {}).get("message")
+                state = (info.get("phase"), hang)
+                if state != shown:
+                    shown = state
+                    print(f"starting: {info.get('phase') or 'launching'}" + (f" — ! {hang}" if hang else ""), flush=True)
             for row in reader.read_new():
                 if row.get("split", "train") == "train" and "step" in row:
                     rows.append(row)
                     print(progress_line(row, rows), flush=True)
-            run.load().refresh_truth()
             if run.status in FINAL:
                 for row in reader.read_new():
                     if row.get("split") == "eval":
@@ -130,12 +153,11 @@ def follow(run, store) -> int:
 def _row(run) -> dict:
     summary = run.summary()
     info = run.info
-    ended = info.get("ended") or (time.time() if run.status == "running" else None)
-    started = info.get("started")
     return {
         "id": run.id,
         "name": run.name,
         "status": run.status,
+        "phase": info.get("phase") if run.status == "starting" else None,
         "stalled": checks.stall_hint(run, summary),
         "method": info.get("method"),
         "model": info.get("model_ref") or info.get("model"),
@@ -146,9 +168,11 @@ def _row(run) -> dict:
         "best_eval_loss": summary["best_eval_loss"],
         "tokens_per_s": summary["tokens_per_s"],
         "peak_mem": summary["peak_mem"],
-        "duration_s": (ended - started) if (ended and started) else None,
-        "started": started,
+        "duration_s": duration_s(info),
+        "started": first_started(info),
+        "attempts": attempt_count(info),
         "reason": info.get("reason"),
+        "error": info.get("error"),
     }
 
 
@@ -170,9 +194,14 @@ def cmd_runs(args) -> int:
             f"{row['id'][:40]:<40} {status:<10} {str(row['method']):<13} {step:>11} "
             f"{fmt_number(row['last_loss'], '.4f'):>8} {fmt_number(row['tokens_per_s'], '.0f'):>8} "
             f"{fmt_bytes(row['peak_mem']):>8} {fmt_duration(row['duration_s']):>7}"
+            + (f" ×{row['attempts']}" if row["attempts"] > 1 else "")
         )
         if row["stalled"]:
             print(f"  ! {row['stalled']}")
+        elif row["phase"]:
+            print(f"  · {row['phase']}")
+        elif row["status"] == "failed" and row["reason"]:
+            print(f"  ✗ {str(row['reason']).splitlines()[0][:200]}")
     return EXIT_OK
 
 
@@ -186,7 +215,10 @@ def cmd_show(args) -> int:
         return EXIT_OK
     print(f"{run.id}  [{run.status}]  {run.info.get('method')} on {row['model']}  data {row['dataset']}")
     print(f"  path      {run.path}")
-    print(f"  started   {fmt_time(row['started'])}   duration {fmt_duration(row['duration_s'])}")
+    attempts = f"   attempts {row['attempts']}" if row["attempts"] > 1 else ""
+    print(f"  started   {fmt_time(row['started'])}   duration {fmt_duration(row['duration_s'])}{attempts}")
+    if row["phase"]:
+        print(f"  phase     {row['phase']} (since {fmt_duration(time.time() - (run.info.get('phase_since') or time.time()))})")
     if rows:
         print(f"  progress  {progress_line(rows[-1], rows)}")
     print(f"  best eval {fmt_number(row['best_eval_loss'], '.4f')}")
@@ -205,11 +237,11 @@ def cmd_show(args) -> int:
 
 def cmd_stop(args) -> int:
     run = RunStore(args.runs_dir).get(args.run)
-    if run.status not in ("created", "running"):
+    if run.status not in ACTIVE:
         print(f"{run.id} is {run.status}; nothing to stop")
         return EXIT_OK
     print(f"stopping {run.id} (checkpoint, then exit; killed after {args.grace:.0f}s)...")
-    gone = launcher.stop(run, grace_s=args.grace)
+    gone = service.stop(run, grace_s=args.grace)
     run.load()
     print(f"{run.id}: {run.status}" + ("" if gone else " (some processes could not be killed)"))
     return EXIT_OK if gone else EXIT_FAILED
@@ -218,20 +250,14 @@ def cmd_stop(args) -> int:
 def cmd_resume(args) -> int:
     store = RunStore(args.runs_dir)
     run = store.get(args.run)
-    scaled = cli_scale.resume(args, run, store, follow)  # SLURM and node-by-node runs
-    if scaled is not None:
-        return scaled
-    if run.status == "running":
-        raise UserError(message=f"{run.id} is still running", fix="stop it first, or follow it with `llmtui show`")
-    if run.status == "succeeded":
-        raise UserError(message=f"{run.id} already succeeded", fix="start a new run instead")
-    run.recipe()  # a readable frozen recipe, or a clear error
-    run.update(status="created", reason=None)
-    print(f"resuming {run.id} from its last complete checkpoint")
-    launcher.start(run, resume=True)
+    options = cli_scale.resume_options(args)
+    service.resume(run, options, say=_say)
     if args.detach:
         return EXIT_OK
-    return follow(run, store)
+    code = follow(run, store)
+    if options.node_rank:
+        cli_scale.print_node_outcome(run, options.node_rank)
+    return code
 
 
 def _trainer_tool(module: str, argv: list[str]) -> int:
@@ -240,7 +266,14 @@ def _trainer_tool(module: str, argv: list[str]) -> int:
 
 
 def cmd_data(args) -> int:
-    load_recipe(args.recipe, args.set)  # validate first: a clear error, no traceback
+    try:
+        load_recipe(args.recipe, args.set)  # validate first: a clear error, no traceback
+    except UserError as exc:
+        if not args.json:
+            raise
+        _print_err(str(exc))
+        print(json.dumps(error_document(exc), indent=2))  # the one document, as the tool would print it
+        return EXIT_BAD_INPUT
     argv = [str(args.recipe), "--show", str(args.show)]
     for override in args.set or []:
         argv += ["--set", override]
@@ -294,8 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("estimate", cmd_estimate, "memory per GPU for a recipe")
     p.add_argument("recipe")
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
-    p.add_argument("--gpus", type=int, default=None, help="GPUs per node (default: from the recipe)")
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs per node (default: the recipe's launch.gpus_per_node, its hosts' slots or launch.gpus)")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="nodes (default: the recipe's launch.nodes, its hosts, or 1)")
     p.add_argument("--json", action="store_true")
 
     add("schema", cmd_schema, "print the recipe JSON Schema")

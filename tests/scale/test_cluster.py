@@ -135,7 +135,7 @@ def test_deepspeed_hosts_argv_golden():
                         "--num_gpus", "2", "--module", "tuiapp.trainer", "--run-dir", "/r"]
 
 
-def test_build_launch_hosts_mode_writes_hostfile_and_env(tmp_path, monkeypatch):
+def test_build_launch_hosts_mode_plans_hostfile_and_env(tmp_path, monkeypatch):
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth0")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0")
     monkeypatch.setenv("HF_TOKEN", "secret")
@@ -143,7 +143,10 @@ def test_build_launch_hosts_mode_writes_hostfile_and_env(tmp_path, monkeypatch):
     (tmp_path / ".deepspeed_env").write_text("MY_VAR=1\n")
     spec = launch(hosts=["a slots=2", "b slots=2"])
     plan = cluster.build_launch(tmp_path, spec, 0, port=29555, python="/py")
+    assert not (tmp_path / "hostfile").exists()  # planning writes nothing
+    cluster.write_files(plan)
     assert (tmp_path / "hostfile").read_text() == "a slots=2\nb slots=2\n"
+    assert (tmp_path / ".deepspeed_env").stat().st_mode & 0o777 == 0o600
     ds_env = (tmp_path / ".deepspeed_env").read_text()
     assert "MY_VAR=1" in ds_env and "NCCL_SOCKET_IFNAME=eth0" in ds_env and "GLOO_SOCKET_IFNAME=eth0" in ds_env
     assert "HF_TOKEN" not in ds_env
@@ -264,4 +267,4 @@ def test_stop_refuses_a_run_supervised_on_another_host(tmp_path):
     run = RunStore(tmp_path).create(recipe_from_dict({}))
     run.update(status="running", pid=999999, pgid=999999, host="some-other-node")
     with pytest.raises(Exception, match="supervised on some-other-node"):
-        launcher.stop(Run(run.path).load(), grace_s=1)
+        service.stop(Run(run.path).load(), grace_s=1)

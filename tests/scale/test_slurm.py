@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import launcher, slurm
+from tuiapp.core import service, slurm
 from tuiapp.core.recipe import recipe_from_dict
 from tuiapp.core.runs import Run, RunStore
 
@@ -113,7 +113,7 @@ def test_stop_signals_then_cancels(slurm_run, monkeypatch):
                    slurm.JobState("COMPLETED")])
     monkeypatch.setattr(slurm, "job_state", lambda job, max_age_s=0: next(states))
     monkeypatch.setattr(slurm, "cancel", lambda job, signal=None: calls.append((job, signal)) or True)
-    assert launcher.stop(Run(slurm_run.path).load(), grace_s=5) is True
+    assert service.stop(Run(slurm_run.path).load(), grace_s=5) is True
     assert calls == [("42", "TERM")]
     assert Run(slurm_run.path).load().status == "stopped"
 
@@ -152,7 +152,7 @@ def test_real_stop_goes_through_scancel(tmp_path):
     job = slurm.submit(script)
     run.update(slurm_job=job, slurm_submitted=time.time(), status="created")
     wait_state(job, lambda s: s is not None and s.state == "RUNNING")
-    assert launcher.stop(run, grace_s=3) is True
+    assert service.stop(run, grace_s=3) is True
     state = slurm.job_state(job, 0)
     assert state is None or not state.active
     assert Run(run.path).load().status == "stopped"

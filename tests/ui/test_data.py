@@ -12,16 +12,16 @@ from pathlib import Path
 
 from ui_fixtures import FIXED_NOW, REAL_IDS, real_rows, real_runs, synthetic_run
 
+from tuiapp.core.checks import is_stalled
 from tuiapp.core.errors import RecipeError, RecipeErrors
 from tuiapp.core.metrics import JsonlWriter
 from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec, load_recipe
+from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import formdata
 from tuiapp.ui.comparing import build_series, config_rows, flatten, load_compare_run
-from tuiapp.core.checks import is_stalled
 from tuiapp.ui.history import HistoryLoader, LiveSummary, with_metrics
 from tuiapp.ui.history_model import HistoryModel
 from tuiapp.ui.rundata import RunData
-from tuiapp.core.tail import TextTail, log_sources
 
 
 def test_ui_never_imports_torch_or_the_trainer():
@@ -218,6 +218,7 @@ def test_system_sampler_reads_nvml_gpus():
 
 
 def test_launch_is_refused_by_preflight_errors(tmp_path, monkeypatch):
+    from tuiapp.core import service
     from tuiapp.core.recipe import QloraMethod
     from tuiapp.ui import actions
 
@@ -225,7 +226,7 @@ def test_launch_is_refused_by_preflight_errors(tmp_path, monkeypatch):
     recipe = Recipe(name="q", method=QloraMethod())
     try:
         actions.launch(recipe, tmp_path / "runs", tmp_path)
-    except actions.LaunchRefused as exc:
+    except service.LaunchRefused as exc:
         assert "error" in str(exc)
     else:
         raise AssertionError("a QLoRA run on a CPU-only machine must be refused")

@@ -12,7 +12,8 @@ import os
 import pytest
 from ui_fixtures import screen_text, test_app, wait_for
 
-from tuiapp.core import launcher
+from tuiapp.core import service
+from tuiapp.core.procs import group_processes
 from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec
 from tuiapp.core.runs import Run, RunStore
 from tuiapp.ui.screens.confirm import ConfirmScreen
@@ -86,9 +87,9 @@ def live_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("live") / "runs"
     store = RunStore(root)
     run = store.create(tiny_recipe("long-one", 2000))
-    launcher.start(run)
+    service.start_supervisor(run)
     yield run
-    launcher.stop(run, grace_s=10)
+    service.stop(run, grace_s=10)
 
 
 def test_quit_and_reopen_the_run_is_still_live(live_run, tmp_path):
@@ -136,7 +137,7 @@ def test_stop_from_the_app_then_resume(live_run, tmp_path):
             await wait_for(pilot, lambda: view.info.get("status") == "stopped", timeout=90, what="stopped")
             assert view.check_action("resume", ()) is True and view.check_action("stop", ()) is None
             pgid = Run(live_run.path).load().info.get("pgid")
-            await wait_for(pilot, lambda: not launcher.group_processes(pgid), timeout=30, what="no process left")
+            await wait_for(pilot, lambda: not group_processes(pgid), timeout=30, what="no process left")
             assert "stopped" in screen_text(app)
             # resume from the checkpoint the stop saved: the same view follows the new attempt
             steps_at_stop = len(view.data.loss)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.metrics import atomic_write_text
+from tuiapp.core.rundir import NODE_KEYS, check_keys
 
 if TYPE_CHECKING:  # recipe imports this module lazily; keep the import one-way at load time
     from tuiapp.core.recipe import LaunchSpec
@@ -327,6 +328,7 @@ def read_node(run_dir: Path, node_rank: int) -> dict:
 
 def write_node(run_dir: Path, node_rank: int, /, **values) -> dict:
     """Merge values into nodes/<k>.json (written atomically) and return the record."""
+    check_keys(values, NODE_KEYS)
     record = read_node(run_dir, node_rank)
     record.update(values)
     record["node_rank"] = node_rank
@@ -490,6 +492,7 @@ class Launch:
     plan: NodePlan | None = None
     env: dict = field(default_factory=dict)
     fields: dict = field(default_factory=dict)  # for run.json (node 0) or nodes/<k>.json
+    files: dict = field(default_factory=dict)  # path -> (text, mode or None): written by write_files
 
     @property
     def owner(self) -> bool:
@@ -527,7 +530,7 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
                  port: int | None = None, node: NodeArgs | None = None,
                  base_dir: Path | None = None, python: str | None = None) -> Launch:
     """The command of one supervisor: single node, hosts mode (head), or one node of many.
-    Writes the hostfile / .deepspeed_env it needs into the run folder."""
+    Pure: the hostfile / .deepspeed_env it needs are in `files`, written by write_files()."""
     from tuiapp.core import launcher
 
     run_dir = Path(run_dir)
@@ -540,8 +543,7 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
                          master_addr=node.master_addr, master_port=port, gpu_ids=gpu_ids, base_dir=base_dir)
         if strategy == "deepspeed":
             hostfile = nodes_dir(run_dir) / HOSTFILE_NAME
-            nodes_dir(run_dir).mkdir(parents=True, exist_ok=True)
-            atomic_write_text(hostfile, node_hostfile_text(plan))
+            files = {hostfile: (node_hostfile_text(plan), None)}
             argv = deepspeed_node_argv(run_dir, plan, hostfile, resume, python)
         else:
             argv = torchrun_argv(run_dir, plan, resume, python)
@@ -553,14 +555,13 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
                   "master_addr": plan.master_addr, "master_port": plan.master_port,
                   "node_mode": "slurm" if node.slurm else "nodes", "nodes": nodes,
                   "node_rank": node.node_rank}
-        return Launch(argv, plan.ranks_per_node, gpu_ids, plan.master_port, node.node_rank, plan, env, fields)
+        return Launch(argv, plan.ranks_per_node, gpu_ids, plan.master_port, node.node_rank, plan, env, fields,
+                      files if strategy == "deepspeed" else {})
     if uses_hosts(launch):
         hosts = hosts_of(launch, base_dir)
         hostfile = run_dir / HOSTFILE_NAME
-        atomic_write_text(hostfile, hostfile_text(hosts))
         ds_env = run_dir / DS_ENV_NAME
-        atomic_write_text(ds_env, deepspeed_env_text())
-        os.chmod(ds_env, 0o600)
+        files = {hostfile: (hostfile_text(hosts), None), ds_env: (deepspeed_env_text(), 0o600)}
         env["DS_ENV_FILE"] = str(ds_env.resolve())
         master_port = resolve_port(launch, port)
         argv = deepspeed_hosts_argv(run_dir, launch, hostfile, master_port, resume=resume, python=python)
@@ -572,7 +573,7 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
         fields = {"strategy": strategy, "nnodes": len(nodes), "world_size": first, "master_port": master_port,
                   "node_mode": "hosts", "launcher": launch.launcher, "nodes": nodes}
         here = used[0][1] if used else ranks  # ranks on the head node (DeepSpeed puts rank 0 there)
-        return Launch(argv, here, gpu_ids, master_port, None, None, env, fields)
+        return Launch(argv, here, gpu_ids, master_port, None, None, env, fields, files)
     master_port = port or launch.master_port or launcher.free_port()
     if strategy == "deepspeed":
         argv = launcher.deepspeed_argv(run_dir, ranks, gpu_ids, master_port, resume=resume, python=python)
@@ -582,6 +583,16 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
     fields = {"strategy": strategy, "world_size": ranks, "nodes": plan.nodes()}
     return Launch(torchrun_argv(run_dir, plan, resume, python), ranks, gpu_ids, master_port, None, plan, env, fields)
+
+
+def write_files(launch: Launch) -> None:
+    """Write what a launch needs on disk (hostfile, .deepspeed_env made private to the user)."""
+    for path, (text, mode) in launch.files.items():
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+        if mode is not None:
+            os.chmod(path, mode)
 
 
 def node_gone_reason(run_dir: Path, node_rank: int) -> str | None:

@@ -1,8 +1,10 @@
-"""Starting and stopping runs: argv built by pure functions, processes in their own session.
+"""What a run starts, as argv built by pure functions: ranks, ports, the DeepSpeed and
+supervisor commands.
 
 A run is a supervisor process (tuiapp.core.supervisor) that leads its own session and process
 group; it starts the real `deepspeed` launcher, which starts the ranks, all in that group.
-Never a shell, never a pipe to the caller: the run outlives whatever started it.
+Never a shell, never a pipe to the caller: the run outlives whatever started it. Starting,
+stopping and resuming live in tuiapp.core.service.
 """
 
 from __future__ import annotations
@@ -10,17 +12,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
-
-import psutil
 
 from tuiapp.core.errors import RunError
 from tuiapp.core.preflight import detect_gpus
 from tuiapp.core.recipe import LaunchSpec
-from tuiapp.core.runs import Run, process_alive
 
 STOP_GRACE_S = 60.0
 
@@ -94,79 +91,9 @@ def supervisor_argv(run_dir: Path, resume: bool = False, port: int | None = None
     return argv
 
 
-def start(run: Run, resume: bool = False, port: int | None = None, wait_s: float = 10.0) -> int:
-    """Start a run's supervisor detached from this process; returns its pid."""
-    log = open(run.path / "supervisor.log", "ab")
+def signal_group(pgid: int, signum: int = signal.SIGTERM) -> None:
+    """Signal a run's whole process group (supervisor, launcher, ranks)."""
     try:
-        process = subprocess.Popen(
-            supervisor_argv(run.path, resume, port),
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            close_fds=True,
-        )
-    finally:
-        log.close()
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        run.load()
-        if run.info.get("pid") == process.pid or process.poll() is not None:
-            break
-        time.sleep(0.05)
-    return process.pid
-
-
-def group_processes(pgid: int | None) -> list[psutil.Process]:
-    """Every live process of a run's process group."""
-    if not pgid:
-        return []
-    found = []
-    for process in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except (ProcessLookupError, psutil.Error, OSError):
-            continue
-    return found
-
-
-def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
-    """Graceful stop: SIGTERM to the run's group; the supervisor SIGKILLs what is left after
-    the grace period. If the supervisor is gone, this does the killing. True when no process
-    of the run is left."""
-    run.load()
-    if run.info.get("slurm_job"):
-        from tuiapp.core import slurm  # SIGTERM to the job's steps, scancel after the grace period
-
-        return slurm.stop(run, grace_s, wait)
-    host = run.info.get("host")
-    if run.info.get("status") in ("created", "running") and host not in (None, socket.gethostname()):
-        # a multi-node run's supervisor on another machine: its pgid means nothing here
-        raise RunError(message=f"{run.id} is supervised on {host}", fix=f"run `llmtui stop {run.id}` on {host}")
-    pgid = run.info.get("pgid")
-    if not pgid:
-        return True
-    supervisor_up = process_alive(run.info.get("pid"), run.info.get("pid_create_time"))
-    try:
-        os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, signum)
     except (ProcessLookupError, PermissionError):
         pass
-    if not wait:
-        return False
-    deadline = time.monotonic() + grace_s + 15.0
-    while time.monotonic() < deadline:
-        if not group_processes(pgid):
-            return True
-        if not supervisor_up and time.monotonic() > deadline - 15.0:
-            break
-        time.sleep(0.2)
-    for process in group_processes(pgid):
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(group_processes(pgid), timeout=5)
-    if run.load().status in ("created", "running"):
-        run.update(status="stopped", ended=time.time(), reason="stopped; processes killed after the grace period")
-    return not group_processes(pgid)

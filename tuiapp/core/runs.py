@@ -13,15 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psutil
-
+from tuiapp.core import runlock
 from tuiapp.core.errors import RunError
 from tuiapp.core.metrics import atomic_write_text, read_jsonl, summarize
+from tuiapp.core.procs import group_processes, process_alive
 from tuiapp.core.recipe import Recipe, parse_recipe
+from tuiapp.core.rundir import ACTIVE, FINAL, attempts_of, check_keys, close_attempt  # noqa: F401 (re-exported)
 
 RUNS_ENV = "LLMTUI_RUNS_DIR"
-ACTIVE = ("created", "running")
-FINAL = ("succeeded", "failed", "stopped")
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SECRET_PATTERN = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 
@@ -59,21 +58,6 @@ def new_run_id(name: str) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:40] or "run"
     return f"{stamp}-{slug}-{secrets.token_hex(2)}"
-
-
-def process_alive(pid: int | None, create_time: float | None) -> bool:
-    """True when the process exists and is the same one we recorded (not a reused pid)."""
-    if not pid:
-        return False
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        if create_time is not None and abs(process.create_time() - create_time) > 1.0:
-            return False
-        return True
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return False
 
 
 def tail_lines(path: Path, count: int = 20, max_bytes: int = 65536) -> list[str]:
@@ -135,9 +119,44 @@ def explain_rank_exit(lines: list[str]) -> str | None:
     return None
 
 
-def failure_reason(run_dir: Path, log: Path | None = None) -> str:
-    """The last error lines of a run: the first rank log holding an error, else the main log
-    (or another log given, e.g. nodes/1.log)."""
+def rank_log(run_dir: Path, rank: int) -> Path | None:
+    """The latest attempt's log of one rank."""
+    logs = sorted((Path(run_dir) / "ranks").glob(f"*_rank{rank}.log"))
+    return logs[-1] if logs else None
+
+
+def root_cause(run_dir: Path, since: float | None = None) -> dict | None:
+    """The first real exception of this attempt: the earliest `error` event a rank wrote
+    (later ones are usually other ranks losing their peer). {rank, type, message, log}."""
+    errors = [e for e in read_jsonl(Path(run_dir) / "events.jsonl")
+              if e.get("event") == "error" and (since is None or (e.get("time") or 0) >= since - 1)]
+    if not errors:
+        return None
+    first = min(errors, key=lambda e: e.get("time") or 0)
+    rank = first.get("rank")
+    log = rank_log(run_dir, rank) if isinstance(rank, int) else None
+    message = str(first.get("message") or "")
+    prefix = f"rank {rank}: "
+    if message.startswith(prefix):
+        message = message[len(prefix):]
+    kind = first.get("type")
+    if kind and message.startswith(f"{kind}: "):
+        message = message[len(kind) + 2:]
+    return {"rank": rank, "type": kind, "message": message.strip(), "log": str(log) if log else None}
+
+
+def cause_text(cause: dict) -> str:
+    kind = f"{cause['type']}: " if cause.get("type") else ""
+    text = f"rank {cause.get('rank', '?')}: {kind}{cause.get('message', '')}"
+    return text + (f"\n(log: {cause['log']})" if cause.get("log") else "")
+
+
+def failure_reason(run_dir: Path, log: Path | None = None, since: float | None = None) -> str:
+    """Why a run failed: the failing rank's first exception when one was recorded, else the last
+    error lines of the first rank log holding an error, else of the main log (or `log`)."""
+    cause = root_cause(run_dir, since)
+    if cause:
+        return cause_text(cause)
     main = log or run_dir / "stdout.log"
     for candidate in [*rank_logs(run_dir), main] if log is None else [main]:
         found, lines = error_lines(candidate)
@@ -157,6 +176,12 @@ class Run:
 
     path: Path
     info: dict = field(default_factory=dict)
+    lock_fd: int | None = field(default=None, repr=False)  # held while this process starts the run
+
+    def release_lock(self) -> None:
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
     @property
     def id(self) -> str:
@@ -209,6 +234,7 @@ class Run:
         atomic_write_text(self.info_path, json.dumps(self.info, indent=2, sort_keys=True, default=str))
 
     def update(self, **values) -> None:
+        check_keys(values)
         self.load()
         self.info.update(values)
         self.save()
@@ -231,31 +257,48 @@ class Run:
         return summarize(self.metrics())
 
     def supervisor_alive(self) -> bool:
-        return process_alive(self.info.get("pid"), self.info.get("pid_create_time"))
+        """A supervisor (or the process starting one) holds the run's lock; runs made before
+        locks existed fall back to the recorded pid."""
+        held = runlock.held(runlock.lock_path(self.path))
+        if held is None:
+            return process_alive(self.info.get("pid"), self.info.get("pid_create_time"))
+        return held
 
     def refresh_truth(self, persist: bool = True) -> "Run":
-        """An active run whose supervisor is gone has failed: say so, with the reason."""
-        if self.status in ACTIVE and self.info.get("slurm_job"):
+        """An active run whose supervisor is gone has failed: say so, with the reason. While any
+        process of the run lives, it is not called failed."""
+        if self.status not in ACTIVE:
+            return self
+        if self.info.get("slurm_job"):
             from tuiapp.core import slurm  # a SLURM run: the scheduler's job state is the truth
 
             slurm.refresh(self, persist)
             return self
-        if self.status in ACTIVE and self.info.get("host") not in (None, socket.gethostname()):
-            return self  # its supervisor runs on another machine (multi-node): a pid means nothing here
-        if self.status in ACTIVE and self.info.get("pid") and not self.supervisor_alive():
-            self.load()  # the supervisor may have just written the final status
-            if self.status in ACTIVE and not self.supervisor_alive():
-                self.info.update(
-                    status="failed",
-                    ended=time.time(),
-                    reason="the run's supervisor is gone (killed or the machine rebooted). "
-                    + (failure_reason(self.path) or ""),
-                )
-                if persist:
-                    try:
-                        self.save()
-                    except OSError:
-                        pass
+        if self.info.get("host") not in (None, socket.gethostname()):
+            return self  # its supervisor runs on another machine (multi-node): a lock here means nothing
+        if self.info.get("node_mode") == "slurm":
+            return self  # submitted, not yet given a job id by the submitting process
+        if self.supervisor_alive():
+            return self
+        self.load()  # the supervisor may have just written the final status
+        if self.status not in ACTIVE or self.supervisor_alive():
+            return self
+        if group_processes(self.info.get("pgid")):
+            self.info["orphans"] = True  # ranks outlived their supervisor: `llmtui stop` ends them
+            return self
+        if self.status == "created" and not attempts_of(self.info):
+            reason = "the process that created the run exited before starting it"
+        else:
+            reason = "the run's supervisor is gone (killed or the machine rebooted). " + (
+                failure_reason(self.path, since=self.info.get("started")) or "")
+        now = time.time()
+        self.info.update(status="failed", ended=now, reason=reason.strip(),
+                         attempts=close_attempt(self.info, "failed", reason.strip(), now))
+        if persist:
+            try:
+                self.update(status="failed", ended=now, reason=self.info["reason"], attempts=self.info["attempts"])
+            except OSError:
+                pass
         return self
 
 
@@ -265,8 +308,11 @@ class RunStore:
     def __init__(self, root: str | Path | None = None):
         self.root = default_runs_dir(root)
 
-    def create(self, recipe: Recipe, recipe_file: str | None = None, run_id: str | None = None) -> Run:
-        """A new run folder; `run_id` picks its name (multi-node runs: every node passes it)."""
+    def create(self, recipe: Recipe, recipe_file: str | None = None, run_id: str | None = None,
+               model_ref: str | None = None, lock: bool = False) -> Run:
+        """A new run folder; `run_id` picks its name (multi-node runs: every node passes it). With
+        `lock`, the run's lock is held by this process (run.lock_fd) until it hands it to the
+        supervisor it starts, so the run is never seen without a live owner."""
         self.root.mkdir(parents=True, exist_ok=True)
         if run_id is not None:
             if not ID_PATTERN.match(run_id) or ".." in run_id:
@@ -290,6 +336,8 @@ class RunStore:
                 raise RunError(message="could not create a unique run folder", file=str(self.root))
         run = Run(path)
         try:
+            if lock:
+                run.lock_fd = runlock.acquire(runlock.lock_path(path))
             (path / "recipe.toml").write_text(recipe.to_toml(), encoding="utf-8")
             run.info = {
                 "id": run.id,
@@ -303,10 +351,13 @@ class RunStore:
                 "dataset": recipe.dataset.name,
                 "trust_remote_code": recipe.model.trust_remote_code,
                 "recipe": recipe.model_dump(mode="json"),
-                "attempts": 0,
+                "attempts": [],
             }
+            if model_ref and model_ref != recipe.model.name:
+                run.info["model_ref"] = model_ref
             run.save()
         except BaseException:
+            run.release_lock()
             shutil.rmtree(path, ignore_errors=True)
             raise
         return run

@@ -1,8 +1,10 @@
 """The run supervisor: leads the run's session, starts DeepSpeed, records the outcome.
 
-It is the only writer of run.json while a run is active. It ignores SIGHUP, turns SIGTERM and
-SIGINT into a graceful stop of the whole group, and after the ranks exit it kills anything left
-in the group, so no rank outlives its run.
+It holds the run's lock for its whole life (one supervisor per run folder) and is the only
+writer of run.json while the run is active: start-up phases and hangs, running, stopping, the
+root cause of a failure, and each attempt. It ignores SIGHUP, turns SIGTERM and SIGINT into a
+graceful stop of the whole group, and after the ranks exit it kills anything left in the group,
+so no rank outlives its run.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from pathlib import Path
 
 import psutil
 
-from tuiapp.core import cluster, launcher
+from tuiapp.core import cluster, launcher, rundir, runlock
 from tuiapp.core.errors import UserError
 from tuiapp.core.metrics import JsonlWriter, read_jsonl, summarize
-from tuiapp.core.runs import Run, failure_reason, redact
+from tuiapp.core.procs import group_processes
+from tuiapp.core.runs import Run, cause_text, failure_reason, redact, root_cause
 
-POLL_S = 0.5
+POLL_S = 0.2
+WATCH_S = 1.0  # phases, hangs and errors are read this often
 
 
 class Supervisor:
@@ -38,7 +42,16 @@ class Supervisor:
         self.resume = resume
         self.grace_s = grace_s
         self.stop_requested_at: float | None = None
+        self.stop_recorded = False
         self.child: subprocess.Popen | None = None
+        self.started = time.time()
+        self.world = 1
+        self.startup_timeout_s = 900.0
+        self.status = "starting"
+        self.phase: tuple | None = None
+        self.hang_key: tuple | None = None
+        self.error_seen = False
+        self._next_watch = 0.0
 
     def _on_stop_signal(self, signum, frame) -> None:
         if self.stop_requested_at is None:
@@ -47,7 +60,7 @@ class Supervisor:
 
     def _signal_group(self, signum: int) -> None:
         me = os.getpid()
-        for process in launcher.group_processes(os.getpgid(0)):
+        for process in group_processes(os.getpgid(0)):
             if process.pid == me:
                 continue
             try:
@@ -73,14 +86,25 @@ class Supervisor:
         cuda = launcher.cuda_device_count()
         plan = self.launch = cluster.build_launch(run.path, recipe.launch, cuda, resume=self.resume,
                                                   port=self.port, node=self.node)
+        cluster.write_files(plan)
         argv, ranks, gpu_ids = plan.argv, plan.ranks, plan.gpu_ids
+        self.world = plan.plan.world_size if plan.plan is not None else int(plan.fields.get("world_size") or ranks)
+        self.startup_timeout_s = float(getattr(recipe.launch, "startup_timeout_s", 900))
         me = psutil.Process()
+        self.started = time.time()
+        if plan.owner:
+            rundir.clear_phases(run.path)
         self._record(
-            status="running",
+            status="starting",
+            phase="launching",
+            phase_since=self.started,
+            hang=None,
+            error=None,
+            stop_requested=None,
             pid=me.pid,
             pgid=os.getpgid(0),
             pid_create_time=me.create_time(),
-            started=time.time(),
+            started=self.started,
             ended=None,
             exit_code=None,
             reason=None,
@@ -89,7 +113,7 @@ class Supervisor:
             ranks=ranks,
             gpus=gpu_ids if gpu_ids is not None else (list(range(ranks)) if cuda else []),
             accelerator="cuda" if cuda else "cpu",
-            attempts=int(run.info.get("attempts", 0)) + 1,
+            attempts=rundir.new_attempt(self._own_record(), socket.gethostname(), self.resume, self.started),
             resumed=self.resume,
             **plan.fields,
         )
@@ -117,10 +141,68 @@ class Supervisor:
             code = self.child.poll()
             if code is not None:
                 return code
-            self._watch_nodes()
+            if self.stop_requested_at is not None and not self.stop_recorded:
+                self.stop_recorded = True
+                self.status = "stopping"
+                self._record(status="stopping", stop_requested=time.time())
+            if time.monotonic() >= self._next_watch:
+                self._next_watch = time.monotonic() + WATCH_S
+                self._watch_nodes()
+                self._watch_ranks()
             if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > self.grace_s:
                 self._signal_group(signal.SIGKILL)
             time.sleep(POLL_S)
+
+    def _own_record(self) -> dict:
+        if self.node is not None and self.node.node_rank:
+            return cluster.read_node(self.run.path, self.node.node_rank)
+        return self.run.load().info
+
+    def _watch_ranks(self) -> None:
+        """Start-up phase (the rank furthest behind), a hang when it has not moved for
+        launch.startup_timeout_s, running once every rank trains, and the first error."""
+        if self.launch is not None and not self.launch.owner:
+            return
+        now = time.time()
+        values: dict = {}
+        if not self.error_seen:
+            cause = root_cause(self.run.path, self.started)
+            if cause:
+                self.error_seen = True
+                values.update(error=cause, reason=cause_text(cause))
+        if self.status == "starting":
+            phases = rundir.read_phases(self.run.path, since=self.started - 1)
+            rank, phase, since = rundir.behind(phases, self.world, self.started)
+            first_step = any(r.get("phase") == "training" for r in phases.values())
+            if phase == "training" or (first_step and self._metrics_started()):
+                self.status = "running"
+                values.update(status="running", phase="training", phase_since=now, hang=None)
+            else:
+                if (phase, since) != self.phase:
+                    self.phase = (phase, since)
+                    values.update(phase=phase, phase_since=since)
+                stuck = now - since
+                key = (rank, phase) if stuck > self.startup_timeout_s else None
+                if key != self.hang_key:
+                    self.hang_key = key
+                    values["hang"] = None if key is None else rundir.Hang(
+                        phase=phase, rank=rank, since=since,
+                        message=f"hung in '{phase}': rank {rank} has made no progress for {stuck:.0f}s "
+                        f"(launch.startup_timeout_s = {self.startup_timeout_s:.0f}). "
+                        f"See its stack with `llmtui doctor {self.run.id}`").model_dump()
+        if values:
+            self._record(**values)
+
+    def _metrics_started(self) -> bool:
+        try:
+            return self.run.metrics_path.stat().st_mtime >= self.started
+        except OSError:
+            return False
+
+    def fail(self, reason: str) -> None:
+        now = time.time()
+        self._record(status="failed", ended=now, reason=reason,
+                     attempts=rundir.close_attempt(self._own_record(), "failed", reason, now))
 
     def _record(self, **values) -> None:
         """run.json for the run's only (or node 0's) supervisor; nodes/<k>.json for node k."""
@@ -149,7 +231,7 @@ class Supervisor:
     def _kill_leftovers(self) -> None:
         """No orphan: whatever is left of the group after the launcher exits is killed."""
         me = os.getpid()
-        left = [p for p in launcher.group_processes(os.getpgid(0)) if p.pid != me]
+        left = [p for p in group_processes(os.getpgid(0)) if p.pid != me]
         for process in left:
             try:
                 process.terminate()
@@ -168,6 +250,7 @@ class Supervisor:
         finished = any(e.get("event") == "finished" for e in read_jsonl(run.events_path))
         owner = self.launch is None or self.launch.owner
         log = self.launch.log_path(run.path) if self.launch else run.log_path
+        cause = root_cause(run.path, self.started) if owner else None
         if self.fail_reason:
             status, reason = ("failed" if owner else "stopped"), self.fail_reason
         elif self.stop_requested_at is not None:
@@ -176,8 +259,8 @@ class Supervisor:
             status, reason = "succeeded", None
         else:
             status = "failed"
-            reason = failure_reason(run.path, log) or f"the launcher exited with code {code}"
-            known = cluster.explain_run(run.path, self.launch) if self.launch else None
+            reason = failure_reason(run.path, log, since=self.started) or f"the launcher exited with code {code}"
+            known = cluster.explain_run(run.path, self.launch) if self.launch and not cause else None
             if known:
                 reason = known + "\n" + reason
             if code < 0:
@@ -187,7 +270,10 @@ class Supervisor:
         if self.watch is not None:
             self.watch.settle()
             self.watch.poll(status)  # the last word on every node, for run.json's `nodes`
-        self._record(status=status, exit_code=code, ended=time.time(), reason=reason)
+        now = time.time()
+        self._record(status=status, exit_code=code, ended=now, reason=reason, hang=None,
+                     **({"error": cause} if cause and status == "failed" else {}),
+                     attempts=rundir.close_attempt(self._own_record(), status, reason, now))
         if not owner:
             return
         with JsonlWriter(run.events_path) as events:
@@ -203,19 +289,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nnodes", type=int, default=None, help="number of nodes (multi-node runs)")
     parser.add_argument("--master-addr", default=None, help="address of node 0 (multi-node runs)")
     parser.add_argument("--slurm", action="store_true", help="started by the run's sbatch script")
+    parser.add_argument("--lock-fd", type=int, default=None, help="the run's lock, taken by the process that started this")
     parser.add_argument("--grace", type=float, default=float(os.environ.get("LLMTUI_STOP_GRACE_S", launcher.STOP_GRACE_S)))
     args = parser.parse_args(argv)
     node = None
     if args.node_rank is not None:
         node = cluster.NodeArgs(args.node_rank, args.nnodes, args.master_addr, args.slurm)
+    lock = args.lock_fd
+    if lock is None:  # started by an sbatch script or by hand: take the lock now
+        lock = runlock.acquire(runlock.lock_path(args.run_dir, node.node_rank if node else None))
+        if lock is None:
+            print(f"error: {args.run_dir} already has a live supervisor; not starting a second one", file=sys.stderr)
+            return 2
+    os.set_inheritable(lock, False)  # held by this process alone; released by the kernel when it ends
     supervisor = Supervisor(args.run_dir, args.resume, args.grace, args.master_port, node)
     try:
         return supervisor.execute()
     except UserError as exc:
-        supervisor._record(status="failed", ended=time.time(), reason=str(exc))
+        supervisor.fail(str(exc))
         return 2
     except Exception as exc:  # the outcome must be recorded whatever happens
-        supervisor._record(status="failed", ended=time.time(), reason=f"supervisor error: {exc!r}")
+        supervisor.fail(f"supervisor error: {exc!r}")
         raise
 
 

@@ -22,24 +22,29 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tuiapp.trainer.run import train
+    from tuiapp.trainer import phases
 
+    phases.start(args.run_dir)
     try:
+        phases.enter("importing")
+        from tuiapp.trainer.run import train
+
         return train(args.run_dir, args.resume)
     except BaseException as exc:
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
-        rank = os.environ.get("RANK", "0")
+        rank = int(os.environ.get("RANK", "0"))
         traceback.print_exc()
-        message = f"rank {rank}: {type(exc).__name__}: {exc}".strip()
+        message = f"{exc}".strip() or type(exc).__name__
         try:
             from tuiapp.core.metrics import JsonlWriter
 
             with JsonlWriter(args.run_dir / "events.jsonl") as events:
-                events.write({"event": "error", "rank": int(rank), "message": message[:2000]})
+                events.write({"event": "error", "rank": rank, "type": type(exc).__name__, "message": message[:2000],
+                              "phase": phases.current()})
         except OSError:
             pass
-        print(f"Error: {message}", file=sys.stderr, flush=True)
+        print(f"Error: rank {rank}: {type(exc).__name__}: {message}", file=sys.stderr, flush=True)
         return 1
 
 

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from tuiapp.core.metrics import JsonlWriter
+from tuiapp.trainer import phases
 
 
 def _distributed() -> bool:
@@ -82,6 +83,7 @@ class RunRecorder(TrainerCallback):
         return state.is_world_process_zero
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        phases.enter("first step")
         if self._is_writer(state):
             self.metrics = JsonlWriter(self.run_dir / "metrics.jsonl")
             self.events = JsonlWriter(self.run_dir / "events.jsonl")
@@ -115,9 +117,11 @@ class RunRecorder(TrainerCallback):
         return {f"rank{i}": m for i, m in enumerate(gathered)}
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self._last_step + 1 and self.events is not None and not getattr(self, "_first", False):
+        if not getattr(self, "_first", False):
             self._first = True
-            self.events.write({"event": "first_step", "step": state.global_step})
+            phases.enter("training")
+            if self.events is not None:
+                self.events.write({"event": "first_step", "step": state.global_step})
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = dict(logs or {})

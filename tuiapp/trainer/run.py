@@ -15,7 +15,7 @@ from transformers import Trainer, TrainingArguments
 
 from tuiapp.core.metrics import atomic_write_text, read_jsonl
 from tuiapp.core.recipe import Recipe, parse_recipe
-from tuiapp.trainer import bottleneck, checkpoints, strategies
+from tuiapp.trainer import bottleneck, checkpoints, phases, strategies
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.model import (
     FINAL_INFO,
@@ -140,21 +140,26 @@ def train(run_dir: Path, resume: bool) -> int:
     # before any process group: transformers' save_pretrained writes nothing off rank 0 once one
     # exists, so a rank building the tiny model then would publish a folder without weights
     model_path = resolve_model_path(recipe.model.name)
-    strategies.prepare_distributed(recipe)
+    strategies.prepare_distributed(recipe)  # CPU DeepSpeed: builds its comm op, joins the ranks
     precision = resolve_precision(recipe.train.precision)
+    phases.enter("loading tokenizer")
     tokenizer = load_tokenizer(
         model_path if not (Path(model_path) / "adapter_config.json").exists() else model_path,
         recipe.model.trust_remote_code,
     )
     from tuiapp.trainer.data import build_datasets, make_collator
 
+    phases.enter("tokenizing")
     train_set, eval_set = build_datasets(recipe, tokenizer, cache_dir())
     transformers.set_seed(recipe.train.seed)  # adapters are initialised before the Trainer seeds
+    phases.enter("loading model")
     model = load_model(recipe, model_path, precision)
     model = apply_method(model, recipe, model_path)
     if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
 
+    if not strategies.joined_early(recipe):
+        phases.enter("joining ranks")  # the process group starts with the training arguments
     args = _training_args(recipe, run_dir, precision, eval_set is not None)
     recorder = RunRecorder(run_dir, socket.gethostname())
     callbacks = [stopper]

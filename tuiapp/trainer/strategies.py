@@ -63,14 +63,25 @@ def training_kwargs(recipe: Recipe, cuda: bool | None = None) -> dict:
     return extra
 
 
+def joined_early(recipe: Recipe) -> bool:
+    """DeepSpeed on CPU starts its process group before TrainingArguments (prepare_distributed)."""
+    return strategy_of(recipe) == "deepspeed" and not torch.cuda.is_available() \
+        and int(os.environ.get("WORLD_SIZE", "1")) >= 1
+
+
 def prepare_distributed(recipe: Recipe) -> None:
     """Start what must exist before TrainingArguments (only DeepSpeed on CPU needs it)."""
-    if strategy_of(recipe) != "deepspeed":
-        return
-    if torch.cuda.is_available() or int(os.environ.get("WORLD_SIZE", "1")) < 1:
+    if not joined_early(recipe):
         return
     import accelerate
 
+    from tuiapp.trainer import phases
+
+    phases.enter("building ops")  # DeepSpeed's CPU comm op: JIT-compiled on a machine's first run
+    from deepspeed.comm.torch import build_shm_op
+
+    build_shm_op()  # cached afterwards; the process group below then only loads it
+    phases.enter("joining ranks")
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
     accelerate.PartialState(backend="gloo")
 

@@ -46,40 +46,27 @@ def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Pat
     return report
 
 
-class LaunchRefused(Exception):
-    """Preflight found errors; the text is what `llmtui run` would print."""
-
-
 def launch(recipe: Recipe, runs_root: Path, base_dir: Path, recipe_file: str | None = None) -> str:
-    """Preflight, create the run folder, start its detached supervisor; the run's id."""
-    from tuiapp.core import checks, launcher
+    """Plan (every pre-flight check), create the run folder, start its supervisor; the run's id.
+    Raises service.LaunchRefused (findings) or another UserError, as `llmtui run` would."""
+    from tuiapp.core import service
 
     store = RunStore(runs_root)
-    resolved, model_ref = checks.resolve_recipe(recipe, store)
-    findings = checks.before_launch(resolved, store, base_dir)
-    if checks.has_errors(findings):
-        raise LaunchRefused(checks.format_findings(findings))
-    run = store.create(resolved, recipe_file=recipe_file)
-    if model_ref != resolved.model.name:
-        run.update(model_ref=model_ref)
-    launcher.start(run)
-    return run.id
+    plan = service.plan_launch(recipe, store, base_dir, service.LaunchOptions(recipe_file=recipe_file))
+    return service.launch(plan, store).id
 
 
 def stop(run_path: Path) -> tuple[bool, str]:
     """Graceful stop (checkpoint, then exit); (no process left, final status)."""
-    from tuiapp.core import launcher
+    from tuiapp.core import service
 
-    run = Run(run_path)
-    clean = launcher.stop(run, wait=True)
+    run = Run(run_path).load()
+    clean = service.stop(run, wait=True)
     return clean, run.load().status
 
 
 def resume(run_path: Path) -> None:
-    """Start a stopped or failed run again from its last complete checkpoint."""
-    from tuiapp.core import launcher
+    """Continue a stopped or failed run from its last complete checkpoint, the way it ran."""
+    from tuiapp.core import service
 
-    run = Run(run_path).load()
-    run.recipe()  # a readable frozen recipe, or a clear error
-    run.update(status="created", reason=None)
-    launcher.start(run, resume=True)
+    service.resume(Run(run_path).load())

@@ -272,7 +272,7 @@ class NewExperimentScreen(Screen):
         config = self.app.config
         try:
             run_id = actions.launch(recipe, config.runs_root, config.base_dir, str(self.saved_path) if self.saved_path else None)
-        except (UserError, actions.LaunchRefused) as exc:
+        except UserError as exc:  # service.LaunchRefused included
             self.post_message(LaunchFailed(str(exc)))
         except Exception as exc:
             self.post_message(LaunchFailed(f"launch failed: {exc!r}"))

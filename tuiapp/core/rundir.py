@@ -1,0 +1,246 @@
+"""The run directory's protocol, typed: run.json, nodes/K.json, attempts, statuses and phases.
+
+A leaf module: every writer and reader of these files takes its key names from here, so a key
+is renamed in one place. Readers stay lenient (an old or damaged file never breaks a listing);
+writers are strict (an unknown key is a programming error, caught by the tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+STATUSES = ("created", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown")
+ACTIVE = ("created", "starting", "running", "stopping")
+FINAL = ("succeeded", "failed", "stopped")
+# start-up phases, in order; a rank reports each one as it enters it (ranks/phase-<rank>.json)
+PHASES = ("launching", "importing", "building ops", "joining ranks", "loading tokenizer", "tokenizing",
+          "loading model", "first step", "training")
+Status = Literal["created", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown"]
+
+
+class Attempt(BaseModel):
+    """One start of the run's supervisor: the first launch or a resume."""
+
+    model_config = ConfigDict(extra="ignore")
+    number: int
+    started: float
+    ended: float | None = None
+    outcome: str | None = None
+    reason: str | None = None
+    host: str | None = None
+    resumed: bool = False
+
+
+class Hang(BaseModel):
+    """A start-up phase that made no progress within launch.startup_timeout_s."""
+
+    model_config = ConfigDict(extra="ignore")
+    phase: str
+    rank: int | None = None
+    since: float
+    message: str
+
+
+class RunRecord(BaseModel):
+    """run.json. Written by the run store (creation), the run service (before a start) and the
+    run's supervisor (while it lives); read by everything."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str | None = None
+    name: str | None = None
+    status: Status = "unknown"
+    created: float | None = None
+    host: str | None = None
+    recipe_file: str | None = None
+    method: str | None = None
+    model: str | None = None
+    model_ref: str | None = None
+    dataset: str | None = None
+    trust_remote_code: bool = False
+    recipe: dict | None = None
+    attempts: list[Attempt] | int = []
+    # the current (or last) attempt
+    pid: int | None = None
+    pgid: int | None = None
+    pid_create_time: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    error: dict | None = None  # the root cause: {rank, type, message, log}
+    phase: str | None = None
+    phase_since: float | None = None
+    hang: Hang | None = None
+    stop_requested: float | None = None
+    argv: list[str] | None = None
+    ranks: int | None = None
+    gpus: list[int] | None = None
+    accelerator: str | None = None
+    resumed: bool | None = None
+    # scale-out (tuiapp.core.cluster, tuiapp.core.slurm)
+    strategy: str | None = None
+    node_mode: str | None = None
+    node_rank: int | None = None
+    nnodes: int | None = None
+    world_size: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    launcher: str | None = None
+    nodes: list[dict] | None = None
+    slurm: dict | None = None
+    slurm_job: str | None = None
+    slurm_submitted: float | None = None
+    slurm_state: str | None = None
+
+
+RUN_KEYS = frozenset(RunRecord.model_fields)
+# nodes/K.json: what node K's supervisor records of itself
+NODE_KEYS = frozenset({
+    "status", "pid", "pgid", "pid_create_time", "started", "ended", "exit_code", "reason", "argv", "host",
+    "ranks", "gpus", "accelerator", "attempts", "resumed", "strategy", "nnodes", "world_size", "master_addr",
+    "master_port", "node_mode", "nodes", "node_rank", "phase", "phase_since", "hang", "error",
+    "stop_requested",
+})
+
+
+def check_keys(values: dict, allowed: frozenset = RUN_KEYS) -> None:
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise KeyError(f"not a run.json key: {', '.join(unknown)} (declare it in tuiapp.core.rundir)")
+
+
+def record_of(info: dict) -> RunRecord | None:
+    """The typed view of a run.json dict, or None when it does not fit the protocol."""
+    try:
+        return RunRecord.model_validate(info)
+    except ValidationError:
+        return None
+
+
+# ---------------------------------------------------------------- attempts and time
+
+
+def attempts_of(info: dict) -> list[dict]:
+    """Every attempt recorded (oldest first); a run written before attempts were a list gives
+    one synthetic attempt from started/ended."""
+    raw = info.get("attempts")
+    if isinstance(raw, list):
+        return [a for a in raw if isinstance(a, dict) and isinstance(a.get("started"), (int, float))]
+    if isinstance(info.get("started"), (int, float)):
+        return [{"number": raw if isinstance(raw, int) and raw > 0 else 1, "started": info["started"],
+                 "ended": info.get("ended"), "outcome": info.get("status"), "reason": info.get("reason")}]
+    return []
+
+
+def attempt_count(info: dict) -> int:
+    raw = info.get("attempts")
+    if isinstance(raw, int):
+        return raw
+    return len(attempts_of(info))
+
+
+def first_started(info: dict) -> float | None:
+    attempts = attempts_of(info)
+    return attempts[0]["started"] if attempts else info.get("started")
+
+
+def duration_s(info: dict, now: float | None = None) -> float | None:
+    """Time spent running, over every attempt; the live attempt counts up to now."""
+    attempts = attempts_of(info)
+    if not attempts:
+        return None
+    now = time.time() if now is None else now
+    total = 0.0
+    for index, attempt in enumerate(attempts):
+        end = attempt.get("ended")
+        if not isinstance(end, (int, float)):
+            last = index == len(attempts) - 1
+            end = (info.get("ended") if last else None) or (now if last and info.get("status") in ACTIVE else None)
+        if isinstance(end, (int, float)) and end >= attempt["started"]:
+            total += end - attempt["started"]
+    return total
+
+
+def new_attempt(info: dict, host: str, resumed: bool, now: float | None = None) -> list[dict]:
+    """The attempts list with one more (started now)."""
+    attempts = [a for a in attempts_of(info)]
+    attempts.append(Attempt(number=len(attempts) + 1, started=time.time() if now is None else now,
+                            host=host, resumed=resumed).model_dump())
+    return attempts
+
+
+def close_attempt(info: dict, outcome: str, reason: str | None, now: float | None = None) -> list[dict]:
+    """The attempts list with the last one ended."""
+    attempts = attempts_of(info)
+    if attempts and not attempts[-1].get("ended"):
+        attempts[-1] = {**attempts[-1], "ended": time.time() if now is None else now, "outcome": outcome,
+                        "reason": reason}
+    return attempts
+
+
+# ---------------------------------------------------------------- rank phases and errors
+
+RANKS_DIR = "ranks"
+
+
+def phase_path(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / RANKS_DIR / f"phase-{rank}.json"
+
+
+def stack_path(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / RANKS_DIR / f"stack-{rank}.txt"
+
+
+def write_phase(run_dir: Path, rank: int, phase: str, **extra: Any) -> None:
+    """A rank enters a start-up phase (written atomically; the supervisor polls these)."""
+    from tuiapp.core.metrics import atomic_write_text
+
+    path = phase_path(run_dir, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"rank": rank, "phase": phase, "since": time.time(), "pid": os.getpid(),
+                                        **extra}))
+
+
+def read_phases(run_dir: Path, since: float | None = None) -> dict[int, dict]:
+    """Each rank's latest phase record, written after `since` (this attempt's start)."""
+    out: dict[int, dict] = {}
+    for path in (Path(run_dir) / RANKS_DIR).glob("phase-*.json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            rank = int(record["rank"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if since is not None and (record.get("since") or 0) < since:
+            continue
+        out[rank] = record
+    return out
+
+
+def clear_phases(run_dir: Path) -> None:
+    for path in (Path(run_dir) / RANKS_DIR).glob("phase-*.json"):
+        path.unlink(missing_ok=True)
+
+
+def phase_index(phase: str | None) -> int:
+    return PHASES.index(phase) if phase in PHASES else -1
+
+
+def behind(phases: dict[int, dict], world: int, started: float) -> tuple[int | None, str, float]:
+    """The rank furthest behind in start-up: (rank, its phase, since when). A rank that wrote
+    nothing yet is still 'launching' since the attempt started."""
+    worst: tuple[int, float, int | None, str] | None = None
+    for rank in range(max(world, 1)):
+        record = phases.get(rank)
+        phase = record.get("phase") if record else "launching"
+        since = float(record.get("since") or started) if record else started
+        key = (phase_index(phase), since, rank, phase)
+        if worst is None or key[:2] < worst[:2]:
+            worst = key
+    _, since, rank, phase = worst
+    return rank, phase, since
