@@ -260,6 +260,13 @@ def cmd_resume(args) -> int:
     return code
 
 
+def cmd_doctor(args) -> int:
+    from tuiapp.core import doctor
+
+    print(doctor.diagnose(RunStore(args.runs_dir).get(args.run)))
+    return EXIT_OK
+
+
 def _trainer_tool(module: str, argv: list[str]) -> int:
     """Run a torch-side tool in a child process, so this process stays free of torch."""
     return subprocess.call([sys.executable, "-m", module, *argv], stdin=subprocess.DEVNULL)
@@ -350,6 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("--detach", action="store_true")
     cli_scale.add_resume_arguments(p)
+
+    p = add("doctor", cmd_doctor, "every rank's phase, state and Python stack; which rank is behind")
+    p.add_argument("run")
 
     p = add("data", cmd_data, "show training examples exactly as the trainer sees them")
     p.add_argument("recipe")

@@ -89,7 +89,7 @@ class Supervisor:
         cluster.write_files(plan)
         argv, ranks, gpu_ids = plan.argv, plan.ranks, plan.gpu_ids
         self.world = plan.plan.world_size if plan.plan is not None else int(plan.fields.get("world_size") or ranks)
-        self.startup_timeout_s = float(getattr(recipe.launch, "startup_timeout_s", 900))
+        self.startup_timeout_s = float(recipe.launch.startup_timeout_s)
         me = psutil.Process()
         self.started = time.time()
         if plan.owner:

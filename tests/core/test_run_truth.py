@@ -1,0 +1,165 @@
+"""The status truth: the run lock, attempts, refresh_truth, with real processes and real locks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tuiapp.core import rundir, runlock, service
+from tuiapp.core.errors import RunError
+from tuiapp.core.recipe import recipe_from_dict
+from tuiapp.core.runs import Run, RunStore
+
+RECIPE = {"name": "truth", "method": {"kind": "lora"}}
+HOLD = "import os, sys, time; fd = int(sys.argv[1]); time.sleep(60)"
+
+
+def _holder(fd: int, new_session: bool = True) -> subprocess.Popen:
+    """A process that inherits the run's lock, as a supervisor does."""
+    return subprocess.Popen([sys.executable, "-c", HOLD, str(fd)], pass_fds=(fd,), start_new_session=new_session)
+
+
+def _kill(process: subprocess.Popen) -> None:
+    process.kill()
+    process.wait()
+
+
+def test_lock_is_held_while_a_holder_lives_and_free_after(tmp_path):
+    path = runlock.lock_path(tmp_path)
+    assert runlock.held(path) is None  # no lock file: a run made before locks existed
+    fd = runlock.acquire(path)
+    assert fd is not None and runlock.held(path) is True
+    child = _holder(fd)
+    os.close(fd)  # the child now holds it alone, as a supervisor holds the launcher's lock
+    try:
+        assert runlock.held(path) is True
+        assert runlock.acquire(path, wait_s=0.2) is None  # a second supervisor cannot start
+    finally:
+        _kill(child)
+    assert runlock.held(path) is False
+    fd = runlock.acquire(path, wait_s=0.2)
+    assert fd is not None
+    os.close(fd)
+
+
+def test_a_brief_check_never_makes_a_start_fail(tmp_path):
+    path = runlock.lock_path(tmp_path)
+    os.close(runlock.acquire(path))
+    checker = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from tuiapp.core import runlock\n"
+        "end = time.time() + 2\n"
+        "while time.time() < end: runlock.held(sys.argv[1])\n"), str(path)])
+    try:
+        for _ in range(20):
+            fd = runlock.acquire(path)
+            assert fd is not None
+            os.close(fd)
+    finally:
+        checker.wait()
+
+
+def test_a_live_lock_keeps_the_run_active_and_a_dead_one_fails_it(tmp_path):
+    store = RunStore(tmp_path)
+    run = store.create(recipe_from_dict(RECIPE), lock=True)
+    run.update(status="starting", attempts=rundir.new_attempt({}, "h", False))
+    child = _holder(run.lock_fd)
+    run.release_lock()
+    try:
+        for _ in range(5):
+            assert Run(run.path).load().refresh_truth().status == "starting"
+    finally:
+        _kill(child)
+    fresh = Run(run.path).load().refresh_truth()
+    assert fresh.status == "failed" and "supervisor is gone" in fresh.info["reason"]
+    attempts = rundir.attempts_of(fresh.info)
+    assert attempts[-1]["outcome"] == "failed" and attempts[-1]["ended"]
+
+
+def test_a_run_whose_creator_died_before_starting_it_fails_with_that_reason(tmp_path):
+    code = ("import sys; from tuiapp.core.runs import RunStore; from tuiapp.core.recipe import recipe_from_dict\n"
+            "run = RunStore(sys.argv[1]).create(recipe_from_dict({'method': {'kind': 'lora'}}), lock=True)\n"
+            "print(run.path)\n")
+    path = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    run = Run(Path(path)).load().refresh_truth()
+    assert run.status == "failed" and "exited before starting it" in run.info["reason"]
+
+
+def test_processes_that_outlive_their_supervisor_are_not_called_failed(tmp_path):
+    store = RunStore(tmp_path)
+    run = store.create(recipe_from_dict(RECIPE), lock=True)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        run.update(status="running", pgid=orphan.pid, attempts=rundir.new_attempt({}, "h", False))
+        run.release_lock()  # the supervisor died; its rank (the orphan's group) lives on
+        fresh = Run(run.path).load().refresh_truth()
+        assert fresh.status == "running" and fresh.info.get("orphans") is True
+        assert service.stop(fresh, grace_s=1) is True  # stop ends what is left
+    finally:
+        if orphan.poll() is None:
+            _kill(orphan)
+    assert orphan.wait(5) == -signal.SIGTERM
+    assert Run(run.path).load().refresh_truth().status == "failed"
+
+
+def test_resume_of_a_live_run_is_refused(tmp_path):
+    store = RunStore(tmp_path)
+    run = store.create(recipe_from_dict(RECIPE), lock=True)
+    run.update(status="running", attempts=rundir.new_attempt({}, "h", False))
+    child = _holder(run.lock_fd)
+    run.release_lock()
+    try:
+        with pytest.raises(RunError, match="already running"):
+            service.resume(Run(run.path).load())
+        assert Run(run.path).load().status == "running"
+    finally:
+        _kill(child)
+
+
+def test_resume_of_a_slurm_run_goes_to_slurm_not_to_a_local_supervisor(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no sbatch here
+    store = RunStore(tmp_path / "runs")
+    run = store.create(recipe_from_dict(RECIPE))
+    run.update(status="stopped", node_mode="slurm", slurm={"nodes": 1}, attempts=rundir.new_attempt({}, "h", False))
+    with pytest.raises(Exception, match="(?i)sbatch|slurm"):
+        service.resume(Run(run.path).load())
+    fresh = Run(run.path).load()
+    assert fresh.status == "failed" and "not resubmitted" in fresh.info["reason"]
+    assert not (run.path / "supervisor.log").exists()
+
+
+def test_attempts_sum_every_attempt_and_start_at_the_first(tmp_path):
+    info = {"status": "stopped", "attempts": [
+        {"number": 1, "started": 100.0, "ended": 160.0, "outcome": "stopped"},
+        {"number": 2, "started": 500.0, "ended": 530.0, "outcome": "stopped"},
+    ]}
+    assert rundir.duration_s(info) == 90.0 and rundir.first_started(info) == 100.0
+    assert rundir.attempt_count(info) == 2
+    live = {"status": "running", "attempts": [*info["attempts"], {"number": 3, "started": 1000.0}]}
+    assert rundir.duration_s(live, now=1010.0) == 100.0
+    legacy = {"status": "succeeded", "started": 10.0, "ended": 25.0, "attempts": 2}
+    assert rundir.duration_s(legacy) == 15.0 and rundir.attempt_count(legacy) == 2
+
+
+def test_run_json_keys_are_declared(tmp_path):
+    run = RunStore(tmp_path).create(recipe_from_dict(RECIPE))
+    with pytest.raises(KeyError, match="not a run.json key"):
+        run.update(stauts="running")
+    assert rundir.record_of(run.load().info) is not None
+
+
+def test_behind_names_the_rank_that_has_not_reported(tmp_path):
+    rundir.write_phase(tmp_path, 0, "joining ranks")
+    time.sleep(0.01)
+    phases = rundir.read_phases(tmp_path)
+    rank, phase, since = rundir.behind(phases, world=2, started=time.time() - 30)
+    assert (rank, phase) == (1, "launching")
+    rundir.write_phase(tmp_path, 1, "importing")
+    rank, phase, _ = rundir.behind(rundir.read_phases(tmp_path), world=2, started=0)
+    assert (rank, phase) == (1, "importing")
