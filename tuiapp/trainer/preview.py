@@ -7,8 +7,8 @@ import json
 import sys
 
 from tuiapp.core.errors import UserError
+from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
 from tuiapp.core.recipe import load_recipe
-from tuiapp.trainer.model import load_tokenizer, resolve_model_path
 
 MASK = -100
 
@@ -45,28 +45,47 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--set", action="append")
     args = parser.parse_args(argv)
+    # torch, transformers and DeepSpeed log on import (some on stdout): while they work, fd 1 is
+    # stderr; the examples go to the real stdout (with --json: exactly one JSON document)
+    with stdout_to_stderr() as out:
+        try:
+            return _show(args, out)
+        except BrokenPipeError:
+            return 0
+        except Exception as exc:  # a bug or a library failure: still one document, then the traceback
+            if args.json:
+                write_document(out, {"error": {"message": f"{type(exc).__name__}: {exc}", "key": None,
+                                               "fix": "see the traceback on stderr"}})
+            raise
+
+
+def _show(args, out) -> int:
     try:
         recipe = load_recipe(args.recipe, args.set)
         from tuiapp.trainer.data import preview_examples
+        from tuiapp.trainer.model import load_tokenizer, resolve_model_path
 
         tokenizer = load_tokenizer(resolve_model_path(recipe.model.name), recipe.model.trust_remote_code)
         examples = preview_examples(recipe, tokenizer, args.show)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    for index, example in enumerate(examples):
         if args.json:
-            print(json.dumps({
-                "index": index,
-                "input_ids": list(example["input_ids"]),
-                "labels": list(example["labels"]),
-                "text": example.get("text") or tokenizer.decode(example["input_ids"]),
-            }, ensure_ascii=False))
-            continue
+            write_document(out, error_document(exc))
+        return 2
+    if args.json:  # one JSON array, one example per line
+        rows = [json.dumps({
+            "index": index,
+            "input_ids": list(example["input_ids"]),
+            "labels": list(example["labels"]),
+            "text": example.get("text") or tokenizer.decode(example["input_ids"]),
+        }, ensure_ascii=False) for index, example in enumerate(examples)]
+        out.write("[\n" + ",\n".join(rows) + ("\n]\n" if rows else "]\n"))
+        return 0
+    for index, example in enumerate(examples):
         trained = sum(1 for label in example["labels"] if label != MASK)
-        print(f"── example {index}: {len(example['input_ids'])} tokens, {trained} trained "
-              f"(masked text inside ⟦ ⟧) ──")
-        print(render(example, tokenizer))
+        out.write(f"── example {index}: {len(example['input_ids'])} tokens, {trained} trained "
+                  f"(masked text inside ⟦ ⟧) ──\n")
+        out.write(render(example, tokenizer) + "\n")
     return 0
 
 
