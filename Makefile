@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test install bench
+.PHONY: quickstart test test-fast install bench
 
 $(BIN)/llmtui: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,12 @@ install: $(BIN)/llmtui
 quickstart: install
 	$(BIN)/llmtui run recipes/quickstart.toml
 
+# Every tier, slow tests (real DeepSpeed ranks) included, in a random order (pytest-randomly prints
+# the seed; rerun one order with --randomly-seed=N). `pytest` alone runs the fast tier only.
 test: install
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+test-fast: install
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -130,7 +130,7 @@ def markdown(results: list[dict], reps: int, fingerprint: dict | None = None) ->
     for r in results:
         if "skipped" not in r:
             out.append(f"- {r['task']}: every call: " + ", ".join(
-                f"{a:.2f} s → {b:.3f} s" for a, b in zip(r["first_all"], r["second_all"]))
+                f"{a:.2f} s → {b:.3f} s" for a, b in zip(r["first_all"], r["second_all"], strict=True))
                 + f"; cache entry written: `data/{', '.join(r['cache_entries'])}`")
     if fingerprint:
         stable = len(set(fingerprint.values())) == 1

@@ -159,7 +159,7 @@ async def bench_latency(tmp: Path, samples: int) -> dict:
                 step = 101 + i
                 start = time.perf_counter()
                 writer.write({"step": step, "max_steps": 1000, "loss": 1.0, "time": NOW + step})
-                done = await until(pilot, lambda: drawn["n"] >= step - 0 and len(view.data.loss) >= step, step=0.002)
+                done = await until(pilot, lambda step=step: drawn["n"] >= step and len(view.data.loss) >= step, step=0.002)
                 delays.append(done - start)
                 await pilot.pause(0.05)
     delays.sort()

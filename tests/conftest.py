@@ -1,3 +1,12 @@
+"""Session-wide setup, whatever order the tests run in (pytest-randomly shuffles it).
+
+- `llmtui_cache`: one cache (tiny model, tokenized data) for the whole session, child processes
+  included: LLMTUI_CACHE points there from before the first test to the end of the session.
+- `tiny_model`: the bundled tiny model, built once into that cache. Tests marked `slow` (they
+  launch runs of it) or `tiny` get it built before they start, so no test pays for the build
+  inside its own timeout and ranks never race to build it; child processes find it ready.
+"""
+
 import os
 from pathlib import Path
 
@@ -5,14 +14,40 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
+OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 @pytest.fixture(scope="session", autouse=True)
 def llmtui_cache(tmp_path_factory):
-    """One cache (tiny model, tokenized data) for the whole session, used by child processes too."""
+    """Set LLMTUI_TEST_CACHE to reuse one cache across sessions; by default each session starts cold."""
     cache = os.environ.get("LLMTUI_TEST_CACHE") or str(tmp_path_factory.mktemp("llmtui-cache"))
-    os.environ["LLMTUI_CACHE"] = cache
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    return Path(cache)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LLMTUI_CACHE", cache)
+        for var in OFFLINE:
+            if var not in os.environ:
+                patch.setenv(var, "1")
+        yield Path(cache)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(llmtui_cache) -> Path:
+    from tuiapp.trainer.tiny import ensure_tiny_model
+
+    return ensure_tiny_model(llmtui_cache)
+
+
+@pytest.fixture(autouse=True)
+def _tiny_model_first(request):
+    if request.node.get_closest_marker("slow") or request.node.get_closest_marker("tiny"):
+        request.getfixturevalue("tiny_model")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Repeat the random-order seed at the end, where a failure is read, with the command to replay it."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if seed is None or not config.pluginmanager.has_plugin("randomly"):
+        return
+    terminalreporter.write_line(
+        f"random order seed: {seed} (replay this order: add --randomly-seed={seed} to the same command;"
+        " file order: -p no:randomly)"
+    )

@@ -5,7 +5,12 @@ from pathlib import Path
 import pytest
 
 from tuiapp.core.datasets import (
-    eval_file_spec, eval_fraction, inspect_dataset, is_hub_dataset, load_records, source_fingerprint,
+    eval_file_spec,
+    eval_fraction,
+    inspect_dataset,
+    is_hub_dataset,
+    load_records,
+    source_fingerprint,
 )
 from tuiapp.core.errors import DatasetError
 from tuiapp.core.recipe import DatasetSpec

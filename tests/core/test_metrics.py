@@ -1,5 +1,3 @@
-import json
-import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st

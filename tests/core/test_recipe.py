@@ -16,11 +16,36 @@ def error_of(text: str) -> RecipeError:
     return info.value
 
 
+LORA = '[method]\nkind = "lora"\n'
+
+
 def test_defaults_are_a_valid_recipe():
-    recipe = parse_recipe("")
+    recipe = parse_recipe(LORA)
     assert recipe.model.name == "tiny"
-    assert recipe.method.kind == "lora"
+    assert recipe.method.kind == "lora" and recipe.method.rank == 8
     assert parse_recipe(recipe.to_toml()) == recipe
+
+
+@pytest.mark.parametrize("text, line", [
+    ("", None),  # an empty file is not a training run
+    ('name = "x"\n[train]\nmax_steps = 3\n', None),
+    ('name = "x"\n[method]\nrank = 4\n', 2),
+])
+def test_method_kind_is_required(text, line):
+    err = error_of(text)
+    assert (err.file, err.key, err.line) == ("r.toml", "method.kind", line)
+    assert "missing" in err.message
+    for kind in METHOD_KINDS:
+        assert kind in err.fix
+
+
+def test_method_kind_is_required_with_overrides_too(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text("")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, ["train.max_steps=7"])
+    assert info.value.key == "method.kind" and info.value.file == str(path)
+    assert load_recipe(path, ["method.kind=sft"]).method.kind == "sft"
 
 
 def test_unknown_key_names_file_line_key_and_suggestion():
@@ -30,7 +55,7 @@ def test_unknown_key_names_file_line_key_and_suggestion():
 
 
 def test_unknown_section_suggests_the_right_one():
-    err = error_of('[modle]\nname = "x"\n')
+    err = error_of('[modle]\nname = "x"\n' + LORA)
     assert err.key == "modle" and err.line == 1 and "'model'" in err.fix
 
 
@@ -58,7 +83,7 @@ def test_unknown_method_kind():
     ],
 )
 def test_bad_values(text, key):
-    err = error_of(text)
+    err = error_of(LORA + text if text.startswith("[") else text + LORA)
     assert err.key == key
     assert err.line is not None
 
@@ -98,9 +123,26 @@ def test_file_problems(tmp_path):
 
 def test_schema_has_descriptions_for_every_field():
     schema = json_schema()
-    assert "properties" in schema
     text = json.dumps(schema)
-    assert "Peak learning rate" in text and "discriminator" in text or "oneOf" in text
+    assert "Peak learning rate" in text
+    assert "discriminator" in text and "oneOf" in text  # method: one table per kind, chosen by kind
+    assert schema["required"] == ["method"]  # every recipe names its method
+    kinds = schema["properties"]["method"]["discriminator"]["mapping"]
+    assert sorted(kinds) == sorted(METHOD_KINDS)
+    for name in kinds.values():
+        assert "kind" in schema["$defs"][name.split("/")[-1]]["required"]
+    undescribed = [
+        f"{model}.{field}"
+        for model, definition in [("Recipe", schema), *schema["$defs"].items()]
+        for field, info in definition.get("properties", {}).items()
+        if not info.get("description")
+    ]
+    assert undescribed == []
+
+
+def test_schema_cli_marks_method_required():
+    out = subprocess.run([sys.executable, "-m", "tuiapp.cli", "schema"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["required"] == ["method"]
 
 
 @settings(max_examples=200, deadline=None)
@@ -128,7 +170,7 @@ def test_fuzzed_structures_never_raise_anything_but_recipe_error(section, key, v
     from tuiapp.core.recipe import recipe_from_dict
 
     try:
-        recipe_from_dict({section: {key: value}})
+        recipe_from_dict({"method": {"kind": "lora"}, section: {key: value}})
     except RecipeError as exc:
         assert exc.key
 
@@ -137,7 +179,7 @@ def test_validate_cli_exit_codes(tmp_path):
     good = tmp_path / "good.toml"
     good.write_text('name = "g"\n[method]\nkind = "sft"\n')
     bad = tmp_path / "bad.toml"
-    bad.write_text('[train]\nlr = 1\n')
+    bad.write_text('[train]\nlr = 1\n[method]\nkind = "lora"\n')
     run = lambda p: subprocess.run([sys.executable, "-m", "tuiapp.cli", "validate", str(p)], capture_output=True, text=True)
     ok = run(good)
     assert ok.returncode == 0, ok.stderr + ok.stdout

@@ -2,7 +2,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -62,7 +61,7 @@ def test_reused_pid_is_not_mistaken_for_the_run(tmp_path):
 
 def test_unreadable_run_json_does_not_break_listing(tmp_path):
     store = RunStore(tmp_path)
-    run = store.create(parse_recipe('name = "ok"\n'))
+    store.create(parse_recipe('name = "ok"\n'))
     broken = tmp_path / "20200101-000000-broken-0000"
     broken.mkdir()
     (broken / "run.json").write_bytes(b"\xff{not json")

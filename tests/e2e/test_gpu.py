@@ -2,7 +2,6 @@
 They skip on machines without CUDA (and bitsandbytes for QLoRA); the CPU tests cover the rest."""
 
 import importlib.util
-import shutil
 
 import pytest
 

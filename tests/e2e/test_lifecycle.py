@@ -3,13 +3,22 @@
 import json
 import os
 import signal
-import time
 
 import psutil
 import pytest
 
 from tests.e2e.helpers import (
-    group_pids, kill_group, llmtui, metrics, only_run, rank_pids, run_info, spawn_llmtui, steps_reached, train_steps, wait_for,
+    group_pids,
+    kill_group,
+    llmtui,
+    metrics,
+    only_run,
+    rank_pids,
+    run_info,
+    spawn_llmtui,
+    steps_reached,
+    train_steps,
+    wait_for,
 )
 
 pytestmark = pytest.mark.slow
@@ -129,13 +138,11 @@ def test_resume_after_kill_matches_uninterrupted_run(runs_dir):
     assert final_loss(run_dir) == pytest.approx(reference, rel=1e-3, abs=1e-3)
 
 
-def test_ctrl_c_stops_cleanly_and_secrets_stay_out_of_the_run(runs_dir):
+def test_ctrl_c_stops_cleanly_and_secrets_stay_out_of_the_run(runs_dir, monkeypatch):
     secret = "hf_supersecret_value_123"
-    os.environ["HF_TOKEN"] = secret
-    try:
+    with monkeypatch.context() as env:  # only the run sees it; any HF_TOKEN of the caller comes back
+        env.setenv("HF_TOKEN", secret)
         parent = spawn_llmtui("run", "recipes/tiny-sft.toml", *LONG, runs_dir=runs_dir)
-    finally:
-        del os.environ["HF_TOKEN"]
     wait_for(lambda: any(runs_dir.iterdir()) and started(only_run(runs_dir), 2), what="training steps")
     parent.send_signal(signal.SIGINT)
     out, _ = parent.communicate(timeout=180)
@@ -148,8 +155,8 @@ def test_ctrl_c_stops_cleanly_and_secrets_stay_out_of_the_run(runs_dir):
             assert secret not in path.read_text(errors="replace"), path
 
 
-def test_stalled_ranks_are_flagged(runs_dir):
-    os.environ["LLMTUI_STALL_MIN_S"] = "3"
+def test_stalled_ranks_are_flagged(runs_dir, monkeypatch):
+    monkeypatch.setenv("LLMTUI_STALL_MIN_S", "3")
     llmtui("run", "recipes/tiny-sft.toml", *LONG, "--detach", runs_dir=runs_dir, check=True)
     run_dir = only_run(runs_dir)
     wait_for(lambda: started(run_dir, 4), what="training steps")
@@ -164,7 +171,6 @@ def test_stalled_ranks_are_flagged(runs_dir):
         assert "no step for" in hint and "llmtui stop" in hint
         assert "stalled" in llmtui("show", run_dir.name, runs_dir=runs_dir).stdout
     finally:
-        del os.environ["LLMTUI_STALL_MIN_S"]
         for pid in ranks:
             os.kill(pid, signal.SIGCONT)
     assert llmtui("stop", run_dir.name, runs_dir=runs_dir, timeout=180).returncode == 0

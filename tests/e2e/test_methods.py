@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import ROOT, llmtui, metrics, only_run, run_info, train_steps
+from tests.e2e.helpers import llmtui, metrics, only_run, run_info, train_steps
 
 pytestmark = pytest.mark.slow
 

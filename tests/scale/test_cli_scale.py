@@ -7,11 +7,11 @@ import subprocess
 
 import pytest
 
+from tests.e2e.helpers import ROOT
 from tuiapp import cli
 from tuiapp.core import cluster
 from tuiapp.core.recipe import load_recipe
 from tuiapp.core.runs import RunStore
-from tests.e2e.helpers import ROOT
 
 RECIPE = str(ROOT / "recipes" / "tiny-sft.toml")
 

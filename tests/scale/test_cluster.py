@@ -262,7 +262,7 @@ def test_runs_of_another_host_are_not_judged_by_pid(tmp_path):
 
 
 def test_stop_refuses_a_run_supervised_on_another_host(tmp_path):
-    from tuiapp.core import launcher
+    from tuiapp.core import service
 
     run = RunStore(tmp_path).create(recipe_from_dict({}))
     run.update(status="running", pid=999999, pgid=999999, host="some-other-node")

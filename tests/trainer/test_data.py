@@ -35,16 +35,13 @@ SHAREGPT_RECORD = {
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("llmtui-cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("LLMTUI_CACHE", str(path))
-        yield path
+def cache_dir(llmtui_cache):
+    return llmtui_cache  # the session's $LLMTUI_CACHE (tests/conftest.py), shared with child processes
 
 
 @pytest.fixture(scope="session")
-def tiny_path(cache_dir):
-    return ensure_tiny_model()  # built once, under $LLMTUI_CACHE
+def tiny_path(tiny_model):
+    return tiny_model  # built once per session, under $LLMTUI_CACHE
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +58,7 @@ def recipe(name, kind="sft", **train) -> Recipe:
 def trained_runs(tokenizer, example) -> list[str]:
     """Each contiguous run of trained tokens, decoded."""
     runs, current = [], []
-    for token, label in zip(example["input_ids"], example["labels"]):
+    for token, label in zip(example["input_ids"], example["labels"], strict=True):
         if label != IGNORE:
             assert label == token
             current.append(token)
@@ -74,7 +71,7 @@ def trained_runs(tokenizer, example) -> list[str]:
 
 
 def masked_text(tokenizer, example) -> str:
-    return tokenizer.decode([t for t, l in zip(example["input_ids"], example["labels"]) if l == IGNORE])
+    return tokenizer.decode([t for t, l in zip(example["input_ids"], example["labels"], strict=True) if l == IGNORE])
 
 
 def first_example(tmp_path, tokenizer, records, suffix=".jsonl", **train):
@@ -105,6 +102,7 @@ def test_tiny_model_is_small_and_complete(tiny_path, tokenizer, cache_dir):
     assert resolve_model_path("org/model") == "org/model"
 
 
+@pytest.mark.slow  # two fresh interpreters build the model from scratch: ~6 s on 2 cores
 def test_tiny_model_build_is_deterministic_and_race_safe(tmp_path, tiny_path):
     code = "import sys; from tuiapp.trainer.tiny import ensure_tiny_model; print(ensure_tiny_model(sys.argv[1]))"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -7,7 +7,6 @@ Run them alone with `pytest tests/ui -m slow`; skip them with `-m "not slow"`.
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 from ui_fixtures import screen_text, test_app, wait_for
@@ -82,14 +81,15 @@ def test_launch_a_tiny_cpu_run_from_the_app(tmp_path):
 @pytest.fixture(scope="module")
 def live_run(tmp_path_factory):
     """One long tiny run shared by the reopen and stop flows; stopped at the end in any case."""
-    os.environ["LLMTUI_FORCE_CPU"] = "1"
-    os.environ["LLMTUI_STOP_GRACE_S"] = "30"
-    root = tmp_path_factory.mktemp("live") / "runs"
-    store = RunStore(root)
-    run = store.create(tiny_recipe("long-one", 2000))
-    service.start_supervisor(run)
-    yield run
-    service.stop(run, grace_s=10)
+    with pytest.MonkeyPatch.context() as patch:  # module scope: the env is restored after the module
+        patch.setenv("LLMTUI_FORCE_CPU", "1")
+        patch.setenv("LLMTUI_STOP_GRACE_S", "30")
+        root = tmp_path_factory.mktemp("live") / "runs"
+        store = RunStore(root)
+        run = store.create(tiny_recipe("long-one", 2000))
+        service.start_supervisor(run)
+        yield run
+        service.stop(run, grace_s=10)
 
 
 def test_quit_and_reopen_the_run_is_still_live(live_run, tmp_path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+from textual.widgets import Select, Static
 from ui_fixtures import screen_text, test_app, wait_for
 
 from tuiapp.core import checks
@@ -12,7 +14,6 @@ from tuiapp.core.recipe import load_recipe
 from tuiapp.core.runs import RunStore
 from tuiapp.ui.screens.confirm import ConfirmScreen
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen
-from textual.widgets import Select, Static
 
 
 async def type_into(pilot, widget_id: str, text: str) -> None:
@@ -38,6 +39,7 @@ async def settled(pilot, screen) -> None:
     await wait_for(pilot, lambda: screen.last_check is not None and screen.last_check.generation == generation and screen.generation == generation, what="check")
 
 
+@pytest.mark.slow  # types a dozen fields key by key: ~9 s on 2 cores
 def test_fill_form_and_save_gives_a_valid_recipe(tmp_path):
     async def scenario():
         app = test_app(tmp_path / "runs", tmp_path)
@@ -76,6 +78,7 @@ def test_fill_form_and_save_gives_a_valid_recipe(tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # ~7 s on 2 cores
 def test_invalid_values_show_validate_messages_and_block_save(tmp_path):
     async def scenario():
         app = test_app(tmp_path / "runs", tmp_path)

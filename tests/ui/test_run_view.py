@@ -7,12 +7,10 @@ import asyncio
 import time
 
 import pytest
-
 from ui_fixtures import FIXED_NOW, real_info, real_rows, screen_text, test_app, wait_for
 
-from tuiapp.core.progress import fmt_duration
-
 from tuiapp.core.metrics import JsonlWriter
+from tuiapp.core.progress import fmt_duration
 from tuiapp.core.runs import RunStore
 from tuiapp.ui.commands import screen_actions
 from tuiapp.ui.screens.help import HelpScreen
@@ -124,6 +122,7 @@ def test_stalled_run_says_so_and_can_be_stopped(runs_root, tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # ~5.5 s on 2 cores
 def test_panes_zoom_help_and_palette(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path)
@@ -160,7 +159,7 @@ def test_themes_restyle_every_screen(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path, live=False)
         async with app.run_test(size=(100, 30)) as pilot:
-            screen = await open_run(pilot, run_id(runs_root, "baseline"))
+            await open_run(pilot, run_id(runs_root, "baseline"))
             for theme in ("textual-light", "nord", "gruvbox"):
                 app.theme = theme
                 await pilot.pause()

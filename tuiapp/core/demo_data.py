@@ -108,7 +108,7 @@ def _facts() -> list[Fact]:
         facts.append(Fact("letters", {"x": word}, f"{word.capitalize()} has {NUMBERS[len(word)]} letters."))
     for noun, plural in PLURALS:
         facts.append(Fact("plural", {"x": noun}, f"The plural of {noun} is {plural}."))
-    for number, following in zip(NUMBERS, NUMBERS[1:]):
+    for number, following in zip(NUMBERS, NUMBERS[1:], strict=False):  # each number with the next
         facts.append(Fact("after", {"x": number}, f"After {number} comes {following}."))
     return facts
 

@@ -1,7 +1,8 @@
 """The recipe: one strict pydantic schema for a training run, read from TOML.
 
-Every field has a description and a default, so the CLI, `llmtui schema`, the TUI form and
-the docs all come from this one place.
+Every field has a description and a default, except `method.kind`, which every recipe must
+name (an empty file is not a training run); the CLI, `llmtui schema`, the TUI form and the docs
+all come from this one place.
 """
 
 from __future__ import annotations
@@ -287,7 +288,10 @@ class Recipe(Section):
     description: str = Field("", description="Free text shown in history.")
     model: ModelSpec = Field(default_factory=ModelSpec, description="Base model.")
     dataset: DatasetSpec = Field(default_factory=DatasetSpec, description="Training data.")
-    method: Method = Field(default_factory=LoraMethod, description="Training method.")
+    method: Method = Field(
+        description="Training method (required): a [method] table whose kind is one of "
+        + ", ".join(METHOD_KINDS) + ".",
+    )
     train: TrainSpec = Field(default_factory=TrainSpec, description="Optimisation settings.")
     launch: LaunchSpec = Field(default_factory=LaunchSpec, description="Processes and ZeRO.")
 
@@ -351,10 +355,12 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
         fix = did_you_mean(given, METHOD_KINDS) or f"use one of: {', '.join(METHOD_KINDS)}"
         key = "method.kind"
         line = key_line(text, ("method", "kind"))
-    elif kind == "union_tag_not_found":
-        message = "method.kind is missing"
-        fix = f"add kind = one of: {', '.join(METHOD_KINDS)}"
+    elif kind == "union_tag_not_found" or (kind == "missing" and key == "method"):
+        message = "missing: every recipe must name its training method"
+        fix = (f"add kind = one of: {', '.join(METHOD_KINDS)}" if kind == "union_tag_not_found" else
+               f"add a [method] table with kind = one of: {', '.join(METHOD_KINDS)} (e.g. kind = \"lora\")")
         key = "method.kind"
+        line = key_line(text, ("method",))
     elif kind == "literal_error":
         fix = "use " + item.get("ctx", {}).get("expected", "one of the allowed values")
     elif kind in ("missing",):
@@ -454,8 +460,6 @@ def parse_recipe(text: str, file: str = "<recipe>") -> Recipe:
 
 
 def recipe_from_dict(data: dict, text: str = "", file: str = "<recipe>") -> Recipe:
-    if isinstance(data.get("method"), dict) and "kind" not in data["method"]:
-        data = {**data, "method": {**data["method"], "kind": "lora"}}
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
@@ -518,7 +522,13 @@ def apply_override(data: dict, override: str) -> None:
 
 
 def json_schema() -> dict:
-    return Recipe.model_json_schema()
+    """JSON Schema of a recipe file: `method` and its `kind` are required (in Python the method
+    models default their kind, so that LoraMethod() works; a file must name it)."""
+    schema = Recipe.model_json_schema()
+    for ref in schema["properties"]["method"]["discriminator"]["mapping"].values():
+        definition = schema["$defs"][ref.rsplit("/", 1)[-1]]
+        definition["required"] = ["kind", *[k for k in definition.get("required", []) if k != "kind"]]
+    return schema
 
 
 NO_PACKING_KINDS = {"prefix", "prompt", "ptuning", "llama-adapter"}

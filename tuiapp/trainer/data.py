@@ -21,8 +21,15 @@ from datasets import Dataset, load_dataset, load_from_disk
 from transformers import DataCollatorForSeq2Seq, DataCollatorWithFlattening, default_data_collator
 
 from tuiapp.core.datasets import (
-    TRAINED_ROLES, Row, eval_file_spec, eval_fraction, limit_records, load_records,
-    normalise_rows, resolve_source, source_fingerprint,
+    TRAINED_ROLES,
+    Row,
+    eval_file_spec,
+    eval_fraction,
+    limit_records,
+    load_records,
+    normalise_rows,
+    resolve_source,
+    source_fingerprint,
 )
 from tuiapp.core.errors import DatasetError
 from tuiapp.core.recipe import DatasetSpec, Recipe, packing_enabled
@@ -120,7 +127,7 @@ def _columns(records: list[dict]) -> dict[str, list]:
 
 def _rows(batch: dict[str, list]) -> list[dict]:
     keys = list(batch)
-    return [dict(zip(keys, values)) for values in zip(*batch.values())] if keys else []
+    return [dict(zip(keys, values, strict=True)) for values in zip(*batch.values(), strict=True)] if keys else []
 
 
 # ---------------------------------------------------------------- tokenizing
@@ -133,7 +140,7 @@ def _tokenize_batch(batch: dict[str, list], recipe: Recipe, tokenizer) -> dict[s
         [_text_example(t, tokenizer, recipe.train.max_seq_len) for t in batch["text"]]
         if "text" in batch
         else [_chat_example(m, tools, tokenizer, recipe.train.max_seq_len)
-              for m, tools in zip(batch["messages"], batch["tools"])]
+              for m, tools in zip(batch["messages"], batch["tools"], strict=True)]
     )
     kept = [e for e in examples if e is not None]
     columns = ["input_ids", "labels"] + ([] if packing_enabled(recipe) else ["attention_mask"])
@@ -171,7 +178,8 @@ def _chat_example(messages: list[dict], tools: str | None, tokenizer, max_len: i
 
 
 def _example(ids: list[int], trained: list[int]) -> dict | None:
-    labels = [t if keep else IGNORE for t, keep in zip(ids, trained)]
+    # not strict: a prefix-rendered mask (_mask_by_prefixes) may run past the ids; it is cut to them
+    labels = [t if keep else IGNORE for t, keep in zip(ids, trained, strict=False)]
     if all(label == IGNORE for label in labels):
         return None  # nothing left to learn (e.g. the answer was cut off)
     return {"input_ids": ids, "labels": labels, "attention_mask": [1] * len(ids)}

@@ -111,9 +111,8 @@ def enable_cpu_fsdp(trainer) -> bool:
         return False
     if state.distributed_type != DistributedType.MULTI_CPU:
         return False
-    from accelerate.utils import FullyShardedDataParallelPlugin
-
     from accelerate.state import PartialState
+    from accelerate.utils import FullyShardedDataParallelPlugin
 
     plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
     # AcceleratorState copies PartialState's fields each time it is built: change both
