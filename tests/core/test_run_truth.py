@@ -163,3 +163,17 @@ def test_behind_names_the_rank_that_has_not_reported(tmp_path):
     rundir.write_phase(tmp_path, 1, "importing")
     rank, phase, _ = rundir.behind(rundir.read_phases(tmp_path), world=2, started=0)
     assert (rank, phase) == (1, "importing")
+
+
+def test_shared_memory_of_a_port_is_reclaimed_and_no_other(tmp_path):
+    from tuiapp.core import shm
+
+    uid = os.getuid()
+    mine = [tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_41000_{r}" for r in range(2)]
+    other = tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_41001_0"
+    for path in (*mine, other):
+        path.write_bytes(b"\0" * 1000)
+    assert shm.buffers(41000, tmp_path) == mine
+    assert shm.reclaim(41000, tmp_path) == 2000
+    assert not any(p.exists() for p in mine) and other.exists()
+    assert shm.reclaim(None, tmp_path) == 0

@@ -95,12 +95,16 @@ def rank_pids(run_dir: Path) -> list[int]:
 
 def kill_group(run_dir: Path) -> None:
     """Test cleanup: never leave a run behind."""
+    from tuiapp.core import shm
+
     try:
-        pgid = run_info(run_dir).get("pgid")
+        info = run_info(run_dir)
     except (OSError, ValueError):
         return
-    if pgid:
+    if info.get("pgid"):
         try:
-            os.killpg(pgid, signal.SIGKILL)
+            os.killpg(info["pgid"], signal.SIGKILL)
+            time.sleep(0.5)
         except (ProcessLookupError, PermissionError):
             pass
+    shm.reclaim(info.get("master_port"))  # a SIGKILLed supervisor could not free its ranks' buffers

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from tests.e2e.helpers import ROOT, kill_group, llmtui, only_run, run_info, wait_for
-from tuiapp.core import rundir, runlock, service
+from tuiapp.core import rundir, runlock, service, shm
 from tuiapp.core.procs import group_processes
 from tuiapp.core.runs import Run
 
@@ -84,6 +84,7 @@ def test_stop_resume_cycles_never_show_failed_while_the_run_lives(runs_dir):
             info = run_info(run_dir)
             assert info["status"] == "stopped", info.get("reason")
             assert not group_processes(info["pgid"])
+            assert not shm.buffers(info["master_port"])  # the ranks' /dev/shm buffers are freed
             if cycle % 4 in (0, 3):
                 result = llmtui("resume", run_dir.name, "--detach", runs_dir=runs_dir, timeout=60)
                 assert result.returncode == 0, result.stdout + result.stderr

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tuiapp.core import runlock
+from tuiapp.core import runlock, shm
 from tuiapp.core.errors import RunError
 from tuiapp.core.metrics import atomic_write_text, read_jsonl, summarize
 from tuiapp.core.procs import group_processes, process_alive
@@ -291,6 +291,7 @@ class Run:
         else:
             reason = "the run's supervisor is gone (killed or the machine rebooted). " + (
                 failure_reason(self.path, since=self.info.get("started")) or "")
+        shm.reclaim(self.info.get("master_port"))  # no rank is left to use its shared memory
         now = time.time()
         self.info.update(status="failed", ended=now, reason=reason.strip(),
                          attempts=close_attempt(self.info, "failed", reason.strip(), now))

@@ -20,7 +20,7 @@ from typing import Callable
 
 import psutil
 
-from tuiapp.core import checks, cluster, cluster_checks, runlock, slurm
+from tuiapp.core import checks, cluster, cluster_checks, runlock, shm, slurm
 from tuiapp.core.errors import RunError, UserError
 from tuiapp.core.launcher import STOP_GRACE_S, cuda_device_count, plan_ranks, signal_group, supervisor_argv
 from tuiapp.core.preflight import Finding
@@ -392,9 +392,19 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
         except psutil.Error:
             pass
     psutil.wait_procs(group_processes(pgid), timeout=5)
+    if not supervisor_up:  # the supervisor would have freed its ranks' shared memory
+        shm.reclaim(run.info.get("master_port") or _master_port(run.info.get("argv")))
     if run.load().status in ACTIVE and not run.supervisor_alive():
         run.update(status="stopped", ended=time.time(), reason="stopped; processes killed after the grace period")
     return not group_processes(pgid)
+
+
+def _master_port(argv: list | None) -> str | None:
+    argv = [str(a) for a in argv or []]
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--master_port":
+            return value
+    return None
 
 
 # ---------------------------------------------------------------- resume

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from tuiapp.core import cluster, launcher, rundir, runlock
+from tuiapp.core import cluster, launcher, rundir, runlock, shm
 from tuiapp.core.errors import UserError
 from tuiapp.core.metrics import JsonlWriter, read_jsonl, summarize
 from tuiapp.core.procs import group_processes
@@ -115,7 +115,7 @@ class Supervisor:
             accelerator="cuda" if cuda else "cpu",
             attempts=rundir.new_attempt(self._own_record(), socket.gethostname(), self.resume, self.started),
             resumed=self.resume,
-            **plan.fields,
+            **{"master_port": plan.port, **plan.fields},
         )
         if plan.plan is not None and plan.plan.nnodes > 1 and plan.owner:
             cluster.link_node0_log(run.path)
@@ -133,6 +133,7 @@ class Supervisor:
             )
             code = self._wait()
         self._kill_leftovers()
+        shm.reclaim(plan.port)  # DeepSpeed's CPU all-reduce buffers of this run's ranks
         self._record_outcome(code)
         return 0
 
