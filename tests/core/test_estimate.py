@@ -4,6 +4,10 @@ ZeRO paper and DeepSpeed's own estimators."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -250,7 +254,7 @@ def test_zero3_agrees_with_deepspeed(gpus, nodes, offload_opt, offload_params):
 
 
 def _recipe(**sections):
-    return recipe_from_dict({k: v for k, v in sections.items()})
+    return recipe_from_dict({"method": {"kind": "lora"}, **sections})
 
 
 def test_gradient_checkpointing_lowers_activations():
@@ -321,7 +325,7 @@ def test_offload_reports_cpu_memory():
 # ---------------------------------------------------------------- configs
 
 
-def test_load_model_config_sources(tmp_path, monkeypatch):
+def test_load_model_config_sources(tmp_path):
     assert load_model_config("tiny") == TINY_CONFIG
     assert load_model_config("Qwen/Qwen2.5-0.5B")["hidden_size"] == 896
     folder = tmp_path / "my-model"
@@ -329,12 +333,7 @@ def test_load_model_config_sources(tmp_path, monkeypatch):
     (folder / "config.json").write_text(json.dumps(CONFIGS["gpt2"]))
     assert load_model_config(str(folder))["n_embd"] == 64
     assert load_model_config("my-model", base_dir=tmp_path)["n_embd"] == 64
-    # the HF cache wins over the preset table
-    snapshot = tmp_path / "hub" / "models--Qwen--Qwen2.5-0.5B" / "snapshots" / "abc123"
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text(json.dumps(dict(PRESET_CONFIGS["Qwen/Qwen2.5-0.5B"], hidden_size=7)))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    assert load_model_config("Qwen/Qwen2.5-0.5B")["hidden_size"] == 7
+    # the HF cache (read through huggingface_hub) wins over the preset table: test_model_check.py
 
 
 def test_missing_config_names_the_key_and_fix():
@@ -393,3 +392,79 @@ def test_estimate_never_raises_and_is_monotone(kind, stage, offload_opt, offload
     if stage >= 1:
         more = estimate_recipe(recipe, config, gpus + 1, nodes, gpu_mem)
         assert more.memory.model_states <= est.memory.model_states
+
+
+# ---------------------------------------------------------------- nodes x GPUs per node (`llmtui estimate`)
+
+
+ZERO = {  # the ZeRO paper's model states per GPU (mixed-precision Adam), P params over N ranks
+    0: lambda p, n: 16 * p,
+    1: lambda p, n: 4 * p + 12 * p / n,
+    2: lambda p, n: 2 * p + 14 * p / n,
+    3: lambda p, n: 16 * p / n,
+}
+ZERO_TEXT = {0: "16P", 1: "4P + 12P/N", 2: "2P + 14P/N", 3: "16P/N"}
+BIG = "Qwen/Qwen2.5-1.5B"  # an offline preset: the config needs no download
+
+
+def cli_estimate(tmp_path: Path, recipe_text: str, *flags: str) -> tuple[dict, str]:
+    """`llmtui estimate` in a real process with empty caches: (the JSON document, the text table)."""
+    (tmp_path / "r.toml").write_text(recipe_text)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "LLMTUI_CACHE": str(tmp_path / "cache")}
+    env.pop("HF_HUB_CACHE", None)
+    outputs = []
+    for extra in (["--json"], []):
+        result = subprocess.run([sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(tmp_path / "runs"), "estimate",
+                                 "r.toml", *flags, *extra], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=120, stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, result.stderr
+        outputs.append(result.stdout)
+    return json.loads(outputs[0]), outputs[1]
+
+
+def row_gb(text: str, name: str) -> float:
+    [line] = [line for line in text.splitlines() if line.startswith(f"  {name} ")]
+    return float(line[len(name) + 2:].split()[0])
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_estimate_uses_the_recipes_nodes_and_gpus_per_node(tmp_path, stage):
+    recipe = (f'[model]\nname = "{BIG}"\n[method]\nkind = "sft"\n[train]\nprecision = "bf16"\n'
+              f"[launch]\nnodes = 8\ngpus_per_node = 8\nzero_stage = {stage}\n")
+    data, text = cli_estimate(tmp_path, recipe)
+    p, n = count_parameters(PRESET_CONFIGS[BIG]), 64
+    assert (data["nodes"], data["n_gpus"], data["world_size"]) == (8, 8, n)
+    assert data["total_params"] == data["trainable_params"] == p
+    mem = data["memory"]
+    weights, grads, optimizer = {0: (2 * p, 2 * p, 12 * p), 1: (2 * p, 2 * p, 12 * p / n),
+                                 2: (2 * p, 2 * p / n, 12 * p / n), 3: (2 * p / n, 2 * p / n, 12 * p / n)}[stage]
+    assert (mem["params"], mem["grads"], mem["optimizer"]) == (int(weights), int(grads), int(optimizer))
+    assert mem["model_states"] == mem["params"] + mem["grads"] + mem["optimizer"]
+    assert abs(mem["model_states"] - ZERO[stage](p, n)) <= 3  # whole bytes per part
+    # DeepSpeed's working buffers are modelled, and shown apart from the model states
+    assert mem["buffers"] > 0
+    assert mem["total"] == mem["model_states"] + mem["buffers"] + mem["activations"]
+    assert "8 GPUs x 8 nodes (world size 64)" in text
+    assert f"ZeRO-{stage}: {ZERO_TEXT[stage]}, N = 64" in text
+    assert abs(row_gb(text, "model states") - ZERO[stage](p, n) / GB) <= 0.051
+    assert abs(row_gb(text, "buffers") - mem["buffers"] / GB) <= 0.051
+    assert abs(row_gb(text, "total") - mem["total"] / GB) <= 0.051
+
+
+def test_estimate_flags_override_the_recipe_and_hosts_count_their_slots(tmp_path):
+    base = f'[model]\nname = "{BIG}"\n[method]\nkind = "sft"\n[train]\nprecision = "bf16"\n'
+    data, text = cli_estimate(tmp_path, base + "[launch]\nnodes = 8\ngpus_per_node = 8\nzero_stage = 3\n",
+                              "--nodes", "2", "--gpus", "4")
+    assert (data["nodes"], data["n_gpus"], data["world_size"]) == (2, 4, 8)
+    assert "4 GPUs x 2 nodes (world size 8)" in text
+    # hosts mode: DeepSpeed's runner uses every slot of the listed hosts
+    data, _ = cli_estimate(tmp_path, base + '[launch]\nhosts = ["a slots=4", "b slots=2"]\nzero_stage = 3\n')
+    assert (data["nodes"], data["world_size"]) == (2, 6)
+    p = count_parameters(PRESET_CONFIGS[BIG])
+    assert abs(data["memory"]["model_states"] - ZERO[3](p, 6)) <= 3
+    data, _ = cli_estimate(tmp_path, base + '[launch]\nhosts = ["a slots=4", "b slots=4", "c slots=4"]\n'
+                           "nodes = 2\ngpus_per_node = 2\nzero_stage = 1\n")
+    assert (data["nodes"], data["n_gpus"], data["world_size"]) == (2, 2, 4)
+    # one machine: launch.gpus ranks
+    data, _ = cli_estimate(tmp_path, base + "[launch]\ngpus = 3\nzero_stage = 2\n")
+    assert (data["nodes"], data["n_gpus"], data["world_size"]) == (1, 3, 3)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tuiapp.core import checks
+from tuiapp.core.errors import RecipeError
 from tuiapp.core.estimate import GB, PRESET_CONFIGS, TINY_CONFIG
 from tuiapp.core.preflight import (
     Finding,
@@ -21,15 +23,18 @@ from tuiapp.core.preflight import (
     disk_needed_bytes,
     format_findings,
     has_errors,
+    launch_world,
+    memory_estimate,
     run_preflight,
 )
 from tuiapp.core.recipe import recipe_from_dict
+from tuiapp.core.runs import RunStore
 
 H100 = 80 * 10**9
 
 
 def recipe(**sections):
-    return recipe_from_dict(sections)
+    return recipe_from_dict({"method": {"kind": "lora"}, **sections})
 
 
 def keys(findings, level="error"):
@@ -171,6 +176,44 @@ def test_cpu_ranks_against_ram():
     two = recipe(method={"kind": "sft"}, launch={"gpus": 2})
     assert check_memory(two, TINY_CONFIG, cuda=False, gpus=[], ram_available=10**12)[0].level == "info"
     assert check_memory(two, TINY_CONFIG, cuda=False, gpus=[], ram_available=10**6)[0].level == "warning"
+
+
+def test_preflight_and_the_estimate_see_the_same_world(tmp_path):
+    """Preflight's memory check, `llmtui estimate` and the TUI form's estimate: one world, one number."""
+    sft = recipe(model={"name": "Qwen/Qwen2.5-1.5B"}, method={"kind": "sft"}, train={"precision": "bf16"},
+                 launch={"nodes": 8, "gpus_per_node": 8, "zero_stage": 3})
+    config = PRESET_CONFIGS["Qwen/Qwen2.5-1.5B"]
+    gpus = [gpu(i) for i in range(8)]
+    est = memory_estimate(sft, config, gpus=gpus, cuda=True)
+    assert (est.nodes, est.n_gpus, est.world_size) == (8, 8, 64)
+    [finding] = check_memory(sft, config, cuda=True, gpus=gpus)
+    assert f"about {est.total / GB:.1f} GB per GPU" in finding.message and "64 ranks on 8 nodes" in finding.message
+    report = checks.estimate_report(sft, RunStore(tmp_path / "runs"), tmp_path)  # this machine: no GPU
+    assert report["json"]["world_size"] == 64
+    assert report["json"]["memory"]["model_states"] == est.memory.model_states
+
+
+def test_launch_world_follows_the_launch(tmp_path):
+    cases = [
+        ({}, (1, 1, 1)),  # CPU, gpus = 'all': one rank
+        ({"gpus": 4}, (1, 4, 4)),
+        ({"nodes": 3, "gpus": 2}, (3, 2, 6)),  # node by node: each node runs launch.gpus ranks
+        ({"nodes": 2, "gpus_per_node": 8, "strategy": "fsdp"}, (2, 8, 16)),
+        ({"hosts": ["a slots=8", "b slots=4"]}, (2, 8, 12)),
+        ({"hosts": ["a slots=8", "b slots=8"], "exclude": "b"}, (1, 8, 8)),
+        ({"hosts": "hostfile", "nodes": 2}, (2, 2, 4)),  # relative to base_dir
+    ]
+    (tmp_path / "hostfile").write_text("w0 slots=2\nw1 slots=2\nw2 slots=2\n")
+    for launch, expected in cases:
+        world = launch_world(recipe(launch=launch), [], cuda=False, base_dir=tmp_path)
+        assert (world.nodes, world.per_node, world.size) == expected, launch
+    assert launch_world(recipe(launch={"gpus": "all"}), [gpu(0), gpu(1)], cuda=True).size == 2
+    over = launch_world(recipe(launch={"nodes": 8, "gpus_per_node": 8}), [], cuda=False, nodes=2, per_node=4)
+    assert (over.nodes, over.per_node, over.size) == (2, 4, 8)
+    (tmp_path / "bad-hosts").write_text("w0\n")
+    with pytest.raises(RecipeError) as info:
+        launch_world(recipe(launch={"hosts": "bad-hosts"}), [], cuda=False, base_dir=tmp_path)
+    assert info.value.key == "launch.hosts" and info.value.line == 1
 
 
 # ---------------------------------------------------------------- disk

@@ -8,7 +8,7 @@ import statistics
 import time
 from pathlib import Path
 
-from tuiapp.core import datasets, estimate, launcher, preflight
+from tuiapp.core import datasets, estimate, model_check, preflight
 from tuiapp.core.errors import UserError
 from tuiapp.core.metrics import dedupe_steps, train_rows
 from tuiapp.core.preflight import Finding
@@ -60,13 +60,16 @@ def model_config(recipe: Recipe, base_dir: Path) -> dict | None:
 
 
 def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Finding]:
-    """Recipe rules, the dataset and the model reference; no machine checks."""
+    """Recipe rules, the dataset and the base model (folder, HF cache or hub); no GPU, disk or
+    memory checks."""
     try:
-        recipe, _ = resolve_recipe(recipe, store)
+        recipe, ref = resolve_recipe(recipe, store)
     except UserError as exc:
         return [Finding("error", exc.key or "model.name", exc.message, exc.fix or "")]
     findings = preflight.recipe_rules(recipe)
     findings += _dataset_findings(recipe, base_dir)
+    label = f"{ref} ({recipe.model.name})" if ref != recipe.model.name else None
+    findings += model_check.model_findings(recipe, base_dir, label=label)
     return findings
 
 
@@ -89,18 +92,13 @@ def format_findings(findings: list[Finding]) -> str:
     return preflight.format_findings(findings)
 
 
-def estimate_report(recipe: Recipe, store: RunStore, base_dir: Path, nodes: int = 1, gpus: int | None = None) -> dict:
+def estimate_report(recipe: Recipe, store: RunStore, base_dir: Path, nodes: int | None = None,
+                    gpus: int | None = None) -> dict:
+    """The memory estimate of `llmtui estimate` and the TUI form, for the recipe's nodes x GPUs
+    per node (launch.nodes, gpus_per_node, hosts); `nodes` / `gpus` override them."""
     recipe, _ = resolve_recipe(recipe, store)
     config = estimate.load_model_config(recipe.model.name, base_dir)
-    if gpus is None:
-        gpus, _ = launcher.plan_ranks(recipe.launch, launcher.cuda_device_count())
-    gpu_memory = None
-    devices = preflight.detect_gpus()
-    if devices:
-        gpu_memory = min(d.total_bytes for d in devices)
-    result = estimate.estimate_recipe(
-        recipe, config, n_gpus=gpus, nodes=nodes, gpu_memory_bytes=gpu_memory, cuda=preflight.cuda_available(devices)
-    )
+    result = preflight.memory_estimate(recipe, config, base_dir=base_dir, nodes=nodes, per_node=gpus)
     return {"text": estimate.format_estimate(result), "json": result.to_json()}
 
 

@@ -17,9 +17,7 @@ Activations follow Korthikanti et al. 2022 (see `activation_bytes`). GB here mea
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -319,11 +317,12 @@ class MemoryBreakdown:
 
     @property
     def model_states(self) -> int:
-        return self.params + self.grads + self.optimizer + self.buffers
+        """Weights + gradients + optimizer states: the ZeRO paper's model states (16P ... 16P/N)."""
+        return self.params + self.grads + self.optimizer
 
     @property
     def total(self) -> int:
-        return self.model_states + self.activations
+        return self.model_states + self.buffers + self.activations
 
     def to_json(self) -> dict:
         return {**dataclasses.asdict(self), "model_states": self.model_states, "total": self.total}
@@ -467,6 +466,7 @@ class Estimate:
     fits: bool | None
     warning: str | None = None
     suggestions: list[str] = field(default_factory=list)
+    world_size: int = 0  # ranks in all (N of the ZeRO formulas); n_gpus * nodes unless hosts differ
 
     @property
     def total(self) -> int:
@@ -571,15 +571,17 @@ def estimate_recipe(
     gpu_memory_bytes: int | None = None,
     *,
     cuda: bool = True,
+    world: int | None = None,
 ) -> Estimate:
-    """Estimate per-GPU memory of `recipe` on `nodes` machines with `n_gpus` GPUs each.
+    """Estimate per-GPU memory of `recipe` on `nodes` machines with `n_gpus` GPUs each
+    (`world` ranks in all when the nodes differ: hosts with unequal slots).
 
     `cuda=False` estimates CPU ranks (precision 'auto' resolves to fp32 there).
     `fits` is None when `gpu_memory_bytes` is unknown; otherwise the total must stay within
     USABLE_FRACTION of it, and `warning` says what to change when it does not.
     """
     n_gpus, nodes = max(1, int(n_gpus)), max(1, int(nodes))
-    world = n_gpus * nodes
+    world = max(1, int(world)) if world else n_gpus * nodes
     precision = _resolve_precision(recipe.train.precision, cuda)
     launch, train = recipe.launch, recipe.train
     knobs = Knobs(recipe.method, launch.zero_stage, launch.offload_optimizer, launch.offload_params,
@@ -601,6 +603,7 @@ def estimate_recipe(
         precision=precision, micro_batch=train.micro_batch, seq_len=train.max_seq_len,
         gradient_checkpointing=train.gradient_checkpointing, memory=memory,
         gpu_memory_bytes=gpu_memory_bytes, fits=fits, warning=warning, suggestions=suggestions,
+        world_size=world,
     )
 
 
@@ -615,10 +618,14 @@ def _count(n: int) -> str:
     return str(n)
 
 
+ZERO_FORMULAS = {0: "16P", 1: "4P + 12P/N", 2: "2P + 14P/N", 3: "16P/N"}
+
+
 def format_estimate(est: Estimate) -> str:
     """A compact table, GB with one decimal."""
     m = est.memory
     gpus = f"{est.n_gpus} GPU{'s' if est.n_gpus > 1 else ''}" + (f" x {est.nodes} nodes" if est.nodes > 1 else "")
+    gpus += f" (world size {est.world_size or est.n_gpus * est.nodes})"
     rows = [
         f"model        {est.model}: {_count(est.total_params)} params, "
         f"{_count(est.trainable_params)} trainable ({est.method})",
@@ -626,7 +633,14 @@ def format_estimate(est: Estimate) -> str:
         f"{est.seq_len} tokens, checkpointing {'on' if est.gradient_checkpointing else 'off'}",
         "per GPU          GB",
     ]
-    for name in ("params", "grads", "optimizer", "buffers", "activations"):
+    for name in ("params", "grads", "optimizer"):
+        rows.append(f"  {name:<12} {getattr(m, name) / GB:>6.1f}")
+    states = f"  {'model states':<12} {m.model_states / GB:>6.1f}"
+    full = est.trainable_params == est.total_params and est.precision != "fp32" and not m.cpu_offload_total
+    if full:  # the ZeRO paper's mixed-precision Adam, P parameters over N ranks
+        states += f"  ZeRO-{est.zero_stage}: {ZERO_FORMULAS[est.zero_stage]}, N = {est.world_size or est.n_gpus * est.nodes}"
+    rows.append(states)
+    for name in ("buffers", "activations"):
         rows.append(f"  {name:<12} {getattr(m, name) / GB:>6.1f}")
     total = f"  {'total':<12} {m.total / GB:>6.1f}"
     if est.gpu_memory_bytes:
@@ -642,23 +656,16 @@ def format_estimate(est: Estimate) -> str:
 # ---------------------------------------------------------------- configs
 
 
-def _hf_cache_dirs() -> list[Path]:
-    dirs = []
-    if os.environ.get("HF_HUB_CACHE"):
-        dirs.append(Path(os.environ["HF_HUB_CACHE"]))
-    if os.environ.get("HF_HOME"):
-        dirs.append(Path(os.environ["HF_HOME"]) / "hub")
-    dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
-    return dirs
+def _cached_config(hub_id: str, cache_dir: str | Path | None = None) -> Path | None:
+    """config.json of `hub_id` at 'main' in the HF cache (huggingface_hub's own lookup)."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
 
-
-def _cached_config(hub_id: str) -> Path | None:
-    folder = "models--" + hub_id.replace("/", "--")
-    for cache in _hf_cache_dirs():
-        found = glob.glob(str(cache / folder / "snapshots" / "*" / "config.json"))
-        if found:
-            return Path(max(found, key=os.path.getmtime))
-    return None
+    try:
+        found = try_to_load_from_cache(hub_id, "config.json", cache_dir=cache_dir)
+    except (HFValidationError, ValueError):
+        return None
+    return Path(found) if isinstance(found, str) else None
 
 
 def _read_config(path: Path) -> dict:
@@ -671,9 +678,24 @@ def _read_config(path: Path) -> dict:
         ) from None
 
 
-def load_model_config(name: str, base_dir: str | Path | None = None) -> dict:
+def adapter_base(folder: Path) -> str | None:
+    """The base model the trainer loads under an adapter folder (an earlier run's final/):
+    peft's adapter_config.json names it; the bottleneck adapter's is in llmtui.json."""
+    for name, key in (("adapter_config.json", "base_model_name_or_path"), ("llmtui.json", "base_model")):
+        try:
+            value = json.loads((folder / name).read_text(encoding="utf-8")).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if value:
+            return str(value)
+    return None
+
+
+def load_model_config(name: str, base_dir: str | Path | None = None, *,
+                      cache_dir: str | Path | None = None, _follow: bool = True) -> dict:
     """The HF config dict of `name`: 'tiny', a local folder or config.json (relative to
-    `base_dir`), a hub id found in the HF cache, or an offline preset (PRESET_CONFIGS).
+    `base_dir`), an adapter folder (its base model's config), a hub id found in the HF cache
+    (`cache_dir`, default huggingface_hub's), or an offline preset (PRESET_CONFIGS).
     'run:NAME' must be resolved to a folder by the caller."""
     if name == "tiny":
         return dict(TINY_CONFIG)
@@ -684,8 +706,11 @@ def load_model_config(name: str, base_dir: str | Path | None = None) -> dict:
         return _read_config(local / "config.json")
     if local.is_file() and local.name.endswith(".json"):
         return _read_config(local)
-    if not name.startswith("run:") and name.count("/") == 1:
-        cached = _cached_config(name)
+    base = adapter_base(local) if local.is_dir() and _follow else None
+    if base:
+        return load_model_config(base, base_dir, cache_dir=cache_dir, _follow=False)
+    if not name.startswith("run:") and not local.exists():
+        cached = _cached_config(name, cache_dir)
         if cached:
             return _read_config(cached)
     if name in PRESET_CONFIGS:

@@ -16,10 +16,12 @@ from typing import Literal, NamedTuple
 
 import psutil
 
+from tuiapp.core.cluster import active_hosts, hosts_of, plan_node, uses_hosts
 from tuiapp.core.errors import UserError
 from tuiapp.core.estimate import (
     GB,
     USABLE_FRACTION,
+    Estimate,
     count_parameters,
     estimate_recipe,
     targeted_linears,
@@ -240,25 +242,72 @@ def check_gpus(recipe: Recipe, gpus: list[GpuInfo]) -> list[Finding]:
     return out
 
 
-# ---------------------------------------------------------------- memory and disk
+# ---------------------------------------------------------------- world and memory
 
 
-def check_memory(recipe: Recipe, model_config: dict, *, cuda: bool, gpus: list[GpuInfo],
-                 ram_available: int | None = None) -> list[Finding]:
-    """The memory estimate against the requested GPUs (or RAM for CPU ranks)."""
+@dataclass(frozen=True)
+class World:
+    """The ranks a launch of the recipe runs: `nodes` machines, at most `per_node` ranks on one."""
+
+    nodes: int
+    per_node: int
+    size: int
+
+
+def launch_world(recipe: Recipe, gpus: list[GpuInfo], *, cuda: bool, base_dir: Path | None = None,
+                 nodes: int | None = None, per_node: int | None = None) -> World:
+    """Nodes x ranks per node, as the launch computes them (tuiapp.core.cluster): hosts mode
+    counts the hosts' slots DeepSpeed uses, node mode `plan_node`'s plan, one machine the ranks
+    that launch.gpus asks for. `nodes` / `per_node` (the CLI's --nodes / --gpus) override the
+    recipe's launch.nodes / launch.gpus_per_node."""
+    launch = recipe.launch.model_copy(update={k: v for k, v in (("nodes", nodes), ("gpus_per_node", per_node)) if v})
+    local = len(requested_gpus(recipe, gpus)) if cuda and gpus else cpu_ranks(recipe)
+    if uses_hosts(launch) and launch.strategy == "deepspeed":  # DeepSpeed's runner on the head node
+        counts = [n for _, n in active_hosts(launch, hosts_of(launch, base_dir))] or [local]
+        return World(len(counts), max(counts), sum(counts))
+    if launch.nodes > 1 or uses_hosts(launch):  # node by node, SLURM, torchrun over nodes
+        plan = plan_node(launch, local, node_rank=0, nnodes=None, master_addr="node0", master_port=None,
+                         base_dir=base_dir)
+        return World(plan.nnodes, plan.ranks_per_node, plan.world_size)
+    ranks = per_node or local
+    return World(1, ranks, ranks)
+
+
+def memory_estimate(recipe: Recipe, model_config: dict, *, gpus: list[GpuInfo] | None = None,
+                    cuda: bool | None = None, base_dir: Path | None = None, nodes: int | None = None,
+                    per_node: int | None = None) -> Estimate:
+    """The one estimate `llmtui estimate`, the TUI form and preflight show: the recipe's world
+    (launch_world), against the free memory of the GPUs it asks for on this machine."""
+    if gpus is None:
+        gpus = detect_gpus()
+    if cuda is None:
+        cuda = cuda_available(gpus)
+    world = launch_world(recipe, gpus, cuda=cuda, base_dir=base_dir, nodes=nodes, per_node=per_node)
+    capacity = None
     if cuda:
         chosen = [g for g in gpus if g.index in requested_gpus(recipe, gpus)]
         capacity = min((g.total_bytes - sum(p.used_bytes for p in g.other_processes) for g in chosen),
                        default=None)
-        est = estimate_recipe(recipe, model_config, len(chosen) or cpu_ranks(recipe),
-                              gpu_memory_bytes=capacity)
+    return estimate_recipe(recipe, model_config, world.per_node, world.nodes, gpu_memory_bytes=capacity,
+                           cuda=cuda, world=world.size)
+
+
+# ---------------------------------------------------------------- memory and disk
+
+
+def check_memory(recipe: Recipe, model_config: dict, *, cuda: bool, gpus: list[GpuInfo],
+                 ram_available: int | None = None, base_dir: Path | None = None) -> list[Finding]:
+    """The memory estimate against the requested GPUs (or RAM for CPU ranks)."""
+    est = memory_estimate(recipe, model_config, gpus=gpus, cuda=cuda, base_dir=base_dir)
+    if cuda:
         if est.fits is False:
             need, _, advice = est.warning.partition(": try ")
             return [Finding("warning", None, f"memory: {need}", f"try {advice}" if advice else None)]
+        capacity = est.gpu_memory_bytes
         where = f" of {capacity / GB:.1f} GB free" if capacity else ""
-        return [Finding("info", None, f"memory: about {est.total / GB:.1f} GB per GPU{where}")]
-    ranks = cpu_ranks(recipe)
-    est = estimate_recipe(recipe, model_config, ranks, cuda=False)
+        ranks = f" ({est.world_size} ranks on {est.nodes} nodes)" if est.nodes > 1 else ""
+        return [Finding("info", None, f"memory: about {est.total / GB:.1f} GB per GPU{where}{ranks}")]
+    ranks = est.n_gpus  # CPU ranks on this machine
     need = est.total * ranks + est.memory.cpu_offload_total
     if ram_available is None:
         ram_available = psutil.virtual_memory().available
@@ -308,6 +357,7 @@ def run_preflight(
     cuda: bool | None = None,
     free_bytes: int | None = None,
     ram_available: int | None = None,
+    base_dir: Path | None = None,
 ) -> list[Finding]:
     """Every check; the keyword arguments replace what is read from the machine."""
     if gpus is None:
@@ -322,7 +372,8 @@ def run_preflight(
         return findings
     try:
         findings += check_method(recipe, model_config)
-        findings += check_memory(recipe, model_config, cuda=cuda, gpus=gpus, ram_available=ram_available)
+        findings += check_memory(recipe, model_config, cuda=cuda, gpus=gpus, ram_available=ram_available,
+                                 base_dir=base_dir)
         if free_bytes is None:
             free_bytes = free_disk_bytes(runs_dir)
         findings += check_disk(recipe, model_config, free_bytes, cuda=cuda)
