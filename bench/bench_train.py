@@ -132,6 +132,7 @@ def summarize(run: dict) -> dict:
             "phases": {k: median(r["phases"].get(k) for r in warm_runs) for k in (ok[0]["phases"] if ok else {})},
             "threads": next((r.get("threads") for r in ok if r.get("threads")), None),
             "cli": [r["cli"] for r in ok] if tool == "llmtui" else None,
+            "shm_left_mb": median(r.get("shm_left") / 2**20 for r in ok if r.get("shm_left") is not None),
             "argv": results[0]["argv"] if results else None,
             "recipe": results[0].get("recipe") if results else None,
         }
@@ -466,6 +467,8 @@ def markdown(runs: list[dict], settings: dict, collectives: dict | None = None) 
              fmt(None if b["padding"] is None else 100 * b["padding"], ".1f") + "%"],
             ["final loss (mean of the last 5 steps)", fmt(a["final_loss"], ".3f"), fmt(b["final_loss"], ".3f")],
             ["torch threads of the rank", a["threads"] or "?", b["threads"] or "?"],
+            ["left in /dev/shm after the run (DeepSpeed CPU all-reduce buffers; removed by the bench)",
+             fmt(a.get("shm_left_mb"), ".0f") + " MB", fmt(b.get("shm_left_mb"), ".0f") + " MB"],
         ] + [[f"TTFS phase: {k}", fmt(v, ".2f"), ""] for k, v in a["phases"].items()]
           + [[f"TTFS phase: {k}", "", fmt(v, ".2f")] for k, v in b["phases"].items()]))
         out.append("")

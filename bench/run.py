@@ -138,7 +138,8 @@ def contention_note(train: dict) -> str | None:
 
 
 def findings(train: dict, overhead: dict, data: dict) -> str:
-    """What the numbers say, computed from this run's numbers (no number here is typed in)."""
+    """What the numbers say, computed from this run's numbers (observations from building the suite
+    are marked as such)."""
     out = []
     note = contention_note(train)
     if note:
@@ -251,6 +252,28 @@ def findings(train: dict, overhead: dict, data: dict) -> str:
                  "checks, preflight) and the supervisor process before the DeepSpeed launcher both tools run; "
                  "the rest is the same launcher → rank chain.")
         out.append(text)
+    if common.OPS_BUILD.get("built"):
+        out.append(
+            f"**DeepSpeed's CPU comm op is JIT-compiled at a CPU rank's start when TORCH_EXTENSIONS_DIR has no "
+            f"matching build** ({common.OPS_BUILD['seconds']:.0f} s here, once per session; the tables exclude "
+            "it). llmtui's first run on a machine pays it in its time to first step, like any DeepSpeed "
+            "script. Worse, the default folder (~/.cache/torch_extensions) is shared by every venv: two venvs "
+            "(e.g. a checkout and CI) rebuild it in turn because their source paths differ, each rebuild "
+            "holding a lock that every starting rank waits on, and a rank killed during the build (a stop "
+            "in the first seconds) leaves a stale lock on which every later run hangs forever (seen while "
+            "building this suite). Fix (`tuiapp/core/supervisor.py:_rank_env`): set TORCH_EXTENSIONS_DIR "
+            "to a per-venv folder under the llmtui cache, e.g. `<cache>/torch_extensions/<hash of "
+            "sys.prefix>`, unless the user set it; and have preflight warn about a `lock` file there older "
+            "than a few minutes with no compiler running.")
+    leaks = [run["summary"]["llmtui"].get("shm_left_mb") for run in train["runs"] if "skipped" not in run]
+    leaks = [x for x in leaks if x]
+    if leaks:
+        out.append(
+            f"**DeepSpeed's CPU comm op leaves {max(leaks):.0f} MB per rank in /dev/shm (RAM) after a run** "
+            "(`/dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>`, never unlinked). Each run has "
+            "its own master port, so they pile up until reboot (tests and benchmarks once left 291 of them, "
+            "19 GB of a 24 GB machine). llmtui's supervisor removes its run's buffers once the ranks are gone "
+            "(tuiapp/core/shm.py); the table shows what each tool left, and the benchmark removes the rest.")
     fp = data.get("fingerprint")
     if fp and len(set(fp.values())) > 1:
         out.append("**Tokenized-data cache key depends on tokenizer call state.** "
@@ -306,7 +329,10 @@ def main(argv=None) -> int:
         + ", ".join(f"{k} {v / 60:.1f}" for k, v in durations.items()) + ")"
         + (" (--quick: one repetition, fewer steps — indicative only)" if args.quick else "") + ". "
         "Every number below comes from this one run on this one machine, the tools side by side. "
-        "Load average at the start / end: " + info["load average at start"] + " / " + end_load
+        + (f"DeepSpeed's CPU comm op was JIT-built once into the session's own TORCH_EXTENSIONS_DIR before "
+           f"any timing ({common.OPS_BUILD['seconds']:.0f} s), so both tools start with it built, as after a "
+           "user's first run. " if common.OPS_BUILD.get("built") else "")
+        + "Load average at the start / end: " + info["load average at start"] + " / " + end_load
         + " (on a busy machine the throughput numbers are noise; rerun on a quiet one).",
         "",
         "## Machine",
