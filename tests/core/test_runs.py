@@ -12,7 +12,7 @@ from tuiapp.core.runs import RunStore, redact
 
 def test_create_freezes_recipe_and_writes_run_json(tmp_path):
     store = RunStore(tmp_path)
-    run = store.create(parse_recipe('name = "demo"\n'), recipe_file="r.toml")
+    run = store.create(parse_recipe('name = "demo"\n[method]\nkind = "lora"\n'), recipe_file="r.toml")
     assert run.path.parent == tmp_path and run.id.split("-")[2] == "demo"
     info = json.loads((run.path / "run.json").read_text())
     assert info["status"] == "created" and info["name"] == "demo"
@@ -21,8 +21,8 @@ def test_create_freezes_recipe_and_writes_run_json(tmp_path):
 
 def test_get_by_id_prefix_and_name(tmp_path):
     store = RunStore(tmp_path)
-    first = store.create(parse_recipe('name = "a"\n'))
-    second = store.create(parse_recipe('name = "a"\n'))
+    first = store.create(parse_recipe('name = "a"\n[method]\nkind = "lora"\n'))
+    second = store.create(parse_recipe('name = "a"\n[method]\nkind = "lora"\n'))
     assert store.get(first.id).path == first.path
     assert store.get("a").path == second.path  # the latest of that name
     with pytest.raises(RunError):
@@ -37,7 +37,7 @@ def test_run_refs_cannot_escape_the_runs_dir(tmp_path, ref):
 
 def test_status_truth_when_supervisor_is_gone(tmp_path):
     store = RunStore(tmp_path)
-    run = store.create(parse_recipe('name = "crash"\n'))
+    run = store.create(parse_recipe('name = "crash"\n[method]\nkind = "lora"\n'))
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     import psutil
 
@@ -54,14 +54,14 @@ def test_status_truth_when_supervisor_is_gone(tmp_path):
 
 def test_reused_pid_is_not_mistaken_for_the_run(tmp_path):
     store = RunStore(tmp_path)
-    run = store.create(parse_recipe('name = "reboot"\n'))
+    run = store.create(parse_recipe('name = "reboot"\n[method]\nkind = "lora"\n'))
     run.update(status="running", pid=os.getpid(), pid_create_time=1.0)  # same pid, other process
     assert store.get(run.id).status == "failed"
 
 
 def test_unreadable_run_json_does_not_break_listing(tmp_path):
     store = RunStore(tmp_path)
-    store.create(parse_recipe('name = "ok"\n'))
+    store.create(parse_recipe('name = "ok"\n[method]\nkind = "lora"\n'))
     broken = tmp_path / "20200101-000000-broken-0000"
     broken.mkdir()
     (broken / "run.json").write_bytes(b"\xff{not json")
@@ -78,7 +78,7 @@ def test_resolve_run_reference(tmp_path):
     with pytest.raises(RunError) as info:
         store.resolve_model("run:base")
     assert info.value.key == "model.name"
-    run = store.create(parse_recipe('name = "base"\n'))
+    run = store.create(parse_recipe('name = "base"\n[method]\nkind = "lora"\n'))
     (run.path / "final").mkdir()
     run.update(status="succeeded")
     assert store.resolve_model("run:base") == str((run.path / "final").resolve())
@@ -88,7 +88,7 @@ def test_resolve_run_reference(tmp_path):
 def test_files_follow_the_users_umask(tmp_path):
     old = os.umask(0o077)
     try:
-        run = RunStore(tmp_path).create(parse_recipe('name = "private"\n'))
+        run = RunStore(tmp_path).create(parse_recipe('name = "private"\n[method]\nkind = "lora"\n'))
         run.update(status="running")
     finally:
         os.umask(old)

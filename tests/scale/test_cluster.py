@@ -53,9 +53,9 @@ def test_empty_and_missing_hostfile(tmp_path):
 
 
 def test_inline_hosts_are_validated_by_the_schema():
-    assert recipe_from_dict({"launch": {"hosts": ["a slots=2", "b slots=2"]}}).launch.hosts == ["a slots=2", "b slots=2"]
+    assert recipe_from_dict({"method": {"kind": "lora"}, "launch": {"hosts": ["a slots=2", "b slots=2"]}}).launch.hosts == ["a slots=2", "b slots=2"]
     with pytest.raises(RecipeError) as info:
-        recipe_from_dict({"launch": {"hosts": ["a slots=2", "b"]}})
+        recipe_from_dict({"method": {"kind": "lora"}, "launch": {"hosts": ["a slots=2", "b"]}})
     assert info.value.key == "launch.hosts" and "hosts entry 2 'b'" in info.value.message
 
 
@@ -208,16 +208,16 @@ def test_port_in_use_is_found_before_launch():
         sock.bind(("", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        recipe = recipe_from_dict({"launch": {"master_port": port}})
+        recipe = recipe_from_dict({"method": {"kind": "lora"}, "launch": {"master_port": port}})
         findings = cluster_checks.launch_findings(recipe, node_rank=0)
         assert [f.key for f in findings] == ["launch.master_port"] and "port in use" in findings[0].message
         assert cluster_checks.launch_findings(recipe, node_rank=1, master_addr="localhost") == []  # node 0's port
-    bad = cluster_checks.launch_findings(recipe_from_dict({}), node_rank=1, master_addr="no-such-host.invalid")
+    bad = cluster_checks.launch_findings(recipe_from_dict({"method": {"kind": "lora"}}), node_rank=1, master_addr="no-such-host.invalid")
     assert bad and "unreachable node" in bad[0].message
 
 
 def test_hosts_that_do_not_resolve_are_errors():
-    recipe = recipe_from_dict({"launch": {"hosts": ["no-such-host.invalid slots=1"], "launcher": "openmpi"}})
+    recipe = recipe_from_dict({"method": {"kind": "lora"}, "launch": {"hosts": ["no-such-host.invalid slots=1"], "launcher": "openmpi"}})
     findings = cluster_checks.launch_findings(recipe)
     assert [f.key for f in findings] == ["launch.hosts"] and "does not resolve" in findings[0].message
 
@@ -226,7 +226,7 @@ def test_hosts_that_do_not_resolve_are_errors():
 
 
 def test_node_records_and_watch(tmp_path):
-    run = RunStore(tmp_path).create(recipe_from_dict({"name": "n"}), run_id="shared-1")
+    run = RunStore(tmp_path).create(recipe_from_dict({"method": {"kind": "lora"}, "name": "n"}), run_id="shared-1")
     plan = cluster.NodePlan(3, 0, "h", 29500, 1)
     watch = cluster.NodeWatch(run, plan, join_timeout_s=60, started=time.monotonic())
     cluster.write_node(run.path, 1, status="running", host="b")
@@ -245,7 +245,7 @@ def test_node_records_and_watch(tmp_path):
 
 def test_run_id_is_shared_and_unique(tmp_path):
     store = RunStore(tmp_path)
-    recipe = recipe_from_dict({})
+    recipe = recipe_from_dict({"method": {"kind": "lora"}})
     assert store.create(recipe, run_id="job-7").id == "job-7"
     with pytest.raises(Exception, match="already exists"):
         store.create(recipe, run_id="job-7")
@@ -254,7 +254,7 @@ def test_run_id_is_shared_and_unique(tmp_path):
 
 
 def test_runs_of_another_host_are_not_judged_by_pid(tmp_path):
-    run = RunStore(tmp_path).create(recipe_from_dict({}))
+    run = RunStore(tmp_path).create(recipe_from_dict({"method": {"kind": "lora"}}))
     run.update(status="running", pid=999999, host="some-other-node")
     assert Run(run.path).load().refresh_truth().status == "running"
     run.update(host=socket.gethostname())
@@ -264,7 +264,7 @@ def test_runs_of_another_host_are_not_judged_by_pid(tmp_path):
 def test_stop_refuses_a_run_supervised_on_another_host(tmp_path):
     from tuiapp.core import service
 
-    run = RunStore(tmp_path).create(recipe_from_dict({}))
+    run = RunStore(tmp_path).create(recipe_from_dict({"method": {"kind": "lora"}}))
     run.update(status="running", pid=999999, pgid=999999, host="some-other-node")
     with pytest.raises(Exception, match="supervised on some-other-node"):
         service.stop(Run(run.path).load(), grace_s=1)

@@ -9,11 +9,11 @@ from tuiapp.core.recipe import recipe_from_dict
 
 
 def errors(**sections) -> dict[str, str]:
-    return {f.key: f.message for f in recipe_rules(recipe_from_dict(sections)) if f.level == "error"}
+    return {f.key: f.message for f in recipe_rules(recipe_from_dict({"method": {"kind": "lora"}, **sections})) if f.level == "error"}
 
 
 def test_defaults_pass_and_strategy_defaults_to_deepspeed():
-    recipe = recipe_from_dict({})
+    recipe = recipe_from_dict({"method": {"kind": "lora"}})
     assert recipe.launch.strategy == "deepspeed" and recipe.launch.hosts == [] and recipe_rules(recipe) == []
 
 

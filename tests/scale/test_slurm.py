@@ -79,7 +79,7 @@ def test_scheduler_argv_golden():
 
 @pytest.fixture
 def slurm_run(tmp_path, monkeypatch):
-    run = RunStore(tmp_path).create(recipe_from_dict({}))
+    run = RunStore(tmp_path).create(recipe_from_dict({"method": {"kind": "lora"}}))
     run.update(status="running", pid=999999, slurm_job="42", slurm_submitted=time.time())
     monkeypatch.setattr(slurm, "available", lambda: True)
     return run
@@ -133,7 +133,7 @@ def wait_state(job: str, done, timeout: float = 60) -> slurm.JobState | None:
 
 @needs_cluster
 def test_real_job_that_fails_marks_the_run_failed(tmp_path):
-    run = RunStore(tmp_path).create(recipe_from_dict({}))
+    run = RunStore(tmp_path).create(recipe_from_dict({"method": {"kind": "lora"}}))
     script = run.path / "job.sbatch"
     script.write_text(f"#!/bin/bash\n#SBATCH --output={run.path}/slurm-%j.out\nexit 3\n")
     job = slurm.submit(script)
@@ -146,7 +146,7 @@ def test_real_job_that_fails_marks_the_run_failed(tmp_path):
 
 @needs_cluster
 def test_real_stop_goes_through_scancel(tmp_path):
-    run = RunStore(tmp_path).create(recipe_from_dict({}))
+    run = RunStore(tmp_path).create(recipe_from_dict({"method": {"kind": "lora"}}))
     script = run.path / "job.sbatch"
     script.write_text(f"#!/bin/bash\n#SBATCH --output={run.path}/slurm-%j.out\nsrun sleep 300\n")
     job = slurm.submit(script)

@@ -7,21 +7,21 @@ from tuiapp.trainer import strategies
 
 
 def test_deepspeed_pieces():
-    kwargs = strategies.training_kwargs(recipe_from_dict({"launch": {"zero_stage": 2}}), cuda=False)
+    kwargs = strategies.training_kwargs(recipe_from_dict({"method": {"kind": "lora"}, "launch": {"zero_stage": 2}}), cuda=False)
     assert kwargs["deepspeed"]["zero_optimization"]["stage"] == 2
     assert kwargs["accelerator_config"] == {"use_configured_state": True}
-    assert "accelerator_config" not in strategies.training_kwargs(recipe_from_dict({}), cuda=True)
+    assert "accelerator_config" not in strategies.training_kwargs(recipe_from_dict({"method": {"kind": "lora"}}), cuda=True)
 
 
 def test_ddp_pieces():
-    recipe = recipe_from_dict({"launch": {"strategy": "ddp"}})
+    recipe = recipe_from_dict({"method": {"kind": "lora"}, "launch": {"strategy": "ddp"}})
     assert strategies.training_kwargs(recipe, cuda=False) == {
         "ddp_backend": "gloo", "use_cpu": True, "ddp_find_unused_parameters": False}
     assert strategies.training_kwargs(recipe, cuda=True)["ddp_backend"] == "nccl"
 
 
 def test_fsdp_pieces():
-    recipe = recipe_from_dict({"launch": {"strategy": "fsdp", "fsdp_cpu_offload": True}})
+    recipe = recipe_from_dict({"method": {"kind": "lora"}, "launch": {"strategy": "fsdp", "fsdp_cpu_offload": True}})
     kwargs = strategies.training_kwargs(recipe, cuda=False)
     assert kwargs["fsdp"] is True and "deepspeed" not in kwargs
     assert kwargs["fsdp_config"]["version"] == 2 and "cpu_offload" not in kwargs["fsdp_config"]  # needs CUDA

@@ -280,6 +280,8 @@ class Run:
             return self  # submitted, not yet given a job id by the submitting process
         if self.supervisor_alive():
             return self
+        if runlock.held(runlock.lock_path(self.path)) is None and not self.info.get("pid"):
+            return self  # no lock and no pid: nothing to judge by (made by hand or by an older llmtui)
         self.load()  # the supervisor may have just written the final status
         if self.status not in ACTIVE or self.supervisor_alive():
             return self
