@@ -113,7 +113,7 @@ def test_rundata_dedupes_a_resumed_run():
 
 def test_form_defaults_are_a_valid_recipe_and_roundtrip():
     check = formdata.check_values(formdata.default_values("lora"), "lora")
-    assert check.errors == [] and check.recipe == Recipe()
+    assert check.errors == [] and check.recipe == Recipe(method=LoraMethod())
     recipe = Recipe(name="x", method=LoraMethod(rank=4, target_modules=["q_proj", "v_proj"]),
                     train=TrainSpec(sample_prompts=["hi \"there\""], learning_rate=3e-5),
                     dataset={"name": "demo:chat", "columns": {"prompt": "q"}, "eval_split": 0.1},

@@ -47,7 +47,7 @@ def test_filter_by_text_status_and_method(runs_root, tmp_path):
             await pilot.press("t")  # status: running
             await pilot.pause()
             assert names(app) == ["live", "stuck"]
-            await pilot.press("t")  # status: stalled
+            await pilot.press("t")  # flagged: stalled, hung or orphaned
             await pilot.pause()
             assert names(app) == ["stuck"]
             await pilot.press("escape", "m")  # method: the first one in order (dora)
@@ -71,11 +71,11 @@ def test_sort_by_keys_and_header_click(runs_root, tmp_path):
             await pilot.press("S")
             assert names(app) == sorted(names(app), reverse=True)
             table = app.screen.query_one(RunsTable)
-            await pilot.click(RunsTable, offset=(22 + 12 + 11 + 2, 0))  # the 'loss' header
+            await pilot.click(RunsTable, offset=(22 + 17 + 11 + 2, 0))  # the 'loss' header
             losses = [r.last_loss for r in table.rows]
             assert app.screen.model.sort_key == "last_loss" and losses == sorted(losses)
             assert "sorted by loss ▲" in screen_text(app)
-            await pilot.click(RunsTable, offset=(22 + 12 + 11 + 2, 0))
+            await pilot.click(RunsTable, offset=(22 + 17 + 11 + 2, 0))
             assert [r.last_loss for r in table.rows] == sorted(losses, reverse=True)
 
     asyncio.run(scenario())

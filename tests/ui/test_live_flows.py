@@ -1,5 +1,7 @@
 """Flows with real processes: launch a tiny CPU run from the app, quit and reopen while it runs,
-stop it from the app. The real launcher, supervisor, DeepSpeed and trainer; about 30-60 s each.
+stop it from the app (stopping at once, then stopped), resume it (starting with its phase, then
+running), and diagnose it (doctor). The real launcher, supervisor, DeepSpeed and trainer; about
+30-60 s each.
 
 Run them alone with `pytest tests/ui -m slow`; skip them with `-m "not slow"`.
 """
@@ -11,13 +13,14 @@ import asyncio
 import pytest
 from ui_fixtures import screen_text, test_app, wait_for
 
-from tuiapp.core import service
+from tuiapp.core import rundir, service
 from tuiapp.core.procs import group_processes
 from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec
 from tuiapp.core.runs import Run, RunStore
 from tuiapp.ui.screens.confirm import ConfirmScreen
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen
+from tuiapp.ui.screens.report import ReportScreen
 from tuiapp.ui.screens.run_view import RunViewScreen
 
 pytestmark = pytest.mark.slow
@@ -134,6 +137,7 @@ def test_stop_from_the_app_then_resume(live_run, tmp_path):
             await pilot.press("x")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
             await pilot.press("y")
+            await wait_for(pilot, lambda: "◌ stopping" in screen_text(app), timeout=2.0, what="stopping at once")
             await wait_for(pilot, lambda: view.info.get("status") == "stopped", timeout=90, what="stopped")
             assert view.check_action("resume", ()) is True and view.check_action("stop", ()) is None
             pgid = Run(live_run.path).load().info.get("pgid")
@@ -142,9 +146,31 @@ def test_stop_from_the_app_then_resume(live_run, tmp_path):
             # resume from the checkpoint the stop saved: the same view follows the new attempt
             steps_at_stop = len(view.data.loss)
             await pilot.press("r")
-            await wait_for(pilot, lambda: view.info.get("status") == "running", timeout=60, what="running again")
+            await wait_for(pilot, lambda: "○ starting · " in screen_text(app), timeout=30, what="starting, its phase")
+            assert "● running" not in screen_text(app)
+            await wait_for(pilot, lambda: view.info.get("status") == "running", timeout=START_S, what="running again")
             await wait_for(pilot, lambda: len(view.data.loss) > steps_at_stop, timeout=START_S, what="steps after resuming")
-            assert Run(live_run.path).load().info.get("attempts") == 2
+            assert rundir.attempt_count(Run(live_run.path).load().info) >= 2
+            assert "over " in screen_text(app) and " attempts" in screen_text(app)  # elapsed over every attempt
+
+    asyncio.run(scenario())
+
+
+def test_doctor_shows_every_rank_of_a_live_run(live_run, tmp_path):
+    root = live_run.path.parent
+
+    async def scenario():
+        app = test_app(root, tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            view = await open_run_view(pilot, live_run.id)
+            await wait_for(pilot, lambda: view.info.get("status") == "running", timeout=START_S, what="running")
+            await pilot.press("d")
+            await wait_for(pilot, lambda: isinstance(app.screen, ReportScreen), timeout=60, what="the report")
+            text = app.screen.text
+            assert f"{live_run.id}: running" in text and "rank 0  pid" in text
+            assert "rank 0" in screen_text(app)
+            await pilot.press("escape")
+            assert app.screen is view
 
     asyncio.run(scenario())
 

@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any
 
 
+# Preference tuning (dpo, simpo, cpo, orpo, kto, reward): metric keys of train rows, and of eval
+# rows with an "eval_" prefix. rewards/* are the implicit rewards (beta * log-ratio; the reward
+# model's scores), accuracies the fraction of pairs whose chosen answer scores higher; kl is KTO's.
+PREFERENCE_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "kl")
+
+
 def _clean(value: Any) -> Any:
     """JSON has no NaN/inf: write them as strings so the line stays valid."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -130,17 +136,19 @@ def as_number(value: Any) -> float | None:
     return None
 
 
+def device_peak(device: Any) -> float | None:
+    """One rank's memory in a metrics row's `mem`: its peak, else its RSS (CPU ranks)."""
+    if not isinstance(device, dict):
+        return None
+    return as_number(device.get("peak")) or as_number(device.get("rss"))
+
+
 def peak_memory(row: dict) -> float | None:
     """The largest per-rank peak (or RSS) of a metrics row."""
     mem = row.get("mem")
     if not isinstance(mem, dict):
         return None
-    peaks = []
-    for device in mem.values():
-        if isinstance(device, dict):
-            value = as_number(device.get("peak")) or as_number(device.get("rss"))
-            if value is not None:
-                peaks.append(value)
+    peaks = [p for p in map(device_peak, mem.values()) if p is not None]
     return max(peaks) if peaks else None
 
 

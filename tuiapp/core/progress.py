@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 
-from tuiapp.core.metrics import peak_memory
+from tuiapp.core.metrics import as_number, peak_memory
 
 
 def fmt_bytes(value: float | None) -> str:
@@ -47,18 +47,17 @@ def fmt_time(stamp: float | None) -> str:
 
 
 def eta_seconds(rows: list[dict]) -> float | None:
-    """Seconds left, from the recent step rate."""
+    """Seconds left, from the step rate of the last 20 train rows (the CLI and the TUI)."""
     if len(rows) < 2:
         return None
-    last = rows[-1]
-    total = last.get("max_steps")
-    window = rows[-20:]
-    first = window[0]
-    steps = (last.get("step") or 0) - (first.get("step") or 0)
-    elapsed = (last.get("time") or 0) - (first.get("time") or 0)
+    last, first = rows[-1], rows[-20:][0]
+    total = as_number(last.get("max_steps"))
+    step = as_number(last.get("step")) or 0.0
+    steps = step - (as_number(first.get("step")) or 0.0)
+    elapsed = (as_number(last.get("time")) or 0.0) - (as_number(first.get("time")) or 0.0)
     if not total or steps <= 0 or elapsed <= 0:
         return None
-    return (total - last["step"]) * elapsed / steps
+    return max(0.0, (total - step) * elapsed / steps)
 
 
 def progress_line(row: dict, rows: list[dict]) -> str:

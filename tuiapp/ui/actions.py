@@ -1,6 +1,8 @@
 """What the screens ask of core, as plain blocking functions (called from thread workers):
-check a form, launch, stop and resume a run. The same calls `llmtui validate/run/stop/resume`
-make, so the app and the CLI behave the same."""
+check a form, launch, stop, resume and diagnose a run. The same calls `llmtui
+validate/run/stop/resume/doctor` make (the run service decides; these only call it), so the app
+and the CLI behave the same. They raise UserError (RunError, service.LaunchRefused) when the
+service refuses; the workers report it through tuiapp.ui.worker_errors."""
 
 from __future__ import annotations
 
@@ -70,3 +72,21 @@ def resume(run_path: Path) -> None:
     from tuiapp.core import service
 
     service.resume(Run(run_path).load())
+
+
+def diagnose(run_path: Path) -> str:
+    """`llmtui doctor`: every rank's phase, state and Python stack (blocking, a few seconds);
+    UserError when the run has no live process here."""
+    from tuiapp.core import doctor
+
+    return doctor.diagnose(Run(run_path).load())
+
+
+def recipe_to_clone(run_path: Path) -> tuple[Recipe, str]:
+    """A run's frozen recipe, its model as the user typed it ('run:NAME', not the resolved
+    folder), and the run's name; UserError when the recipe cannot be read."""
+    run = Run(run_path).load()
+    recipe = run.recipe()
+    if run.info.get("model_ref"):
+        recipe.model.name = run.info["model_ref"]
+    return recipe, run.name

@@ -1,14 +1,32 @@
-"""The llmtui app: an app factory, and `run_app` for the bare `llmtui` command."""
+"""The llmtui app: an app factory, and `run_app` for the bare `llmtui` command.
+
+The app owns navigation: screens ask it to open a run, a form, a compare, a question or a
+report (`open_*`), so no screen module imports another. It also shows what a worker's call
+into the run service raised (ActionFailed, see tuiapp.ui.worker_errors).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from textual.app import App
 from textual.binding import Binding
 
+from tuiapp.core.errors import UserError
+from tuiapp.core.recipe import Recipe
+from tuiapp.ui import actions
 from tuiapp.ui.commands import ActionsProvider
 from tuiapp.ui.config import UiConfig
+from tuiapp.ui.messages import ActionFailed
+from tuiapp.ui.screens.compare import CompareScreen
+from tuiapp.ui.screens.confirm import ConfirmScreen
+from tuiapp.ui.screens.help import HelpScreen
+from tuiapp.ui.screens.home import HomeScreen
+from tuiapp.ui.screens.new_experiment import NewExperimentScreen
+from tuiapp.ui.screens.report import ReportScreen
+from tuiapp.ui.screens.run_view import RunViewScreen
+from tuiapp.ui.worker_errors import title_of
 
 
 class LlmtuiApp(App):
@@ -29,15 +47,52 @@ class LlmtuiApp(App):
         self.config = config
 
     def on_mount(self) -> None:
-        from tuiapp.ui.screens.home import HomeScreen
-
         self.push_screen(HomeScreen())
 
-    def action_help(self) -> None:
-        from tuiapp.ui.screens.help import HelpScreen
+    # ------------------------------------------------------------ navigation
 
+    def open_run(self, run_id: str, replace: bool = False) -> None:
+        """The run view of a run; `replace` swaps it for the current screen (after a launch)."""
+        screen = RunViewScreen(run_id)
+        if replace:
+            self.switch_screen(screen)
+        else:
+            self.push_screen(screen)
+
+    def open_form(self, recipe: Recipe | None = None, title: str = "New experiment") -> None:
+        """The new-experiment form, empty or filled with a recipe."""
+        self.push_screen(NewExperimentScreen(recipe, title=title))
+
+    def open_clone(self, run_path: Path) -> None:
+        """The form filled with a run's frozen recipe (its model as the user typed it)."""
+        try:
+            recipe, name = actions.recipe_to_clone(run_path)
+        except UserError as exc:
+            self.notify(str(exc), title="Cannot clone", severity="error", markup=False)
+            return
+        self.open_form(recipe, title=f"Clone of {name}")
+
+    def open_compare(self, run_ids: list[str]) -> None:
+        self.push_screen(CompareScreen(run_ids))
+
+    def confirm(self, question: str, detail: str, then: Callable[[bool | None], None]) -> None:
+        """Ask yes/no in a modal; `then` gets the answer."""
+        self.push_screen(ConfirmScreen(question, detail), then)
+
+    def open_report(self, title: str, text: str) -> None:
+        """A long text (doctor's report) in a scrollable modal."""
+        self.push_screen(ReportScreen(title, text))
+
+    def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
+
+    # ------------------------------------------------------------ errors of workers
+
+    def on_action_failed(self, message: ActionFailed) -> None:
+        """Every failure a worker reported, shown the same way (screens reset their state first)."""
+        self.notify(message.text, title=title_of(message.action), severity="error", markup=False,
+                    timeout=12 if message.expected else 20)
 
 
 def create_app(runs_root: Path | str, **options) -> LlmtuiApp:

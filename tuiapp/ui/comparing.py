@@ -4,11 +4,12 @@ recipes that differ. Pure functions; the compare screen calls `load_compare_run`
 
 from __future__ import annotations
 
-import tomllib
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from tuiapp.core.metrics import JsonlReader, as_number, dedupe_steps, eval_rows, train_rows
 from tuiapp.core.runs import Run

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import tomli_w
+import tomllib
 from pydantic import BaseModel
 
 from tuiapp.core.errors import RecipeError, RecipeErrors

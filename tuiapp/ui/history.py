@@ -11,12 +11,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
-from tuiapp.core.checks import is_stalled
-from tuiapp.core.metrics import JsonlReader, as_number, dedupe_steps, summarize, train_rows
+from tuiapp.core import rundir
+from tuiapp.core.metrics import JsonlReader, as_number, dedupe_steps, peak_memory, summarize, train_rows
+from tuiapp.core.progress import fmt_duration
 from tuiapp.core.runs import ACTIVE, Run, RunStore
+from tuiapp.ui.runstatus import StatusView, error_log, status_view, why_text
 
 SPARK_POINTS = 48  # losses kept per row for the sparkline
-STATUSES = ("created", "running", "succeeded", "failed", "stopped", "unknown")
+STATUSES = rundir.STATUSES  # created, starting, running, stopping, stopped, succeeded, failed, unknown
 
 
 @dataclass
@@ -31,10 +33,18 @@ class RunRow:
     model: str = ""
     dataset: str = ""
     description: str = ""
-    started: float | None = None
+    started: float | None = None  # the first attempt's start
     ended: float | None = None
     created: float | None = None
     reason: str | None = None
+    error: dict | None = None  # the root cause of a failure: {rank, type, message, log}
+    phase: str | None = None  # start-up phase while starting
+    phase_since: float | None = None
+    hang: dict | None = None  # a start-up phase that made no progress
+    orphans: bool = False  # ranks outlived their supervisor
+    stop_requested: float | None = None
+    attempts: list[dict] = field(default_factory=list)  # every attempt (rundir.attempts_of)
+    attempt_count: int = 0
     step: float | None = None
     max_steps: float | None = None
     last_loss: float | None = None
@@ -47,37 +57,66 @@ class RunRow:
     summarized: bool = False
 
     def duration(self, now: float) -> float | None:
-        if not self.started:
-            return None
-        end = self.ended or (now if self.status in ACTIVE else self.last_time)
-        return (end - self.started) if end else None
+        """Time spent running, summed over every attempt (rundir.duration_s)."""
+        return rundir.duration_s({"attempts": self.attempts, "ended": self.ended, "status": self.status}, now)
+
+    def time_text(self, now: float) -> str:
+        """Time spent over every attempt, and how many there were: '3m55s ×3'."""
+        seconds = self.duration(now)
+        if seconds is None:
+            return ""
+        return fmt_duration(seconds) + (f" ×{self.attempt_count}" if self.attempt_count > 1 else "")
+
+    def view(self, now: float) -> StatusView:
+        return status_view(self.status, now, phase=self.phase, phase_since=self.phase_since, hang=self.hang,
+                           orphans=self.orphans, stop_requested=self.stop_requested, step_times=self.step_times)
 
     def stalled(self, now: float) -> bool:
-        return self.status == "running" and is_stalled(self.step_times, now)
+        return self.view(now).key == "stalled"
 
     def display_status(self, now: float) -> str:
-        return "stalled" if self.stalled(now) else self.status
+        return self.view(now).key
+
+    def why(self) -> str | None:
+        """The root cause of a failure, else the reason, in one line."""
+        return why_text({"status": self.status, "error": self.error, "reason": self.reason})
+
+    def state(self) -> tuple:
+        """What the status cell and detail line show, to tell a changed row from the same."""
+        return (self.status, self.phase, self.phase_since, self.hang, self.orphans, self.stop_requested,
+                self.attempt_count, self.ended, self.reason, self.error)
 
     def matches(self, text: str) -> bool:
-        haystack = " ".join((self.name, self.id, self.method, self.model, self.dataset, self.description, self.status))
+        haystack = " ".join((self.name, self.id, self.method, self.model, self.dataset, self.description, self.status,
+                             self.phase or "", "hung" if self.hang else "", "orphaned" if self.orphans else ""))
         return all(word in haystack.lower() for word in text.lower().split())
 
 
 def row_from_info(path: Path, info: dict) -> RunRow:
-    started = as_number(info.get("started"))
+    status = str(info.get("status") or "unknown")
+    hang = info.get("hang")
+    error = info.get("error")
     return RunRow(
         id=path.name,
         path=path,
         name=str(info.get("name") or path.name),
-        status=str(info.get("status") or "unknown"),
+        status=status,
         method=str(info.get("method") or ""),
         model=str(info.get("model_ref") or info.get("model") or ""),
         dataset=str(info.get("dataset") or ""),
         description=str((info.get("recipe") or {}).get("description") or "") if isinstance(info.get("recipe"), dict) else "",
-        started=started,
+        started=as_number(rundir.first_started(info)),
         ended=as_number(info.get("ended")),
         created=as_number(info.get("created")),
         reason=info.get("reason"),
+        error=error if isinstance(error, dict) else None,
+        phase=info.get("phase") if status == "starting" else None,
+        phase_since=as_number(info.get("phase_since")),
+        hang=hang if isinstance(hang, dict) and status == "starting" else None,
+        orphans=bool(info.get("orphans")),
+        stop_requested=as_number(info.get("stop_requested")),
+        attempts=rundir.attempts_of(info),
+        attempt_count=rundir.attempt_count(info),
     )
 
 
@@ -148,11 +187,9 @@ class LiveSummary:
         speed = as_number(record.get("tokens_per_s"))
         if speed is not None and math.isfinite(speed):
             self.speeds.append(speed)
-        for device in (record.get("mem") or {}).values():
-            if isinstance(device, dict):
-                value = as_number(device.get("peak")) or as_number(device.get("rss"))
-                if value is not None:
-                    self.peak = value if self.peak is None else max(self.peak, value)
+        value = peak_memory(record)
+        if value is not None:
+            self.peak = value if self.peak is None else max(self.peak, value)
         when = as_number(record.get("time"))
         if when is not None:
             self.times.append(when)
@@ -240,7 +277,7 @@ class HistoryLoader:
                 del self.active[run_id]
                 self.known[run_id] = _mtime(row.path / "run.json")
                 changed.append(with_metrics(fresh, JsonlReader(row.path / "metrics.jsonl").read_all()))
-            elif new or fresh.status != row.status:
+            elif new or fresh.state() != row.state():
                 row = live.apply(fresh)
                 self.active[run_id] = (reader, live, row)
                 changed.append(row)
@@ -252,3 +289,21 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
+
+
+def detail_text(row: RunRow, now: float) -> str:
+    """The history's line under the table for the highlighted run: what its status means (the
+    phase of a start, a flag's hint, the root cause of a failure), else its id and description."""
+    view = row.view(now)
+    if view.flagged:
+        text = view.hint or view.label
+    elif view.key in ("starting", "stopping"):
+        text = view.label
+    elif row.status in ("failed", "stopped"):
+        text = row.why() or row.status
+        log = error_log(row.error, row.path) if row.status == "failed" else None
+        if log:
+            text += f" · log: {log}"
+    else:
+        text = " · ".join(t for t in (row.id, row.description) if t)
+    return f"{view.mark} {row.name}: {text}"

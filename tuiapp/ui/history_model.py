@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from tuiapp.core.rundir import ACTIVE
 from tuiapp.ui.history import RunRow
+
+FLAGGED = "flagged"  # the status filter of runs that need a look: stalled, hung, orphaned
 
 SORT_KEYS: dict[str, Callable[[RunRow, float], object]] = {
     "name": lambda r, now: r.name.lower(),
@@ -29,7 +32,7 @@ class HistoryModel:
     def __init__(self, clock: Callable[[], float]):
         self.clock = clock
         self.rows: dict[str, RunRow] = {}
-        self.status_filter = ""  # "" = all; a status or "stalled"
+        self.status_filter = ""  # "" = all; a run.json status, a flag (stalled...) or "flagged" (any flag)
         self.method_filter = ""
         self.text_filter = ""
         self.sort_key: str | None = None
@@ -49,11 +52,10 @@ class HistoryModel:
         self._visible = None
 
     def accepts(self, row: RunRow, now: float) -> bool:
-        if self.status_filter:
-            shown = row.display_status(now)
-            if self.status_filter == "stalled" and shown != "stalled":
-                return False
-            if self.status_filter != "stalled" and row.status != self.status_filter:
+        wanted = self.status_filter
+        if wanted and row.status != wanted:  # a run.json status, else what is shown (a flag)
+            view = row.view(now)
+            if not (view.flagged if wanted == FLAGGED else view.key == wanted):
                 return False
         if self.method_filter and row.method != self.method_filter:
             return False
@@ -90,7 +92,11 @@ class HistoryModel:
         return sorted({r.method for r in self.rows.values() if r.method})
 
     def counts(self) -> dict[str, int]:
+        """Runs per run.json status, and how many are flagged."""
         out: dict[str, int] = {}
+        now = self.clock()
         for row in self.rows.values():
             out[row.status] = out.get(row.status, 0) + 1
+            if row.status in ACTIVE and row.view(now).flagged:
+                out[FLAGGED] = out.get(FLAGGED, 0) + 1
         return out

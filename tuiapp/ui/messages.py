@@ -82,9 +82,31 @@ class RunLaunched(Message):
         self.resumed = resumed
 
 
-class LaunchFailed(Message):
-    def __init__(self, text: str) -> None:
+class RunStopping(Message):
+    """The user confirmed a stop; the worker is about to ask the service for it."""
+
+    def __init__(self, run_id: str) -> None:
         super().__init__()
+        self.run_id = run_id
+
+
+class ActionFailed(Message):
+    """A worker's call into the service (launch, stop, resume, doctor) raised: what to tell the
+    user. Screens reset their own state on it; the app shows it (tuiapp.ui.worker_errors)."""
+
+    def __init__(self, action: str, text: str, expected: bool = True) -> None:
+        super().__init__()
+        self.action = action  # 'launch', 'stop', 'resume', 'doctor'
+        self.text = text
+        self.expected = expected  # a UserError (a refusal with its fix), not a bug
+
+
+class DoctorReported(Message):
+    """`llmtui doctor`'s report on a live run: every rank's phase, state and stack."""
+
+    def __init__(self, run_id: str, text: str) -> None:
+        super().__init__()
+        self.run_id = run_id
         self.text = text
 
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.markup import escape
 
 from tuiapp.core.metrics import as_number
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number
-from tuiapp.core.checks import is_stalled
+from tuiapp.core.rundir import attempt_count, duration_s
 from tuiapp.ui.rundata import RunData
+from tuiapp.ui.runstatus import error_log, error_summary, reason_summary, status_of
 
-BADGES = {
-    "running": "[b $accent]● running[/]",
-    "created": "[b $secondary]○ starting[/]",
-    "succeeded": "[b $success]✓ succeeded[/]",
-    "failed": "[b $error]✗ failed[/]",
-    "stopped": "[b $warning]■ stopped[/]",
+# the badge's colour per shown status (runstatus.status_view gives the text)
+BADGE_STYLES = {
+    "created": "b $secondary", "starting": "b $secondary", "running": "b $accent", "stopping": "b $warning",
+    "stopped": "b $warning", "succeeded": "b $success", "failed": "b $error", "stalled": "b $warning reverse",
+    "hung": "b $warning reverse", "orphaned": "b $warning reverse",
 }
 
 
@@ -23,17 +25,13 @@ def literal(text: str) -> str:
     return str(text).replace("\\", "\\\\").replace("[", "\\[")
 
 
-def reason_summary(lines: list[str]) -> str:
-    """The most telling line of a failure reason: an explanation first, else the error itself."""
-    first = lines[0].strip()
-    if first and not first.startswith(("Traceback", "[")):
-        return first
-    return lines[-1].strip()
-
-
-def status_text(info: dict, data: RunData, now: float) -> str:
+def status_text(info: dict, data: RunData, now: float, stopping: bool = False, run_path: Path | None = None) -> str:
+    """The run view's header: badge, name and what it trains; progress; time over every attempt;
+    then what needs saying (a hang, orphans, a stall, the root cause of a failure)."""
     status = info.get("status", "unknown")
-    badge = BADGES.get(status, f"[b]? {escape(str(status))}[/]")
+    times = [t for t in (as_number(r.get("time")) for r in data.recent) if t is not None]
+    view = status_of(info, now, times, stopping=stopping)
+    badge = f"[{BADGE_STYLES.get(view.key, 'b')}]{literal(view.badge)}[/]"
     model = info.get("model_ref") or info.get("model") or "?"
     head = f"{badge}  [b]{escape(str(info.get('name', '?')))}[/]  {escape(str(info.get('method', '?')))} on {escape(str(model))} · {escape(str(info.get('dataset', '?')))}"
     row = data.last_train
@@ -50,12 +48,12 @@ def status_text(info: dict, data: RunData, now: float) -> str:
         parts.append(f"loss {data.loss.last():.4f}")
     if data.best_eval() is not None:
         parts.append(f"best eval {data.best_eval():.4f}")
-    started = as_number(info.get("started"))
-    if started:
-        end = as_number(info.get("ended")) or (now if status in ("running", "created") else None)
-        if end:
-            parts.append(("elapsed " if status == "running" else "took ") + fmt_duration(end - started))
-    if status == "running":
+    spent = duration_s(info, now)  # every attempt, the live one up to now
+    if spent is not None:
+        count = attempt_count(info)
+        over = f" over {count} attempts" if count > 1 else ""
+        parts.append(("elapsed " if status in ("starting", "running", "stopping") else "took ") + fmt_duration(spent) + over)
+    if view.key == "running":
         parts.append(f"ETA {fmt_duration(data.eta_seconds())}")
     if info.get("ranks"):
         parts.append(f"{info['ranks']} rank(s) on {escape(str(info.get('accelerator', '?')))}")
@@ -65,13 +63,18 @@ def status_text(info: dict, data: RunData, now: float) -> str:
         lines.append("nodes: " + " · ".join(node_text(n) for n in nodes if isinstance(n, dict)))
     if info.get("trust_remote_code"):
         lines.append("[$warning]trust_remote_code = true: the model's own Python code runs[/]")
-    if status == "running":
-        times = [t for t in (as_number(r.get("time")) for r in data.recent) if t is not None]
-        if is_stalled(times, now):
-            lines.append(f"[b $warning]stalled: no step for {fmt_duration(now - times[-1])}; check the log tail for a hung rank[/]")
+    if view.hint:
+        lines.append(f"[b $warning]{literal(view.hint[:300])}[/]" + ("  (d: doctor)" if view.key == "hung" else ""))
     if data.nonfinite_loss:
         lines.append("[$warning]the loss became NaN/inf[/]")
-    if info.get("reason"):
+    error = info.get("error") if status == "failed" else None
+    if error_summary(error):  # the root cause: which rank, its log, then what it raised
+        log = error_log(error, run_path)
+        where = f"error: rank {error.get('rank', '?')}" + (f" · {error['type']}" if error.get("type") else "")
+        lines.append(f"[b $error]{literal(where)}[/]" + (f" · log: {literal(log)}" if log else ""))
+        message = (str(error.get("message") or "").strip().splitlines() or [""])[0]
+        lines.append(f"[$error]{literal(message if len(message) <= 200 else message[:199] + '…')}[/]")
+    elif info.get("reason"):
         reason = str(info["reason"]).strip().splitlines()
         if reason:
             lines.append(f"[$text-muted]reason: {literal(reason_summary(reason)[:300])}[/]")
@@ -133,7 +136,7 @@ def samples_text(data: RunData) -> str:
     lines = []
     evals = data.eval_loss
     if len(evals):
-        recent = list(zip(evals.xs, evals.ys))[-5:]
+        recent = list(zip(evals.xs, evals.ys, strict=True))[-5:]
         lines.append("eval loss: " + ", ".join(f"step {x:.0f}: {y:.4f}" for x, y in recent))
         ppl = as_number(data.last_eval.get("perplexity"))
         if ppl is not None:

@@ -12,7 +12,8 @@ from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from tuiapp.core.metrics import as_number
+from tuiapp.core.metrics import as_number, device_peak
+from tuiapp.core.progress import eta_seconds
 
 
 class Series:
@@ -47,7 +48,7 @@ class Series:
                 return
         except TypeError:
             pass
-        pairs = [(x, y) for x, y in zip(xs, ys) if _finite(x) and _finite(y)]
+        pairs = [(x, y) for x, y in zip(xs, ys, strict=False) if _finite(x) and _finite(y)]
         if pairs:
             self.xs.extend(float(x) for x, _ in pairs)
             self.ys.extend(float(y) for _, y in pairs)
@@ -113,11 +114,11 @@ class RunData:
             if key == "loss" and value is not None and not math.isfinite(value):
                 self.nonfinite_loss = True
             series.append(step, value)
-        for rank, device in (row.get("mem") or {}).items():
-            if isinstance(device, dict):
-                value = as_number(device.get("peak")) or as_number(device.get("rss"))
-                if value is not None:
-                    self.memory.setdefault(rank, Series()).append(step, value / 1e9)
+        mem = row.get("mem")
+        for rank, device in (mem.items() if isinstance(mem, dict) else ()):
+            value = device_peak(device)  # the rule of core's peak_memory
+            if value is not None:
+                self.memory.setdefault(rank, Series()).append(step, value / 1e9)
         if self.first_time is None:
             self.first_time = as_number(row.get("time"))
         self.last_train = row
@@ -147,12 +148,5 @@ class RunData:
         return min(self.eval_loss.ys) if len(self.eval_loss) else None
 
     def eta_seconds(self) -> float | None:
-        rows = self.recent
-        if len(rows) < 2:
-            return None
-        total = as_number(rows[-1].get("max_steps"))
-        steps = (as_number(rows[-1].get("step")) or 0) - (as_number(rows[0].get("step")) or 0)
-        elapsed = (as_number(rows[-1].get("time")) or 0) - (as_number(rows[0].get("time")) or 0)
-        if not total or steps <= 0 or elapsed <= 0:
-            return None
-        return max(0.0, (total - (as_number(rows[-1].get("step")) or 0)) * elapsed / steps)
+        """Seconds left: core's ETA (the CLI's) over the recent train rows."""
+        return eta_seconds(self.recent)

@@ -10,7 +10,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
-from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number
+from tuiapp.core.progress import fmt_bytes, fmt_number
 from tuiapp.ui.comparing import METRICS, CompareRun, config_rows, label_runs, load_compare_run, show_value
 from tuiapp.ui.messages import CompareLoaded
 from tuiapp.ui.widgets.charts import MetricChart
@@ -114,8 +114,8 @@ class CompareScreen(PaneDeckActions, Screen):
         for run in self.runs:
             row = run.row
             table.add_row(
-                run.label, row.status, fmt_number(row.best_eval_loss, ".4f"), fmt_number(row.last_loss, ".4f"),
-                fmt_number(row.tokens_per_s, ".0f"), fmt_bytes(row.peak_mem), fmt_duration(row.duration(now)),
+                run.label, row.view(now).short, fmt_number(row.best_eval_loss, ".4f"), fmt_number(row.last_loss, ".4f"),
+                fmt_number(row.tokens_per_s, ".0f"), fmt_bytes(row.peak_mem), row.time_text(now) or "-",
                 fmt_number(row.step, ".0f"), key=run.id,
             )
 

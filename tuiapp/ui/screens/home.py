@@ -13,12 +13,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Select, Static
 from textual.worker import get_current_worker
 
-from tuiapp.ui.history import HistoryLoader
-from tuiapp.ui.history_model import HistoryModel
+from tuiapp.core.rundir import ACTIVE
+from tuiapp.ui.history import HistoryLoader, detail_text
+from tuiapp.ui.history_model import FLAGGED, HistoryModel
 from tuiapp.ui.messages import RunsLoaded, RunsUpdated
 from tuiapp.ui.widgets.runs_table import COLUMNS, FIXED, SORTABLE, RunsTable
 
-STATUS_FILTERS = ["", "running", "stalled", "succeeded", "failed", "stopped", "created"]
+# a run.json status, or `flagged`: stalled, hung in a start-up phase, or orphaned processes
+STATUS_FILTERS = ["", "running", FLAGGED, "starting", "stopping", "succeeded", "failed", "stopped", "created"]
 SORT_LABELS = {c.key: c.label for c in FIXED + COLUMNS}
 
 
@@ -55,6 +57,7 @@ class HomeScreen(Screen):
             yield Select([(s, s) for s in STATUS_FILTERS[1:]], prompt="all statuses", compact=True, id="filter-status")
             yield Select([], prompt="all methods", compact=True, id="filter-method")
         yield RunsTable(id="runs")
+        yield Static("", id="home-detail", markup=False)
         yield Static("", id="home-status")
         yield Footer(compact=True)
 
@@ -137,6 +140,15 @@ class HomeScreen(Screen):
         table.set_rows(self.model.visible, set(self.model.marked))
         table.set_sort(self.model.sort_key, self.model.sort_reverse)
         self._show_status()
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        run_id = self.query_one(RunsTable).cursor_run_id
+        row = self.model.rows.get(run_id) if run_id else None
+        self.query_one("#home-detail", Static).update(detail_text(row, self.app.config.clock()) if row else "")
+
+    def on_runs_table_highlighted(self, message: RunsTable.Highlighted) -> None:
+        self._show_detail()
 
     def _show_status(self) -> None:
         model = self.model
@@ -148,8 +160,9 @@ class HomeScreen(Screen):
             parts[0] += " (loading…)"
         elif not model.rows:
             parts[0] += f" in {self.app.config.runs_root}"
-        if counts.get("running"):
-            parts.append(f"{counts['running']} running")
+        for status in ("running", "starting", "stopping", FLAGGED):
+            if counts.get(status):
+                parts.append(f"{counts[status]} {status}")
         if model.marked:
             parts.append(f"{len(model.marked)} marked (c to compare)")
         if model.sort_key:
@@ -157,8 +170,9 @@ class HomeScreen(Screen):
         self.query_one("#home-status", Static).update(" · ".join(parts))
 
     def _tick(self) -> None:
-        if self.model and any(r.status == "running" for r in self.model.rows.values()):
-            self.query_one(RunsTable).refresh()  # durations and stall flags move with the clock
+        if self.model and any(r.status in ACTIVE for r in self.model.rows.values()):
+            self.query_one(RunsTable).refresh()  # durations, start-up clocks and stall flags move
+            self._show_detail()
 
     @on(Input.Changed, "#filter-text")
     def text_changed(self, event: Input.Changed) -> None:
@@ -193,17 +207,13 @@ class HomeScreen(Screen):
 
     def _open(self, run_id: str | None) -> None:
         if run_id:
-            from tuiapp.ui.screens.run_view import RunViewScreen
-
-            self.app.push_screen(RunViewScreen(run_id))
+            self.app.open_run(run_id)
 
     def action_open(self) -> None:
         self._open(self.query_one(RunsTable).cursor_run_id)
 
     def action_new(self) -> None:
-        from tuiapp.ui.screens.new_experiment import NewExperimentScreen
-
-        self.app.push_screen(NewExperimentScreen())
+        self.app.open_form()
 
     def action_mark(self) -> None:
         run_id = self.query_one(RunsTable).cursor_run_id
@@ -217,9 +227,7 @@ class HomeScreen(Screen):
         if len(marked) < 2:
             self.notify("mark two or more runs with space first", title="Compare")
             return
-        from tuiapp.ui.screens.compare import CompareScreen
-
-        self.app.push_screen(CompareScreen(marked))
+        self.app.open_compare(marked)
 
     def action_sort(self) -> None:
         keys = [None, *SORTABLE]
@@ -256,9 +264,7 @@ class HomeScreen(Screen):
     def action_clone(self) -> None:
         run_id = self.query_one(RunsTable).cursor_run_id
         if run_id:
-            from tuiapp.ui.screens.run_view import clone_recipe
-
-            clone_recipe(self, self.model.rows[run_id].path)
+            self.app.open_clone(self.model.rows[run_id].path)
 
     def action_clear_filters(self) -> None:
         if self.focused is self.query_one("#filter-text"):

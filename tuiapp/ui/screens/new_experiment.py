@@ -18,9 +18,10 @@ from tuiapp.core.recipe import METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe
 from tuiapp.core.runs import RunStore
 from tuiapp.ui import actions, formdata
 from tuiapp.ui.candidates import DEMO_DATASETS, local_datasets, model_candidates
-from tuiapp.ui.messages import DatasetInspected, LaunchFailed, ModelsFound, RecipeChecked, RunLaunched
-from tuiapp.ui.screens.preview import dataset_preview
+from tuiapp.ui.messages import ActionFailed, DatasetInspected, ModelsFound, RecipeChecked, RunLaunched
+from tuiapp.ui.preview import dataset_preview
 from tuiapp.ui.widgets.form import FieldRow, FormSection, read_value, set_value
+from tuiapp.ui.worker_errors import reports_errors
 
 CHECK_DELAY_S = 0.25
 
@@ -78,14 +79,14 @@ class NewExperimentScreen(Screen):
                 yield FormSection("Launch", *self._rows("launch"))
             with TabbedContent(id="ne-side"):
                 with TabPane("Checks", id="tab-checks"):
-                    yield VerticalScroll(Static("checking…", id="ne-checks"))
+                    yield VerticalScroll(Static("checking…", id="ne-checks", markup=False))
                 with TabPane("Estimate", id="tab-estimate"):
-                    yield VerticalScroll(Static("", id="ne-estimate"))
+                    yield VerticalScroll(Static("", id="ne-estimate", markup=False))
                 with TabPane("TOML", id="tab-toml"):
                     yield VerticalScroll(Static("", id="ne-toml", markup=False))
                 with TabPane("Data", id="tab-data"):
                     yield VerticalScroll(Static("", id="ne-data", markup=False))
-        yield Static("", id="ne-verdict")
+        yield Static("", id="ne-verdict", markup=False)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -238,13 +239,11 @@ class NewExperimentScreen(Screen):
             return
         path = self.app.config.recipes_dir / f"{recipe.name}.toml"
         if path.exists():
-            from tuiapp.ui.screens.confirm import ConfirmScreen
-
             def replace(yes: bool | None) -> None:
                 if yes:
                     self._write(path, recipe)
 
-            self.app.push_screen(ConfirmScreen(f"Replace recipes/{path.name}?"), replace)
+            self.app.confirm(f"Replace recipes/{path.name}?", "", replace)
         else:
             self._write(path, recipe)
 
@@ -268,27 +267,21 @@ class NewExperimentScreen(Screen):
             self.launch(recipe)
 
     @work(thread=True, exclusive=True, group="launch")
+    @reports_errors("launch")
     def launch(self, recipe: Recipe) -> None:
         config = self.app.config
-        try:
-            run_id = actions.launch(recipe, config.runs_root, config.base_dir, str(self.saved_path) if self.saved_path else None)
-        except UserError as exc:  # service.LaunchRefused included
-            self.post_message(LaunchFailed(str(exc)))
-        except Exception as exc:
-            self.post_message(LaunchFailed(f"launch failed: {exc!r}"))
-        else:
-            self.post_message(RunLaunched(run_id))
+        saved = str(self.saved_path) if self.saved_path else None
+        self.post_message(RunLaunched(actions.launch(recipe, config.runs_root, config.base_dir, saved)))
 
-    def on_launch_failed(self, message: LaunchFailed) -> None:
-        self.launching = False
-        self.notify(message.text, title="Not launched", severity="error", timeout=10)
-        self.query_one("#ne-checks", Static).update(message.text)
+    def on_action_failed(self, message: ActionFailed) -> None:
+        """A refused launch (its findings) goes in the checks pane too; the app notifies it."""
+        if message.action == "launch":
+            self.launching = False
+            self.query_one("#ne-checks", Static).update(message.text)
 
     def on_run_launched(self, message: RunLaunched) -> None:
-        from tuiapp.ui.screens.run_view import RunViewScreen
-
         self.launching = False
-        self.app.switch_screen(RunViewScreen(message.run_id))
+        self.app.open_run(message.run_id, replace=True)
 
     def action_toggle_side(self) -> None:
         self.toggle_class("-side")

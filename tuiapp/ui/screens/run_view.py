@@ -21,34 +21,28 @@ from textual.worker import get_current_worker
 
 from tuiapp.core.metrics import JsonlReader
 from tuiapp.core.runs import ACTIVE, Run
+from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import actions
 from tuiapp.ui.messages import (
-    LaunchFailed, LogAppended, LogSourcesFound, MetricsAppended, RunLaunched, RunStatusChanged, RunStopped, SystemSampled,
+    ActionFailed,
+    DoctorReported,
+    LogAppended,
+    LogSourcesFound,
+    MetricsAppended,
+    RunLaunched,
+    RunStatusChanged,
+    RunStopped,
+    RunStopping,
+    SystemSampled,
 )
+from tuiapp.ui.run_panes import memory_text, samples_text, speed_text, status_text
 from tuiapp.ui.rundata import RunData
-from tuiapp.ui.screens.run_panes import memory_text, samples_text, speed_text, status_text
-from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui.widgets.charts import MetricChart
 from tuiapp.ui.widgets.log_tail import LogTail
 from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
+from tuiapp.ui.worker_errors import reports_errors
 
 RESUMABLE = ("stopped", "failed")
-
-
-def clone_recipe(screen: Screen, run_path: Path) -> None:
-    """Open the new-experiment form filled with a run's frozen recipe."""
-    from tuiapp.core.errors import UserError
-    from tuiapp.ui.screens.new_experiment import NewExperimentScreen
-
-    run = Run(run_path).load()
-    try:
-        recipe = run.recipe()
-    except UserError as exc:
-        screen.notify(str(exc), title="Cannot clone", severity="error")
-        return
-    if run.info.get("model_ref"):
-        recipe.model.name = run.info["model_ref"]  # 'run:NAME' as typed, not the resolved folder
-    screen.app.push_screen(NewExperimentScreen(recipe, title=f"Clone of {run.name}"))
 
 
 class RunViewScreen(PaneDeckActions, Screen):
@@ -57,6 +51,7 @@ class RunViewScreen(PaneDeckActions, Screen):
         Binding("r", "resume", "Resume", tooltip="Resume a stopped or failed run from its last checkpoint"),
         Binding("e", "clone", "Clone", tooltip="New experiment from this run's recipe"),
         Binding("l", "next_log", "Log source", tooltip="Switch between stdout.log and per-rank logs"),
+        Binding("d", "doctor", "Doctor", tooltip="Every rank's phase, state and Python stack, and which rank is behind"),
         Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one)"),
         Binding("z", "zoom", "Zoom", tooltip="Maximize the current pane, or restore"),
         Binding("escape", "back", "Back", tooltip="Back to the history"),
@@ -72,6 +67,8 @@ class RunViewScreen(PaneDeckActions, Screen):
         self.sources: list[tuple[str, Path]] = []
         self.source_index = 0
         self.loaded = False  # first read of metrics.jsonl done
+        self.stopping = False  # the user confirmed a stop that is under way
+        self.diagnosing = False
 
     @property
     def run_path(self) -> Path:
@@ -186,6 +183,8 @@ class RunViewScreen(PaneDeckActions, Screen):
 
     def on_run_status_changed(self, message: RunStatusChanged) -> None:
         self.info = message.info
+        if self.info.get("status") not in ACTIVE:
+            self.stopping = False
         self._show_status()
         self.refresh_bindings()
 
@@ -204,17 +203,40 @@ class RunViewScreen(PaneDeckActions, Screen):
         self.system = message.sample
         self._show_panes()
 
+    def on_run_stopping(self, message: RunStopping) -> None:
+        self.stopping = True  # says `stopping` now; the supervisor writes it within ~0.2 s
+        self._show_status()
+        self.refresh_bindings()
+
     def on_run_stopped(self, message: RunStopped) -> None:
+        self.stopping = False
+        self.info = {**self.info, "status": message.status}
+        self._show_status()
+        self.refresh_bindings()
         note = "" if message.clean else " (some processes had to be killed)"
         self.notify(f"{self.info.get('name', self.run_id)}: {message.status}{note}", title="Stopped")
 
     def on_run_launched(self, message: RunLaunched) -> None:
         self.notify("resumed from the last checkpoint", title=self.info.get("name", self.run_id))
 
+    def on_action_failed(self, message: ActionFailed) -> None:
+        """The app shows the error; here, only this screen's state goes back."""
+        if message.action == "stop":
+            self.stopping = False
+            self._show_status()
+            self.refresh_bindings()
+        elif message.action == "doctor":
+            self.diagnosing = False
+
+    def on_doctor_reported(self, message: DoctorReported) -> None:
+        self.diagnosing = False
+        self.app.open_report(f"doctor · {self.info.get('name', self.run_id)}", message.text)
+
     # ------------------------------------------------------------ drawing
 
     def _show_status(self) -> None:
-        self.query_one("#rv-status", Static).update(status_text(self.info, self.data, self.app.config.clock()))
+        text = status_text(self.info, self.data, self.app.config.clock(), stopping=self.stopping, run_path=self.run_path)
+        self.query_one("#rv-status", Static).update(text)
 
     def _show_panes(self) -> None:
         self.query_one("#rv-mem", Static).update(memory_text(self.data, self.system, self.app.config.system_monitor))
@@ -232,27 +254,28 @@ class RunViewScreen(PaneDeckActions, Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         status = self.info.get("status")
         if action == "stop":
-            return True if status in ACTIVE else None
-        if action == "resume":
-            return True if status in RESUMABLE else None
+            return True if status in ACTIVE and not self.stopping else None
+        if action in ("resume", "doctor"):
+            allowed = RESUMABLE if action == "resume" else ACTIVE
+            return True if status in allowed else None
         return True
 
     def action_stop(self) -> None:
         if self.info.get("status") not in ACTIVE:
             self.notify("the run is not running")
             return
-        from tuiapp.ui.screens.confirm import ConfirmScreen
 
         def answer(yes: bool | None) -> None:
             if yes:
-                self.notify("stopping: the run saves a checkpoint, then exits…", title="Stop")
                 self.stop_run()
 
         name = self.info.get("name", self.run_id)
-        self.app.push_screen(ConfirmScreen(f"Stop {name}?", "It saves a checkpoint first; resume later with r."), answer)
+        self.app.confirm(f"Stop {name}?", "It saves a checkpoint first; resume later with r.", answer)
 
     @work(thread=True, exclusive=True, group="control")
+    @reports_errors("stop")
     def stop_run(self) -> None:
+        self.post_message(RunStopping(self.run_id))
         clean, status = actions.stop(self.run_path)
         self.post_message(RunStopped(self.run_id, clean, status))
 
@@ -263,19 +286,25 @@ class RunViewScreen(PaneDeckActions, Screen):
         self.resume_run()
 
     @work(thread=True, exclusive=True, group="control")
+    @reports_errors("resume")
     def resume_run(self) -> None:
-        try:
-            actions.resume(self.run_path)
-        except Exception as exc:  # an unreadable recipe, a failed start: say so
-            self.post_message(LaunchFailed(str(exc)))
-            return
+        actions.resume(self.run_path)  # the service picks the backend: local, node mode, SLURM
         self.post_message(RunLaunched(self.run_id, resumed=True))
 
-    def on_launch_failed(self, message: LaunchFailed) -> None:
-        self.notify(message.text, title="Could not resume", severity="error")
+    def action_doctor(self) -> None:
+        if self.diagnosing:
+            return
+        self.diagnosing = True
+        self.notify("reading every rank's phase and stack (a few seconds)…", title="Doctor")
+        self.diagnose()
+
+    @work(thread=True, exclusive=True, group="doctor")
+    @reports_errors("doctor")
+    def diagnose(self) -> None:
+        self.post_message(DoctorReported(self.run_id, actions.diagnose(self.run_path)))
 
     def action_clone(self) -> None:
-        clone_recipe(self, self.run_path)
+        self.app.open_clone(self.run_path)
 
     def action_next_log(self) -> None:
         self.sources = log_sources(self.run_path)

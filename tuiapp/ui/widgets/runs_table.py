@@ -21,8 +21,9 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time
+from tuiapp.core.progress import fmt_bytes, fmt_number, fmt_time
 from tuiapp.ui.history import RunRow
+from tuiapp.ui.runstatus import FLAGS
 from tuiapp.ui.widgets.sparkline import sparkline
 
 
@@ -36,39 +37,40 @@ class Column:
 
 FIXED = [Column("mark", "", 2), Column("name", "name", 20)]
 COLUMNS = [
-    Column("status", "status", 12),
+    Column("status", "status", 17),
     Column("step", "step", 11, True),
     Column("last_loss", "loss", 8, True),
     Column("spark", "loss curve", 13),
     Column("best_eval", "best eval", 10, True),
     Column("tokens_per_s", "tok/s", 8, True),
     Column("peak_mem", "peak mem", 9, True),
-    Column("duration", "duration", 9, True),
+    Column("duration", "duration", 10, True),
     Column("started", "started", 17),
     Column("method", "method", 14),
     Column("model", "model", 18),
     Column("dataset", "dataset", 16),
 ]
 SORTABLE = [c.key for c in FIXED[1:] + COLUMNS]
-STATUS_MARK = {"running": "● ", "stalled": "! ", "succeeded": "✓ ", "failed": "✗ ", "stopped": "■ ", "created": "○ "}
+# the look of each shown status (marks in tuiapp.ui.runstatus): one style class per key
+STATUS_STYLES = ("created", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown", *FLAGS)
 
 
 def cells(row: RunRow, now: float) -> dict[str, str]:
     """The text of each column of a row."""
-    status = row.display_status(now)
+    view = row.view(now)
     step = ""
     if row.step is not None:
         step = f"{row.step:.0f}" + (f"/{row.max_steps:.0f}" if row.max_steps else "")
     return {
         "name": row.name,
-        "status": STATUS_MARK.get(status, "? ") + status,
+        "status": view.cell,
         "step": step,
         "last_loss": fmt_number(row.last_loss, ".4f") if row.last_loss is not None else "",
         "spark": sparkline(row.losses, 12),
         "best_eval": fmt_number(row.best_eval_loss, ".4f") if row.best_eval_loss is not None else "",
         "tokens_per_s": fmt_number(row.tokens_per_s, ".0f") if row.tokens_per_s is not None else "",
         "peak_mem": fmt_bytes(row.peak_mem) if row.peak_mem is not None else "",
-        "duration": fmt_duration(row.duration(now)) if row.started else "",
+        "duration": row.time_text(now),
         "started": fmt_time(row.started or row.created),
         "method": row.method,
         "model": row.model,
@@ -93,9 +95,7 @@ class RunsTable(ScrollView, can_focus=True):
     """
     COMPONENT_CLASSES = {
         "runs-table--header", "runs-table--cursor", "runs-table--cursor-blurred", "runs-table--marked",
-        "runs-table--spark", "runs-table--status-running", "runs-table--status-stalled",
-        "runs-table--status-succeeded", "runs-table--status-failed", "runs-table--status-stopped",
-        "runs-table--status-created", "runs-table--status-unknown", "runs-table--empty",
+        "runs-table--spark", "runs-table--empty", *(f"runs-table--status-{key}" for key in STATUS_STYLES),
     }
     BINDINGS = [
         Binding("up,k", "cursor(-1)", "Up", show=False),
@@ -186,8 +186,8 @@ class RunsTable(ScrollView, can_focus=True):
             name = "runs-table--cursor" if self.has_focus else "runs-table--cursor-blurred"
             return self._line(texts, self.get_component_rich_style(name), width)
         base = self.get_component_rich_style("runs-table--marked") if row.id in self.marked else self.rich_style
-        status_style = self.get_component_rich_style(f"runs-table--status-{row.display_status(self.now)}", partial=True) if row.display_status(self.now) in {
-            "running", "stalled", "succeeded", "failed", "stopped", "created", "unknown"} else None
+        shown = row.display_status(self.now)
+        status_style = self.get_component_rich_style(f"runs-table--status-{shown}", partial=True) if shown in STATUS_STYLES else None
         extra = {"status": status_style, "spark": self.get_component_rich_style("runs-table--spark", partial=True)}
         return self._line(texts, base, width, extra)
 
