@@ -156,8 +156,13 @@ def profile_layouts(task: dict, model_dir: str, cache: Path, batches: int, seed:
     DeepSpeed or callbacks: collate / forward / backward / optimizer, from the same initial
     model on the same random micro batches (the same example indices)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling
-    from transformers import DataCollatorForSeq2Seq
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        DataCollatorForLanguageModeling,
+        DataCollatorForSeq2Seq,
+    )
 
     import baseline_train
     from tuiapp.core.recipe import parse_recipe

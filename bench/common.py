@@ -591,7 +591,7 @@ def best_of_reps(runs: list[list[dict]], warmup: int) -> float | None:
     for rows in runs:
         rows = sorted((r for r in rows if r.get("time") is not None and r.get("tokens") is not None),
                       key=lambda r: r["step"])
-        for a, b in zip(rows, rows[1:]):
+        for a, b in zip(rows, rows[1:], strict=False):
             if a["step"] >= warmup and b["step"] == a["step"] + 1:
                 times.setdefault(b["step"], []).append(b["time"] - a["time"])
                 tokens.setdefault(b["step"], b["tokens"] - a["tokens"])
@@ -601,7 +601,7 @@ def best_of_reps(runs: list[list[dict]], warmup: int) -> float | None:
 
 def step_times(rows: list[dict], warmup: int) -> list[float]:
     rows = sorted((r for r in rows if r.get("time") is not None), key=lambda r: r["step"])
-    return [b["time"] - a["time"] for a, b in zip(rows, rows[1:]) if a["step"] >= warmup]
+    return [b["time"] - a["time"] for a, b in zip(rows, rows[1:], strict=False) if a["step"] >= warmup]
 
 
 def tokens_per_step(rows: list[dict], warmup: int) -> float | None:

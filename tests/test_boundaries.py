@@ -2,6 +2,9 @@
 
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FORBIDDEN = ["torch", "transformers", "deepspeed", "textual", "peft", "datasets"]
 
@@ -22,3 +25,11 @@ def test_ui_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_import_contracts_hold():
+    """pyproject's import-linter contracts: core layers without cycles, pure core, UI without torch."""
+    linter = Path(sys.executable).with_name("lint-imports")
+    out = subprocess.run([str(linter), "--no-cache"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout

@@ -8,8 +8,8 @@ import argparse
 import time
 
 from tuiapp.core import cluster
-from tuiapp.core.service import SLURM_FLAGS, LaunchOptions
 from tuiapp.core.runs import Run
+from tuiapp.core.service import SLURM_FLAGS, LaunchOptions
 
 NODE_FLAGS = ("node_rank", "nnodes", "master_addr", "master_port", "run_id")
 

@@ -7,24 +7,19 @@ import pytest
 from tuiapp.core import checks
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.estimate import GB, PRESET_CONFIGS, TINY_CONFIG
+from tuiapp.core.findings import Finding, format_findings, has_errors
+from tuiapp.core.gpus import GpuInfo, GpuProcess, cuda_available, detect_gpus
 from tuiapp.core.preflight import (
-    Finding,
-    GpuInfo,
-    GpuProcess,
     check_disk,
     check_gpus,
     check_memory,
     check_method,
     check_rules,
-    cuda_available,
-    machine_rules,
-    recipe_rules,
-    detect_gpus,
     disk_needed_bytes,
-    format_findings,
-    has_errors,
     launch_world,
+    machine_rules,
     memory_estimate,
+    recipe_rules,
     run_preflight,
 )
 from tuiapp.core.recipe import recipe_from_dict

@@ -91,7 +91,7 @@ def test_run_survives_its_parent_cli(runs_dir, sig):
     parent.send_signal(sig)
     parent.wait(timeout=30)
     run_dir = only_run(runs_dir)
-    wait_for(lambda: run_info(run_dir)["status"] != "running", timeout=240, what="run to end")
+    wait_for(lambda: run_info(run_dir)["status"] in ("failed", "stopped", "succeeded"), timeout=240, what="run to end")
     assert run_info(run_dir)["status"] == "succeeded"
     assert train_steps(run_dir)[-1] == 12
 
@@ -115,7 +115,7 @@ def test_resume_after_kill_matches_uninterrupted_run(runs_dir):
     wait_for(lambda: (run_dir / "checkpoints" / "checkpoint-12").exists() or
              (train_steps(run_dir) and train_steps(run_dir)[-1] >= 13), interval=0.05, what="step 13")
     os.killpg(run_info(run_dir)["pgid"], signal.SIGKILL)
-    wait_for(lambda: run_info(run_dir)["status"] != "running" or not group_pids(run_info(run_dir)["pgid"]))
+    wait_for(lambda: run_info(run_dir)["status"] in ("failed", "stopped", "succeeded") or not group_pids(run_info(run_dir)["pgid"]))
     assert llmtui("show", run_dir.name, runs_dir=killed_dir).returncode == 0
     assert run_info(run_dir)["status"] == "failed"
     done = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*"))

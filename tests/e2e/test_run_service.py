@@ -108,7 +108,7 @@ def test_second_resume_of_a_live_run_is_refused(runs_dir):
     llmtui("run", "recipes/tiny-sft.toml", *LONG, "--detach", runs_dir=runs_dir, check=True)
     run_dir = only_run(runs_dir)
     pid = run_info(run_dir)["pid"]
-    for attempt in range(2):  # while starting, then while running
+    for _ in range(2):  # while starting, then while running
         result = llmtui("resume", run_dir.name, "--detach", runs_dir=runs_dir, timeout=60)
         assert result.returncode == 2, result.stdout + result.stderr
         assert "already running" in result.stderr and "llmtui stop" in result.stderr

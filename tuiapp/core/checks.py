@@ -8,11 +8,11 @@ import statistics
 import time
 from pathlib import Path
 
-from tuiapp.core import datasets, estimate, model_check, preflight
+from tuiapp.core import datasets, estimate, model_check, preference, preflight
 from tuiapp.core.errors import UserError
+from tuiapp.core.findings import Finding, format_findings, has_errors  # noqa: F401 (callers use checks.*)
 from tuiapp.core.metrics import dedupe_steps, train_rows
-from tuiapp.core.preflight import Finding
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe
 from tuiapp.core.runs import RunStore
 
 STALL_FACTOR = 5.0
@@ -37,6 +37,8 @@ def _dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
         return [Finding("error", exc.key or "dataset.name", str(exc), exc.fix or "")]
     if info.count == 0:
         return [Finding("error", "dataset.name", "the dataset has no records", "check the file or max_samples")]
+    if info.kind and (recipe.method.kind in PREFERENCE_KINDS or info.kind in ("pairs", "unpaired")):
+        return preference.data_findings(recipe, info.kind, info.source)  # pairs, labelled answers
     wants_text = recipe.method.kind == "pretrain"
     if info.format != "text" and wants_text:
         return [Finding("info", "dataset.format", f"{info.format} records are flattened to text for pretraining", "")]
@@ -67,6 +69,7 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
     except UserError as exc:
         return [Finding("error", exc.key or "model.name", exc.message, exc.fix or "")]
     findings = preflight.recipe_rules(recipe)
+    findings += preference.rules(recipe)
     findings += _dataset_findings(recipe, base_dir)
     label = f"{ref} ({recipe.model.name})" if ref != recipe.model.name else None
     findings += model_check.model_findings(recipe, base_dir, label=label)
@@ -79,17 +82,11 @@ def before_launch(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Findi
     recipe, _ = resolve_recipe(recipe, store)
     store.root.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(store.root).free
-    findings += preflight.run_preflight(recipe, store.root, model_config(recipe, base_dir), free_bytes=free)
+    config = model_config(recipe, base_dir)
+    findings += preflight.run_preflight(recipe, store.root, config, free_bytes=free)
+    findings += preference.adapter_findings(recipe, config)
     unique = {(f.level, f.key, f.message): f for f in findings}
     return list(unique.values())
-
-
-def has_errors(findings: list[Finding]) -> bool:
-    return any(f.level == "error" for f in findings)
-
-
-def format_findings(findings: list[Finding]) -> str:
-    return preflight.format_findings(findings)
 
 
 def estimate_report(recipe: Recipe, store: RunStore, base_dir: Path, nodes: int | None = None,
@@ -106,14 +103,21 @@ def is_stalled(times: list[float], now: float) -> bool:
     """True when the last step is older than several median step times (and STALL_MIN_S)."""
     if len(times) < 3:
         return False
-    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
     if not gaps:
         return False
     return now - times[-1] > max(STALL_MIN_S, STALL_FACTOR * statistics.median(gaps))
 
 
 def stall_hint(run, summary: dict | None = None, now: float | None = None) -> str | None:
-    """A hint when a running run's step has not moved for several median step times."""
+    """A hint when a run is hung in a start-up phase (flagged by its supervisor), when its ranks
+    outlived their supervisor, or when a running run's step has not moved for several median
+    step times."""
+    hang = run.info.get("hang")
+    if run.status == "starting" and isinstance(hang, dict) and hang.get("message"):
+        return str(hang["message"])
+    if run.info.get("orphans"):
+        return f"the supervisor is gone but processes of the run remain: end them with `llmtui stop {run.id}`"
     if run.status != "running":
         return None
     rows = dedupe_steps(train_rows(run.metrics()))
@@ -121,7 +125,7 @@ def stall_hint(run, summary: dict | None = None, now: float | None = None) -> st
     now = time.time() if now is None else now
     if not is_stalled(times, now):
         return None
-    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
     return (
         f"stalled: no step for {now - times[-1]:.0f}s (median step {statistics.median(gaps):.1f}s). "
         "Check the log tail for a hung rank or NCCL timeout; `llmtui stop` then `llmtui resume`."

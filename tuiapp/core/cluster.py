@@ -27,15 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tuiapp.core import launcher
 from tuiapp.core.errors import RecipeError
+from tuiapp.core.hosts import Host, host_fix, parse_host_entries, parse_hostfile_text, read_hostfile  # noqa: F401
 from tuiapp.core.metrics import atomic_write_text
 from tuiapp.core.rundir import NODE_KEYS, check_keys
+from tuiapp.core.secrets import is_secret_name
+from tuiapp.core.tail import tail_lines
 
-if TYPE_CHECKING:  # recipe imports this module lazily; keep the import one-way at load time
+if TYPE_CHECKING:
     from tuiapp.core.recipe import LaunchSpec
 
 DEFAULT_PORT = 29500  # TORCH_DISTRIBUTED_DEFAULT_PORT: every node must agree on it
-HOST_LINE = re.compile(r"^(?P<host>[^\s=#]+)\s+slots\s*=\s*(?P<slots>\d+)\s*(?:#.*)?$")
 NODES_DIR = "nodes"
 HOSTFILE_NAME = "hostfile"
 DS_ENV_NAME = ".deepspeed_env"
@@ -45,79 +48,6 @@ PASS_SKIP = {"DS_ENV_FILE", "LLMTUI_RUN_DIR"}
 
 
 # ---------------------------------------------------------------- hosts
-
-
-@dataclass(frozen=True)
-class Host:
-    name: str
-    slots: int
-    line: int | None = None  # line in the hostfile, or index + 1 in an inline list
-
-
-def _host_fix() -> str:
-    return "write one host per line as 'HOSTNAME slots=N', e.g. 'node1 slots=8'"
-
-
-def parse_host_entries(entries: list[str]) -> list[Host]:
-    """Inline `launch.hosts` entries; raises ValueError naming the entry (pydantic shows it)."""
-    hosts: list[Host] = []
-    seen: set[str] = set()
-    for index, raw in enumerate(entries, start=1):
-        match = HOST_LINE.match(str(raw).strip())
-        if not match:
-            raise ValueError(f"hosts entry {index} '{raw}' is not 'HOST slots=N'; {_host_fix()}")
-        host, slots = match.group("host"), int(match.group("slots"))
-        if slots < 1:
-            raise ValueError(f"hosts entry {index} '{raw}' has slots={slots}; slots must be at least 1")
-        if host in seen:
-            raise ValueError(f"hosts entry {index}: host '{host}' is listed twice; list each host once")
-        seen.add(host)
-        hosts.append(Host(host, slots, index))
-    return hosts
-
-
-def parse_hostfile_text(text: str, file: str = "<hostfile>") -> list[Host]:
-    """An MPI-style hostfile (`host slots=N`, # comments); errors name the file and line."""
-    hosts: list[Host] = []
-    seen: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = HOST_LINE.match(line)
-        if not match:
-            fix = _host_fix()
-            if re.match(r"^\S+$", line):
-                fix = f"add the slot count: '{line} slots=N' (N = GPUs on that host)"
-            raise RecipeError(message=f"bad hostfile line '{line}'", file=file, line=number,
-                              key="launch.hosts", fix=fix)
-        host, slots = match.group("host"), int(match.group("slots"))
-        if slots < 1:
-            raise RecipeError(message=f"host '{host}' has slots={slots}", file=file, line=number,
-                              key="launch.hosts", fix="slots must be at least 1 (the number of GPUs)")
-        if host in seen:
-            raise RecipeError(message=f"host '{host}' is listed twice (first on line {seen[host]})",
-                              file=file, line=number, key="launch.hosts", fix="list each host once")
-        seen[host] = number
-        hosts.append(Host(host, slots, number))
-    if not hosts:
-        raise RecipeError(message="the hostfile lists no hosts", file=file, key="launch.hosts",
-                          fix=_host_fix())
-    return hosts
-
-
-def read_hostfile(path: str | Path) -> list[Host]:
-    path = Path(path).expanduser()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RecipeError(message="hostfile not found", file=str(path), key="launch.hosts",
-                          fix="check the path (relative paths start at the folder you run llmtui in), "
-                          "or list hosts inline: hosts = ['node1 slots=8', 'node2 slots=8']") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError(message=f"cannot read the hostfile: {exc}", file=str(path), key="launch.hosts",
-                          fix="make it a readable UTF-8 text file") from None
-    return parse_hostfile_text(text, str(path))
 
 
 def hosts_of(launch: "LaunchSpec", base_dir: Path | None = None) -> list[Host]:
@@ -133,7 +63,7 @@ def hosts_of(launch: "LaunchSpec", base_dir: Path | None = None) -> list[Host]:
     try:
         return parse_host_entries(list(hosts))
     except ValueError as exc:
-        raise RecipeError(message=str(exc), key="launch.hosts", fix=_host_fix()) from None
+        raise RecipeError(message=str(exc), key="launch.hosts", fix=host_fix()) from None
 
 
 def hostfile_text(hosts: list[Host]) -> str:
@@ -280,8 +210,6 @@ def join_command(recipe_file: str, run_id: str, plan: NodePlan, runs_dir: str | 
 
 def passthrough_env(environ: dict | None = None) -> dict[str, str]:
     """NCCL_*, GLOO_*, HF_*, LLMTUI_* ... that every node must see; secrets are left out."""
-    from tuiapp.core.runs import is_secret_name
-
     environ = os.environ if environ is None else environ
     return {
         k: v for k, v in sorted(environ.items())
@@ -462,8 +390,6 @@ def explain_failure(text: str, addr: str = "?", port: int | str = "?") -> str | 
 
 
 def explain_log(path: Path, addr: str = "?", port: int | str = "?", lines: int = 200) -> str | None:
-    from tuiapp.core.runs import tail_lines
-
     return explain_failure("\n".join(tail_lines(Path(path), lines)), addr, port)
 
 
@@ -531,8 +457,6 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
                  base_dir: Path | None = None, python: str | None = None) -> Launch:
     """The command of one supervisor: single node, hosts mode (head), or one node of many.
     Pure: the hostfile / .deepspeed_env it needs are in `files`, written by write_files()."""
-    from tuiapp.core import launcher
-
     run_dir = Path(run_dir)
     base_dir = base_dir or Path.cwd()
     ranks, gpu_ids = launcher.plan_ranks(launch, cuda)

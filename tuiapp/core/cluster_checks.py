@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 from tuiapp.core.cluster import hosts_of, resolve_port, uses_hosts
 from tuiapp.core.errors import RecipeError
+from tuiapp.core.findings import Finding
+from tuiapp.core.gpus import cuda_available
 
 if TYPE_CHECKING:
-    from tuiapp.core.preflight import Finding
     from tuiapp.core.recipe import Recipe
 
 # each tried on CPU FSDP2: they fail in the forward ("mixed torch.Tensor and DTensor");
@@ -50,9 +51,8 @@ def is_local(host: str) -> bool:
     return any(a.startswith("127.") or a == "::1" for a in addrs)
 
 
-def scale_rules(recipe: "Recipe", base_dir: Path | None = None) -> list["Finding"]:
+def scale_rules(recipe: "Recipe", base_dir: Path | None = None) -> list[Finding]:
     """Strategy x method x ZeRO x hosts rules (called from preflight.recipe_rules)."""
-    from tuiapp.core.preflight import Finding
 
     out: list[Finding] = []
     launch, kind = recipe.launch, recipe.method.kind
@@ -111,9 +111,8 @@ def scale_rules(recipe: "Recipe", base_dir: Path | None = None) -> list["Finding
 
 
 def launch_findings(recipe: "Recipe", *, node_rank: int | None = None, master_port: int | None = None,
-                    master_addr: str | None = None, base_dir: Path | None = None) -> list["Finding"]:
+                    master_addr: str | None = None, base_dir: Path | None = None) -> list[Finding]:
     """Machine checks before a multi-node launch: hosts resolve, launcher installed, port free."""
-    from tuiapp.core.preflight import Finding
 
     launch = recipe.launch
     out: list[Finding] = []
@@ -141,8 +140,6 @@ def launch_findings(recipe: "Recipe", *, node_rank: int | None = None, master_po
                            "pass --master-port P (the same on every node) with a free port, "
                            "or stop what holds it"))
     if launch.strategy == "fsdp" and launch.fsdp_cpu_offload:
-        from tuiapp.core.preflight import cuda_available
-
         if not cuda_available():
             out.append(Finding("warning", "launch.fsdp_cpu_offload", "fsdp_cpu_offload is ignored without "
                                "CUDA: the ranks already keep everything in CPU memory",

@@ -16,22 +16,10 @@ import sys
 from pathlib import Path
 
 from tuiapp.core.errors import RunError
-from tuiapp.core.preflight import detect_gpus
+from tuiapp.core.gpus import cuda_device_count  # noqa: F401 (where callers look for it)
 from tuiapp.core.recipe import LaunchSpec
 
 STOP_GRACE_S = 60.0
-
-
-def cuda_device_count() -> int:
-    """GPUs visible through NVML; 0 on a machine without NVIDIA GPUs or with LLMTUI_FORCE_CPU."""
-    if os.environ.get("LLMTUI_FORCE_CPU") == "1":
-        return 0
-    count = len(detect_gpus())
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        ids = [v for v in visible.split(",") if v.strip()]
-        return min(count, len(ids))
-    return count
 
 
 def plan_ranks(launch: LaunchSpec, cuda_count: int) -> tuple[int, list[int] | None]:

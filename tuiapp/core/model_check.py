@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuiapp.core.estimate import adapter_base
-from tuiapp.core.preflight import Finding
+from tuiapp.core.findings import Finding
 from tuiapp.core.recipe import BUNDLED_MODEL, Recipe
 
 HUB_TIMEOUT_S = float(os.environ.get("LLMTUI_HUB_TIMEOUT_S", "5"))

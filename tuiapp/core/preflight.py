@@ -8,15 +8,14 @@ NVML (nvidia-ml-py) when it loads, else /proc/driver/nvidia/gpus; LLMTUI_FORCE_C
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple
 
 import psutil
 
 from tuiapp.core.cluster import active_hosts, hosts_of, plan_node, uses_hosts
+from tuiapp.core.cluster_checks import scale_rules
 from tuiapp.core.errors import UserError
 from tuiapp.core.estimate import (
     GB,
@@ -27,86 +26,9 @@ from tuiapp.core.estimate import (
     targeted_linears,
     trainable_parameters,
 )
+from tuiapp.core.findings import Finding
+from tuiapp.core.gpus import GpuInfo, cuda_available, detect_gpus
 from tuiapp.core.recipe import NO_PACKING_KINDS, Recipe
-
-Level = Literal["error", "warning", "info"]
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: Level
-    key: str | None  # recipe key path it concerns, e.g. "launch.zero_stage"
-    message: str
-    fix: str | None = None
-
-
-class GpuProcess(NamedTuple):
-    pid: int
-    used_bytes: int
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    index: int  # NVML index (PCI bus order, as nvidia-smi shows)
-    name: str
-    total_bytes: int
-    used_bytes: int
-    other_processes: list[GpuProcess] = field(default_factory=list)
-
-
-# ---------------------------------------------------------------- machine
-
-
-def detect_gpus() -> list[GpuInfo]:
-    """GPUs seen by NVML, with compute processes other than this one; [] without NVML."""
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return []
-    gpus = []
-    try:
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            try:
-                processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            except Exception:
-                processes = []
-            others = [
-                GpuProcess(p.pid, int(p.usedGpuMemory or 0))
-                for p in processes if p.pid != os.getpid()
-            ]
-            gpus.append(GpuInfo(
-                index, name.decode() if isinstance(name, bytes) else str(name),
-                int(memory.total), int(memory.used), others,
-            ))
-    except Exception:
-        return gpus
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-    return gpus
-
-
-def cuda_available(gpus: list[GpuInfo] | None = None) -> bool:
-    """Whether runs will get CUDA devices, judged without importing torch."""
-    if os.environ.get("LLMTUI_FORCE_CPU") == "1":
-        return False
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
-        return False
-    if gpus is None:
-        gpus = detect_gpus()
-    if gpus:
-        return True
-    proc = Path("/proc/driver/nvidia/gpus")
-    return proc.is_dir() and any(proc.iterdir())
 
 
 def bitsandbytes_installed() -> bool:
@@ -155,7 +77,6 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
             out.append(Finding("error", "launch.nvme_path",
                                f"nvme_path '{launch.nvme_path}' is not an existing folder",
                                "create it on a local NVMe drive, or fix the path"))
-    from tuiapp.core.cluster_checks import scale_rules  # strategy x method, hosts (docs/scale-out.md)
 
     out += scale_rules(recipe)
     return out
@@ -380,21 +301,3 @@ def run_preflight(
     except UserError as exc:
         findings.append(Finding("warning", exc.key, f"cannot estimate memory: {exc.message}", exc.fix))
     return findings
-
-
-def has_errors(findings: list[Finding]) -> bool:
-    return any(f.level == "error" for f in findings)
-
-
-def format_findings(findings: list[Finding]) -> str:
-    """One block per finding, errors first, then a count."""
-    order = {"error": 0, "warning": 1, "info": 2}
-    lines = []
-    for f in sorted(findings, key=lambda f: order[f.level]):
-        lines.append(f"{f.level:<8} {f.key + ': ' if f.key else ''}{f.message}")
-        if f.fix:
-            lines.append(f"{'':<8} fix: {f.fix}")
-    counts = [f"{n} {level}{'s' if n != 1 else ''}"
-              for level in ("error", "warning") if (n := sum(f.level == level for f in findings))]
-    lines.append("preflight: " + (", ".join(counts) if counts else "ok"))
-    return "\n".join(lines)

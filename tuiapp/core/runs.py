@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tuiapp.core import runlock, shm
+from tuiapp.core import runlock, shm, slurm
 from tuiapp.core.errors import RunError
 from tuiapp.core.metrics import atomic_write_text, read_jsonl, summarize
 from tuiapp.core.procs import group_processes, process_alive
 from tuiapp.core.recipe import Recipe, parse_recipe
 from tuiapp.core.rundir import ACTIVE, FINAL, attempts_of, check_keys, close_attempt  # noqa: F401 (re-exported)
+from tuiapp.core.secrets import is_secret_name, redact  # noqa: F401 (re-exported)
+from tuiapp.core.tail import tail_lines
 
 RUNS_ENV = "LLMTUI_RUNS_DIR"
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-SECRET_PATTERN = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 
 
 def default_runs_dir(explicit: str | Path | None = None) -> Path:
@@ -31,46 +32,10 @@ def default_runs_dir(explicit: str | Path | None = None) -> Path:
     return Path(os.environ.get(RUNS_ENV) or "runs")
 
 
-def is_secret_name(name: str) -> bool:
-    return bool(SECRET_PATTERN.search(name))
-
-
-def redact(values: list[str]) -> list[str]:
-    """Hide secret values in argv-like lists (KEY=value or --token value)."""
-    out, hide_next = [], False
-    for value in values:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        name, sep, _ = value.partition("=")
-        if sep and is_secret_name(name):
-            out.append(f"{name}=***")
-        elif value.startswith("--") and is_secret_name(value) and not sep:
-            out.append(value)
-            hide_next = True
-        else:
-            out.append(value)
-    return out
-
-
 def new_run_id(name: str) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:40] or "run"
     return f"{stamp}-{slug}-{secrets.token_hex(2)}"
-
-
-def tail_lines(path: Path, count: int = 20, max_bytes: int = 65536) -> list[str]:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            data = handle.read()
-    except OSError:
-        return []
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    return lines[-count:]
 
 
 ERROR_MARKERS = ("Error", "error:", "Traceback", "Killed", "OutOfMemory", "CUDA out of memory", "exits with return code")
@@ -270,9 +235,7 @@ class Run:
         if self.status not in ACTIVE:
             return self
         if self.info.get("slurm_job"):
-            from tuiapp.core import slurm  # a SLURM run: the scheduler's job state is the truth
-
-            slurm.refresh(self, persist)
+            slurm.refresh(self, persist)  # a SLURM run: the scheduler's job state is the truth
             return self
         if self.info.get("host") not in (None, socket.gethostname()):
             return self  # its supervisor runs on another machine (multi-node): a lock here means nothing

@@ -22,8 +22,8 @@ import psutil
 
 from tuiapp.core import checks, cluster, cluster_checks, runlock, shm, slurm
 from tuiapp.core.errors import RunError, UserError
-from tuiapp.core.launcher import STOP_GRACE_S, cuda_device_count, plan_ranks, signal_group, supervisor_argv
-from tuiapp.core.preflight import Finding
+from tuiapp.core.findings import Finding
+from tuiapp.core.launcher import STOP_GRACE_S, cuda_device_count, signal_group, supervisor_argv
 from tuiapp.core.procs import group_processes, process_alive
 from tuiapp.core.recipe import Recipe
 from tuiapp.core.rundir import ACTIVE
@@ -401,7 +401,7 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
 
 def _master_port(argv: list | None) -> str | None:
     argv = [str(a) for a in argv or []]
-    for flag, value in zip(argv, argv[1:]):
+    for flag, value in zip(argv, argv[1:], strict=False):
         if flag == "--master_port":
             return value
     return None

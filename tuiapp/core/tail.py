@@ -76,3 +76,16 @@ def log_sources(run_path: Path) -> list[tuple[str, Path]]:
     if supervisor.exists():
         sources.append(("supervisor", supervisor))
     return sources
+
+
+def tail_lines(path: Path, count: int = 20, max_bytes: int = 65536) -> list[str]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[-count:]

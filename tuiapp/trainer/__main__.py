@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import socket
 import sys
 import traceback
 from pathlib import Path
