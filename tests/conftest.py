@@ -5,9 +5,14 @@
 - `tiny_model`: the bundled tiny model, built once into that cache. Tests marked `slow` (they
   launch runs of it) or `tiny` get it built before they start, so no test pays for the build
   inside its own timeout and ranks never race to build it; child processes find it ready.
+- `deepspeed_ops`: DeepSpeed JIT-compiles its CPU communication op into TORCH_EXTENSIONS_DIR at the
+  first rank start of a machine (1-2 min on 2 cores). Slow tests get it built once, before them,
+  so on a cold cache the first of them, whichever it is, does not spend its timeout compiling.
 """
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,10 +41,26 @@ def tiny_model(llmtui_cache) -> Path:
     return ensure_tiny_model(llmtui_cache)
 
 
+@pytest.fixture(scope="session")
+def deepspeed_ops() -> str:
+    """Build (or find built) DeepSpeed's CPU comm op in a child process, as a rank would; its output
+    if that failed (the runs then show the real error)."""
+    code = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        return f"building DeepSpeed's CPU op timed out: {exc}"
+    return "" if done.returncode == 0 else done.stdout + done.stderr
+
+
 @pytest.fixture(autouse=True)
-def _tiny_model_first(request):
-    if request.node.get_closest_marker("slow") or request.node.get_closest_marker("tiny"):
+def _built_before_the_test(request):
+    slow = request.node.get_closest_marker("slow")
+    if slow or request.node.get_closest_marker("tiny"):
         request.getfixturevalue("tiny_model")
+    if slow:
+        request.getfixturevalue("deepspeed_ops")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
