@@ -69,7 +69,9 @@ def test_launch_a_tiny_cpu_run_from_the_app(tmp_path):
                 form.set_field(key, value)
             await pilot.pause(0.4)
             await pilot.press("ctrl+r")
-            await wait_for(pilot, lambda: isinstance(app.screen, RunViewScreen), timeout=60, what="the run view")
+            launched = lambda: isinstance(app.screen, RunViewScreen)  # noqa: E731
+            await wait_for(pilot, lambda: launched() or not form.launching, timeout=60, what="the launch")
+            assert launched(), [n.message for n in app._notifications]  # refused: say why
             view = app.screen
             run = Run(root / view.run_id).load()
             assert run.name == "from-ui" and run.info["recipe"]["train"]["max_steps"] == 4
@@ -103,6 +105,8 @@ def test_quit_and_reopen_the_run_is_still_live(live_run, tmp_path):
         async with app.run_test(size=(100, 30)) as pilot:
             view = await open_run_view(pilot, live_run.id)
             await wait_for(pilot, lambda: len(view.data.loss) >= 1, timeout=START_S, what="the first step")
+            # the supervisor says running within a second of the first step (it polls the phases)
+            await wait_for(pilot, lambda: view.info.get("status") == "running", timeout=10, what="running")
             return len(view.data.loss)
         # leaving the block quits the app
 

@@ -21,7 +21,19 @@ from pydantic import BaseModel
 from tuiapp.core.errors import RecipeError, RecipeErrors
 from tuiapp.core.recipe import METHOD_MODELS, Recipe, parse_recipe
 
-SECTIONS = ("model", "dataset", "method", "train", "launch")
+SECTIONS = ("model", "dataset", "method", "train", "launch")  # the form's own sections, in order
+OMIT = object()  # an empty optional table (e.g. method.adapter): left out of the recipe
+
+
+def _is_table(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def sections() -> tuple[str, ...]:
+    """Every table of the recipe: the form's own, then any other the schema has (each gets its
+    own part of the form, so a new section never turns into one bad text field)."""
+    extra = [name for name, info in Recipe.model_fields.items() if name not in SECTIONS and _is_table(info.annotation)]
+    return SECTIONS + tuple(extra)
 BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -78,7 +90,7 @@ def model_fields(model: type[BaseModel], prefix: str, skip: tuple[str, ...] = ()
 
 
 def top_fields() -> list[FieldSpec]:
-    return model_fields(Recipe, "", skip=SECTIONS)
+    return model_fields(Recipe, "", skip=sections())
 
 
 def section_fields(section: str, method_kind: str = "lora") -> list[FieldSpec]:
@@ -91,7 +103,7 @@ def section_fields(section: str, method_kind: str = "lora") -> list[FieldSpec]:
 
 def all_fields(method_kind: str) -> list[FieldSpec]:
     specs = top_fields()
-    for section in SECTIONS:
+    for section in sections():
         specs += section_fields(section, method_kind)
     return specs
 
@@ -122,6 +134,8 @@ def to_text(spec: FieldSpec, value: Any) -> str:
     if spec.kind in ("choice", "bool"):
         return choice_text(value)
     if spec.kind == "toml":
+        if value is None:
+            return ""
         return value if isinstance(value, str) else toml_value(value)
     if spec.kind == "float" and isinstance(value, float):
         return format(value, "g") if 0 < abs(value) < 1e-3 else repr(value)
@@ -158,7 +172,7 @@ def from_text(spec: FieldSpec, text: str) -> Any:
     if not stripped:
         if isinstance(spec.default, (dict, list)):
             return type(spec.default)()
-        return ""
+        return OMIT if spec.default is None else ""
     try:
         return tomllib.loads(f"v = {stripped}")["v"]
     except tomllib.TOMLDecodeError:
@@ -183,17 +197,20 @@ def default_values(method_kind: str = "lora") -> dict[str, str]:
 
 def build_data(values: dict[str, str], method_kind: str) -> dict:
     """The recipe dict of the form's texts (only the current method kind's fields)."""
-    data: dict[str, Any] = {section: {} for section in SECTIONS}
+    tables = sections()
+    data: dict[str, Any] = {section: {} for section in tables}
     data["method"]["kind"] = method_kind
     for spec in all_fields(method_kind):
         if spec.key not in values:
             continue
         value = from_text(spec, values[spec.key])
+        if value is OMIT:
+            continue
         if spec.section:
             data[spec.section][spec.name] = value
         else:
             data[spec.name] = value
-    top = {k: data.pop(k) for k in list(data) if k not in SECTIONS}
+    top = {k: data.pop(k) for k in list(data) if k not in tables}
     return {**top, **data}
 
 
@@ -222,4 +239,8 @@ def check_values(values: dict[str, str], method_kind: str, file: str = "<form>")
         return FormCheck(text, None, list(exc.errors))
     except RecipeError as exc:
         return FormCheck(text, None, [exc])
-    return FormCheck(recipe.to_toml(), recipe, [])
+    try:
+        text = recipe.to_toml()
+    except (TypeError, ValueError):  # a value TOML cannot hold (None of an unset table): show the form's own
+        pass
+    return FormCheck(text, recipe, [])

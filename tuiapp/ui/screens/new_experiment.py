@@ -77,6 +77,8 @@ class NewExperimentScreen(Screen):
                     yield Vertical(*self._rows("method"), id="method-params")
                 yield FormSection("Train", *self._rows("train"))
                 yield FormSection("Launch", *self._rows("launch"))
+                for section in formdata.sections()[len(formdata.SECTIONS):]:  # tables added to the schema
+                    yield FormSection(section.capitalize(), *self._rows(section))
             with TabbedContent(id="ne-side"):
                 with TabPane("Checks", id="tab-checks"):
                     yield VerticalScroll(Static("checking…", id="ne-checks", markup=False))
