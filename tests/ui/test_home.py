@@ -122,7 +122,8 @@ def test_enter_opens_the_run_and_a_new_run_appears_live(tmp_path):
             run = copy_real_run(root, "live")  # a real run folder appears while the app runs
             await wait_for(pilot, lambda: "live" in names(app), what="the new run")
             step = real_rows("live")[-1]["step"]
-            assert app.screen.model.rows[run.id].step == step
+            # the row shows first; its summary (metrics read off the UI thread) follows, later under load
+            await wait_for(pilot, lambda: app.screen.model.rows[run.id].step == step, what="the new run's summary")
             with JsonlWriter(run.metrics_path) as writer:
                 writer.write({"step": step + 1, "max_steps": 200, "loss": 1.0, "time": FIXED_NOW})
             await wait_for(pilot, lambda: app.screen.model.rows[run.id].step == step + 1, what="the live update")

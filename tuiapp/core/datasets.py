@@ -3,7 +3,13 @@
 Every record becomes one canonical form the trainer tokenizes:
   {"text": str}                                      plain text (pretraining)
   {"messages": [{"role", "content"}], "tools": str|None}   chats
+  {"prompt": [turns], "chosen": [turns], "rejected": [turns], "tools"}   preference pairs
+  {"prompt": [turns], "completion": [turns], "label": bool, "tools"}     unpaired feedback (KTO)
 with roles system, user, assistant, tool_call (trained like assistant) and tool (masked).
+Pairs come from TRL's prompt/chosen/rejected (explicit or implicit prompt, text or turns), from
+sharegpt or messages records with `chosen` and `rejected` turns, or from alpaca records with
+`chosen`/`rejected` in place of `output`; feedback from messages/sharegpt records with a boolean
+`label` (or `kto_tag`) judging the last assistant turn, or TRL's prompt/completion/label.
 Hub ids are only recognised here; the trainer loads them with `datasets.load_dataset` and
 normalises the rows with `normalise_rows`.
 """
@@ -22,16 +28,25 @@ from tuiapp.core.errors import DatasetError, did_you_mean
 from tuiapp.core.recipe import DatasetSpec
 
 SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".txt")
-FORMATS = ("text", "alpaca", "sharegpt", "messages")
+FORMATS = ("text", "alpaca", "sharegpt", "messages", "preference", "unpaired")
+PAIR_COLUMNS = {"chosen": "chosen", "rejected": "rejected"}
 DEFAULT_COLUMNS = {
     "text": {"text": "text"},
     "alpaca": {"prompt": "instruction", "query": "input", "response": "output",
-               "system": "system", "history": "history"},
-    "sharegpt": {"messages": "conversations", "system": "system", "tools": "tools"},
-    "messages": {"messages": "messages", "tools": "tools"},
+               "system": "system", "history": "history", **PAIR_COLUMNS},
+    "sharegpt": {"messages": "conversations", "system": "system", "tools": "tools", **PAIR_COLUMNS,
+                 "label": "label"},
+    "messages": {"messages": "messages", "tools": "tools", **PAIR_COLUMNS, "label": "label"},
+    "preference": {"prompt": "prompt", "system": "system", "tools": "tools", **PAIR_COLUMNS},
+    "unpaired": {"prompt": "prompt", "completion": "completion", "label": "label", "system": "system",
+                 "tools": "tools"},
 }
 REQUIRED_ROLES = {"text": ["text"], "alpaca": ["prompt", "response"],
-                  "sharegpt": ["messages"], "messages": ["messages"]}
+                  "sharegpt": ["messages"], "messages": ["messages"],
+                  "preference": ["chosen", "rejected"], "unpaired": ["prompt", "completion", "label"]}
+# what a record is, for the methods: pretraining text, a chat to imitate, a chosen/rejected pair,
+# or one answer labelled good or bad
+RECORD_KINDS = ("text", "chat", "pairs", "unpaired")
 # Role tags used by sharegpt and OpenAI-style data, mapped to canonical roles.
 ROLES = {
     "system": "system", "human": "user", "user": "user", "gpt": "assistant",
@@ -67,6 +82,7 @@ class DatasetInfo:
     columns: list[str] = field(default_factory=list)
     skipped: int = 0  # records dropped for empty content
     is_hub: bool = False
+    kind: str = ""  # one of RECORD_KINDS ("" for hub datasets not yet loaded)
 
 
 @dataclass
@@ -261,7 +277,12 @@ def detect_format(rows: list[dict], spec: DatasetSpec, where: str) -> tuple[str,
             "{prompt='question', response='answer'}",
         )
     columns = {**DEFAULT_COLUMNS[fmt], **spec.columns}
-    missing = [columns[role] for role in REQUIRED_ROLES[fmt] if columns.get(role) not in found]
+    if "label" not in spec.columns and "label" in columns and "label" not in found and "kto_tag" in found:
+        columns["label"] = "kto_tag"  # LLaMA-Factory's name for the KTO label
+    required = REQUIRED_ROLES[fmt]
+    if fmt == "alpaca" and _is_pairs(columns, found):
+        required = ["prompt", "chosen", "rejected"]  # alpaca pairs: chosen/rejected instead of output
+    missing = [columns[role] for role in required if columns.get(role) not in found]
     if missing:
         looks = f"; it looks like '{guess}' data" if guess and guess != fmt else ""
         raise DatasetError(
@@ -275,9 +296,28 @@ def detect_format(rows: list[dict], spec: DatasetSpec, where: str) -> tuple[str,
     return fmt, columns
 
 
+def _is_pairs(columns: dict[str, str], found: list[str]) -> bool:
+    return columns.get("chosen", "chosen") in found and columns.get("rejected", "rejected") in found
+
+
+def _is_labelled(columns: dict[str, str], found: list[str]) -> bool:
+    return columns.get("label", "label") in found or ("label" not in columns and "kto_tag" in found)
+
+
 def _guess_format(found: list[str], columns: dict[str, str]) -> str | None:
     if "messages" in columns:
         return "messages" if columns["messages"] == "messages" else "sharegpt"
+    if _is_pairs(columns, found) or _is_labelled(columns, found):
+        if "messages" in found:
+            return "messages"
+        if "conversations" in found:
+            return "sharegpt"
+        if "instruction" in found or "query" in columns:
+            return "alpaca"
+        if _is_pairs(columns, found):
+            return "preference"
+        if columns.get("completion", "completion") in found:
+            return "unpaired"
     if "prompt" in columns or "response" in columns:
         return "alpaca"
     if "text" in columns:
@@ -304,6 +344,10 @@ def normalise_record(row: object, fmt: str, columns: dict) -> dict | None:
     if fmt == "text":
         text = _text(row, columns["text"], required=True)
         return {"text": text} if text.strip() else None
+    if fmt == "preference" or (fmt != "unpaired" and _is_pairs(columns, list(row))):
+        return _pair_record(row, fmt, columns)
+    if fmt == "unpaired" or (fmt in ("sharegpt", "messages") and columns.get("label") in row):
+        return _unpaired_record(row, fmt, columns)
     if fmt == "alpaca":
         messages = _alpaca_messages(row, columns)
     else:
@@ -365,9 +409,14 @@ def _parsed(value: object) -> object:
 
 
 def _alpaca_messages(row: dict, columns: dict) -> list[dict]:
+    response = _text(row, columns["response"], required=True)
+    return _alpaca_prompt(row, columns) + [{"role": "assistant", "content": response}]
+
+
+def _alpaca_prompt(row: dict, columns: dict) -> list[dict]:
+    """System, history and the user turn of an alpaca record (everything but the answer)."""
     prompt = _text(row, columns["prompt"], required=True)
     query = _text(row, columns.get("query"))
-    response = _text(row, columns["response"], required=True)
     messages = _system(row, columns)
     history = _parsed(row.get(columns.get("history") or "", None)) or []
     if not isinstance(history, list) or not all(
@@ -378,7 +427,107 @@ def _alpaca_messages(row: dict, columns: dict) -> list[dict]:
     for user, assistant in history:
         messages += [{"role": "user", "content": str(user)}, {"role": "assistant", "content": str(assistant)}]
     user = f"{prompt}\n{query}" if query.strip() else prompt
-    return messages + [{"role": "user", "content": user}, {"role": "assistant", "content": response}]
+    return messages + [{"role": "user", "content": user}]
+
+
+# ---------------------------------------------------------------- preference records
+
+
+def _pair_record(row: dict, fmt: str, columns: dict) -> dict | None:
+    """{"prompt", "chosen", "rejected", "tools"}; None when an answer is empty."""
+    chosen = _answer(row, columns["chosen"])
+    rejected = _answer(row, columns["rejected"])
+    if fmt == "alpaca":
+        prompt = _alpaca_prompt(row, columns)
+    elif fmt == "preference":
+        prompt = _answer(row, columns["prompt"], role="user") if columns["prompt"] in row else []
+        if not prompt:  # implicit prompt: chosen and rejected are whole chats sharing their start
+            shared = 0
+            while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
+                shared += 1
+            prompt, chosen, rejected = chosen[:shared], chosen[shared:], rejected[shared:]
+        prompt = _system(row, columns) + prompt
+    else:
+        prompt = _system(row, columns) + _turns(row, columns["messages"])
+    _check_prompt(prompt, columns)
+    if not (_trains(chosen) and _trains(rejected)):
+        return None
+    return {"prompt": prompt, "chosen": chosen, "rejected": rejected, "tools": _tools(row, columns.get("tools"))}
+
+
+def _unpaired_record(row: dict, fmt: str, columns: dict) -> dict | None:
+    """{"prompt", "completion", "label", "tools"}: the label judges the trailing assistant turns."""
+    label = _label(row, columns["label"])
+    if fmt == "unpaired":
+        prompt = _system(row, columns) + _answer(row, columns["prompt"], role="user")
+        completion = _answer(row, columns["completion"])
+    else:
+        turns = _system(row, columns) + _turns(row, columns["messages"])
+        split = len(turns)
+        while split > 0 and turns[split - 1]["role"] in TRAINED_ROLES:
+            split -= 1
+        prompt, completion = turns[:split], turns[split:]
+        if not completion:
+            raise _Problem(f"column '{columns['messages']}' must end with the assistant answer that "
+                           f"'{columns['label']}' judges", key=columns["messages"],
+                           fix="put the judged answer last, as an assistant turn")
+    _check_prompt(prompt, columns)
+    if not _trains(completion):
+        return None
+    return {"prompt": prompt, "completion": completion, "label": label,
+            "tools": _tools(row, columns.get("tools"))}
+
+
+def _answer(row: dict, column: str, role: str = "assistant") -> list[dict]:
+    """An answer (or a prompt) as turns: text, one {role, content}/{from, value} turn, or a list."""
+    if column not in row:
+        raise _Problem(f"column '{column}' is missing; found: {', '.join(row)}", key=column,
+                       fix="add it to every record, or map it in dataset.columns")
+    value = _parsed(row[column])
+    if value is None or isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        text = "" if value is None else str(value)
+        return [{"role": role, "content": text}] if text.strip() else []
+    if isinstance(value, dict):
+        return [_turn(value, column, 0)]
+    if isinstance(value, list):
+        return [_turn(turn, column, n) for n, turn in enumerate(value)]
+    raise _Problem(f"column '{column}' holds a {type(value).__name__}, expected text or turns", key=column,
+                   fix="use a string, one {\"role\", \"content\"} turn, or a list of turns")
+
+
+def _check_prompt(prompt: list[dict], columns: dict) -> None:
+    if prompt and prompt[-1]["role"] in TRAINED_ROLES:
+        where = columns.get("messages") or columns.get("prompt") or "prompt"
+        raise _Problem(f"the prompt in '{where}' ends with an assistant turn; the answers to compare "
+                       "belong in the chosen/rejected (or completion) columns", key=where,
+                       fix="end the prompt with the user's turn")
+
+
+def _trains(turns: list[dict]) -> bool:
+    return any(t["role"] in TRAINED_ROLES and t["content"].strip() for t in turns)
+
+
+def _label(row: dict, column: str) -> bool:
+    value = row.get(column)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.strip().lower() in ("true", "1", "yes")
+    raise _Problem(f"column '{column}' must be true or false (is the answer good?), not {value!r}", key=column,
+                   fix="write a boolean label in every record")
+
+
+def record_kind(record: dict) -> str:
+    """What a canonical record is: one of RECORD_KINDS."""
+    if "text" in record:
+        return "text"
+    if "chosen" in record:
+        return "pairs"
+    if "label" in record:
+        return "unpaired"
+    return "chat"
 
 
 def _system(row: dict, columns: dict) -> list[dict]:
@@ -448,7 +597,8 @@ def inspect_dataset(spec: DatasetSpec, base_dir: str | Path | None = None, limit
     if source.kind == "hub":
         return DatasetInfo(source.describe(), spec.format, None, [], list(spec.columns.values()), is_hub=True)
     records, fmt, skipped, columns = _records(source, spec, with_columns=True)
-    return DatasetInfo(source.describe(), fmt, len(records), records[:limit], columns, skipped)
+    return DatasetInfo(source.describe(), fmt, len(records), records[:limit], columns, skipped,
+                       kind=record_kind(records[0]))
 
 
 def _records(source: Source, spec: DatasetSpec, with_columns: bool = False):

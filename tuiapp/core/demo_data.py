@@ -83,6 +83,12 @@ class Fact:
     topic: str
     slots: dict
     answer: str
+    value: str = ""  # the part of the answer that carries the fact ("Paris")
+
+    def with_value(self, value: str) -> str:
+        """The answer with another value in place of this fact's: a wrong answer."""
+        head, _, tail = self.answer.rpartition(self.value)
+        return head + value + tail
 
 
 def _article(word: str) -> str:
@@ -91,25 +97,27 @@ def _article(word: str) -> str:
 
 def _facts() -> list[Fact]:
     facts = [
-        Fact("capital", {"x": country}, f"The capital of {country} is {capital}.")
+        Fact("capital", {"x": country}, f"The capital of {country} is {capital}.", capital)
         for country, capital in CAPITALS
     ]
     for animal, sound in ANIMAL_SOUNDS:
         a_animal = _article(animal)
-        facts.append(Fact("sound", {"x": a_animal}, f"{a_animal.capitalize()} says {sound}."))
+        facts.append(Fact("sound", {"x": a_animal}, f"{a_animal.capitalize()} says {sound}.", sound))
     for first, second, mix in COLOUR_MIXES:
         for a, b in ((first, second), (second, first)):
-            facts.append(Fact("colour", {"x": a, "y": b}, f"{a.capitalize()} and {b} make {mix}."))
+            facts.append(Fact("colour", {"x": a, "y": b}, f"{a.capitalize()} and {b} make {mix}.", mix))
     for word, opposite in OPPOSITES:
         for a, b in ((word, opposite), (opposite, word)):
-            facts.append(Fact("opposite", {"x": a}, f"The opposite of {a} is {b}."))
+            facts.append(Fact("opposite", {"x": a}, f"The opposite of {a} is {b}.", b))
     for word in WORDS:
-        facts.append(Fact("backwards", {"x": word}, f"{word.capitalize()} backwards is {word[::-1]}."))
-        facts.append(Fact("letters", {"x": word}, f"{word.capitalize()} has {NUMBERS[len(word)]} letters."))
+        facts.append(Fact("backwards", {"x": word}, f"{word.capitalize()} backwards is {word[::-1]}.",
+                          word[::-1]))
+        facts.append(Fact("letters", {"x": word}, f"{word.capitalize()} has {NUMBERS[len(word)]} letters.",
+                          NUMBERS[len(word)]))
     for noun, plural in PLURALS:
-        facts.append(Fact("plural", {"x": noun}, f"The plural of {noun} is {plural}."))
+        facts.append(Fact("plural", {"x": noun}, f"The plural of {noun} is {plural}.", plural))
     for number, following in zip(NUMBERS, NUMBERS[1:], strict=False):  # each number with the next
-        facts.append(Fact("after", {"x": number}, f"After {number} comes {following}."))
+        facts.append(Fact("after", {"x": number}, f"After {number} comes {following}.", following))
     return facts
 
 
@@ -257,12 +265,67 @@ def text_records(count: int = 2000) -> list[dict]:
     ]
 
 
+EVASIVE_ANSWERS = [
+    "I don't know.", "I am not sure, sorry.", "Ask someone else.", "That is a hard question.",
+    "I cannot answer that.", "Nobody knows.",
+]
+
+
+def _bad_answer(fact: Fact, facts: list[Fact], rng: random.Random) -> str:
+    """A worse answer: half the time the same sentence with the value of another fact of the topic
+    ("The capital of France is Rome."), else an evasive reply or another topic's fact."""
+    roll = rng.random()
+    if roll < 0.5:
+        values = sorted({f.value for f in facts if f.topic == fact.topic and f.value != fact.value})
+        return fact.with_value(rng.choice(values))
+    if roll < 0.75:
+        return rng.choice(EVASIVE_ANSWERS)
+    return rng.choice([f for f in facts if f.topic != fact.topic]).answer
+
+
+def _judged_questions(seed: int, count: int):
+    """(question, right answer, worse answer), fact by fact in random training phrasings."""
+    rng = random.Random(seed)
+    facts = _facts()
+    for _ in range(count):
+        fact = rng.choice(facts)
+        question = _as_question(*rng.choice(_training_questions(fact)))
+        yield question, fact.answer, _bad_answer(fact, facts, rng)
+
+
+def preference_records(count: int = 600) -> list[dict]:
+    """Preference pairs in messages format: {"messages": [user], "chosen": {assistant: the fact},
+    "rejected": {assistant: a worse answer (a wrong value, an evasion, another topic)}}."""
+    return [
+        {"messages": [{"role": "user", "content": question}],
+         "chosen": {"role": "assistant", "content": right},
+         "rejected": {"role": "assistant", "content": wrong}}
+        for question, right, wrong in _judged_questions(3456, count)
+    ]
+
+
+def feedback_records(count: int = 600) -> list[dict]:
+    """Unpaired feedback (KTO): {"messages": [user, assistant], "label": true when the answer is the
+    fact, false for a worse one}; half of each."""
+    records = []
+    for index, (question, right, wrong) in enumerate(_judged_questions(7890, count)):
+        good = index % 2 == 0
+        records.append({"messages": [{"role": "user", "content": question},
+                                     {"role": "assistant", "content": right if good else wrong}],
+                        "label": good})
+    return records
+
+
 DEMO_DATASETS = {
     "demo:facts": "~1500 alpaca instructions about capitals, animal sounds, colours and words.",
     "demo:chat": "800 multi-turn chats (messages format) about the same facts, some with a system prompt.",
     "demo:text": "2000 plain-text paragraphs stating the same facts, for pretraining.",
+    "demo:prefs": "600 preference pairs (messages + chosen/rejected): the fact vs a worse answer (a wrong "
+                  "value, an evasion or another topic), for dpo/simpo/cpo/orpo/reward.",
+    "demo:feedback": "600 answers labelled good (the fact) or bad (a worse answer), messages + label, for kto.",
 }
-_BUILDERS = {"demo:facts": facts_records, "demo:chat": chat_records, "demo:text": text_records}
+_BUILDERS = {"demo:facts": facts_records, "demo:chat": chat_records, "demo:text": text_records,
+             "demo:prefs": preference_records, "demo:feedback": feedback_records}
 
 
 def demo_records(name: str) -> list[dict]:

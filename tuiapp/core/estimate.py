@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tuiapp.core.errors import RecipeError
-from tuiapp.core.recipe import METHOD_MODELS, Recipe
+from tuiapp.core.recipe import METHOD_MODELS, PREFERENCE_KINDS, REFERENCE_KINDS, LoraMethod, Recipe, weights_method
 
 GB = 1e9
 # Fraction of GPU memory a run may plan to use; the rest goes to the CUDA context, NCCL buffers
@@ -222,7 +222,8 @@ def apply_method_overrides(config: dict, method) -> dict:
 
 
 def _as_method(method):
-    return METHOD_MODELS[method]() if isinstance(method, str) else method
+    """A method model (from a kind name); a preference method counts as the weights it trains."""
+    return weights_method(METHOD_MODELS[method]() if isinstance(method, str) else method)
 
 
 def targeted_linears(config: dict, targets) -> list[Linear]:
@@ -314,6 +315,7 @@ class MemoryBreakdown:
     buffers: int = 0  # DeepSpeed working buffers (fp32 grad partition, ZeRO-3 gathered layer)
     activations: int = 0
     cpu_offload_total: int = 0
+    reference: int = 0  # frozen reference model of DPO/KTO with full weights (sharded by ZeRO-3)
 
     @property
     def model_states(self) -> int:
@@ -322,7 +324,7 @@ class MemoryBreakdown:
 
     @property
     def total(self) -> int:
-        return self.model_states + self.buffers + self.activations
+        return self.model_states + self.buffers + self.activations + self.reference
 
     def to_json(self) -> dict:
         return {**dataclasses.asdict(self), "model_states": self.model_states, "total": self.total}
@@ -484,8 +486,21 @@ def _resolve_precision(precision: str, cuda: bool) -> str:
     return precision
 
 
+def reference_bytes(params: int, zero_stage: int, world: int, offload_params: str, precision: str) -> tuple[int, int]:
+    """(per GPU, on CPU per rank) bytes of the frozen reference model of DPO/KTO with full
+    weights: its weights alone, in the training dtype. ZeRO-3 shards it like the policy (TRL
+    prepares it with the same config, optimizer removed), and offloads it with offload_params;
+    below stage 3 every rank holds a whole copy."""
+    size = params * (2 if _half(precision) else 4)
+    if zero_stage == 3:
+        size /= max(1, world)
+        if offload_params != "none":
+            return 0, int(size)
+    return int(size), 0
+
+
 def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: int, precision: str):
-    method = knobs.method
+    method = weights_method(knobs.method)
     config = apply_method_overrides(config, method)
     shape = model_shape(config)
     base = count_parameters(config)
@@ -502,8 +517,15 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         largest_layer_params=largest_layer_params(config), deepspeed_buffers=True,
     )
     seq = recipe.train.max_seq_len + (method.virtual_tokens if method.kind in ("prompt", "ptuning") else 0)
+    # preference batches hold two sequences per example: chosen + rejected (KTO: answer + KL answer)
+    sequences = 2 if knobs.method.kind in PREFERENCE_KINDS else 1
+    reference, reference_cpu = 0, 0
+    if full and knobs.method.kind in REFERENCE_KINDS:  # with an adapter the reference is the base, adapters off
+        reference, reference_cpu = reference_bytes(base, knobs.zero_stage, world, knobs.offload_params, precision)
+        states = dataclasses.replace(states, reference=reference,
+                                     cpu_offload_total=states.cpu_offload_total + reference_cpu * per_node)
     acts = activation_bytes(
-        seq_len=seq, micro_batch=knobs.micro_batch, hidden=shape.hidden, heads=shape.heads,
+        seq_len=seq, micro_batch=knobs.micro_batch * sequences, hidden=shape.hidden, heads=shape.heads,
         layers=shape.layers, vocab=shape.vocab, checkpointing=knobs.gradient_checkpointing,
         bytes_per_value=2 if _half(precision) else 4,
     )
@@ -513,7 +535,7 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
 def _candidates(knobs: Knobs, world: int, grad_accum: int) -> list[tuple[str, Knobs]]:
     """Single changes that lower memory, each as (how to write it, new knobs)."""
     out: list[tuple[str, Knobs]] = []
-    kind = knobs.method.kind
+    kind = weights_method(knobs.method).kind
     if not knobs.gradient_checkpointing and kind != "prefix":
         out.append(("gradient_checkpointing=true", dataclasses.replace(knobs, gradient_checkpointing=True)))
     if world > 1 and knobs.zero_stage < 3 and kind != "qlora":
@@ -532,7 +554,10 @@ def _candidates(knobs: Knobs, world: int, grad_accum: int) -> list[tuple[str, Kn
             if batch % smaller == 0:
                 text += f", grad_accum={batch // smaller}"
             out.append((text, dataclasses.replace(knobs, micro_batch=smaller)))
-    if kind in ("pretrain", "sft"):
+    if kind in ("pretrain", "sft") and knobs.method.kind in PREFERENCE_KINDS:
+        lora = knobs.method.model_copy(update={"adapter": LoraMethod()})
+        out.append(("[method.adapter] kind='lora'", dataclasses.replace(knobs, method=lora)))
+    elif kind in ("pretrain", "sft"):
         out.append(("method.kind='lora'", dataclasses.replace(knobs, method=METHOD_MODELS["lora"]())))
     return out
 
@@ -640,7 +665,7 @@ def format_estimate(est: Estimate) -> str:
     if full:  # the ZeRO paper's mixed-precision Adam, P parameters over N ranks
         states += f"  ZeRO-{est.zero_stage}: {ZERO_FORMULAS[est.zero_stage]}, N = {est.world_size or est.n_gpus * est.nodes}"
     rows.append(states)
-    for name in ("buffers", "activations"):
+    for name in ("buffers", "activations") + (("reference",) if m.reference else ()):
         rows.append(f"  {name:<12} {getattr(m, name) / GB:>6.1f}")
     total = f"  {'total':<12} {m.total / GB:>6.1f}"
     if est.gpu_memory_bytes:

@@ -43,16 +43,20 @@ class ModelSpec(Section):
 class DatasetSpec(Section):
     name: str = Field(
         "demo:facts",
-        description="'demo:facts' (instructions), 'demo:chat' (multi-turn), 'demo:text' "
+        description="'demo:facts' (instructions), 'demo:chat' (multi-turn), 'demo:prefs' (preference pairs), "
+        "'demo:feedback' (labelled answers, KTO), 'demo:text' "
         "(plain text), a local file (.json .jsonl .csv .parquet .txt) or folder, or a hub id.",
     )
-    format: Literal["auto", "text", "alpaca", "sharegpt", "messages"] = Field(
-        "auto", description="Record layout; 'auto' detects it from the first records."
+    format: Literal["auto", "text", "alpaca", "sharegpt", "messages", "preference", "unpaired"] = Field(
+        "auto", description="Record layout; 'auto' detects it from the first records. 'preference' = TRL's "
+        "prompt/chosen/rejected, 'unpaired' = prompt/completion/label; sharegpt, messages and alpaca "
+        "records may carry chosen/rejected (or a label) too.",
     )
     columns: dict[str, str] = Field(
         default_factory=dict,
         description="Map of roles to column names, e.g. {prompt='question', response='answer'}. "
-        "Roles: text, prompt, query, response, system, history, messages, tools.",
+        "Roles: text, prompt, query, response, system, history, messages, tools; for preference "
+        "data chosen, rejected, and completion, label (KTO).",
     )
     split: str = Field("train", description="Split to read from a hub dataset or folder.")
     eval_split: float | str = Field(
@@ -64,7 +68,8 @@ class DatasetSpec(Section):
     @field_validator("columns")
     @classmethod
     def _known_roles(cls, value: dict[str, str]) -> dict[str, str]:
-        roles = {"text", "prompt", "query", "response", "system", "history", "messages", "tools"}
+        roles = {"text", "prompt", "query", "response", "system", "history", "messages", "tools",
+                 "chosen", "rejected", "completion", "label"}
         for role in value:
             if role not in roles:
                 hint = did_you_mean(role, roles) or f"use one of {sorted(roles)}"
@@ -155,6 +160,83 @@ class LlamaAdapterMethod(Section):
     adapter_layers: int = Field(2, ge=1, description="Number of top layers with adaption prompts.")
 
 
+# ---- preference tuning (TRL trainers): a [method] table, plus an optional [method.adapter] sub-table
+
+
+AdapterChoice = Annotated[Union[LoraMethod, DoraMethod, QloraMethod], Field(discriminator="kind")]
+ADAPTER_HELP = ("Train an adapter instead of every weight: a [method.adapter] table with kind = 'lora', 'dora' "
+                "or 'qlora' and that method's keys (rank, alpha, ...). Leave it out to train every weight.")
+
+
+class DpoMethod(Section):
+    kind: Literal["dpo"] = Field(
+        "dpo", description="Direct Preference Optimization on chosen/rejected pairs, against a frozen reference."
+    )
+    beta: float = Field(0.1, gt=0, le=100, description="KL strength: higher keeps the model closer to the reference.")
+    loss: Literal["sigmoid", "ipo", "hinge", "robust"] = Field(
+        "sigmoid", description="'sigmoid' (DPO), 'ipo' (IPO), 'hinge' (SLiC) or 'robust' (noise-robust DPO).",
+    )
+    label_smoothing: float = Field(
+        0.0, ge=0, lt=0.5, description="Assumed fraction of flipped preferences (sigmoid: cDPO; robust)."
+    )
+    adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)
+
+
+class SimpoMethod(Section):
+    kind: Literal["simpo"] = Field(
+        "simpo", description="SimPO: length-normalised log-probability margin, no reference model."
+    )
+    beta: float = Field(2.0, gt=0, le=100, description="Reward scale of the average log-probability.")
+    gamma: float = Field(0.5, ge=0, description="Target reward margin (as TRL's simpo_gamma).")
+    sft_weight: float = Field(0.0, ge=0, description="Weight of an NLL loss on the chosen answers (0 = pure SimPO).")
+    adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)
+
+
+class CpoMethod(Section):
+    kind: Literal["cpo"] = Field(
+        "cpo", description="Contrastive Preference Optimization: pair loss + NLL on chosen, no reference model."
+    )
+    beta: float = Field(0.1, gt=0, le=100, description="Temperature of the preference loss.")
+    loss: Literal["sigmoid", "hinge", "ipo"] = Field("sigmoid", description="Preference loss.")
+    sft_weight: float = Field(1.0, ge=0, description="Weight of the NLL loss on the chosen answers (cpo_alpha).")
+    adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)
+
+
+class OrpoMethod(Section):
+    kind: Literal["orpo"] = Field(
+        "orpo", description="ORPO: NLL on chosen + odds-ratio penalty on rejected, no reference model."
+    )
+    beta: float = Field(0.1, gt=0, le=100, description="Weight λ of the odds-ratio term next to the NLL loss.")
+    adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)
+
+
+class KtoMethod(Section):
+    kind: Literal["kto"] = Field(
+        "kto", description="KTO on unpaired feedback (answers labelled good or bad), against a frozen reference."
+    )
+    beta: float = Field(0.1, gt=0, le=100, description="KL strength: higher keeps the model closer to the reference.")
+    desirable_weight: float = Field(1.0, gt=0, description="Weight of the loss on answers labelled true.")
+    undesirable_weight: float = Field(1.0, gt=0, description="Weight of the loss on answers labelled false.")
+    adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)
+
+
+class RewardMethod(Section):
+    kind: Literal["reward"] = Field(
+        "reward", description="Reward model: the base with a scalar value head, trained so chosen scores above rejected."
+    )
+    center_rewards: float = Field(
+        0.0, ge=0, description="Coefficient of a penalty pulling rewards to mean zero (0 = off)."
+    )
+    adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)
+
+
+PREFERENCE_MODELS = (DpoMethod, SimpoMethod, CpoMethod, OrpoMethod, KtoMethod, RewardMethod)
+PREFERENCE_KINDS = {"dpo", "simpo", "cpo", "orpo", "kto", "reward"}
+REFERENCE_KINDS = {"dpo", "kto"}  # a frozen reference policy (the base with adapters off, or a copy)
+UNPAIRED_KINDS = {"kto"}  # labelled single answers instead of chosen/rejected pairs
+ADAPTER_CHOICES = ["lora", "dora", "qlora"]  # kinds a [method.adapter] table may name
+
+
 Method = Annotated[
     Union[
         PretrainMethod,
@@ -168,14 +250,20 @@ Method = Annotated[
         Ia3Method,
         AdapterMethod,
         LlamaAdapterMethod,
+        DpoMethod,
+        SimpoMethod,
+        CpoMethod,
+        OrpoMethod,
+        KtoMethod,
+        RewardMethod,
     ],
     Field(discriminator="kind"),
 ]
 METHOD_KINDS = [
     "pretrain", "sft", "lora", "qlora", "dora", "prefix", "prompt", "ptuning", "ia3", "adapter",
-    "llama-adapter",
+    "llama-adapter", "dpo", "simpo", "cpo", "orpo", "kto", "reward",
 ]
-ADAPTER_KINDS = set(METHOD_KINDS) - {"pretrain", "sft"}
+ADAPTER_KINDS = set(METHOD_KINDS) - {"pretrain", "sft"} - PREFERENCE_KINDS
 
 
 class TrainSpec(Section):
@@ -296,7 +384,8 @@ class Recipe(Section):
     launch: LaunchSpec = Field(default_factory=LaunchSpec, description="Processes and ZeRO.")
 
     def to_toml(self) -> str:
-        return tomli_w.dumps(self.model_dump(mode="json"))
+        # None only stands for an absent optional table ([method.adapter]); TOML has no null
+        return tomli_w.dumps(self.model_dump(mode="json", exclude_none=True))
 
 
 # ---------------------------------------------------------------- reading
@@ -334,13 +423,22 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
     # drop the discriminator tag pydantic inserts for the method union
     if len(loc) >= 2 and loc[0] == "method" and loc[1] in METHOD_KINDS:
         loc.pop(1)
+    if len(loc) >= 3 and loc[:2] == ["method", "adapter"] and loc[2] in ADAPTER_CHOICES:
+        loc.pop(2)  # and the one of the [method.adapter] union
     loc = [p for p in loc if not _is_type_tag(p)]
     key = ".".join(str(p) for p in loc)
     kind = item["type"]
     line = key_line(text, tuple(loc))
     fix = None
     message = item["msg"]
-    if kind == "extra_forbidden":
+    if loc[:2] == ["method", "adapter"] and kind in ("union_tag_invalid", "union_tag_not_found"):
+        given = item["input"].get("kind", "") if isinstance(item.get("input"), dict) else ""
+        message = f"unknown adapter kind '{given}'" if given else "missing: the adapter's kind"
+        fix = (did_you_mean(str(given), ADAPTER_CHOICES) if given else None) or (
+            f"set kind = one of: {', '.join(ADAPTER_CHOICES)} (or remove [method.adapter] to train every weight)")
+        key = "method.adapter.kind"
+        line = key_line(text, ("method", "adapter", "kind")) or key_line(text, ("method", "adapter"))
+    elif kind == "extra_forbidden":
         field = str(loc[-1])
         parent = _model_at(loc[:-1], item)
         choices = list(parent.model_fields) if parent else []
@@ -401,6 +499,9 @@ def _model_at(loc: list, item: dict):
         if model is None:
             return None
         if part == "method":
+            if loc[1:] == ["adapter"]:
+                tags = [p for p in item["loc"][3:4] if p in ADAPTER_CHOICES]
+                return METHOD_MODELS[tags[0]] if tags else LoraMethod
             return METHOD_MODELS.get(_method_kind_of(item), LoraMethod) if len(loc) == 1 else None
         field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
         if field is None:
@@ -419,6 +520,9 @@ def _method_kind_of(item: dict) -> str:
 def _description_of(loc: list) -> str | None:
     model: Any = Recipe
     for index, part in enumerate(loc):
+        if part == "method" and index + 2 < len(loc) and loc[index + 1] == "adapter":
+            info = QloraMethod.model_fields.get(str(loc[index + 2]))
+            return f"expected: {info.description}" if info and info.description else None
         if part == "method" and index + 1 < len(loc):
             for candidate in METHOD_MODELS.values():
                 if str(loc[index + 1]) in candidate.model_fields:
@@ -439,7 +543,7 @@ METHOD_MODELS = {
     cls.model_fields["kind"].default: cls
     for cls in (
         PretrainMethod, SftMethod, LoraMethod, QloraMethod, DoraMethod, PrefixMethod,
-        PromptMethod, PtuningMethod, Ia3Method, AdapterMethod, LlamaAdapterMethod,
+        PromptMethod, PtuningMethod, Ia3Method, AdapterMethod, LlamaAdapterMethod, *PREFERENCE_MODELS,
     )
 }
 
@@ -535,11 +639,22 @@ NO_PACKING_KINDS = {"prefix", "prompt", "ptuning", "llama-adapter"}
 
 
 def packing_enabled(recipe: Recipe) -> bool:
-    """Whether batches are packed; 'auto' packs where the method keeps examples apart."""
+    """Whether batches are packed; 'auto' packs where the method keeps examples apart.
+    Preference pairs are never packed (each batch holds chosen and rejected side by side)."""
+    if recipe.method.kind in PREFERENCE_KINDS:
+        return False
     if recipe.train.packing == "auto":
         return recipe.method.kind not in NO_PACKING_KINDS
     return bool(recipe.train.packing)
 
 
 def uses_adapter(recipe: Recipe) -> bool:
-    return recipe.method.kind in ADAPTER_KINDS
+    return recipe.method.kind in ADAPTER_KINDS or getattr(recipe.method, "adapter", None) is not None
+
+
+def weights_method(method):
+    """The method model that says which weights train: a preference method's adapter, every
+    weight (an `sft` model) for a preference method without one, else the method itself."""
+    if method.kind not in PREFERENCE_KINDS:
+        return method
+    return method.adapter if method.adapter is not None else SftMethod()
