@@ -3,30 +3,32 @@
 The app owns navigation: screens ask it to open a run, a form, a compare, a question or a
 report (`open_*`), so no screen module imports another. It also shows what a worker's call
 into the run service raised (ActionFailed, see tuiapp.ui.worker_errors).
+
+The run view, the form and compare are imported when first opened (no cycle: no screen imports
+the app): they bring numpy, the charts and the recipe schema, which the first frame of the
+history does not need.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from textual.app import App
 from textual.binding import Binding
 
 from tuiapp.core.errors import UserError
-from tuiapp.core.recipe import Recipe
-from tuiapp.ui import actions
 from tuiapp.ui.commands import ActionsProvider
 from tuiapp.ui.config import UiConfig
 from tuiapp.ui.messages import ActionFailed
-from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.screens.confirm import ConfirmScreen
 from tuiapp.ui.screens.help import HelpScreen
 from tuiapp.ui.screens.home import HomeScreen
-from tuiapp.ui.screens.new_experiment import NewExperimentScreen
 from tuiapp.ui.screens.report import ReportScreen
-from tuiapp.ui.screens.run_view import RunViewScreen
 from tuiapp.ui.worker_errors import title_of
+
+if TYPE_CHECKING:
+    from tuiapp.core.recipe import Recipe
 
 
 class LlmtuiApp(App):
@@ -53,6 +55,8 @@ class LlmtuiApp(App):
 
     def open_run(self, run_id: str, replace: bool = False) -> None:
         """The run view of a run; `replace` swaps it for the current screen (after a launch)."""
+        from tuiapp.ui.screens.run_view import RunViewScreen
+
         screen = RunViewScreen(run_id)
         if replace:
             self.switch_screen(screen)
@@ -61,10 +65,14 @@ class LlmtuiApp(App):
 
     def open_form(self, recipe: Recipe | None = None, title: str = "New experiment") -> None:
         """The new-experiment form, empty or filled with a recipe."""
+        from tuiapp.ui.screens.new_experiment import NewExperimentScreen
+
         self.push_screen(NewExperimentScreen(recipe, title=title))
 
     def open_clone(self, run_path: Path) -> None:
         """The form filled with a run's frozen recipe (its model as the user typed it)."""
+        from tuiapp.ui import actions
+
         try:
             recipe, name = actions.recipe_to_clone(run_path)
         except UserError as exc:
@@ -73,6 +81,8 @@ class LlmtuiApp(App):
         self.open_form(recipe, title=f"Clone of {name}")
 
     def open_compare(self, run_ids: list[str]) -> None:
+        from tuiapp.ui.screens.compare import CompareScreen
+
         self.push_screen(CompareScreen(run_ids))
 
     def confirm(self, question: str, detail: str, then: Callable[[bool | None], None]) -> None:
