@@ -490,7 +490,8 @@ def _answer(row: dict, column: str, role: str = "assistant") -> list[dict]:
     if isinstance(value, dict):
         return [_turn(value, column, 0)]
     if isinstance(value, list):
-        return [_turn(turn, column, n) for n, turn in enumerate(value)]
+        return [{"role": role, "content": turn} if isinstance(turn, str) else _turn(turn, column, n)
+                for n, turn in enumerate(value)]
     raise _Problem(f"column '{column}' holds a {type(value).__name__}, expected text or turns", key=column,
                    fix="use a string, one {\"role\", \"content\"} turn, or a list of turns")
 
