@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp import cli_scale
-from tuiapp.core import checks, launcher, service
+from tuiapp import cli_manage, cli_scale
+from tuiapp.core import checks, launcher, meta, queue, service
 from tuiapp.core.errors import UserError
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
 from tuiapp.core.metrics import JsonlReader, dedupe_steps, train_rows
@@ -125,6 +125,11 @@ def follow(run, store) -> int:
     try:
         while True:
             info = run.load().refresh_truth().info
+            if run.status == "queued":
+                place = queue.position(run.path.parent, run.id)
+                if ("queued", place) != shown:
+                    shown = ("queued", place)
+                    print(f"queued: #{place} in line (`llmtui queue`)" if place else "queued", flush=True)
             if run.status == "starting" and not rows:
                 hang = (info.get("hang") or {}).get("message")
                 state = (info.get("phase"), hang)
@@ -143,7 +148,8 @@ def follow(run, store) -> int:
             time.sleep(0.5)
     finally:
         signal.signal(signal.SIGINT, previous)
-    print(f"{run.id}: {run.status}" + (f" — {run.info.get('reason')}" if run.info.get("reason") else ""))
+    bell = "\a" if sys.stdout.isatty() else ""  # the terminal's own notification when the run ends
+    print(f"{bell}{run.id}: {run.status}" + (f" — {run.info.get('reason')}" if run.info.get("reason") else ""))
     if run.status == "succeeded":
         print(f"final model: {run.final_path}")
     return OUTCOME_EXIT.get(run.status, EXIT_FAILED)
@@ -152,10 +158,16 @@ def follow(run, store) -> int:
 def _row(run) -> dict:
     summary = run.summary()
     info = run.info
+    notes = meta.read_meta(run.path)
     return {
         "id": run.id,
-        "name": run.name,
+        "name": notes.get("display_name") or run.name,
         "status": run.status,
+        "tags": notes.get("tags") or [],
+        "note": notes.get("note") or None,
+        "archived": bool(notes.get("archived")),
+        "group": info.get("group"),
+        "queue_position": queue.position(run.path.parent, run.id) if run.status == "queued" else None,
         "phase": info.get("phase") if run.status == "starting" else None,
         "stalled": checks.stall_hint(run, summary),
         "method": info.get("method"),
@@ -177,7 +189,7 @@ def _row(run) -> dict:
 
 def cmd_runs(args) -> int:
     runs = RunStore(args.runs_dir).list()
-    rows = [_row(r) for r in runs]
+    rows = [row for row in (_row(r) for r in runs) if cli_manage.matches(row, args)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
@@ -199,8 +211,12 @@ def cmd_runs(args) -> int:
             print(f"  ! {row['stalled']}")
         elif row["phase"]:
             print(f"  · {row['phase']}")
+        elif row["queue_position"]:
+            print(f"  · #{row['queue_position']} in the queue")
         elif row["status"] == "failed" and row["reason"]:
             print(f"  ✗ {str(row['reason']).splitlines()[0][:200]}")
+        if row["tags"] or row["note"]:
+            print("  " + " ".join(f"#{t}" for t in row["tags"]) + (f"  {row['note'][:100]}" if row["note"] else ""))
     return EXIT_OK
 
 
@@ -324,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe key")
     p.add_argument("--dry-run", action="store_true", help="validate and print the command; create nothing")
     p.add_argument("--detach", action="store_true", help="return at once; the run goes on")
+    cli_manage.add_queue_arguments(p)
     cli_scale.add_run_arguments(p)
 
     p = add("validate", cmd_validate, "check a recipe (exit 0 ok, 2 bad)")
@@ -341,8 +358,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("schema", cmd_schema, "print the recipe JSON Schema")
 
-    p = add("runs", cmd_runs, "list runs")
+    p = add("runs", cmd_runs, "list runs (archived ones only with --archived or --all)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--tag", default=None, help="only runs with this tag")
+    p.add_argument("--group", default=None, help="only the runs of this sweep")
+    p.add_argument("--archived", action="store_true", help="only archived runs")
+    p.add_argument("--all", action="store_true", help="archived runs too")
+
+    cli_manage.add_commands(add)
 
     p = add("show", cmd_show, "show one run")
     p.add_argument("run")

@@ -37,7 +37,8 @@ def launch_options(args) -> LaunchOptions:
     """The run service's options from `llmtui run`'s flags."""
     given = {f: getattr(args, f, None) for f in SLURM_FLAGS + NODE_FLAGS}
     return LaunchOptions(recipe_file=str(args.recipe), overrides=list(args.set or []), runs_dir=args.runs_dir,
-                         slurm=bool(getattr(args, "slurm", False)), **given)
+                         slurm=bool(getattr(args, "slurm", False)), queue=bool(getattr(args, "queue", False)),
+                         priority=getattr(args, "priority", 0) or 0, slots=getattr(args, "slots", None), **given)
 
 
 def resume_options(args) -> LaunchOptions:

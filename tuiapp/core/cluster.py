@@ -454,12 +454,18 @@ def active_hosts(launch: "LaunchSpec", hosts: list[Host]) -> list[tuple[str, int
 
 def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool = False,
                  port: int | None = None, node: NodeArgs | None = None,
-                 base_dir: Path | None = None, python: str | None = None) -> Launch:
+                 base_dir: Path | None = None, python: str | None = None,
+                 gpu_ids: list[int] | None = None) -> Launch:
     """The command of one supervisor: single node, hosts mode (head), or one node of many.
-    Pure: the hostfile / .deepspeed_env it needs are in `files`, written by write_files()."""
+    `gpu_ids`: the GPUs the queue gave this run (else the recipe's). Pure: the hostfile /
+    .deepspeed_env it needs are in `files`, written by write_files()."""
     run_dir = Path(run_dir)
     base_dir = base_dir or Path.cwd()
-    ranks, gpu_ids = launcher.plan_ranks(launch, cuda)
+    ranks, planned = launcher.plan_ranks(launch, cuda)
+    if gpu_ids:
+        ranks = len(gpu_ids)
+    else:
+        gpu_ids = planned
     strategy = launch.strategy
     env: dict[str, str] = {}
     if node is not None:

@@ -50,6 +50,10 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
     """Cross-field rules that hold on any machine (DeepSpeed and peft constraints)."""
     out: list[Finding] = []
     train, launch, kind = recipe.train, recipe.launch, recipe.method.kind
+    if train.early_stopping_patience and (not train.eval_steps or recipe.dataset.eval_split in (0, 0.0, "")):
+        out.append(Finding("error", "train.early_stopping_patience", "early stopping watches the eval loss, but "
+                           "this run never evaluates before its end", "set train.eval_steps > 0 and dataset.eval_split "
+                           "(a fraction or a file), or early_stopping_patience = 0"))
     if kind == "qlora" and launch.zero_stage == 3:
         out.append(Finding("error", "launch.zero_stage", "ZeRO-3 cannot partition the 4-bit base "
                            "weights of qlora", "set launch.zero_stage = 2 or lower"))

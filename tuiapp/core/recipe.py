@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import tomli_w
+import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tuiapp.core.errors import RecipeError, RecipeErrors, did_you_mean
+from tuiapp.core.hosts import parse_host_entries
 
 BUNDLED_MODEL = "tiny"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -295,6 +296,13 @@ class TrainSpec(Section):
         default_factory=list, description="Prompts answered by the model at each eval."
     )
     sample_max_new_tokens: int = Field(32, ge=1, le=4096, description="Tokens generated per sample.")
+    early_stopping_patience: int = Field(
+        0, ge=0, description="Stop when the eval loss has not improved for this many evals (0 = off; needs "
+        "eval_steps and an eval split). The run ends as succeeded, with its final model.",
+    )
+    early_stopping_threshold: float = Field(
+        0.0, ge=0, description="An eval loss must drop by more than this to count as an improvement.",
+    )
 
     @field_validator("learning_rate", "epochs", "warmup_ratio", "weight_decay", "max_grad_norm")
     @classmethod
@@ -350,13 +358,16 @@ class LaunchSpec(Section):
     join_timeout_s: int = Field(
         600, ge=10, description="Multi-node: seconds node 0 waits for every node to join before failing."
     )
+    startup_timeout_s: int = Field(
+        900, ge=5,
+        description="Seconds a start-up phase (importing, building ops, joining ranks, tokenizing, loading "
+        "the model, first step) may go without progress before the run is flagged as hung (`llmtui doctor`).",
+    )
 
     @field_validator("hosts")
     @classmethod
     def _hosts(cls, value):
         if isinstance(value, list) and value:
-            from tuiapp.core.cluster import parse_host_entries
-
             parse_host_entries(value)  # raises ValueError naming the bad entry and the fix
         return value
 
@@ -371,6 +382,37 @@ class LaunchSpec(Section):
         return value
 
 
+class SweepSpec(Section):
+    grid: dict[str, list[bool | int | float | str]] = Field(
+        default_factory=dict,
+        description="Recipe keys and the values to try, e.g. {'train.learning_rate' = [1e-4, 3e-4], "
+        "'method.rank' = [8, 16]}: every combination (or `random` of them) is one run. `llmtui sweep`.",
+    )
+    random: int = Field(0, ge=0, description="Try this many combinations drawn at random (0 = every one).")
+    seed: int = Field(0, ge=0, description="Seed of the random draw.")
+    slots: int = Field(0, ge=0, description="Runs of the sweep at once on a machine without CUDA (0 = "
+                       "LLMTUI_QUEUE_SLOTS or 1); with CUDA the queue fits runs to free GPUs.")
+    metric: Literal["eval_loss", "loss"] = Field(
+        "eval_loss", description="What ranks the sweep's runs (best = lowest); `loss` when there is no eval."
+    )
+    halving_step: int = Field(
+        0, ge=0, description="Successive halving: a run reaching this step in the worse half of the sweep's "
+        "runs so far (by train loss there) is stopped (0 = off).",
+    )
+
+
+class NotifySpec(Section):
+    command: str = Field(
+        "", description="A command run (no shell) when the run ends, fails or hangs, e.g. "
+        "\"curl -d @- ntfy.sh/mytopic\"; it gets LLMTUI_EVENT, LLMTUI_RUN_ID, LLMTUI_STATUS, LLMTUI_REASON "
+        "in its environment and a one-line summary on stdin.",
+    )
+    on: list[Literal["succeeded", "failed", "stopped", "hang", "sweep"]] = Field(
+        default_factory=lambda: ["succeeded", "failed", "hang", "sweep"],
+        description="Events that run the command (sweep = the last run of a sweep ended).",
+    )
+
+
 class Recipe(Section):
     name: str = Field("run", pattern=NAME_PATTERN, description="Run name: letters, digits, . _ -")
     description: str = Field("", description="Free text shown in history.")
@@ -382,6 +424,9 @@ class Recipe(Section):
     )
     train: TrainSpec = Field(default_factory=TrainSpec, description="Optimisation settings.")
     launch: LaunchSpec = Field(default_factory=LaunchSpec, description="Processes and ZeRO.")
+    sweep: SweepSpec = Field(default_factory=SweepSpec, description="A grid of runs for `llmtui sweep` "
+                             "(ignored by `llmtui run`).")
+    notify: NotifySpec = Field(default_factory=NotifySpec, description="Tell someone when the run ends.")
 
     def to_toml(self) -> str:
         # None only stands for an absent optional table ([method.adapter]); TOML has no null
@@ -573,8 +618,8 @@ def recipe_from_dict(data: dict, text: str = "", file: str = "<recipe>") -> Reci
         raise RecipeErrors(unique) from None
 
 
-def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Read a recipe file, apply `key.path=value` overrides, validate."""
+def read_recipe_text(path: str | Path) -> str:
+    """A recipe file's text, or a clear error (missing, a folder, too big, not UTF-8)."""
     path = Path(path)
     file = str(path)
     if not path.exists():
@@ -585,21 +630,34 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     if len(raw) > 1_000_000:
         raise RecipeError(message="file is over 1 MB; not a recipe", file=file, fix="pass a recipe .toml")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise RecipeError(
             message="not UTF-8 text", file=file, line=line, fix="save the file as UTF-8"
         ) from None
-    if not overrides:
-        return parse_recipe(text, file)
+
+
+def read_recipe_data(path: str | Path, overrides: list[str] | None = None) -> tuple[dict, str]:
+    """A recipe file's TOML as a dict with `key.path=value` overrides applied, and its text
+    (for line numbers in errors); not validated yet."""
+    text = read_recipe_text(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
-        return parse_recipe(text, file)
-    for override in overrides:
+        parse_recipe(text, str(path))  # raises the TOML error with its file and line
+        raise
+    for override in overrides or []:
         apply_override(data, override)
-    return recipe_from_dict(data, text=text, file=file)
+    return data, text
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Read a recipe file, apply `key.path=value` overrides, validate."""
+    if not overrides:
+        return parse_recipe(read_recipe_text(path), str(path))
+    data, text = read_recipe_data(path, overrides)
+    return recipe_from_dict(data, text=text, file=str(path))
 
 
 def apply_override(data: dict, override: str) -> None:

@@ -15,13 +15,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-STATUSES = ("created", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown")
-ACTIVE = ("created", "starting", "running", "stopping")
+STATUSES = ("created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown")
+ACTIVE = ("created", "queued", "starting", "running", "stopping")
 FINAL = ("succeeded", "failed", "stopped")
 # start-up phases, in order; a rank reports each one as it enters it (ranks/phase-<rank>.json)
 PHASES = ("launching", "importing", "building ops", "joining ranks", "loading tokenizer", "tokenizing",
           "loading model", "first step", "training")
-Status = Literal["created", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown"]
+Status = Literal["created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown"]
 
 
 class Attempt(BaseModel):
@@ -78,6 +78,9 @@ class RunRecord(BaseModel):
     phase_since: float | None = None
     hang: Hang | None = None
     stop_requested: float | None = None
+    queue: dict | None = None  # a queued launch: {priority, slots, enqueued}
+    group: dict | None = None  # a sweep's run: {id, name, index, keys, values}
+    devices: list[int] | None = None  # GPU ids the queue gave this run
     argv: list[str] | None = None
     ranks: int | None = None
     gpus: list[int] | None = None

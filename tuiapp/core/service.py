@@ -20,10 +20,10 @@ from typing import Callable
 
 import psutil
 
-from tuiapp.core import checks, cluster, cluster_checks, runlock, shm, slurm
+from tuiapp.core import checks, cluster, cluster_checks, queue, runlock, shm, slurm
 from tuiapp.core.errors import RunError, UserError
 from tuiapp.core.findings import Finding
-from tuiapp.core.launcher import STOP_GRACE_S, cuda_device_count, signal_group, supervisor_argv
+from tuiapp.core.launcher import STOP_GRACE_S, cuda_device_count, plan_ranks, signal_group, supervisor_argv
 from tuiapp.core.procs import group_processes, process_alive
 from tuiapp.core.recipe import Recipe
 from tuiapp.core.rundir import ACTIVE
@@ -66,6 +66,10 @@ class LaunchOptions:
     gpus_per_node: int | None = None
     time: str | None = None
     account: str | None = None
+    queue: bool = False  # wait in the device queue (tuiapp.core.queue) instead of starting now
+    priority: int = 0
+    slots: int | None = None  # CPU slots of this machine, as this run sees them (default LLMTUI_QUEUE_SLOTS or 1)
+    group: dict | None = None  # a sweep's run: {id, name, index, keys, values}
 
 
 @dataclass
@@ -126,6 +130,8 @@ def plan_launch(recipe: Recipe, store: RunStore, base_dir: Path, options: Launch
     raises LaunchRefused or another UserError when the launch must not happen."""
     options = options or LaunchOptions()
     check_options(options)
+    if options.queue and options.slurm:
+        raise UserError(message="--queue and --slurm do not go together", fix="SLURM queues jobs itself: leave out --queue")
     if options.node_rank:
         raise UserError(message=f"node {options.node_rank} joins a run; it does not plan one",
                         fix="use join() (`llmtui run RECIPE --node-rank K --run-id ID`)")
@@ -135,6 +141,9 @@ def plan_launch(recipe: Recipe, store: RunStore, base_dir: Path, options: Launch
     launch = resolved.launch
     cuda = cuda_device_count()
     findings = checks.before_launch(resolved, store, base_dir=base_dir)
+    if options.queue and (options.node_rank is not None or cluster.uses_hosts(launch)):
+        raise UserError(message="--queue waits for this machine's devices; it does not apply to a run that spans "
+                        "nodes", fix="leave out --queue (or launch.hosts), or use --slurm: SLURM queues jobs itself")
     if options.node_rank == 0:
         port = cluster.resolve_port(launch, options.master_port)
         findings += cluster_checks.launch_findings(resolved, node_rank=0, master_port=port, base_dir=base_dir)
@@ -195,7 +204,12 @@ def launch(plan: LaunchPlan, store: RunStore, say: Say = _quiet) -> Run:
             node = cluster.NodeArgs(0, node_plan.nnodes, node_plan.master_addr)
             start_supervisor(run, port=plan.launch.port, node=node)
         else:
-            start_supervisor(run, port=plan.launch.port)
+            if options.queue:
+                _enqueue(run, plan, store)
+            if options.group:
+                run.update(group=options.group)
+            start_supervisor(run, port=None if options.queue and not plan.recipe.launch.master_port else plan.launch.port,
+                             queued=options.queue)
         run.load()
         if run.info.get("argv"):
             say("command: " + " ".join(run.info["argv"]))
@@ -204,8 +218,18 @@ def launch(plan: LaunchPlan, store: RunStore, say: Say = _quiet) -> Run:
         run.release_lock()
 
 
+def _enqueue(run: Run, plan: LaunchPlan, store: RunStore) -> None:
+    options = plan.options
+    ranks, gpu_ids = plan_ranks(plan.recipe.launch, cuda_device_count())
+    slots = options.slots or queue.default_slots()
+    entry = queue.enqueue(store.root, run.id, priority=options.priority, slots=slots,
+                          devices=gpu_ids if gpu_ids is not None else ranks)
+    run.update(queue={"priority": options.priority, "slots": slots, "enqueued": entry.enqueued,
+                      "devices": entry.devices})
+
+
 def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
-                     node: cluster.NodeArgs | None = None, wait_s: float = 10.0) -> int:
+                     node: cluster.NodeArgs | None = None, wait_s: float = 10.0, queued: bool = False) -> int:
     """Start the run's (or one node's) supervisor in its own session, handing it the run's lock,
     so no second supervisor can start between this check and its life. Returns its pid."""
     node_rank = node.node_rank if node else None
@@ -219,11 +243,14 @@ def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
     argv = supervisor_argv(run.path, resume=resume, port=port) + ["--lock-fd", str(fd)]
     if node is not None:
         argv += ["--node-rank", str(node.node_rank), "--nnodes", str(node.nnodes), "--master-addr", node.master_addr]
+    if queued:
+        argv.append("--queued")
     owner = not node_rank
     try:
         if owner:
-            run.update(status="starting", phase="launching", phase_since=time.time(), reason=None, error=None,
-                       hang=None, ended=None, exit_code=None, stop_requested=None)
+            run.update(status="queued" if queued else "starting", phase=None if queued else "launching",
+                       phase_since=time.time(), reason=None, error=None, hang=None, ended=None, exit_code=None,
+                       stop_requested=None)
         log_path = run.path / "supervisor.log" if node is None else cluster.nodes_dir(run.path) / f"{node_rank}.supervisor.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import psutil
 
-from tuiapp.core import cluster, launcher, rundir, runlock, shm
+from tuiapp.core import cluster, launcher, notify, queue, rundir, runlock, shm, sweep
 from tuiapp.core.errors import UserError
+from tuiapp.core.gpus import detect_gpus
 from tuiapp.core.metrics import JsonlWriter, read_jsonl, summarize
 from tuiapp.core.procs import group_processes
 from tuiapp.core.runs import Run, cause_text, failure_reason, redact, root_cause
@@ -32,13 +33,20 @@ WATCH_S = 1.0  # phases, hangs and errors are read this often
 
 class Supervisor:
     def __init__(self, run_dir: Path, resume: bool, grace_s: float, port: int | None = None,
-                 node: cluster.NodeArgs | None = None):
+                 node: cluster.NodeArgs | None = None, queued: bool = False):
+        self.queued = queued
+        self.claims = False
+        self.recipe = None
+        self.halted: str | None = None  # why the sweep's halving rule stopped this run
+        self.halving_done = False
+        self.hang_notified = False
         self.port = port
         self.node = node  # one node of a multi-node run (node mode / SLURM); None = the only one
         self.launch: cluster.Launch | None = None
         self.watch: cluster.NodeWatch | None = None
         self.fail_reason: str | None = None  # set when this supervisor ends the run itself
         self.run = Run(run_dir).load()
+        self.runs_root = Path(run_dir).parent
         self.resume = resume
         self.grace_s = grace_s
         self.stop_requested_at: float | None = None
@@ -82,10 +90,14 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         run = self.run
-        recipe = run.recipe()
+        recipe = self.recipe = run.recipe()
         cuda = launcher.cuda_device_count()
+        devices = self._take_devices(recipe, cuda)
+        if devices is None:
+            return 0  # cancelled while queued
         plan = self.launch = cluster.build_launch(run.path, recipe.launch, cuda, resume=self.resume,
-                                                  port=self.port, node=self.node)
+                                                  port=self.port, node=self.node,
+                                                  gpu_ids=devices if cuda and devices else None)
         cluster.write_files(plan)
         argv, ranks, gpu_ids = plan.argv, plan.ranks, plan.gpu_ids
         self.world = plan.plan.world_size if plan.plan is not None else int(plan.fields.get("world_size") or ranks)
@@ -133,6 +145,8 @@ class Supervisor:
             )
             code = self._wait()
         self._kill_leftovers()
+        if self.claims:
+            queue.release(self.runs_root, run.id)
         shm.reclaim(plan.port)  # DeepSpeed's CPU all-reduce buffers of this run's ranks
         self._record_outcome(code)
         return 0
@@ -150,9 +164,40 @@ class Supervisor:
                 self._next_watch = time.monotonic() + WATCH_S
                 self._watch_nodes()
                 self._watch_ranks()
+                self._watch_sweep()
             if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > self.grace_s:
                 self._signal_group(signal.SIGKILL)
             time.sleep(POLL_S)
+
+    def _take_devices(self, recipe, cuda: int) -> list[int] | None:
+        """A run on this machine alone claims its devices in the queue (so queued runs see it);
+        a queued run first waits for its turn. None when cancelled while waiting."""
+        self.claims = self.node is None and not cluster.uses_hosts(recipe.launch)
+        if not self.claims:
+            return []
+        ranks, gpu_ids = launcher.plan_ranks(recipe.launch, cuda)
+        want = gpu_ids if gpu_ids is not None else ranks
+        me = psutil.Process()
+        slots = int((self.run.info.get("queue") or {}).get("slots") or queue.default_slots())
+        if self.queued:
+            self._record(status="queued", pid=me.pid, pgid=os.getpgid(0), pid_create_time=me.create_time(),
+                         host=socket.gethostname())
+        while True:
+            gpus = detect_gpus() if cuda else []
+            devices = queue.try_start(self.runs_root, self.run.id, want=want, slots=slots, queued=self.queued,
+                                      cuda_gpus=gpus, pid=me.pid, pid_create_time=me.create_time())
+            if devices is not None:
+                if self.queued:
+                    self._record(devices=devices)
+                return devices
+            if self.stop_requested_at is not None:
+                queue.dequeue(self.runs_root, self.run.id)
+                now = time.time()
+                self._record(status="stopped", ended=now, reason="cancelled while queued (it never started)")
+                with JsonlWriter(self.run.events_path) as events:
+                    events.write({"event": "stopped", "reason": "cancelled while queued"})
+                return None
+            time.sleep(queue.POLL_S)
 
     def _own_record(self) -> dict:
         if self.node is not None and self.node.node_rank:
@@ -186,6 +231,9 @@ class Supervisor:
                 key = (rank, phase) if stuck > self.startup_timeout_s else None
                 if key != self.hang_key:
                     self.hang_key = key
+                    if key is not None and not self.hang_notified:
+                        self.hang_notified = True
+                        self._notify("hang", "starting", f"hung in '{phase}' (rank {rank})")
                     values["hang"] = None if key is None else rundir.Hang(
                         phase=phase, rank=rank, since=since,
                         message=f"hung in '{phase}': rank {rank} has made no progress for {stuck:.0f}s "
@@ -255,9 +303,9 @@ class Supervisor:
         if self.fail_reason:
             status, reason = ("failed" if owner else "stopped"), self.fail_reason
         elif self.stop_requested_at is not None:
-            status, reason = "stopped", "stopped on request"
+            status, reason = "stopped", self.halted or "stopped on request"
         elif code == 0 and (finished or not owner):
-            status, reason = "succeeded", None
+            status, reason = "succeeded", self._early_stop_reason()
         else:
             status = "failed"
             reason = failure_reason(run.path, log, since=self.started) or f"the launcher exited with code {code}"
@@ -279,6 +327,69 @@ class Supervisor:
             return
         with JsonlWriter(run.events_path) as events:
             events.write({"event": status, "exit_code": code, "reason": reason})
+        self._notify(status, status, reason)
+        self._notify_sweep_end()
+
+    def _early_stop_reason(self) -> str | None:
+        stops = [e for e in read_jsonl(self.run.events_path)
+                 if e.get("event") == "early_stop" and (e.get("time") or 0) >= self.started]
+        if not stops:
+            return None
+        e = stops[-1]
+        return (f"stopped early at step {e.get('step')}: the eval loss did not improve for {e.get('patience')} evals "
+                f"(best {e.get('best_eval_loss'):.4f})")
+
+    def _notify(self, event: str, status: str, reason: str | None) -> None:
+        if self.recipe is not None:
+            notify.send(self.recipe.notify, event, self.run.path, self.run.id, self.run.name, status, reason)
+
+    def _group(self) -> dict | None:
+        group = self.run.info.get("group")
+        return group if isinstance(group, dict) and group.get("id") else None
+
+    def _watch_sweep(self) -> None:
+        """Successive halving: at the sweep's halving step, a run in the worse half of the sweep's
+        runs that got there so far stops itself (checkpoint first)."""
+        group = self._group()
+        if self.halving_done or group is None or self.status != "running" or self.stop_requested_at is not None:
+            return
+        record = sweep.read_group(self.runs_root, group["id"]) or {}
+        step = int(record.get("halving_step") or 0)
+        if not step:
+            self.halving_done = True
+            return
+        rows = [r for r in read_jsonl(self.run.metrics_path)
+                if r.get("split", "train") == "train" and isinstance(r.get("step"), (int, float))
+                and isinstance(r.get("loss"), (int, float))]
+        reached = [r for r in rows if r["step"] >= step]
+        if not reached:
+            return
+        self.halving_done = True
+        mine = float(reached[0]["loss"])
+        sweep.record_halving(self.runs_root, group["id"], self.run.id, mine)
+        worse, median = sweep.in_worse_half(mine, sweep.halving_values(self.runs_root, group["id"]))
+        if worse:
+            self.halted = (f"stopped by the sweep's halving rule at step {step}: loss {mine:.4f} is in the worse half "
+                           f"of the sweep's runs so far (median {median:.4f})")
+            self._on_stop_signal(signal.SIGTERM, None)
+
+    def _notify_sweep_end(self) -> None:
+        """The last run of a sweep to end tells about the whole sweep, once."""
+        group = self._group()
+        if group is None:
+            return
+        record = sweep.read_group(self.runs_root, group["id"]) or {}
+        runs = [Run(self.runs_root / run_id).load() for run_id in record.get("runs") or []]
+        if not runs or any(r.status not in rundir.FINAL for r in runs):
+            return
+        marker = sweep.groups_dir(self.runs_root) / group["id"] / "notified"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        done = sum(r.status == "succeeded" for r in runs)
+        self._notify("sweep", "finished", f"sweep {record.get('name')}: {done}/{len(runs)} runs succeeded")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nnodes", type=int, default=None, help="number of nodes (multi-node runs)")
     parser.add_argument("--master-addr", default=None, help="address of node 0 (multi-node runs)")
     parser.add_argument("--slurm", action="store_true", help="started by the run's sbatch script")
+    parser.add_argument("--queued", action="store_true", help="wait for a turn in the device queue first")
     parser.add_argument("--lock-fd", type=int, default=None, help="the run's lock, taken by the process that started this")
     parser.add_argument("--grace", type=float, default=float(os.environ.get("LLMTUI_STOP_GRACE_S", launcher.STOP_GRACE_S)))
     args = parser.parse_args(argv)
@@ -303,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {args.run_dir} already has a live supervisor; not starting a second one", file=sys.stderr)
             return 2
     os.set_inheritable(lock, False)  # held by this process alone; released by the kernel when it ends
-    supervisor = Supervisor(args.run_dir, args.resume, args.grace, args.master_port, node)
+    supervisor = Supervisor(args.run_dir, args.resume, args.grace, args.master_port, node, queued=args.queued)
     try:
         return supervisor.execute()
     except UserError as exc:

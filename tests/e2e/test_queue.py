@@ -1,0 +1,149 @@
+"""The queue and sweeps with real supervisors, the real launcher and trainer (CPU slots)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.e2e.helpers import kill_group, llmtui, run_info, spawn_llmtui, wait_for
+from tuiapp.core import rundir
+
+pytestmark = pytest.mark.slow
+
+SHORT = ["--set", "train.max_steps=3", "--set", "train.eval_steps=0", "--set", "train.save_steps=0",
+         "--set", "dataset.eval_split=0", "--set", "train.sample_prompts=[]"]
+LIVE = ("starting", "running", "stopping")
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    yield tmp_path
+    for run_dir in tmp_path.iterdir():
+        if run_dir.is_dir() and not run_dir.name.startswith("."):
+            kill_group(run_dir)
+
+
+class Concurrency(threading.Thread):
+    """Samples how many runs of a folder are live at once."""
+
+    def __init__(self, runs_dir):
+        super().__init__(daemon=True)
+        self.runs_dir = runs_dir
+        self.most = 0
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            live = 0
+            for path in self.runs_dir.glob("*/run.json"):
+                try:
+                    live += json.loads(path.read_text()).get("status") in LIVE
+                except (OSError, ValueError):
+                    pass
+            self.most = max(self.most, live)
+            time.sleep(0.1)
+
+
+def _runs(runs_dir):
+    return sorted((p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                  key=lambda p: run_info(p)["created"])
+
+
+def _all_final(runs_dir):
+    return all(run_info(p)["status"] in rundir.FINAL for p in _runs(runs_dir))
+
+
+def _intervals(run_dir):
+    return [(a["started"], a["ended"]) for a in rundir.attempts_of(run_info(run_dir))]
+
+
+def test_a_grid_with_one_slot_runs_one_at_a_time_and_a_cancelled_run_never_starts(runs_dir):
+    watch = Concurrency(runs_dir)
+    watch.start()
+    # the command that queued the sweep may die at once (a closed terminal): the queue goes on
+    parent = spawn_llmtui("sweep", "recipes/tiny-lora.toml", *SHORT, "--grid", "train.learning_rate=1e-3,3e-3",
+                          "--grid", "method.rank=4,8", "--slots", "1", runs_dir=runs_dir, new_session=True)
+    out, _ = parent.communicate(timeout=180)
+    assert parent.returncode == 0, out
+    assert "queued 4 runs" in out
+    runs = _runs(runs_dir)
+    assert len(runs) == 4
+    group = run_info(runs[0])["group"]
+    assert group["keys"] == ["train.learning_rate", "method.rank"]
+    cancelled = runs[2]
+    assert run_info(cancelled)["status"] == "queued"
+    assert llmtui("stop", cancelled.name, runs_dir=runs_dir, timeout=60).returncode == 0
+    try:
+        wait_for(lambda: _all_final(runs_dir), timeout=600, interval=1, what="the sweep to end")
+    finally:
+        watch.done.set()
+        watch.join()
+    assert watch.most == 1
+    assert run_info(cancelled)["status"] == "stopped" and _intervals(cancelled) == []
+    assert "cancelled while queued" in run_info(cancelled)["reason"]
+    done = [p for p in runs if p != cancelled]
+    assert [run_info(p)["status"] for p in done] == ["succeeded"] * 3
+    spans = sorted(span for p in done for span in _intervals(p))
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))
+    listed = json.loads(llmtui("runs", "--json", "--group", group["id"], runs_dir=runs_dir, check=True).stdout)
+    assert len(listed) == 4
+
+
+def test_two_slots_run_two_at_once(runs_dir):
+    watch = Concurrency(runs_dir)
+    watch.start()
+    try:
+        for index in range(2):
+            llmtui("run", "recipes/tiny-lora.toml", *SHORT, "--set", f"name=two{index}", "--queue", "--slots", "2",
+                   "--detach", runs_dir=runs_dir, check=True)
+        wait_for(lambda: _all_final(runs_dir), timeout=600, interval=1, what="both runs to end")
+    finally:
+        watch.done.set()
+        watch.join()
+    assert watch.most == 2
+    assert [run_info(p)["status"] for p in _runs(runs_dir)] == ["succeeded", "succeeded"]
+
+
+def test_a_queued_run_waits_for_a_run_outside_the_queue(runs_dir):
+    llmtui("run", "recipes/tiny-lora.toml", *SHORT, "--set", "train.max_steps=8", "--set", "name=outside",
+           "--detach", runs_dir=runs_dir, check=True)
+    llmtui("run", "recipes/tiny-lora.toml", *SHORT, "--set", "name=queued", "--queue", "--detach",
+           runs_dir=runs_dir, check=True)
+    outside, queued = _runs(runs_dir)
+    position = json.loads(llmtui("queue", "--json", runs_dir=runs_dir, check=True).stdout)
+    assert [row["id"] for row in position] == [queued.name]
+    wait_for(lambda: run_info(outside)["status"] in rundir.FINAL, timeout=300, what="the outside run to end")
+    wait_for(lambda: _all_final(runs_dir), timeout=300, what="the queued run to end")
+    (first_start, first_end), = _intervals(outside)
+    (second_start, _), = _intervals(queued)
+    assert second_start >= first_end
+    assert run_info(queued)["status"] == "succeeded"
+
+
+def test_successive_halving_stops_the_worse_runs(runs_dir):
+    # learning rates far apart: at step 4 the tiny rates have barely moved the loss
+    result = llmtui("sweep", "recipes/tiny-lora.toml", *SHORT, "--set", "train.max_steps=8",
+                    "--set", "sweep.halving_step=4", "--set", "train.warmup_ratio=0",
+                    "--grid", "train.learning_rate=3e-2,1e-6", "--slots", "1", runs_dir=runs_dir, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    wait_for(lambda: _all_final(runs_dir), timeout=600, interval=1, what="the sweep to end")
+    statuses = {run_info(p)["group"]["values"]["train.learning_rate"]: run_info(p) for p in _runs(runs_dir)}
+    assert statuses[3e-2]["status"] == "succeeded"
+    assert statuses[1e-6]["status"] == "stopped"
+    assert "halving rule at step 4" in statuses[1e-6]["reason"]
+
+
+def test_killing_the_process_that_follows_a_queued_run_leaves_it_queued(runs_dir):
+    follower = spawn_llmtui("run", "recipes/tiny-lora.toml", *SHORT, "--set", "train.max_steps=2", "--queue",
+                            runs_dir=runs_dir)
+    wait_for(lambda: _runs(runs_dir) and run_info(_runs(runs_dir)[0]).get("status") in ("queued", *LIVE),
+             timeout=120, what="the run")
+    os.kill(follower.pid, signal.SIGKILL)
+    follower.wait()
+    wait_for(lambda: _all_final(runs_dir), timeout=300, what="the run to end")
+    assert run_info(_runs(runs_dir)[0])["status"] == "succeeded"
