@@ -151,9 +151,13 @@ def test_orphaned_ranks_are_flagged_not_failed_nor_running(store, tmp_path):
 def test_stop_says_stopping_at_once_and_the_final_status_after(store, tmp_path):
     """A real process group that takes 2 s to end after SIGTERM, as ranks finishing a step do."""
     run = store.create(Recipe(name="slow-exit", method=LoraMethod()))
-    code = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: (time.sleep(2), sys.exit(0)))\ntime.sleep(60)"
+    ready = tmp_path / "ready"
+    code = ("import pathlib, signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: (time.sleep(2), sys.exit(0)))\n"
+            f"pathlib.Path({str(ready)!r}).touch()\ntime.sleep(60)")
     process = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    time.sleep(0.5)  # its handler is set
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:  # its SIGTERM handler is set
+        time.sleep(0.05)
     try:
         run.update(status="running", pid=process.pid, pgid=process.pid, started=FIXED_NOW - 60,
                    attempts=rundir.new_attempt(run.info, socket.gethostname(), False, now=FIXED_NOW - 60))
