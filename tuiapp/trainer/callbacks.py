@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from tuiapp.core.metrics import JsonlWriter
+from tuiapp.core.metrics import PREFERENCE_METRICS, JsonlWriter
 from tuiapp.trainer import phases
 
 
@@ -66,12 +66,30 @@ class GracefulStop(TrainerCallback):
         return control
 
 
-class RunRecorder(TrainerCallback):
-    """Writes metrics.jsonl and events.jsonl (rank 0 only) and per-rank memory."""
+def preference_metrics(logs: dict, prefix: str = "") -> dict:
+    """TRL's preference metrics under llmtui's keys (PREFERENCE_METRICS): DPO, SimPO/CPO, ORPO
+    and KTO log rewards/* (KTO also kl) already; the reward model's accuracy/margin/mean_reward
+    become rewards/accuracies, rewards/margins and the chosen and rejected means."""
+    out = {key: logs[prefix + key] for key in PREFERENCE_METRICS if isinstance(logs.get(prefix + key), (int, float))}
+    accuracy, margin, mean = (logs.get(prefix + k) for k in ("accuracy", "margin", "mean_reward"))
+    if isinstance(accuracy, (int, float)):
+        out.setdefault("rewards/accuracies", accuracy)
+    if isinstance(margin, (int, float)):
+        out.setdefault("rewards/margins", margin)
+        if isinstance(mean, (int, float)):  # the mean over chosen and rejected, which are as many
+            out.setdefault("rewards/chosen", mean + margin / 2)
+            out.setdefault("rewards/rejected", mean - margin / 2)
+    return out
 
-    def __init__(self, run_dir: Path, host: str):
+
+class RunRecorder(TrainerCallback):
+    """Writes metrics.jsonl and events.jsonl (rank 0 only) and per-rank memory. `loss_is_nll`:
+    the loss is a token cross-entropy (eval rows then carry its perplexity); not for preference losses."""
+
+    def __init__(self, run_dir: Path, host: str, loss_is_nll: bool = True):
         self.run_dir = Path(run_dir)
         self.host = host
+        self.loss_is_nll = loss_is_nll
         self.metrics = None
         self.events = None
         self._last_time = None
@@ -150,6 +168,7 @@ class RunRecorder(TrainerCallback):
         for key in ("num_input_tokens_seen", "train_runtime", "train_tokens_per_second"):
             logs.pop(key, None)
         row.update({k: v for k, v in logs.items() if isinstance(v, (int, float))})
+        row.update(preference_metrics(logs))
         self.metrics.write(row)
         self._last_time, self._last_tokens, self._last_step = now, tokens, state.global_step
 
@@ -158,8 +177,9 @@ class RunRecorder(TrainerCallback):
             return
         loss = (metrics or {}).get("eval_loss")
         row = {"split": "eval", "step": state.global_step, "epoch": state.epoch, "eval_loss": loss}
-        if isinstance(loss, (int, float)) and math.isfinite(loss):
+        if isinstance(loss, (int, float)) and math.isfinite(loss) and self.loss_is_nll:
             row["perplexity"] = math.exp(min(loss, 50.0))
+        row.update({f"eval_{k}": v for k, v in preference_metrics(metrics or {}, "eval_").items()})
         if self.samples:
             row["samples"] = self.samples
         self.metrics.write(row)

@@ -2,8 +2,11 @@
 
 pretrain: documents + eos, concatenated, cut into blocks of max_seq_len; labels = input_ids.
 SFT (every other method): the chat template; labels are -100 except on assistant and
-tool_call turns (their closing end-of-turn token included). Tokenized datasets are cached
-under cache_dir/data/<hash of every input that changes them>.
+tool_call turns (their closing end-of-turn token included).
+Preference pairs: prompt_ids (the prompt with the generation prompt, masked) + chosen_ids and
+rejected_ids (each answer through its end-of-turn token, trained), as TRL's DPO/reward trainers
+take them; unpaired feedback: prompt_ids + completion_ids + label (KTO). Tokenized datasets are
+cached under cache_dir/data/<hash of every input that changes them>.
 """
 
 from __future__ import annotations
@@ -89,11 +92,24 @@ def preview_examples(recipe: Recipe, tokenizer, n: int, base_dir=None) -> list[d
         examples += _rows(_tokenize_batch(batch, recipe, tokenizer))
         if len(examples) >= n:
             break
-    return [
-        {"input_ids": e["input_ids"], "labels": e["labels"],
-         "text": tokenizer.decode(e["input_ids"], skip_special_tokens=False)}
-        for e in examples[:n]
-    ]
+    return [_preview(e, tokenizer) for e in examples[:n]]
+
+
+def _preview(example: dict, tokenizer) -> dict:
+    """An example as input_ids/labels/text; a pair shows its chosen sequence there and its
+    rejected one under "rejected"; unpaired feedback carries its "label"."""
+    def sequence(prompt: list[int], answer: list[int]) -> dict:
+        ids = list(prompt) + list(answer)
+        return {"input_ids": ids, "labels": [IGNORE] * len(prompt) + list(answer),
+                "text": tokenizer.decode(ids, skip_special_tokens=False)}
+
+    if "chosen_ids" in example:
+        return {**sequence(example["prompt_ids"], example["chosen_ids"]),
+                "rejected": sequence(example["prompt_ids"], example["rejected_ids"])}
+    if "completion_ids" in example:
+        return {**sequence(example["prompt_ids"], example["completion_ids"]), "label": bool(example["label"])}
+    return {"input_ids": example["input_ids"], "labels": example["labels"],
+            "text": tokenizer.decode(example["input_ids"], skip_special_tokens=False)}
 
 
 def is_pretrain(recipe: Recipe) -> bool:
@@ -136,6 +152,8 @@ def _rows(batch: dict[str, list]) -> list[dict]:
 def _tokenize_batch(batch: dict[str, list], recipe: Recipe, tokenizer) -> dict[str, list]:
     if is_pretrain(recipe):
         return _pretrain_blocks(_documents(batch, tokenizer), tokenizer, recipe.train.max_seq_len)
+    if "chosen" in batch or "completion" in batch:
+        return _preference_batch(batch, tokenizer, recipe.train.max_seq_len)
     examples = (
         [_text_example(t, tokenizer, recipe.train.max_seq_len) for t in batch["text"]]
         if "text" in batch
@@ -183,6 +201,53 @@ def _example(ids: list[int], trained: list[int]) -> dict | None:
     if all(label == IGNORE for label in labels):
         return None  # nothing left to learn (e.g. the answer was cut off)
     return {"input_ids": ids, "labels": labels, "attention_mask": [1] * len(ids)}
+
+
+def _preference_batch(batch: dict[str, list], tokenizer, max_len: int) -> dict[str, list]:
+    """Pairs → prompt_ids, chosen_ids, rejected_ids; feedback → prompt_ids, completion_ids, label."""
+    paired = "chosen" in batch
+    names = ("chosen", "rejected") if paired else ("completion",)
+    out: dict[str, list] = {"prompt_ids": [], **{f"{n}_ids": [] for n in names}}
+    if not paired:
+        out["label"] = []
+    for index, prompt in enumerate(batch["prompt"]):
+        example = _answers_example(prompt, [batch[n][index] for n in names], batch["tools"][index], tokenizer,
+                                   max_len)
+        if example is None:
+            continue
+        out["prompt_ids"].append(example[0])
+        for name, ids in zip(names, example[1], strict=True):
+            out[f"{name}_ids"].append(ids)
+        if not paired:
+            out["label"].append(bool(batch["label"][index]))
+    return out
+
+
+def _answers_example(prompt: list[dict], answers: list[list[dict]], tools: str | None, tokenizer,
+                     max_len: int) -> tuple[list[int], list[list[int]]] | None:
+    """(prompt ids, [answer ids]): the answer starts where the rendered prompt (with the generation
+    prompt) and the rendered prompt + answer part (as TRL splits them); its end-of-turn is trained.
+    Too long: the prompt keeps its end (at least half of max_len), then the answers are cut."""
+    prompt, schemas = _with_tools(_template_messages(prompt, tokenizer), tools)
+    prompt_ids = list(_render(tokenizer, prompt, tools=schemas, add_generation_prompt=True))
+    fulls = [list(_render(tokenizer, prompt + _template_messages(a, tokenizer), tools=schemas)) for a in answers]
+    cut = min(_common_prefix(prompt_ids, full) for full in fulls)
+    prompt_ids, answer_ids = prompt_ids[:cut], [full[cut:] for full in fulls]
+    longest = max(len(a) for a in answer_ids)
+    if len(prompt_ids) + longest > max_len:
+        keep = min(len(prompt_ids), max(max_len // 2, max_len - longest))
+        prompt_ids = prompt_ids[len(prompt_ids) - keep:]
+        answer_ids = [a[: max_len - len(prompt_ids)] for a in answer_ids]
+    if not all(answer_ids):
+        return None
+    return prompt_ids, answer_ids
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def _mask_by_prefixes(tokenizer, messages: list[dict], tools) -> tuple[list[int], list[int]]:
@@ -295,7 +360,7 @@ def cache_key(spec: DatasetSpec, recipe: Recipe, tokenizer, base_dir=None) -> st
         "max_samples": spec.max_samples,
         "tokenizer": tokenizer_fingerprint(tokenizer),
         "max_seq_len": recipe.train.max_seq_len,
-        "family": "pretrain" if is_pretrain(recipe) else "sft",
+        "family": "pretrain" if is_pretrain(recipe) else "sft",  # pairs/feedback: by their records
         "packing": packing_enabled(recipe),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]

@@ -14,18 +14,20 @@ from tuiapp.trainer.model import FINAL_INFO, PROMPT_LEARNING
 def export(final: Path, out: Path, merge: bool) -> str:
     info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
     method = info.get("method", "sft")
-    if not merge or method in ("pretrain", "sft"):
+    weights = info.get("weights", method)  # preference runs: sft (every weight) or their adapter's kind
+    if not merge or weights in ("pretrain", "sft"):
         shutil.copytree(final, out, dirs_exist_ok=True)
-        return f"copied the {'model' if method in ('pretrain', 'sft') else 'adapter'} to {out}"
+        return f"copied the {'model' if weights in ('pretrain', 'sft') else 'adapter'} to {out}"
     if method in PROMPT_LEARNING or method == "llama-adapter":
         raise ValueError(f"a {method} adapter cannot be merged into its base weights; export without --merge")
     if method == "adapter":
         raise ValueError("bottleneck adapters add layers, so they cannot merge into a plain HF model; "
                          "export without --merge")
     import torch
-    from peft import AutoPeftModelForCausalLM
+    from peft import AutoPeftModelForCausalLM, AutoPeftModelForSequenceClassification
 
-    model = AutoPeftModelForCausalLM.from_pretrained(str(final), dtype=torch.float32)
+    auto = AutoPeftModelForSequenceClassification if method == "reward" else AutoPeftModelForCausalLM
+    model = auto.from_pretrained(str(final), dtype=torch.float32)
     merged = model.merge_and_unload()
     merged.save_pretrained(out)
     from transformers import AutoTokenizer

@@ -100,14 +100,7 @@ def apply_method(model, recipe: Recipe, tokenizer_path: str):
             model = peft.prepare_model_for_kbit_training(
                 model, use_gradient_checkpointing=recipe.train.gradient_checkpointing
             )
-        config = peft.LoraConfig(
-            task_type=task,
-            r=method.rank,
-            lora_alpha=method.alpha,
-            lora_dropout=method.dropout,
-            target_modules=method.target_modules,
-            use_dora=kind == "dora",
-        )
+        config = lora_config(method)
     elif kind == "prefix":
         config = peft.PrefixTuningConfig(
             task_type=task,
@@ -141,6 +134,20 @@ def apply_method(model, recipe: Recipe, tokenizer_path: str):
     else:  # pragma: no cover - the schema admits no other kind
         raise ValueError(kind)
     return peft.get_peft_model(model, config)
+
+
+def lora_config(method, task: str = "CAUSAL_LM"):
+    """peft's LoraConfig of a lora/qlora/dora method model (also a preference method's adapter)."""
+    import peft
+
+    return peft.LoraConfig(
+        task_type=getattr(peft.TaskType, task),
+        r=method.rank,
+        lora_alpha=method.alpha,
+        lora_dropout=method.dropout,
+        target_modules=method.target_modules,
+        use_dora=method.kind == "dora",
+    )
 
 
 def count_parameters(model) -> tuple[int, int]:

@@ -14,7 +14,7 @@ import transformers
 from transformers import Trainer, TrainingArguments
 
 from tuiapp.core.metrics import atomic_write_text, read_jsonl
-from tuiapp.core.recipe import Recipe, parse_recipe
+from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, weights_method
 from tuiapp.trainer import bottleneck, checkpoints, phases, strategies
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.model import (
@@ -47,9 +47,9 @@ def _is_main() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-class RunTrainer(strategies.StrategyMixin, Trainer):
-    """Trainer whose checkpoints appear only once complete, and whose bottleneck adapters
-    are saved on their own."""
+class RunTrainerMixin:
+    """Mixed into every run's Trainer (transformers' or one of TRL's): checkpoints appear only once
+    complete, and bottleneck adapters are saved on their own."""
 
     method_kind: str = ""
     base_model: str = ""
@@ -80,10 +80,19 @@ class RunTrainer(strategies.StrategyMixin, Trainer):
             self.processing_class.save_pretrained(output_dir)
 
 
+class RunTrainer(strategies.StrategyMixin, RunTrainerMixin, Trainer):
+    """The Trainer of pretraining, SFT and the adapter methods."""
+
+
 def _training_args(recipe: Recipe, run_dir: Path, precision: str, has_eval: bool) -> TrainingArguments:
+    return TrainingArguments(**training_kwargs(recipe, run_dir, precision, has_eval))
+
+
+def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: bool) -> dict:
+    """TrainingArguments of a run as keywords (TRL's configs take the same ones, and more)."""
     train = recipe.train
     extra = strategies.training_kwargs(recipe)  # deepspeed config, or FSDP/DDP settings
-    return TrainingArguments(
+    return dict(
         output_dir=str(run_dir / "checkpoints"),
         per_device_train_batch_size=train.micro_batch,
         per_device_eval_batch_size=train.micro_batch,
@@ -152,6 +161,10 @@ def train(run_dir: Path, resume: bool) -> int:
     phases.enter("tokenizing")
     train_set, eval_set = build_datasets(recipe, tokenizer, cache_dir())
     transformers.set_seed(recipe.train.seed)  # adapters are initialised before the Trainer seeds
+    if recipe.method.kind in PREFERENCE_KINDS:  # TRL's trainers: dpo, simpo, cpo, orpo, kto, reward
+        trainer, recorder = _preference_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,
+                                                eval_set, stopper)
+        return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
     phases.enter("loading model")
     model = load_model(recipe, model_path, precision)
     model = apply_method(model, recipe, model_path)
@@ -179,6 +192,36 @@ def train(run_dir: Path, resume: bool) -> int:
         callbacks=callbacks,
     )
     trainer.method_kind = recipe.method.kind
+    return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+
+
+def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, train_set,
+                        eval_set, stopper):
+    from tuiapp.trainer import preference
+
+    phases.enter("loading model")
+    model, ref_model, peft_config = preference.load_models(recipe, model_path, precision)
+    if not strategies.joined_early(recipe):
+        phases.enter("joining ranks")
+    kwargs = training_kwargs(recipe, run_dir, precision, eval_set is not None)
+    recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False)
+    callbacks = [stopper]
+    if eval_set is not None and recipe.train.sample_prompts and recipe.method.kind != "reward":
+        callbacks.append(
+            EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
+                        recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
+        )
+    callbacks += [*early_stopping(recipe, recorder), recorder]
+    trainer = preference.build_trainer(
+        recipe, model, ref_model, peft_config, kwargs, train_set, eval_set, tokenizer, callbacks,
+        mixins=(strategies.StrategyMixin, RunTrainerMixin),
+    )
+    trainer.method_kind = recipe.method.kind
+    return trainer, recorder
+
+
+def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, model_path: str, eval_set,
+                    resume: bool) -> int:
     ckpt_root = run_dir / "checkpoints"
     resume_from = None
     if resume:
@@ -213,6 +256,7 @@ def _save_final(trainer: RunTrainer, run_dir: Path, recipe: Recipe, model_path: 
     if _is_main():
         info = {
             "method": recipe.method.kind,
+            "weights": weights_method(recipe.method).kind,  # what trained: sft (all), an adapter kind
             "base_model": str(model_path),
             "recipe_name": recipe.name,
             "step": trainer.state.global_step,
