@@ -177,3 +177,19 @@ def test_shared_memory_of_a_port_is_reclaimed_and_no_other(tmp_path):
     assert shm.reclaim(41000, tmp_path) == 2000
     assert not any(p.exists() for p in mine) and other.exists()
     assert shm.reclaim(None, tmp_path) == 0
+
+
+def test_a_killed_rank_outranks_the_peer_that_lost_it_and_old_attempts_do_not_count(tmp_path):
+    from tuiapp.core.metrics import JsonlWriter
+    from tuiapp.core.runs import failure_cause, failure_reason
+
+    kill = ("[ERROR] [launch.py:259:sigkill_handler] ['python', '-u', '-m', 'tuiapp.trainer', '--local_rank=1', "
+            "'--run-dir', '/r'] exits with return code = -9\n")
+    with JsonlWriter(tmp_path / "events.jsonl") as events:
+        events.write({"event": "error", "rank": 0, "type": "RuntimeError", "message": "Connection reset by peer"})
+    (tmp_path / "stdout.log").write_text("$ deepspeed ...\n" + kill)
+    cause = failure_cause(tmp_path)
+    assert cause["rank"] == 1 and cause["type"] == "signal 9"
+    assert "then rank 0: RuntimeError: Connection reset by peer" in cause["message"]
+    (tmp_path / "stdout.log").write_text("$ deepspeed ...\n" + kill + "$ deepspeed ... --resume\n")
+    assert failure_reason(tmp_path) == "rank 0: RuntimeError: Connection reset by peer"

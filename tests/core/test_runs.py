@@ -104,7 +104,10 @@ def test_failure_reason_explains_a_killed_rank(tmp_path):
         "[INFO] step\n[ERROR] [launch.py:259:sigkill_handler] ['python', '-u', '-m', 'tuiapp.trainer', "
         "'--local_rank=1', '--run-dir', '/r'] exits with return code = -9\n")
     reason = failure_reason(tmp_path)
-    assert reason.startswith("local rank 1 was killed by signal 9 (SIGKILL")
+    assert reason.startswith("rank 1: killed by signal 9 (SIGKILL")
     (tmp_path / "ranks").mkdir()
     (tmp_path / "ranks" / "20260101000000_rank0.log").write_text("Traceback (most recent call last):\nValueError: bad\n")
+    # the peer's traceback came after the kill: the kill stays the cause
+    assert failure_reason(tmp_path).startswith("rank 1: killed by signal 9")
+    (tmp_path / "stdout.log").write_text("[INFO] step\n")
     assert failure_reason(tmp_path).startswith("[20260101000000_rank0.log] Traceback")

@@ -30,7 +30,7 @@ def spawn_llmtui(*args: str, runs_dir: Path, new_session: bool = False) -> subpr
 
 
 def only_run(runs_dir: Path) -> Path:
-    runs = [p for p in runs_dir.iterdir() if p.is_dir()]
+    runs = [p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]  # .queue, .trash...
     assert len(runs) == 1, runs
     return runs[0]
 

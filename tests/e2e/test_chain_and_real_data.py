@@ -25,7 +25,7 @@ def test_pretrain_c4_then_sft_alpaca_then_lora_toolcalls(tmp_path):
            'model.name="run:c4pre"', 'name="alpaca-sft"', 'dataset.format="alpaca"')
     run_ok(runs, "recipes/tiny-lora.toml", f'dataset.name="{SHARED_DATA / "glaive_toolcall_en_demo.json"}"',
            'model.name="run:alpaca-sft"', 'name="tools-lora"', 'dataset.format="sharegpt"')
-    by_name = {run_info(p)["name"]: p for p in runs.iterdir()}
+    by_name = {run_info(p)["name"]: p for p in runs.iterdir() if not p.name.startswith(".")}
     assert set(by_name) == {"c4pre", "alpaca-sft", "tools-lora"}
     sft_info = run_info(by_name["alpaca-sft"])
     assert sft_info["model_ref"] == "run:c4pre"

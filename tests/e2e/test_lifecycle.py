@@ -67,7 +67,9 @@ def test_rank_killed_marks_failed_and_leaves_no_orphan(runs_dir):
     os.kill(ranks[1], signal.SIGKILL)
     wait_for(lambda: run_info(run_dir)["status"] == "failed", timeout=90, what="failed status")
     info = run_info(run_dir)
-    assert info["reason"]
+    # the killed rank is the cause, not the peer that lost its connection afterwards
+    assert "killed by signal 9" in info["reason"] and info["error"]["type"] == "signal 9", info["reason"]
+    assert info["reason"].startswith(f"rank {info['error']['rank']}: ")
     wait_for(lambda: not group_pids(pgid), timeout=30, what="every process of the run to exit")
     shown = llmtui("show", run_dir.name, runs_dir=runs_dir)
     assert "failed" in shown.stdout

@@ -141,7 +141,7 @@ def test_hosts_mode_with_an_unreachable_host_fails_clearly(tmp_path):
                              "--set", hosts, "--set", "launch.launcher='openmpi'"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert result.returncode == 1, result.stdout + result.stderr
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")]
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "failed" and info["node_mode"] == "hosts" and info["world_size"] == 2
     assert info["reason"].startswith(("unreachable node", "the multi-node launcher is not installed")), info["reason"]

@@ -84,6 +84,15 @@ def explain_rank_exit(lines: list[str]) -> str | None:
     return None
 
 
+def killed_rank(lines: list[str]) -> tuple[int, int] | None:
+    """(local rank, signal) of a rank the launcher saw killed by a signal, from its exit line."""
+    for line in reversed(lines):
+        match = RANK_EXIT.search(line)
+        if match and int(match.group(2)) < 0:
+            return int(match.group(1)), -int(match.group(2))
+    return None
+
+
 def rank_log(run_dir: Path, rank: int) -> Path | None:
     """The latest attempt's log of one rank."""
     logs = sorted((Path(run_dir) / "ranks").glob(f"*_rank{rank}.log"))
@@ -111,15 +120,34 @@ def root_cause(run_dir: Path, since: float | None = None) -> dict | None:
 
 
 def cause_text(cause: dict) -> str:
-    kind = f"{cause['type']}: " if cause.get("type") else ""
+    kind = f"{cause['type']}: " if cause.get("type") and not str(cause["type"]).startswith("signal ") else ""
     text = f"rank {cause.get('rank', '?')}: {kind}{cause.get('message', '')}"
     return text + (f"\n(log: {cause['log']})" if cause.get("log") else "")
 
 
-def failure_reason(run_dir: Path, log: Path | None = None, since: float | None = None) -> str:
-    """Why a run failed: the failing rank's first exception when one was recorded, else the last
-    error lines of the first rank log holding an error, else of the main log (or `log`)."""
+def failure_cause(run_dir: Path, log: Path | None = None, since: float | None = None) -> dict | None:
+    """The root cause of a failed attempt: a rank killed by a signal (the OOM killer, say) comes
+    first, since the other ranks then fail only because they lost their peer; else the first
+    exception a rank recorded. {rank, type, message, log}, or None."""
     cause = root_cause(run_dir, since)
+    lines = tail_lines(Path(log or Path(run_dir) / "stdout.log"), 400)
+    starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]  # each attempt logs its command first
+    killed = killed_rank(lines[starts[-1]:] if starts else lines)
+    if killed and (cause is None or cause.get("rank") != killed[0]):
+        rank, signum = killed
+        hint = SIGNAL_HINTS.get(signum, "")
+        then = f"; then {cause_text(cause).splitlines()[0]}" if cause else ""
+        path = rank_log(run_dir, rank)
+        return {"rank": rank, "type": f"signal {signum}",
+                "message": f"killed by signal {signum}" + (f" ({hint})" if hint else "") + then,
+                "log": str(path) if path else None}
+    return cause
+
+
+def failure_reason(run_dir: Path, log: Path | None = None, since: float | None = None) -> str:
+    """Why a run failed: failure_cause when one is known, else the last error lines of the first
+    rank log holding an error, else of the main log (or `log`)."""
+    cause = failure_cause(run_dir, log, since)
     if cause:
         return cause_text(cause)
     main = log or run_dir / "stdout.log"

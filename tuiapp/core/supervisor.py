@@ -25,7 +25,7 @@ from tuiapp.core.errors import UserError
 from tuiapp.core.gpus import detect_gpus
 from tuiapp.core.metrics import JsonlWriter, read_jsonl, summarize
 from tuiapp.core.procs import group_processes
-from tuiapp.core.runs import Run, cause_text, failure_reason, redact, root_cause
+from tuiapp.core.runs import Run, cause_text, failure_cause, failure_reason, redact, root_cause
 
 POLL_S = 0.2
 WATCH_S = 1.0  # phases, hangs and errors are read this often
@@ -299,7 +299,7 @@ class Supervisor:
         finished = any(e.get("event") == "finished" for e in read_jsonl(run.events_path))
         owner = self.launch is None or self.launch.owner
         log = self.launch.log_path(run.path) if self.launch else run.log_path
-        cause = root_cause(run.path, self.started) if owner else None
+        cause = failure_cause(run.path, log, self.started) if owner else None
         if self.fail_reason:
             status, reason = ("failed" if owner else "stopped"), self.fail_reason
         elif self.stop_requested_at is not None:

@@ -99,6 +99,7 @@ class RunViewScreen(PaneDeckActions, Screen):
         self.sources = log_sources(self.run_path)
         self._show_status()
         self._show_panes()
+        self.set_interval(1.0, self._tick_clock)  # start-up and stop clocks move between file changes
         self.follow_metrics()
         self.follow_log(self.sources[0][1], self.sources[0][0])
         if self.app.config.system_monitor:
@@ -233,6 +234,10 @@ class RunViewScreen(PaneDeckActions, Screen):
         self.app.open_report(f"doctor · {self.info.get('name', self.run_id)}", message.text)
 
     # ------------------------------------------------------------ drawing
+
+    def _tick_clock(self) -> None:
+        if self.stopping or self.info.get("status") in ACTIVE:
+            self._show_status()
 
     def _show_status(self) -> None:
         text = status_text(self.info, self.data, self.app.config.clock(), stopping=self.stopping, run_path=self.run_path)
