@@ -85,6 +85,19 @@ class LlmtuiApp(App):
 
         self.push_screen(CompareScreen(run_ids))
 
+    def open_group(self, group_id: str) -> None:
+        """A sweep: its runs ranked by its metric, the varied keys' table and heat map."""
+        from tuiapp.ui.screens.group import GroupScreen
+
+        self.push_screen(GroupScreen(group_id))
+
+    def ask(self, question: str, detail: str, value: str, then: Callable[[str | None], None],
+            placeholder: str = "") -> None:
+        """One line of text in a modal (tags, a note, a name); `then` gets it, or None on esc."""
+        from tuiapp.ui.screens.prompt import PromptScreen
+
+        self.push_screen(PromptScreen(question, detail, value, placeholder), then)
+
     def confirm(self, question: str, detail: str, then: Callable[[bool | None], None]) -> None:
         """Ask yes/no in a modal; `then` gets the answer."""
         self.push_screen(ConfirmScreen(question, detail), then)

@@ -11,8 +11,10 @@ from typing import Any
 
 import tomllib
 
+from tuiapp.core import meta
 from tuiapp.core.metrics import JsonlReader, as_number, dedupe_steps, eval_rows, train_rows
 from tuiapp.core.runs import Run
+from tuiapp.ui.groups import compare_labels
 from tuiapp.ui.history import RunRow, row_from_info, with_metrics
 from tuiapp.ui.rundata import Series
 
@@ -39,7 +41,7 @@ def load_compare_run(path: Path) -> CompareRun:
     """Everything the compare screen shows of one run (reads its files once)."""
     run = Run(path).load()
     records = JsonlReader(run.metrics_path).read_all()
-    row = with_metrics(row_from_info(path, run.info), records)
+    row = with_metrics(row_from_info(path, run.info, meta.read_meta(path)), records)
     return CompareRun(path.name, row, read_frozen_recipe(run), build_series(records))
 
 
@@ -84,12 +86,19 @@ def tokens_at(step: float | None, steps: list[float], tokens: list[float | None]
 
 
 def label_runs(runs: list[CompareRun]) -> None:
-    """Short unique labels: the run name, or name@id-suffix when names repeat."""
+    """Short unique labels: for runs of one sweep, the values of the keys it varies
+    ('learning_rate=0.003 rank=8'); otherwise the name shown (display name, else the run's
+    name), or name@id-suffix when names repeat."""
+    by_values = compare_labels([run.row for run in runs])
+    if by_values is not None:
+        for run, label in zip(runs, by_values, strict=True):
+            run.label = label
+        return
     counts: dict[str, int] = {}
     for run in runs:
-        counts[run.row.name] = counts.get(run.row.name, 0) + 1
+        counts[run.row.title] = counts.get(run.row.title, 0) + 1
     for run in runs:
-        name = run.row.name
+        name = run.row.title
         run.label = name if counts[name] == 1 else f"{name}@{run.id[-4:]}"
 
 

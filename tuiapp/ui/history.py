@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
-from tuiapp.core import rundir
+from tuiapp.core import meta, queue, rundir
 from tuiapp.core.metrics import JsonlReader, as_number, dedupe_steps, peak_memory, summarize, train_rows
 from tuiapp.core.progress import fmt_duration
 from tuiapp.core.runs import ACTIVE, Run, RunStore
@@ -55,6 +55,22 @@ class RunRow:
     losses: list[float] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)  # last few row times (stall check)
     summarized: bool = False
+    # what the user says about it (meta.json) and where it stands in the experiment manager
+    display_name: str | None = None
+    tags: list[str] = field(default_factory=list)
+    note: str = ""
+    archived: bool = False
+    group: dict | None = None  # a sweep's run: {id, name, index, keys, values}
+    queue_position: int | None = None  # 1-based place of a queued run in the device queue
+
+    @property
+    def title(self) -> str:
+        """The name it is shown with: the display name the user gave it, else its recipe's."""
+        return self.display_name or self.name
+
+    @property
+    def group_id(self) -> str | None:
+        return self.group.get("id") if isinstance(self.group, dict) and self.group.get("id") else None
 
     def duration(self, now: float) -> float | None:
         """Time spent running, summed over every attempt (rundir.duration_s)."""
@@ -69,7 +85,8 @@ class RunRow:
 
     def view(self, now: float) -> StatusView:
         return status_view(self.status, now, phase=self.phase, phase_since=self.phase_since, hang=self.hang,
-                           orphans=self.orphans, stop_requested=self.stop_requested, step_times=self.step_times)
+                           orphans=self.orphans, stop_requested=self.stop_requested, step_times=self.step_times,
+                           queue_position=self.queue_position)
 
     def stalled(self, now: float) -> bool:
         return self.view(now).key == "stalled"
@@ -84,18 +101,31 @@ class RunRow:
     def state(self) -> tuple:
         """What the status cell and detail line show, to tell a changed row from the same."""
         return (self.status, self.phase, self.phase_since, self.hang, self.orphans, self.stop_requested,
-                self.attempt_count, self.ended, self.reason, self.error)
+                self.attempt_count, self.ended, self.reason, self.error, self.queue_position, self.display_name,
+                tuple(self.tags), self.note, self.archived, str(self.group))
 
     def matches(self, text: str) -> bool:
-        haystack = " ".join((self.name, self.id, self.method, self.model, self.dataset, self.description, self.status,
-                             self.phase or "", "hung" if self.hang else "", "orphaned" if self.orphans else ""))
-        return all(word in haystack.lower() for word in text.lower().split())
+        """Every word of the filter: `tag:NAME` needs that tag, any other word must appear in the
+        name, display name, id, method, model, dataset, status, tags, note or sweep name."""
+        words = text.lower().split()
+        tags = {t.lower() for t in self.tags}
+        if any(w.startswith("tag:") and w[4:] and w[4:] not in tags for w in words):
+            return False
+        haystack = " ".join((self.name, self.display_name or "", self.id, self.method, self.model, self.dataset,
+                             self.description, self.status, self.phase or "", "hung" if self.hang else "",
+                             "orphaned" if self.orphans else "", " ".join(self.tags), self.note,
+                             str((self.group or {}).get("name") or ""))).lower()
+        return all(word in haystack for word in words if not (word.startswith("tag:") and word[4:]))
 
 
-def row_from_info(path: Path, info: dict) -> RunRow:
+def row_from_info(path: Path, info: dict, notes: dict | None = None, queue_position: int | None = None) -> RunRow:
+    """A row of run.json (`info`) and, when given, meta.json (`notes`: tags, note, display name,
+    archived) and the run's place in the device queue."""
     status = str(info.get("status") or "unknown")
     hang = info.get("hang")
     error = info.get("error")
+    notes = notes or {}
+    group = info.get("group")
     return RunRow(
         id=path.name,
         path=path,
@@ -117,7 +147,25 @@ def row_from_info(path: Path, info: dict) -> RunRow:
         stop_requested=as_number(info.get("stop_requested")),
         attempts=rundir.attempts_of(info),
         attempt_count=rundir.attempt_count(info),
+        display_name=str(notes["display_name"]) if notes.get("display_name") else None,
+        tags=list(notes.get("tags") or []),
+        note=str(notes.get("note") or ""),
+        archived=bool(notes.get("archived")),
+        group=group if isinstance(group, dict) and group.get("id") else None,
+        queue_position=queue_position if status == "queued" else None,
     )
+
+
+def with_meta(row: RunRow, notes: dict) -> RunRow:
+    """The row with what meta.json says now (after a tag, note, rename or archive)."""
+    return replace(row, display_name=str(notes["display_name"]) if notes.get("display_name") else None,
+                   tags=list(notes.get("tags") or []), note=str(notes.get("note") or ""),
+                   archived=bool(notes.get("archived")))
+
+
+def queue_positions(runs_root: Path) -> dict[str, int]:
+    """Every queued run's 1-based place in the device queue (one read of the queue folder)."""
+    return {entry.run_id: index for index, entry in enumerate(queue.waiting(runs_root), start=1)}
 
 
 def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
@@ -217,8 +265,20 @@ class HistoryLoader:
 
     def __init__(self, root: Path):
         self.store = RunStore(root)
-        self.known: dict[str, float] = {}  # run id -> run.json mtime when last read
+        self.known: dict[str, tuple[float, float]] = {}  # run id -> (run.json, meta.json) mtimes when last read
         self.active: dict[str, tuple[JsonlReader, LiveSummary, RunRow]] = {}
+        self.removed: list[str] = []  # run folders gone since the last poll (deleted to the trash)
+        self._positions: dict[str, int] | None = None  # the queue, read at most once per load or poll
+
+    def _position(self, run: Run) -> int | None:
+        if run.status != "queued":
+            return None
+        if self._positions is None:
+            self._positions = queue_positions(self.store.root)
+        return self._positions.get(run.id)
+
+    def _row(self, path: Path, run: Run) -> RunRow:
+        return row_from_info(path, run.info, meta.read_meta(path), self._position(run))
 
     def scan(self) -> list[Path]:
         """Run folders not seen before, newest first (ids start with the UTC time)."""
@@ -231,12 +291,13 @@ class HistoryLoader:
         double up to max_batch: the first rows show at once, and 10,000 runs take few messages."""
         rows: list[RunRow] = []
         max_batch = max_batch or batch
+        self._positions = None
         for path in paths:
-            self.known[path.name] = _mtime(path / "run.json")
+            self.known[path.name] = _stamp(path)
             run = Run(path).load()
             if run.status in ACTIVE:
                 run.refresh_truth()
-            rows.append(row_from_info(path, run.info))
+            rows.append(self._row(path, run))
             if len(rows) >= batch:
                 yield rows
                 rows = []
@@ -256,26 +317,37 @@ class HistoryLoader:
         return summarized
 
     def poll(self) -> list[RunRow]:
-        """Rows that changed since the last poll: active runs' status or metrics, and finished
-        runs whose run.json was rewritten (resumed from the CLI, say)."""
+        """Rows that changed since the last poll: active runs' status, metrics, notes or queue
+        place, and finished runs whose run.json or meta.json was rewritten (resumed, tagged from
+        the CLI, say). Folders that are gone are listed in `removed`."""
         changed = []
+        self.removed = []
+        self._positions = None
         for run_id, seen in list(self.known.items()):
             if run_id in self.active:
                 continue
             path = self.store.root / run_id
-            mtime = _mtime(path / "run.json")
-            if mtime != seen:
-                self.known[run_id] = mtime
-                run = Run(path).load()
-                changed.append(self.summarize(row_from_info(path, run.info)))
+            stamp = _stamp(path)
+            if stamp != seen:
+                if stamp == (0.0, 0.0) and not path.is_dir():
+                    del self.known[run_id]
+                    self.removed.append(run_id)
+                    continue
+                self.known[run_id] = stamp
+                changed.append(self.summarize(self._row(path, Run(path).load())))
         for run_id, (reader, live, row) in list(self.active.items()):
+            if not row.path.is_dir():
+                del self.active[run_id]
+                self.known.pop(run_id, None)
+                self.removed.append(run_id)
+                continue
             run = Run(row.path).load().refresh_truth()
-            fresh = row_from_info(row.path, run.info)
+            fresh = self._row(row.path, run)
             new = reader.read_new()
             live.add(new)
             if fresh.status not in ACTIVE:  # finished: exact figures from the whole file, once
                 del self.active[run_id]
-                self.known[run_id] = _mtime(row.path / "run.json")
+                self.known[run_id] = _stamp(row.path)
                 changed.append(with_metrics(fresh, JsonlReader(row.path / "metrics.jsonl").read_all()))
             elif new or fresh.state() != row.state():
                 row = live.apply(fresh)
@@ -291,13 +363,18 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
+def _stamp(path: Path) -> tuple[float, float]:
+    """When a run's run.json and meta.json last changed (0.0 for a missing file)."""
+    return _mtime(path / "run.json"), _mtime(path / meta.META_NAME)
+
+
 def detail_text(row: RunRow, now: float) -> str:
     """The history's line under the table for the highlighted run: what its status means (the
     phase of a start, a flag's hint, the root cause of a failure), else its id and description."""
     view = row.view(now)
     if view.flagged:
         text = view.hint or view.label
-    elif view.key in ("starting", "stopping"):
+    elif view.key in ("starting", "stopping", "queued"):
         text = view.label
     elif row.status in ("failed", "stopped"):
         text = row.why() or row.status
@@ -306,4 +383,6 @@ def detail_text(row: RunRow, now: float) -> str:
             text += f" · log: {log}"
     else:
         text = " · ".join(t for t in (row.id, row.description) if t)
-    return f"{view.mark} {row.name}: {text}"
+    extra = " · ".join(t for t in (" ".join(f"#{tag}" for tag in row.tags), row.note,
+                                   "archived" if row.archived else "") if t)
+    return f"{view.mark} {row.title}: {text}" + (f" · {extra}" if extra else "")

@@ -1,10 +1,15 @@
-"""The history table's model: every RunRow, and the filtered, sorted list the table shows."""
+"""The history table's model: every RunRow, and the filtered, sorted list the table shows.
+
+Runs of a sweep fold into one GroupRow (tuiapp.ui.groups) that unfolds into its runs; queued
+runs come first in the default order, in the order the queue will start them; archived runs
+are hidden unless asked for."""
 
 from __future__ import annotations
 
 from typing import Callable
 
 from tuiapp.core.rundir import ACTIVE
+from tuiapp.ui.groups import GroupRow, build_groups, run_index
 from tuiapp.ui.history import RunRow
 
 FLAGGED = "flagged"  # the status filter of runs that need a look: stalled, hung, orphaned
@@ -24,6 +29,15 @@ SORT_KEYS: dict[str, Callable[[RunRow, float], object]] = {
     "started": lambda r, now: r.started or r.created,
     "spark": lambda r, now: r.last_loss,
 }
+SORT_KEYS["name"] = lambda r, now: r.title.lower()
+# a sweep's row sorts by what it sums up: its name, its best metric, its start
+GROUP_SORT_KEYS: dict[str, Callable[[GroupRow, float], object]] = {
+    "name": lambda g, now: g.name.lower(),
+    "best_eval": lambda g, now: g.best_value,
+    "last_loss": lambda g, now: g.best_value,
+    "spark": lambda g, now: g.best_value,
+    "started": lambda g, now: g.started,
+}
 
 
 class HistoryModel:
@@ -38,7 +52,12 @@ class HistoryModel:
         self.sort_key: str | None = None
         self.sort_reverse = False
         self.marked: list[str] = []
-        self._visible: list[RunRow] | None = None
+        self.show_archived = False
+        self.group_records: dict[str, dict] = {}  # runs/.groups/<id>.json by id
+        self.expanded: set[str] = set()  # sweeps shown unfolded
+        self.groups: dict[str, GroupRow] = {}  # every sweep of the rows (built with `visible`)
+        self.accepted_count = 0  # runs that pass the filters (folded ones included)
+        self._visible: list[RunRow | GroupRow] | None = None
 
     def add(self, rows: list[RunRow]) -> None:
         for row in rows:
@@ -48,10 +67,31 @@ class HistoryModel:
     def update(self, rows: list[RunRow]) -> None:
         self.add(rows)
 
+    def remove(self, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            self.rows.pop(run_id, None)
+            if run_id in self.marked:
+                self.marked.remove(run_id)
+        self._visible = None
+
+    def set_groups(self, records: dict[str, dict]) -> None:
+        self.group_records = records
+        self._visible = None
+
+    def toggle_group(self, group_id: str) -> None:
+        self.expanded.symmetric_difference_update({group_id})
+        self._visible = None
+
     def invalidate(self) -> None:
         self._visible = None
 
+    @property
+    def filtering(self) -> bool:
+        return bool(self.status_filter or self.method_filter or self.text_filter.strip())
+
     def accepts(self, row: RunRow, now: float) -> bool:
+        if row.archived and not self.show_archived:
+            return False
         wanted = self.status_filter
         if wanted and row.status != wanted:  # a run.json status, else what is shown (a flag)
             view = row.view(now)
@@ -62,19 +102,64 @@ class HistoryModel:
         return not self.text_filter or row.matches(self.text_filter)
 
     @property
-    def visible(self) -> list[RunRow]:
+    def visible(self) -> list[RunRow | GroupRow]:
+        """The table's lines: runs and folded sweeps; an unfolded sweep's runs follow its row
+        (every sweep is unfolded while a filter is on, to show the runs that match)."""
         if self._visible is None:
             now = self.clock()
-            # default order: newest first (ids start with the UTC time), new runs on top
-            rows = [self.rows[i] for i in sorted(self.rows, reverse=True) if self.accepts(self.rows[i], now)]
-            if self.sort_key:
-                key = SORT_KEYS[self.sort_key]
-                present = [r for r in rows if key(r, now) is not None]
-                missing = [r for r in rows if key(r, now) is None]
-                present.sort(key=lambda r: key(r, now), reverse=self.sort_reverse)
-                rows = present + missing  # blanks last in both directions
-            self._visible = rows
+            shown = [r for r in self.rows.values() if not (r.archived and not self.show_archived)]
+            self.groups = build_groups(shown, self.group_records, self.expanded)
+            accepted = [r for r in shown if self.accepts(r, now)]
+            self.accepted_count = len(accepted)
+            singles = [r for r in accepted if r.group_id is None]
+            members: dict[str, list[RunRow]] = {}
+            for row in accepted:
+                if row.group_id is not None:
+                    members.setdefault(row.group_id, []).append(row)
+            tops: list[RunRow | GroupRow] = [*singles, *(self.groups[gid] for gid in members)]
+            tops = self._sorted(tops, now, default=self._default_order)
+            lines: list[RunRow | GroupRow] = []
+            for item in tops:
+                lines.append(item)
+                if isinstance(item, GroupRow) and (item.expanded or self.filtering):
+                    lines += self._sorted(members[item.group_id], now,
+                                          default=lambda rows: sorted(rows, key=lambda r: (run_index(r), r.id)))
+            self._visible = lines
         return self._visible
+
+    @staticmethod
+    def _default_order(items: list) -> list:
+        """Queued runs first, in the order they will start; then newest first (ids start with
+        the UTC time), new runs on top."""
+        queued = [i for i in items if isinstance(i, RunRow) and i.status == "queued" and i.queue_position]
+        rest = [i for i in items if not (isinstance(i, RunRow) and i.status == "queued" and i.queue_position)]
+        queued.sort(key=lambda r: r.queue_position)
+        rest.sort(key=lambda i: i.newest if isinstance(i, GroupRow) else i.id, reverse=True)
+        return queued + rest
+
+    def _sorted(self, items: list, now: float, default: Callable[[list], list]) -> list:
+        if not self.sort_key:
+            return default(items)
+        run_key = SORT_KEYS[self.sort_key]
+        group_key = GROUP_SORT_KEYS.get(self.sort_key, lambda g, now: None)
+
+        def key(item):
+            return group_key(item, now) if isinstance(item, GroupRow) else run_key(item, now)
+
+        present = [i for i in items if key(i) is not None]
+        missing = [i for i in items if key(i) is None]
+        present.sort(key=key, reverse=self.sort_reverse)
+        return present + missing  # blanks last in both directions
+
+    def group_of(self, row_id: str | None) -> GroupRow | None:
+        """The sweep of a table line: a group row itself, or a run of a sweep."""
+        if row_id is None:
+            return None
+        self.visible  # noqa: B018 (builds self.groups)
+        if row_id in self.rows:
+            gid = self.rows[row_id].group_id
+            return self.groups.get(gid) if gid else None
+        return next((g for g in self.groups.values() if g.id == row_id), None)
 
     def sort_by(self, key: str | None, reverse: bool | None = None) -> None:
         if reverse is None:
@@ -83,6 +168,14 @@ class HistoryModel:
         self._visible = None
 
     def toggle_mark(self, run_id: str) -> None:
+        group = self.group_of(run_id) if run_id not in self.rows else None
+        if group is not None:  # a sweep's row marks (or unmarks) all its runs
+            ids = [r.id for r in group.runs]
+            if all(i in self.marked for i in ids):
+                self.marked = [i for i in self.marked if i not in ids]
+            else:
+                self.marked += [i for i in ids if i not in self.marked]
+            return
         if run_id in self.marked:
             self.marked.remove(run_id)
         elif run_id in self.rows:
@@ -96,6 +189,8 @@ class HistoryModel:
         out: dict[str, int] = {}
         now = self.clock()
         for row in self.rows.values():
+            if row.archived:
+                out["archived"] = out.get("archived", 0) + 1
             out[row.status] = out.get(row.status, 0) + 1
             if row.status in ACTIVE and row.view(now).flagged:
                 out[FLAGGED] = out.get(FLAGGED, 0) + 1

@@ -143,3 +143,48 @@ class CompareLoaded(Message):
         super().__init__()
         self.runs = runs
         self.done = done
+
+
+class RunsRemoved(Message):
+    """Run folders are gone from the runs folder (deleted to the trash, here or from the CLI)."""
+
+    def __init__(self, run_ids: list[str]) -> None:
+        super().__init__()
+        self.run_ids = run_ids
+
+
+class GroupsRead(Message):
+    """The sweeps' records (runs/.groups/<id>.json) were read, or changed: {id: record}."""
+
+    def __init__(self, records: dict[str, dict]) -> None:
+        super().__init__()
+        self.records = records
+
+
+class QueueReordered(Message):
+    """A queued run was moved: every queued run's place now ({run id: 1-based position})."""
+
+    def __init__(self, run_id: str, positions: dict[str, int]) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.positions = positions
+
+
+class RunMetaChanged(Message):
+    """The user tagged, noted, renamed or (un)archived a run: its meta.json now."""
+
+    def __init__(self, run_id: str, notes: dict, what: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.notes = notes
+        self.what = what  # 'tags', 'note', 'name', 'archived'
+
+
+class GroupLoaded(Message):
+    """A sweep's record and its runs (with their metrics summed up), for the group screen."""
+
+    def __init__(self, group_id: str, record: dict, rows: list) -> None:
+        super().__init__()
+        self.group_id = group_id
+        self.record = record
+        self.rows = rows

@@ -19,7 +19,7 @@ from tuiapp.core.metrics import as_number
 from tuiapp.core.progress import fmt_duration
 
 MARKS = {
-    "created": "○", "starting": "○", "running": "●", "stopping": "◌", "stopped": "■", "succeeded": "✓",
+    "created": "○", "queued": "◌", "starting": "○", "running": "●", "stopping": "◌", "stopped": "■", "succeeded": "✓",
     "failed": "✗", "stalled": "!", "hung": "!", "orphaned": "!",
 }
 FLAGS = ("stalled", "hung", "orphaned")  # shown as flagged (warning colour, the `flagged` filter)
@@ -62,8 +62,10 @@ def fmt_clock(seconds: float | None) -> str:
 
 def status_view(status: str, now: float, *, phase: str | None = None, phase_since: float | None = None,
                 hang: dict | None = None, orphans: bool = False, stop_requested: float | None = None,
-                step_times: list[float] | tuple = (), stopping: bool = False) -> StatusView:
-    """The status to show. `stopping`: the user confirmed a stop the run has not recorded yet."""
+                step_times: list[float] | tuple = (), stopping: bool = False,
+                queue_position: int | None = None) -> StatusView:
+    """The status to show. `stopping`: the user confirmed a stop the run has not recorded yet;
+    `queue_position`: a queued run's place in the device queue (tuiapp.core.queue.position)."""
     status = status or "unknown"
     active = status in rundir.ACTIVE
     if active and (stopping or status == "stopping"):
@@ -72,6 +74,10 @@ def status_view(status: str, now: float, *, phase: str | None = None, phase_sinc
         return StatusView("stopping", "stopping" + clock, "stopping" + clock)
     if active and orphans:
         return StatusView("orphaned", "orphaned processes", "orphaned", ORPHANS_HINT)
+    if status == "queued":
+        place = f" #{queue_position}" if queue_position else ""
+        label = f"queued{place}" + (" in the device queue" if place else "")
+        return StatusView("queued", label, f"queued{place}")
     if status == "starting":
         phase = phase or "launching"
         since = as_number((hang or {}).get("since")) if isinstance(hang, dict) else None

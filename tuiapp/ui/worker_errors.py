@@ -18,7 +18,9 @@ from tuiapp.core.errors import UserError
 from tuiapp.ui.messages import ActionFailed
 
 F = TypeVar("F", bound=Callable)
-TITLES = {"launch": "Not launched", "stop": "Could not stop", "resume": "Could not resume", "doctor": "Doctor"}
+TITLES = {"launch": "Not launched", "stop": "Could not stop", "resume": "Could not resume", "doctor": "Doctor",
+          "delete": "Not deleted", "tag": "Tags not changed", "note": "Note not saved", "rename": "Not renamed",
+          "archive": "Not archived", "queue": "Queue not changed"}
 
 
 def title_of(action: str) -> str:

@@ -1,9 +1,15 @@
 """Home: the history of every run, live. run.json files are read in a thread worker and arrive in
-batches, so the first frame paints at once however many runs there are."""
+batches, so the first frame paints at once however many runs there are.
+
+Sweeps fold into one line each (g unfolds, enter opens the group screen); queued runs show their
+place and move with K/J/F; tags, notes, names, archive and delete act on the cursor's run
+(tuiapp.ui.screens.manage_keys). A run that ends, fails or hangs, and a sweep that ends, ring
+the bell (tuiapp.ui.alerts)."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -14,29 +20,44 @@ from textual.widgets import Footer, Header, Input, Select, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core.rundir import ACTIVE
-from tuiapp.ui.history import HistoryLoader, detail_text
+from tuiapp.ui.alerts import run_alerts, sweep_alerts
+from tuiapp.ui.groups import GroupRow, read_groups
+from tuiapp.ui.history import HistoryLoader, RunRow, detail_text, with_meta
 from tuiapp.ui.history_model import FLAGGED, HistoryModel
-from tuiapp.ui.messages import RunsLoaded, RunsUpdated
+from tuiapp.ui.messages import (
+    GroupsRead,
+    QueueReordered,
+    RunMetaChanged,
+    RunsLoaded,
+    RunsRemoved,
+    RunStopped,
+    RunStopping,
+    RunsUpdated,
+)
+from tuiapp.ui.screens.manage_keys import HISTORY_BINDINGS, META_BINDINGS, HistoryManageActions, Target
 from tuiapp.ui.widgets.runs_table import COLUMNS, FIXED, SORTABLE, RunsTable
 
 # a run.json status, or `flagged`: stalled, hung in a start-up phase, or orphaned processes
-STATUS_FILTERS = ["", "running", FLAGGED, "starting", "stopping", "succeeded", "failed", "stopped", "created"]
+STATUS_FILTERS = ["", "running", FLAGGED, "queued", "starting", "stopping", "succeeded", "failed", "stopped", "created"]
 SORT_LABELS = {c.key: c.label for c in FIXED + COLUMNS}
 
 
-class HomeScreen(Screen):
+class HomeScreen(HistoryManageActions, Screen):
     AUTO_FOCUS = "RunsTable"
     BINDINGS = [
         Binding("n", "new", "New", tooltip="New experiment"),
-        Binding("enter", "open", "Open", tooltip="Open the run under the cursor"),
-        Binding("space", "mark", "Mark", tooltip="Mark or unmark the run for comparison"),
+        Binding("enter", "open", "Open", tooltip="Open the run (or the sweep) under the cursor"),
+        Binding("space", "mark", "Mark", tooltip="Mark or unmark the run (a sweep: all its runs) for comparison"),
         Binding("c", "compare", "Compare", tooltip="Compare the marked runs (2 or more)"),
+        Binding("g", "fold", "Fold", tooltip="Unfold the sweep under the cursor into its runs, or fold it"),
         Binding("s", "sort", "Sort", tooltip="Sort by the next column"),
         Binding("S", "reverse_sort", "Reverse", tooltip="Reverse the sort order"),
-        Binding("slash", "filter", "Filter", tooltip="Filter by free text"),
+        Binding("slash", "filter", "Filter", tooltip="Filter by free text; tag:NAME keeps runs with that tag"),
         Binding("t", "cycle_status", "Status", tooltip="Filter by status (cycles)"),
         Binding("m", "cycle_method", "Method", tooltip="Filter by method (cycles)"),
         Binding("e", "clone", "Clone", tooltip="New experiment from this run's recipe"),
+        *HISTORY_BINDINGS,
+        *META_BINDINGS,
         Binding("escape", "clear_filters", "Clear", tooltip="Clear filters and marks"),
         Binding("q", "app.quit", "Quit", tooltip="Quit (runs keep going)"),
     ]
@@ -47,12 +68,14 @@ class HomeScreen(Screen):
         self.loaded = False  # every run.json read
         self.summarized = False  # every metrics file read once
         self._methods: list[str] = []
+        self._quiet: set[str] = set()  # runs the user stopped here: no bell when they end
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="home-filters"):
-            text = Input(placeholder="/ filter: name, model, dataset…", compact=True, id="filter-text")
-            text.tooltip = "Words that must all appear in name, id, method, model, dataset or status"
+            text = Input(placeholder="/ filter: name, model, dataset, tag:NAME…", compact=True, id="filter-text")
+            text.tooltip = ("Words that must all appear in name, id, method, model, dataset, status, tags or note; "
+                            "tag:NAME keeps the runs with that tag")
             yield text
             yield Select([(s, s) for s in STATUS_FILTERS[1:]], prompt="all statuses", compact=True, id="filter-status")
             yield Select([], prompt="all methods", compact=True, id="filter-method")
@@ -82,6 +105,8 @@ class HomeScreen(Screen):
             rows += batch
             self.post_message(RunsLoaded(batch))
         self.post_message(RunsLoaded([], done=True))
+        groups = read_groups(config.runs_root)
+        self.post_message(GroupsRead(groups))
         self._summarize(loader, rows, worker, final=True)
         while config.live and not worker.is_cancelled:
             deadline = time.monotonic() + config.history_poll_s
@@ -94,6 +119,12 @@ class HomeScreen(Screen):
             changed = loader.poll()
             if changed:
                 self.post_message(RunsUpdated(changed))
+            if loader.removed:
+                self.post_message(RunsRemoved(loader.removed))
+            fresh_groups = read_groups(config.runs_root)
+            if fresh_groups != groups:
+                groups = fresh_groups
+                self.post_message(GroupsRead(groups))
 
     def _summarize(self, loader: HistoryLoader, rows, worker, final: bool = False) -> None:
         pending, last = [], time.monotonic()
@@ -116,12 +147,64 @@ class HomeScreen(Screen):
         self._show_rows()
 
     def on_runs_updated(self, message: RunsUpdated) -> None:
+        before = {r.id: self.model.rows[r.id] for r in message.rows if r.id in self.model.rows}
         self.model.update(message.rows)
         if message.summaries_done:
             self.summarized = True
         if any(r.method and r.method not in self._methods for r in message.rows):
             self._update_method_options()
         self._show_rows()
+        self._alert(before, message.rows)
+
+    def _alert(self, before: dict[str, RunRow], after: list[RunRow]) -> None:
+        """The bell and a toast for each run that ended, failed or hung, and each sweep that ended."""
+        alerts = run_alerts(before, after, self._quiet)
+        ended = [r for r in after if r.id in before and before[r.id].status in ACTIVE and r.status not in ACTIVE]
+        alerts += sweep_alerts(ended, self.model.rows, self.model.group_records)
+        self._quiet.difference_update(r.id for r in ended)
+        if not alerts:
+            return
+        self.app.bell()
+        for alert in alerts:
+            self.notify(alert.text, title=alert.title, severity=alert.severity, markup=False,
+                        timeout=20 if alert.severity == "error" else 10)
+
+    def on_runs_removed(self, message: RunsRemoved) -> None:
+        self.model.remove(message.run_ids)
+        self._show_rows()
+
+    def on_groups_read(self, message: GroupsRead) -> None:
+        self.model.set_groups(message.records)
+        self._show_rows()
+
+    def on_queue_reordered(self, message: QueueReordered) -> None:
+        moved = [replace(row, queue_position=message.positions[row.id]) for row in self.model.rows.values()
+                 if row.status == "queued" and row.id in message.positions]
+        self.model.update(moved)
+        self._show_rows()
+
+    def on_run_meta_changed(self, message: RunMetaChanged) -> None:
+        row = self.model.rows.get(message.run_id)
+        if row is None:
+            return
+        row = with_meta(row, message.notes)
+        self.model.update([row])
+        self._show_rows()
+        if message.what == "archive":
+            hidden = row.archived and not self.model.show_archived
+            self.notify(f"{row.title}: " + ("archived" + (" (A shows archived runs)" if hidden else "")
+                                            if row.archived else "unarchived"), title="Archive")
+
+    def on_run_stopping(self, message: RunStopping) -> None:
+        self._quiet.add(message.run_id)
+
+    def on_run_stopped(self, message: RunStopped) -> None:
+        row = self.model.rows.get(message.run_id)
+        title = row.title if row else message.run_id
+        was_queued = row is not None and row.status == "queued"
+        note = "" if message.clean else " (some processes had to be killed)"
+        self.notify(f"{title}: " + ("cancelled, it never started" if was_queued and message.status == "stopped"
+                                    else message.status + note), title="Cancelled" if was_queued else "Stopped")
 
     def _update_method_options(self) -> None:
         methods = self.model.methods()
@@ -143,9 +226,12 @@ class HomeScreen(Screen):
         self._show_detail()
 
     def _show_detail(self) -> None:
-        run_id = self.query_one(RunsTable).cursor_run_id
-        row = self.model.rows.get(run_id) if run_id else None
-        self.query_one("#home-detail", Static).update(detail_text(row, self.app.config.clock()) if row else "")
+        row = self.query_one(RunsTable).cursor_row
+        if isinstance(row, GroupRow):
+            text = row.status_text()
+        else:
+            text = detail_text(row, self.app.config.clock()) if row else ""
+        self.query_one("#home-detail", Static).update(text)
 
     def on_runs_table_highlighted(self, message: RunsTable.Highlighted) -> None:
         self._show_detail()
@@ -155,14 +241,20 @@ class HomeScreen(Screen):
         if model is None:
             return
         counts = model.counts()
-        parts = [f"{len(model.visible)} of {len(model.rows)} runs" if len(model.visible) != len(model.rows) else f"{len(model.rows)} runs"]
+        model.visible  # noqa: B018 (counts the runs that pass the filters)
+        archived = counts.get("archived", 0)
+        total = len(model.rows) - (0 if model.show_archived else archived)
+        shown = model.accepted_count
+        parts = [f"{shown} of {total} runs" if shown != total else f"{total} runs"]
         if not self.loaded:
             parts[0] += " (loading…)"
         elif not model.rows:
             parts[0] += f" in {self.app.config.runs_root}"
-        for status in ("running", "starting", "stopping", FLAGGED):
+        for status in ("running", "starting", "stopping", "queued", FLAGGED):
             if counts.get(status):
                 parts.append(f"{counts[status]} {status}")
+        if archived:
+            parts.append(f"{archived} archived" + (" shown" if model.show_archived else " hidden (A shows)"))
         if model.marked:
             parts.append(f"{len(model.marked)} marked (c to compare)")
         if model.sort_key:
@@ -206,7 +298,10 @@ class HomeScreen(Screen):
     # ------------------------------------------------------------ actions
 
     def _open(self, run_id: str | None) -> None:
-        if run_id:
+        group = self.model.group_of(run_id) if run_id and run_id not in self.model.rows else None
+        if group is not None:
+            self.app.open_group(group.group_id)
+        elif run_id:
             self.app.open_run(run_id)
 
     def action_open(self) -> None:
@@ -262,9 +357,37 @@ class HomeScreen(Screen):
         self._cycle("#filter-method", self.model.methods())
 
     def action_clone(self) -> None:
-        run_id = self.query_one(RunsTable).cursor_run_id
-        if run_id:
-            self.app.open_clone(self.model.rows[run_id].path)
+        row = self.query_one(RunsTable).cursor_row
+        if isinstance(row, GroupRow) and row.runs:
+            row = row.runs[0]  # a sweep's recipe: that of its first run
+        if row is not None:
+            self.app.open_clone(row.path)
+
+    def action_fold(self) -> None:
+        """Unfold the sweep under the cursor, or fold it (from its row or one of its runs)."""
+        table = self.query_one(RunsTable)
+        group = self.model.group_of(table.cursor_run_id)
+        if group is None:
+            self.notify("not a sweep's run: g folds and unfolds sweeps", title="Fold")
+            return
+        self.model.toggle_group(group.group_id)
+        self._show_rows()
+        table.move_to_id(group.id)
+
+    def action_show_archived(self) -> None:
+        self.model.show_archived = not self.model.show_archived
+        self.model.invalidate()
+        self._show_rows()
+
+    def managed_run(self) -> Target | None:
+        """The run under the cursor (a sweep's line is no run: say so)."""
+        row = self.query_one(RunsTable).cursor_row
+        if isinstance(row, GroupRow):
+            self.notify("unfold the sweep (g) and pick one of its runs", title=row.name)
+            return None
+        if row is None:
+            return None
+        return Target(row.id, row.path, row.title, row.status)
 
     def action_clear_filters(self) -> None:
         if self.focused is self.query_one("#filter-text"):

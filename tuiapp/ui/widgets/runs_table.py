@@ -5,6 +5,9 @@ Textual's DataTable re-measures and re-renders every cell of the screen on each 
 rows). This widget draws only the visible lines from the rows it is given, so 10,000 runs, live
 updates, sorting and filtering cost the same as ten. The name column stays put while the
 others scroll sideways.
+
+A sweep is one line (a GroupRow: name, progress, best metric and combination) that unfolds into
+its runs, shown indented by what varies between them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tuiapp.core.progress import fmt_bytes, fmt_number, fmt_time
+from tuiapp.ui.groups import GroupRow, combination
 from tuiapp.ui.history import RunRow
 from tuiapp.ui.runstatus import FLAGS
 from tuiapp.ui.widgets.sparkline import sparkline
@@ -52,7 +56,29 @@ COLUMNS = [
 ]
 SORTABLE = [c.key for c in FIXED[1:] + COLUMNS]
 # the look of each shown status (marks in tuiapp.ui.runstatus): one style class per key
-STATUS_STYLES = ("created", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown", *FLAGS)
+STATUS_STYLES = ("created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown", *FLAGS)
+
+
+def run_label(row: RunRow) -> str:
+    """The name cell: the display name, else the name; a sweep's run is indented under its
+    sweep and named by what varies (its name less the sweep's, 'lr0.003-rank8')."""
+    if row.group_id is None:
+        return row.title
+    prefix = f"{(row.group or {}).get('name')}-"
+    label = row.display_name or (row.name[len(prefix):] if row.name.startswith(prefix) else combination(row))
+    return "└ " + (label or row.name)
+
+
+def tags_text(row: RunRow) -> str:
+    return "".join(f" #{tag}" for tag in row.tags)
+
+
+def group_cells(group: GroupRow) -> tuple[str, str, str]:
+    """A sweep's line: name (with ▸ folded / ▾ unfolded), progress, best metric and combination."""
+    best = group.best
+    rest = f"best {group.best_value:.4f} · {combination(best)}" if best else "no " + (
+        "eval loss" if group.metric == "eval_loss" else "loss") + " yet"
+    return ("▾ " if group.expanded else "▸ ") + group.name, f"▦ {group.progress()}", rest
 
 
 def cells(row: RunRow, now: float) -> dict[str, str]:
@@ -62,7 +88,7 @@ def cells(row: RunRow, now: float) -> dict[str, str]:
     if row.step is not None:
         step = f"{row.step:.0f}" + (f"/{row.max_steps:.0f}" if row.max_steps else "")
     return {
-        "name": row.name,
+        "name": run_label(row) + tags_text(row),
         "status": view.cell,
         "step": step,
         "last_loss": fmt_number(row.last_loss, ".4f") if row.last_loss is not None else "",
@@ -95,7 +121,7 @@ class RunsTable(ScrollView, can_focus=True):
     """
     COMPONENT_CLASSES = {
         "runs-table--header", "runs-table--cursor", "runs-table--cursor-blurred", "runs-table--marked",
-        "runs-table--spark", "runs-table--empty", *(f"runs-table--status-{key}" for key in STATUS_STYLES),
+        "runs-table--spark", "runs-table--empty", "runs-table--group", "runs-table--tags", *(f"runs-table--status-{key}" for key in STATUS_STYLES),
     }
     BINDINGS = [
         Binding("up,k", "cursor(-1)", "Up", show=False),
@@ -126,7 +152,7 @@ class RunsTable(ScrollView, can_focus=True):
 
     def __init__(self, *, now=None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self.rows: list[RunRow] = []
+        self.rows: list[RunRow | GroupRow] = []
         self.marked: set[str] = set()
         self.cursor = 0
         self.sort_key: str | None = None
@@ -139,7 +165,7 @@ class RunsTable(ScrollView, can_focus=True):
 
     # ------------------------------------------------------------ data in
 
-    def set_rows(self, rows: list[RunRow], marked: set[str] | None = None) -> None:
+    def set_rows(self, rows: list[RunRow | GroupRow], marked: set[str] | None = None) -> None:
         current = self.cursor_run_id
         self.rows = rows
         if marked is not None:
@@ -161,7 +187,19 @@ class RunsTable(ScrollView, can_focus=True):
 
     @property
     def cursor_run_id(self) -> str | None:
+        """The id of the line under the cursor: a run's, or 'group:<id>' on a sweep's line."""
         return self.rows[self.cursor].id if 0 <= self.cursor < len(self.rows) else None
+
+    @property
+    def cursor_row(self) -> RunRow | GroupRow | None:
+        return self.rows[self.cursor] if 0 <= self.cursor < len(self.rows) else None
+
+    def move_to_id(self, row_id: str) -> None:
+        """Put the cursor on a line by id (a run, or 'group:<id>')."""
+        for index, row in enumerate(self.rows):
+            if row.id == row_id:
+                self._move_to(index)
+                return
 
     @property
     def now(self) -> float:
@@ -180,16 +218,37 @@ class RunsTable(ScrollView, can_focus=True):
         if index >= len(self.rows):
             return Strip.blank(width, self.rich_style)
         row = self.rows[index]
+        cursor = None
+        if index == self.cursor:
+            cursor = self.get_component_rich_style("runs-table--cursor" if self.has_focus else "runs-table--cursor-blurred")
+        if isinstance(row, GroupRow):
+            return self._group_line(row, cursor, width)
         texts = cells(row, self.now)
         texts["mark"] = "◆" if row.id in self.marked else ""
-        if index == self.cursor:
-            name = "runs-table--cursor" if self.has_focus else "runs-table--cursor-blurred"
-            return self._line(texts, self.get_component_rich_style(name), width)
+        tags = len(tags_text(row))
+        if cursor is not None:
+            return self._line(texts, cursor, width, tags=tags)
         base = self.get_component_rich_style("runs-table--marked") if row.id in self.marked else self.rich_style
         shown = row.display_status(self.now)
         status_style = self.get_component_rich_style(f"runs-table--status-{shown}", partial=True) if shown in STATUS_STYLES else None
-        extra = {"status": status_style, "spark": self.get_component_rich_style("runs-table--spark", partial=True)}
-        return self._line(texts, base, width, extra)
+        extra = {"status": status_style, "spark": self.get_component_rich_style("runs-table--spark", partial=True),
+                 "tags": self.get_component_rich_style("runs-table--tags", partial=True)}
+        return self._line(texts, base, width, extra, tags=tags)
+
+    def _group_line(self, group: GroupRow, cursor: Style | None, width: int) -> Strip:
+        """A sweep: mark and name in the fixed columns; progress in the status column, then its
+        best metric and combination flowing over the other columns."""
+        name, progress, rest = group_cells(group)
+        marked = bool(group.runs) and all(r.id in self.marked for r in group.runs)
+        base = cursor or (self.get_component_rich_style("runs-table--marked") if marked else self.rich_style)
+        if cursor is None:
+            base = base + self.get_component_rich_style("runs-table--group", partial=True)
+        mark, name_column = FIXED
+        status = COLUMNS[0]
+        fixed = [Segment(fit("◆" if marked else "", mark.width), base), Segment(fit(name, name_column.width), base)]
+        moving = [Segment(fit(progress, status.width), base),
+                  Segment(fit(rest, self._scroll_width - status.width), base)]
+        return self._join(fixed, moving, base, width)
 
     def _header_cells(self) -> dict[str, str]:
         out = {}
@@ -200,10 +259,21 @@ class RunsTable(ScrollView, can_focus=True):
             out[column.key] = label
         return out
 
-    def _line(self, texts: dict[str, str], base: Style, width: int, extra: dict | None = None) -> Strip:
+    def _line(self, texts: dict[str, str], base: Style, width: int, extra: dict | None = None, tags: int = 0) -> Strip:
+        """One line of cells; the last `tags` characters of the name are its tags (own style)."""
         extra = extra or {}
         fixed = [Segment(fit(texts.get(c.key, ""), c.width, c.right), base + extra[c.key] if extra.get(c.key) else base) for c in FIXED]
+        if tags and extra.get("tags"):
+            name = fixed[-1]
+            split = cell_len(texts["name"]) - tags
+            if split < FIXED[-1].width - 1:
+                left, right = name.split_cells(split)
+                fixed[-1:] = [left, Segment(right.text, base + extra["tags"])]
         moving = [Segment(fit(texts.get(c.key, ""), c.width, c.right), base + extra[c.key] if extra.get(c.key) else base) for c in COLUMNS]
+        return self._join(fixed, moving, base, width)
+
+    def _join(self, fixed: list[Segment], moving: list[Segment], base: Style, width: int) -> Strip:
+        """The fixed columns, then the moving ones scrolled sideways, in exactly `width` cells."""
         scroll_x = int(self.scroll_offset.x)
         room = max(0, width - self._fixed_width)
         strip = Strip(fixed, self._fixed_width).crop(0, width)
