@@ -12,13 +12,53 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
-
+from typing import Any, Literal, TypedDict
 
 # Preference tuning (dpo, simpo, cpo, orpo, kto, reward): metric keys of train rows, and of eval
 # rows with an "eval_" prefix. rewards/* are the implicit rewards (beta * log-ratio; the reward
 # model's scores), accuracies the fraction of pairs whose chosen answer scores higher; kl is KTO's.
 PREFERENCE_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "kl")
+
+
+class RankMemory(TypedDict, total=False):
+    """One rank's memory in a train row's `mem` (CUDA allocator figures, or RSS on CPU)."""
+
+    device: str
+    allocated: int
+    reserved: int
+    peak: int
+    rss: int
+    host: str
+    node: int
+
+
+class TrainRow(TypedDict, total=False):
+    """A metrics.jsonl line of a logging step (rank 0). Preference methods add PREFERENCE_KEYS."""
+
+    time: float
+    step: int
+    max_steps: int
+    epoch: float
+    loss: float | str  # NaN/inf are written as strings
+    lr: float
+    grad_norm: float
+    tokens: int
+    tokens_per_s: float | None
+    samples_per_s: float | None
+    step_time: float | None
+    mem: dict[str, RankMemory]  # "rank0" -> memory
+
+
+class EvalRow(TypedDict, total=False):
+    """A metrics.jsonl line of an evaluation."""
+
+    time: float
+    split: Literal["eval"]
+    step: int
+    epoch: float
+    eval_loss: float | str
+    perplexity: float
+    samples: list[dict]  # {prompt, answer} of the recipe's sample prompts
 
 
 def _clean(value: Any) -> Any:
@@ -152,11 +192,11 @@ def peak_memory(row: dict) -> float | None:
     return max(peaks) if peaks else None
 
 
-def train_rows(records: list[dict]) -> list[dict]:
+def train_rows(records: list[dict]) -> list[TrainRow]:
     return [r for r in records if r.get("split", "train") == "train" and as_number(r.get("step")) is not None]
 
 
-def eval_rows(records: list[dict]) -> list[dict]:
+def eval_rows(records: list[dict]) -> list[EvalRow]:
     return [r for r in records if r.get("split") == "eval" and as_number(r.get("step")) is not None]
 
 
