@@ -42,7 +42,10 @@ def main(argv=None) -> int:
         except OSError:
             pass
         print(f"Error: rank {rank}: {type(exc).__name__}: {message}", file=sys.stderr, flush=True)
-        return 1
+        sys.stdout.flush()
+        # exit now: tearing down torch, the process group and DeepSpeed after a failure takes seconds
+        # (and can hang on a peer that is gone); the launcher ends the other ranks
+        os._exit(1)
 
 
 if __name__ == "__main__":
