@@ -382,7 +382,8 @@ def detail_text(row: RunRow, now: float) -> str:
         if log:
             text += f" · log: {log}"
     else:
-        text = " · ".join(t for t in (row.id, row.description) if t)
+        text = row.id
+    # what the user said about it comes before the recipe's description
     extra = " · ".join(t for t in (" ".join(f"#{tag}" for tag in row.tags), row.note,
-                                   "archived" if row.archived else "") if t)
+                                   "archived" if row.archived else "", row.description if text == row.id else "") if t)
     return f"{view.mark} {row.title}: {text}" + (f" · {extra}" if extra else "")

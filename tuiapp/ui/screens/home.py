@@ -3,7 +3,7 @@ batches, so the first frame paints at once however many runs there are.
 
 Sweeps fold into one line each (g unfolds, enter opens the group screen); queued runs show their
 place and move with K/J/F; tags, notes, names, archive and delete act on the cursor's run
-(tuiapp.ui.screens.manage_keys). A run that ends, fails or hangs, and a sweep that ends, ring
+(tuiapp.ui.manage_keys). A run that ends, fails or hangs, and a sweep that ends, ring
 the bell (tuiapp.ui.alerts)."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tuiapp.ui.alerts import run_alerts, sweep_alerts
 from tuiapp.ui.groups import GroupRow, read_groups
 from tuiapp.ui.history import HistoryLoader, RunRow, detail_text, with_meta
 from tuiapp.ui.history_model import FLAGGED, HistoryModel
+from tuiapp.ui.manage_keys import HISTORY_BINDINGS, META_BINDINGS, HistoryManageActions, Target
 from tuiapp.ui.messages import (
     GroupsRead,
     QueueReordered,
@@ -34,7 +35,6 @@ from tuiapp.ui.messages import (
     RunStopping,
     RunsUpdated,
 )
-from tuiapp.ui.screens.manage_keys import HISTORY_BINDINGS, META_BINDINGS, HistoryManageActions, Target
 from tuiapp.ui.widgets.runs_table import COLUMNS, FIXED, SORTABLE, RunsTable
 
 # a run.json status, or `flagged`: stalled, hung in a start-up phase, or orphaned processes

@@ -19,10 +19,12 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
+from tuiapp.core import meta
 from tuiapp.core.metrics import JsonlReader
 from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import actions
+from tuiapp.ui.manage_keys import META_BINDINGS, RunMetaActions, Target
 from tuiapp.ui.messages import (
     ActionFailed,
     DoctorReported,
@@ -30,6 +32,7 @@ from tuiapp.ui.messages import (
     LogSourcesFound,
     MetricsAppended,
     RunLaunched,
+    RunMetaChanged,
     RunStatusChanged,
     RunStopped,
     RunStopping,
@@ -45,13 +48,14 @@ from tuiapp.ui.worker_errors import reports_errors
 RESUMABLE = ("stopped", "failed")
 
 
-class RunViewScreen(PaneDeckActions, Screen):
+class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     BINDINGS = [
         Binding("x", "stop", "Stop", tooltip="Stop gracefully: checkpoint, then exit"),
         Binding("r", "resume", "Resume", tooltip="Resume a stopped or failed run from its last checkpoint"),
         Binding("e", "clone", "Clone", tooltip="New experiment from this run's recipe"),
         Binding("l", "next_log", "Log source", tooltip="Switch between stdout.log and per-rank logs"),
         Binding("d", "doctor", "Doctor", tooltip="Every rank's phase, state and Python stack, and which rank is behind"),
+        *META_BINDINGS,
         Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one)"),
         Binding("z", "zoom", "Zoom", tooltip="Maximize the current pane, or restore"),
         Binding("escape", "back", "Back", tooltip="Back to the history"),
@@ -91,7 +95,7 @@ class RunViewScreen(PaneDeckActions, Screen):
     def on_mount(self) -> None:
         run = Run(self.run_path).load()
         self.info = run.info
-        self.sub_title = run.name
+        self.sub_title = meta.read_meta(self.run_path).get("display_name") or run.name
         data = self.data
         self.query_one("#chart-loss", MetricChart).set_series([("train", data.loss), ("eval", data.eval_loss)])
         self.query_one("#chart-lr", MetricChart).set_series([("lr", data.series["lr"])])
@@ -216,6 +220,18 @@ class RunViewScreen(PaneDeckActions, Screen):
         self.refresh_bindings()
         note = "" if message.clean else " (some processes had to be killed)"
         self.notify(f"{self.info.get('name', self.run_id)}: {message.status}{note}", title="Stopped")
+
+    def managed_run(self) -> Target:
+        """The run this view shows (the tag, note and rename keys act on it)."""
+        return Target(self.run_id, self.run_path, str(self.sub_title or self.run_id), str(self.info.get("status")))
+
+    def on_run_meta_changed(self, message: RunMetaChanged) -> None:
+        notes = message.notes
+        self.sub_title = notes.get("display_name") or self.info.get("name", self.run_id)
+        said = {"tag": "tags: " + (" ".join(f"#{t}" for t in notes.get("tags") or []) or "none"),
+                "note": "note saved" if notes.get("note") else "note cleared",
+                "rename": f"shown as {self.sub_title}"}
+        self.notify(said.get(message.what, "saved"), title=str(self.sub_title))
 
     def on_run_launched(self, message: RunLaunched) -> None:
         self.notify("resumed from the last checkpoint", title=self.info.get("name", self.run_id))
