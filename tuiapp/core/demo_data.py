@@ -323,9 +323,18 @@ DEMO_DATASETS = {
     "demo:prefs": "600 preference pairs (messages + chosen/rejected): the fact vs a worse answer (a wrong "
                   "value, an evasion or another topic), for dpo/simpo/cpo/orpo/reward.",
     "demo:feedback": "600 answers labelled good (the fact) or bad (a worse answer), messages + label, for kto.",
+    "demo:facts-heldout": "alpaca questions about the demo facts in phrasings never trained on, for `llmtui eval`.",
 }
+
+
+def facts_heldout_records() -> list[dict]:
+    """Alpaca records of `facts_eval_pairs()`: held-out phrasings, to evaluate a demo:facts run."""
+    return [{"instruction": question, "input": "", "output": answer} for question, answer in facts_eval_pairs()]
+
+
 _BUILDERS = {"demo:facts": facts_records, "demo:chat": chat_records, "demo:text": text_records,
-             "demo:prefs": preference_records, "demo:feedback": feedback_records}
+             "demo:prefs": preference_records, "demo:feedback": feedback_records,
+             "demo:facts-heldout": facts_heldout_records}
 
 
 def demo_records(name: str) -> list[dict]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 
+from tuiapp.core import trackers
 from tuiapp.core.cluster import active_hosts, hosts_of, plan_node, uses_hosts
 from tuiapp.core.cluster_checks import scale_rules
 from tuiapp.core.errors import UserError
@@ -102,6 +103,7 @@ def machine_rules(recipe: Recipe, *, cuda: bool, bnb_installed: bool | None = No
         if not (bitsandbytes_installed() if bnb_installed is None else bnb_installed):
             out.append(Finding("error", "method.kind", "qlora needs the bitsandbytes package, which "
                                "is not installed", "pip install bitsandbytes (or use method.kind = 'lora')"))
+    out += trackers.findings(recipe.train.report_to)
     return out
 
 

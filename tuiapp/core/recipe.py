@@ -303,6 +303,12 @@ class TrainSpec(Section):
     early_stopping_threshold: float = Field(
         0.0, ge=0, description="An eval loss must drop by more than this to count as an improvement.",
     )
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=list, description="Trackers that also get the metrics (rank 0): tensorboard (event "
+        "files in the run folder's tensorboard/), wandb (offline unless WANDB_MODE says otherwise), mlflow (a "
+        "file store in the run folder's mlruns/ unless MLFLOW_TRACKING_URI is set). Each needs its package: "
+        "pip install 'llmtui[tensorboard]' (or [wandb], [mlflow]).",
+    )
 
     @field_validator("learning_rate", "epochs", "warmup_ratio", "weight_decay", "max_grad_norm")
     @classmethod
@@ -413,6 +419,15 @@ class NotifySpec(Section):
     )
 
 
+class GenerateSpec(Section):
+    system: str = Field("", description="System prompt of `llmtui chat` and the TUI chat (empty = none).")
+    temperature: float = Field(0.0, ge=0, le=5, description="Sampling temperature (0 = greedy decoding).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of tokens "
+                         "whose probabilities add up to top_p (with temperature > 0).")
+    max_new_tokens: int = Field(128, ge=1, le=32768, description="Most tokens generated per answer.")
+    repetition_penalty: float = Field(1.0, gt=0, le=5, description="Penalty for repeated tokens (1 = none).")
+
+
 class Recipe(Section):
     name: str = Field("run", pattern=NAME_PATTERN, description="Run name: letters, digits, . _ -")
     description: str = Field("", description="Free text shown in history.")
@@ -427,6 +442,8 @@ class Recipe(Section):
     sweep: SweepSpec = Field(default_factory=SweepSpec, description="A grid of runs for `llmtui sweep` "
                              "(ignored by `llmtui run`).")
     notify: NotifySpec = Field(default_factory=NotifySpec, description="Tell someone when the run ends.")
+    generate: GenerateSpec = Field(default_factory=GenerateSpec, description="Generation settings of the "
+                                   "trained model: `llmtui chat`, `llmtui eval` and the TUI chat.")
 
     def to_toml(self) -> str:
         # None only stands for an absent optional table ([method.adapter]); TOML has no null

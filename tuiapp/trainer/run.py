@@ -13,6 +13,7 @@ import torch.distributed as dist
 import transformers
 from transformers import Trainer, TrainingArguments
 
+from tuiapp.core import trackers
 from tuiapp.core.metrics import atomic_write_text, read_jsonl
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, weights_method
 from tuiapp.trainer import bottleneck, checkpoints, phases, strategies
@@ -117,7 +118,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         fp16=precision == "fp16",
         activation_checkpointing=train.gradient_checkpointing,
         activation_checkpointing_kwargs={"use_reentrant": False} if train.gradient_checkpointing else None,
-        report_to=[],
+        **trackers.training_kwargs(recipe.train.report_to, run_dir),  # tensorboard/wandb/mlflow, offline
         disable_tqdm=True,
         remove_unused_columns=False,
         include_num_input_tokens_seen="non_padding",

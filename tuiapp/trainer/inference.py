@@ -1,0 +1,166 @@
+"""A run's model for inference: loaded as it trained (a full model, or an adapter on its base),
+prompted through the chat template it trained with, and answered with the run's generation
+settings. Shared by the chat server (serve.py) and `llmtui eval` (evaluate.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from transformers import AutoModelForCausalLM, TextStreamer
+
+from tuiapp.core.model_check import adapter_kind
+from tuiapp.core.recipe import GenerateSpec, Recipe, parse_recipe
+from tuiapp.core.targets import Target
+from tuiapp.trainer import bottleneck
+from tuiapp.trainer.data import _render, _template_messages
+from tuiapp.trainer.model import _merge_adapter_folder, load_tokenizer
+from tuiapp.trainer.tiny import resolve_model_path
+
+CHATML_END = "<|im_end|>"
+
+
+@dataclass
+class Loaded:
+    """A model ready to answer: which one, and how long it took to load."""
+
+    name: str  # "tuned" or "base"
+    label: str  # "final", "checkpoint-N", or the base's name
+    model: object
+    tokenizer: object
+    load_s: float
+
+
+def frozen_recipe(run_dir: Path) -> Recipe:
+    path = Path(run_dir) / "recipe.toml"
+    return parse_recipe(path.read_text(encoding="utf-8"), str(path))
+
+
+def _full_model(path: str, trust: bool):
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust)
+
+
+def load_base(base: str, trust: bool = False) -> tuple[object, object]:
+    """The base a run started from: 'tiny', a folder or a hub id; an earlier run's adapter folder
+    is merged into its own base first, as the trainer did."""
+    path = resolve_model_path(base)
+    if adapter_kind(Path(path)):
+        model = _merge_adapter_folder(path, torch.float32, trust)
+    else:
+        model = _full_model(path, trust)
+    return model, load_tokenizer(path, trust)
+
+
+def load_target(target: Target, trust: bool = False) -> tuple[object, object]:
+    """The run's final model or checkpoint: a full model, or its adapter applied to its base."""
+    if target.kind == "full":
+        model = _full_model(target.path, trust)
+    else:
+        model, _ = load_base(target.base, trust)
+        if target.kind == "bottleneck":
+            model = bottleneck.load_bottleneck(model, target.path)
+        else:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, target.path)
+    return model, load_tokenizer(target.path, trust)
+
+
+SMALL_MODEL = 50_000_000  # parameters
+
+
+def cpu_threads(model) -> None:
+    """One intra-op thread for a small model on CPU (unless OMP_NUM_THREADS says otherwise): its
+    matrices are too small to share, and on a busy 2-core machine two threads that wait on each
+    other were 15x slower than one (52 s vs 3.3 s for the loss of 260 short records)."""
+    if torch.cuda.is_available() or os.environ.get("OMP_NUM_THREADS"):
+        return
+    if sum(p.numel() for p in model.parameters()) < SMALL_MODEL:
+        torch.set_num_threads(1)
+
+
+def load(name: str, target: Target, trust: bool = False) -> Loaded:
+    """'tuned' (the target) or 'base' (what it trained from), in eval mode."""
+    started = time.perf_counter()
+    if name == "base":
+        model, tokenizer = load_base(target.base, trust)
+        label = Path(target.base).name if "/" in target.base else target.base
+    else:
+        model, tokenizer = load_target(target, trust)
+        label = target.label
+    model.eval()
+    cpu_threads(model)
+    return Loaded(name, label, model, tokenizer, time.perf_counter() - started)
+
+
+# ---------------------------------------------------------------- prompting
+
+
+def conversation(messages: list[dict], system: str = "") -> list[dict]:
+    """The messages with the system prompt first (unless they bring their own)."""
+    if system and not any(m.get("role") == "system" for m in messages):
+        return [{"role": "system", "content": system}, *messages]
+    return list(messages)
+
+
+def prompt_text(tokenizer, messages: list[dict]) -> str:
+    """The conversation rendered as in training (the tokenizer's template, else ChatML), ending
+    with the assistant's turn opened."""
+    return _render(tokenizer, _template_messages(messages, tokenizer), tokenize=False, add_generation_prompt=True)
+
+
+def stop_ids(model, tokenizer) -> list[int]:
+    """Every token that ends an answer: the generation config's, the tokenizer's eos, ChatML's end."""
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = list(ids) if isinstance(ids, (list, tuple)) else ([ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    end = tokenizer.convert_tokens_to_ids(CHATML_END) if CHATML_END in tokenizer.get_vocab() else None
+    if end is not None:
+        ids.append(end)
+    return sorted(set(ids))
+
+
+class _Stream(TextStreamer):
+    """transformers' streamer, handing each finished piece of text to a callback."""
+
+    def __init__(self, tokenizer, on_text: Callable[[str], None]):
+        super().__init__(tokenizer, skip_prompt=True, skip_special_tokens=True)
+        self.on_text = on_text
+
+    def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+        if text:
+            self.on_text(text)
+
+
+def settings_kwargs(settings: GenerateSpec) -> dict:
+    sample = settings.temperature > 0
+    kwargs = {"max_new_tokens": settings.max_new_tokens, "do_sample": sample,
+              "repetition_penalty": settings.repetition_penalty}
+    if sample:
+        kwargs.update(temperature=settings.temperature, top_p=settings.top_p)
+    else:  # greedy: leave out what a model's generation_config may set for sampling
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    return kwargs
+
+
+def generate(loaded: Loaded, messages: list[dict], settings: GenerateSpec,
+             on_text: Callable[[str], None] | None = None) -> dict:
+    """One answer to the conversation: {text, tokens, seconds}; `on_text` gets it piece by piece."""
+    model, tokenizer = loaded.model, loaded.tokenizer
+    text = prompt_text(tokenizer, conversation(messages, settings.system))
+    enc = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    device = next(model.parameters()).device
+    enc = {k: v.to(device) for k, v in enc.items()}
+    streamer = _Stream(tokenizer, on_text) if on_text else None
+    started = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(**enc, **settings_kwargs(settings), streamer=streamer,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=stop_ids(model, tokenizer))
+    new = out[0, enc["input_ids"].shape[1]:]
+    answer = tokenizer.decode(new, skip_special_tokens=True)
+    return {"text": answer.strip(), "tokens": int(new.shape[0]), "seconds": time.perf_counter() - started}
