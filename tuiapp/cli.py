@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp import cli_manage, cli_scale
+from tuiapp import cli_after, cli_manage, cli_scale
 from tuiapp.core import checks, launcher, meta, queue, service
 from tuiapp.core.errors import UserError
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
@@ -311,8 +311,8 @@ def cmd_export(args) -> int:
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise UserError(message=f"{out} exists and is not empty", fix="choose a new folder for --out")
-    argv = [str(run.final_path), "--out", str(out)] + (["--merge"] if args.merge else [])
-    return _trainer_tool("tuiapp.trainer.export", argv)
+    argv = [str(run.final_path), "--out", str(out)] + (["--merge"] if args.merge else []) + cli_after.export_argv(args)
+    return _trainer_tool("tuiapp.trainer.publish", argv)  # export, then --dtype and --push
 
 
 def cmd_tui(args) -> int:
@@ -393,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("--out", required=True)
     p.add_argument("--merge", action="store_true", help="merge the adapter into its base model")
+    cli_after.add_export_arguments(p)
+
+    cli_after.add_commands(add)  # chat, eval, export-metrics
     return parser
 
 

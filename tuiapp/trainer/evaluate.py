@@ -157,7 +157,8 @@ def tasks_of(loaded: inference.Loaded, tasks: list[str], limit: int | None) -> d
 def evaluate(args) -> dict:
     target = model_target(args.run_dir, args.checkpoint, purpose="be evaluated")
     recipe = inference.frozen_recipe(args.run_dir)
-    spec = DatasetSpec(name=args.data, format=args.format)
+    columns = dict(item.split("=", 1) for item in args.columns.split(",") if "=" in item)
+    spec = DatasetSpec(name=args.data, format=args.format, columns=columns)
     records = load_records(spec, Path.cwd())
     if args.limit:
         records = records[: args.limit]
@@ -188,6 +189,7 @@ def main(argv=None) -> int:
     parser.add_argument("--data", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", default="auto")
+    parser.add_argument("--columns", default="", help="ROLE=COLUMN,... (the recipe's dataset.columns)")
     parser.add_argument("--checkpoint", type=int, default=None)
     parser.add_argument("--no-base", action="store_true")
     parser.add_argument("--limit", type=int, default=0)
