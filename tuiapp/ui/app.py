@@ -98,6 +98,12 @@ class LlmtuiApp(App):
 
         self.push_screen(PromptScreen(question, detail, value, placeholder), then)
 
+    def open_chat(self, run_id: str, checkpoint: int | None = None, vs_base: bool = False) -> None:
+        """Chat with a run's model (its inference server starts in the background)."""
+        from tuiapp.ui.screens.chat import ChatScreen
+
+        self.push_screen(ChatScreen(run_id, checkpoint=checkpoint, vs_base=vs_base))
+
     def confirm(self, question: str, detail: str, then: Callable[[bool | None], None]) -> None:
         """Ask yes/no in a modal; `then` gets the answer."""
         self.push_screen(ConfirmScreen(question, detail), then)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
-from tuiapp.core import meta, queue, rundir
+from tuiapp.core import evals, meta, queue, rundir
 from tuiapp.core.metrics import JsonlReader, as_number, dedupe_steps, peak_memory, summarize, train_rows
 from tuiapp.core.progress import fmt_duration
 from tuiapp.core.runs import ACTIVE, Run, RunStore
@@ -49,6 +49,8 @@ class RunRow:
     max_steps: float | None = None
     last_loss: float | None = None
     best_eval_loss: float | None = None
+    eval_ppl: float | None = None  # the latest `llmtui eval` (runs/<id>/evals/): the tuned and base perplexity
+    eval_base_ppl: float | None = None
     tokens_per_s: float | None = None
     peak_mem: float | None = None
     last_time: float | None = None
@@ -171,6 +173,7 @@ def queue_positions(runs_root: Path) -> dict[str, int]:
 def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
     """The row with its summary figures and sparkline taken from all its metrics records."""
     summary = summarize(records)
+    evaluated = evals.latest(row.path)
     train = dedupe_steps(train_rows(records))
     losses = [as_number(r.get("loss")) for r in train]
     finite = [v for v in losses if v is not None and math.isfinite(v)]
@@ -181,6 +184,8 @@ def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
         max_steps=summary["max_steps"],
         last_loss=summary["last_loss"],
         best_eval_loss=summary["best_eval_loss"],
+        eval_ppl=evals.number(evaluated, "tuned", "perplexity"),
+        eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
         tokens_per_s=summary["tokens_per_s"],
         peak_mem=summary["peak_mem"],
         last_time=summary["last_time"],

@@ -80,6 +80,7 @@ class CompareScreen(PaneDeckActions, Screen):
         self._show_charts()
         self._show_config()
         self._show_summary()
+        self._show_evals()
         self._show_title()
 
     # ------------------------------------------------------------ drawing
@@ -118,6 +119,18 @@ class CompareScreen(PaneDeckActions, Screen):
                 fmt_number(row.tokens_per_s, ".0f"), fmt_bytes(row.peak_mem), row.time_text(now) or "-",
                 fmt_number(row.step, ".0f"), key=run.id,
             )
+
+    def _show_evals(self) -> None:
+        """The latest `llmtui eval` of each run beside its summary: tuned and base perplexity
+        (columns only when a compared run has been evaluated)."""
+        if not any(run.row.eval_ppl is not None for run in self.runs):
+            return
+        table = self.query_one("#cmp-summary", DataTable)
+        tuned = table.add_column("eval ppl", key="eval_ppl", default="-")
+        base = table.add_column("base ppl", key="eval_base_ppl", default="-")
+        for run in self.runs:
+            table.update_cell(run.id, tuned, fmt_number(run.row.eval_ppl, ".3f"))
+            table.update_cell(run.id, base, fmt_number(run.row.eval_base_ppl, ".3f"))
 
     def config_keys(self) -> list[str]:
         """Keys shown in the config table (for tests and the palette)."""

@@ -56,6 +56,7 @@ class HomeScreen(HistoryManageActions, Screen):
         Binding("t", "cycle_status", "Status", tooltip="Filter by status (cycles)"),
         Binding("m", "cycle_method", "Method", tooltip="Filter by method (cycles)"),
         Binding("e", "clone", "Clone", tooltip="New experiment from this run's recipe"),
+        Binding("C", "chat", "Chat", tooltip="Talk to the run's final model (ctrl+b there: its base beside)"),
         *HISTORY_BINDINGS,
         *META_BINDINGS,
         Binding("escape", "clear_filters", "Clear", tooltip="Clear filters and marks"),
@@ -362,6 +363,11 @@ class HomeScreen(HistoryManageActions, Screen):
             row = row.runs[0]  # a sweep's recipe: that of its first run
         if row is not None:
             self.app.open_clone(row.path)
+
+    def action_chat(self) -> None:
+        row = self.query_one(RunsTable).cursor_row
+        if row is not None and not isinstance(row, GroupRow):
+            self.app.open_chat(row.id)
 
     def action_fold(self) -> None:
         """Unfold the sweep under the cursor, or fold it (from its row or one of its runs)."""

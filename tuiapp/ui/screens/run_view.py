@@ -55,6 +55,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         Binding("e", "clone", "Clone", tooltip="New experiment from this run's recipe"),
         Binding("l", "next_log", "Log source", tooltip="Switch between stdout.log and per-rank logs"),
         Binding("d", "doctor", "Doctor", tooltip="Every rank's phase, state and Python stack, and which rank is behind"),
+        Binding("C", "chat", "Chat", tooltip="Talk to the final model (ctrl+b there: its base beside)"),
         *META_BINDINGS,
         Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one)"),
         Binding("z", "zoom", "Zoom", tooltip="Maximize the current pane, or restore"),
@@ -326,6 +327,9 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     def action_clone(self) -> None:
         self.app.open_clone(self.run_path)
+
+    def action_chat(self) -> None:
+        self.app.open_chat(self.run_id)
 
     def action_next_log(self) -> None:
         self.sources = log_sources(self.run_path)

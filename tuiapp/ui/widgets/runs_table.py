@@ -24,6 +24,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tuiapp.core.evals import perplexity_text as eval_cell
 from tuiapp.core.progress import fmt_bytes, fmt_number, fmt_time
 from tuiapp.ui.groups import GroupRow, combination
 from tuiapp.ui.history import RunRow
@@ -53,6 +54,7 @@ COLUMNS = [
     Column("method", "method", 14),
     Column("model", "model", 18),
     Column("dataset", "dataset", 16),
+    Column("eval_ppl", "eval ppl", 18, True),  # the latest `llmtui eval`: tuned perplexity (base)
 ]
 SORTABLE = [c.key for c in FIXED[1:] + COLUMNS]
 # the look of each shown status (marks in tuiapp.ui.runstatus): one style class per key
@@ -101,6 +103,7 @@ def cells(row: RunRow, now: float) -> dict[str, str]:
         "method": row.method,
         "model": row.model,
         "dataset": row.dataset,
+        "eval_ppl": eval_cell(row.eval_ppl, row.eval_base_ppl),
     }
 
 
