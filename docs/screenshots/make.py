@@ -1,12 +1,14 @@
 """Make the SVG screenshots of docs/tui.md from the real-run fixtures.
 
-    .venv/bin/python docs/screenshots/make.py [--size 120x36]
+    .venv/bin/python docs/screenshots/make.py [--size 120x36] [--only NAME ...]
 
 The app runs headless (Textual's run_test) on a copy of tests/fixtures/runs (real runs of the
 trainer on the bundled tiny model, made by tests/fixtures/make_runs.py), with the fixtures'
 frozen clock, TZ=UTC and no GPU/host monitor, so the pictures are the same on every machine.
 Writes home.svg, new-experiment.svg, run-view.svg, help.svg, compare.svg and compare-config.svg
-next to this file.
+next to this file; sweep.svg and sweep-group.svg add a 2x2 sweep to the runs (built by the real
+core, as the tests build it: tests/ui/manager_fixtures.py) and show it in the history and on
+its group screen. `--only` writes just the named ones.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "ui"))  # the sweep the tests use (manager_fixtures.make_sweep)
 
 os.environ["TZ"] = "UTC"  # start times show in local time
 time.tzset()
 
 from tuiapp.ui.app import create_app  # noqa: E402
 from tuiapp.ui.screens.compare import CompareScreen  # noqa: E402
+from tuiapp.ui.screens.group import GroupScreen  # noqa: E402
 from tuiapp.ui.screens.help import HelpScreen  # noqa: E402
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen  # noqa: E402
 from tuiapp.ui.screens.run_view import RunViewScreen  # noqa: E402
@@ -94,9 +98,29 @@ async def shoot(root: Path, work: Path, now: float, ids: dict[str, str], size: t
     return shots
 
 
+async def shoot_sweep(root: Path, work: Path, now: float, size: tuple[int, int]) -> dict[str, str]:
+    from manager_fixtures import make_sweep
+
+    make_sweep(root)
+    app = create_app(root, clock=lambda: now, base_dir=work, system_monitor=False, hf_cache_dirs=[], live=False)
+    shots = {}
+    async with app.run_test(size=size) as pilot:
+        home = app.screen
+        await until(pilot, lambda: home.summarized and home.model.group_records, "the history and its sweep")
+        await pilot.press("g")  # unfold the sweep
+        await pilot.pause(0.3)
+        shots["sweep"] = app.export_screenshot(title="llmtui: a sweep in the history")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, GroupScreen) and app.screen.loaded, "the group screen")
+        await pilot.pause(0.3)
+        shots["sweep-group"] = app.export_screenshot(title="llmtui: a sweep's group screen")
+    return shots
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="120x36", help="terminal size, COLSxROWS")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="write only these (e.g. sweep sweep-group)")
     args = parser.parse_args()
     size = tuple(int(v) for v in args.size.lower().split("x"))
     manifest = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))
@@ -105,10 +129,16 @@ def main() -> int:
     try:
         root = work / "runs"
         shutil.copytree(FIXTURES / "runs", root)
-        shots = asyncio.run(shoot(root, work, manifest["now"], ids, size))
+        shots = {}
+        if not args.only or set(args.only) - {"sweep", "sweep-group"}:
+            shots.update(asyncio.run(shoot(root, work, manifest["now"], ids, size)))
+        if not args.only or set(args.only) & {"sweep", "sweep-group"}:
+            shots.update(asyncio.run(shoot_sweep(root, work, manifest["now"], size)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for name, svg in shots.items():
+        if args.only and name not in args.only:
+            continue
         (HERE / f"{name}.svg").write_text(svg, encoding="utf-8")
         print(f"docs/screenshots/{name}.svg  {len(svg) // 1024} KiB")
     return 0

@@ -70,6 +70,7 @@ class HomeScreen(HistoryManageActions, Screen):
         self.summarized = False  # every metrics file read once
         self._methods: list[str] = []
         self._quiet: set[str] = set()  # runs the user stopped here: no bell when they end
+        self._stop_asked: dict[str, str] = {}  # run id -> its status when the user asked for the stop
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -198,11 +199,13 @@ class HomeScreen(HistoryManageActions, Screen):
 
     def on_run_stopping(self, message: RunStopping) -> None:
         self._quiet.add(message.run_id)
+        row = self.model.rows.get(message.run_id)
+        self._stop_asked[message.run_id] = row.status if row else ""
 
     def on_run_stopped(self, message: RunStopped) -> None:
         row = self.model.rows.get(message.run_id)
         title = row.title if row else message.run_id
-        was_queued = row is not None and row.status == "queued"
+        was_queued = self._stop_asked.pop(message.run_id, "") == "queued"
         note = "" if message.clean else " (some processes had to be killed)"
         self.notify(f"{title}: " + ("cancelled, it never started" if was_queued and message.status == "stopped"
                                     else message.status + note), title="Cancelled" if was_queued else "Stopped")
