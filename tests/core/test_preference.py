@@ -285,3 +285,28 @@ def test_full_weight_preference_suggests_an_adapter():
     method = recipe_from_dict({"method": {"kind": "dpo"}}).method
     texts = [text for text, _ in _candidates(Knobs(method, 0, "none", "none", False, 1), 1, 1)]
     assert "[method.adapter] kind='lora'" in texts and "method.kind='lora'" not in texts
+
+
+# ---------------------------------------------------------------- history figures
+
+
+def test_best_accuracy_and_margin_prefer_eval_rows_else_smoothed_train_rows():
+    from tuiapp.core.metrics import running_means, summarize
+    from tuiapp.ui.history import PreferenceBest
+
+    train = [{"step": s, "loss": 0.6, "rewards/accuracies": a, "rewards/margins": a / 10}
+             for s, a in enumerate([0.0, 1.0, 0.0, 1.0, 1.0, 1.0], start=1)]
+    assert running_means([0.0, 1.0, 0.0, 1.0], window=2) == [0.0, 0.5, 0.5, 0.5]
+    summary = summarize(train)
+    assert summary["best_accuracy"] == pytest.approx(4 / 6)  # window 10: the mean so far, at its best
+    live = PreferenceBest()
+    for row in train:
+        live.add(row, "train")
+    assert live.best("best_accuracy") == pytest.approx(summary["best_accuracy"])
+    evals = [{"split": "eval", "step": 6, "eval_loss": 0.5, "eval_rewards/accuracies": 0.8,
+              "eval_rewards/margins": 0.3}]
+    summary = summarize(train + evals)
+    assert (summary["best_accuracy"], summary["best_margin"]) == (0.8, 0.3)
+    live.add(evals[0], "eval")
+    assert live.best("best_margin") == 0.3
+    assert summarize([{"step": 1, "loss": 1.0}])["best_accuracy"] is None  # not a preference run

@@ -230,7 +230,35 @@ def summarize(records: list[dict]) -> dict:
         "peak_mem": max(peaks) if peaks else None,
         "nonfinite_loss": any(v is not None and not math.isfinite(v) for v in losses),
         "last_time": as_number(last.get("time")),
+        **preference_best(train, evals),
     }
+
+
+PREFERENCE_WINDOW = 10  # train rows averaged before taking the best (one micro batch is noisy)
+
+
+def preference_best(train: list[dict], evals: list[dict]) -> dict:
+    """best_accuracy and best_margin of a preference run (None for other runs): the highest of
+    its eval rows when they have them, else the highest running mean of its train rows."""
+    out: dict[str, float | None] = {}
+    for name, key in (("best_accuracy", "rewards/accuracies"), ("best_margin", "rewards/margins")):
+        values = [v for v in (as_number(r.get("eval_" + key)) for r in evals) if v is not None and math.isfinite(v)]
+        if not values:
+            values = running_means(
+                [v for v in (as_number(r.get(key)) for r in train) if v is not None and math.isfinite(v)])
+        out[name] = max(values) if values else None
+    return out
+
+
+def running_means(values: list[float], window: int = PREFERENCE_WINDOW) -> list[float]:
+    """Means of each window of consecutive values (the means so far while fewer than window)."""
+    out, total = [], 0.0
+    for index, value in enumerate(values):
+        total += value
+        if index >= window:
+            total -= values[index - window]
+        out.append(total / min(index + 1, window))
+    return out
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -158,6 +158,21 @@ def build_trainer(recipe: Recipe, model, ref_model, peft_config, kwargs: dict, t
                processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config, **extra)
 
 
+def reference_event(trainer) -> dict:
+    """What the run compares against, for events.jsonl: a frozen copy (its parameters in all, and
+    those this rank holds: fewer under ZeRO-3, which shards it), the base with the adapter switched
+    off, or nothing (simpo, cpo, orpo, reward)."""
+    kind = getattr(trainer, "method_kind", "")
+    ref = getattr(trainer, "ref_model", None)
+    if ref is not None:
+        total = sum(getattr(p, "ds_numel", p.numel()) for p in ref.parameters())
+        local = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in ref.parameters())
+        return {"event": "reference", "model": "frozen copy", "params": total, "params_on_rank": local}
+    if kind in REFERENCE_KINDS:
+        return {"event": "reference", "model": "the base, adapter off", "params": 0, "params_on_rank": 0}
+    return {"event": "reference", "model": "none", "params": 0, "params_on_rank": 0}
+
+
 def _check_columns(recipe: Recipe, dataset) -> None:
     """The data must be what the method trains on (pre-flight says so too, but not for hub data)."""
     wanted = FEEDBACK_COLUMNS if recipe.method.kind == "kto" else PAIR_COLUMNS

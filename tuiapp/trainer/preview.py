@@ -73,20 +73,41 @@ def _show(args, out) -> int:
             write_document(out, error_document(exc))
         return 2
     if args.json:  # one JSON array, one example per line
-        rows = [json.dumps({
-            "index": index,
-            "input_ids": list(example["input_ids"]),
-            "labels": list(example["labels"]),
-            "text": example.get("text") or tokenizer.decode(example["input_ids"]),
-        }, ensure_ascii=False) for index, example in enumerate(examples)]
+        rows = [json.dumps({"index": index, **_json_example(example, tokenizer)}, ensure_ascii=False)
+                for index, example in enumerate(examples)]
         out.write("[\n" + ",\n".join(rows) + ("\n]\n" if rows else "]\n"))
         return 0
     for index, example in enumerate(examples):
-        trained = sum(1 for label in example["labels"] if label != MASK)
-        out.write(f"── example {index}: {len(example['input_ids'])} tokens, {trained} trained "
-                  f"(masked text inside ⟦ ⟧) ──\n")
+        if "rejected" in example:  # a preference pair: the prompt (masked) with each answer
+            what = ("reward model: the value head scores each whole sequence at its last token"
+                    if recipe.method.kind == "reward" else "masked prompt inside ⟦ ⟧")
+            out.write(f"── example {index}: preference pair ({what}) ──\n")
+            for name, sequence in (("chosen", example), ("rejected", example["rejected"])):
+                out.write(f"{name} ({_counts(sequence)}): {render(sequence, tokenizer)}\n")
+            continue
+        label = f", label {str(example['label']).lower()}" if "label" in example else ""
+        out.write(f"── example {index}: {_counts(example)}{label} (masked text inside ⟦ ⟧) ──\n")
         out.write(render(example, tokenizer) + "\n")
     return 0
+
+
+def _counts(example: dict) -> str:
+    trained = sum(1 for label in example["labels"] if label != MASK)
+    return f"{len(example['input_ids'])} tokens, {trained} trained"
+
+
+def _json_example(example: dict, tokenizer) -> dict:
+    """input_ids, labels and text; a pair adds its rejected sequence, unpaired feedback its label."""
+    out = {
+        "input_ids": list(example["input_ids"]),
+        "labels": list(example["labels"]),
+        "text": example.get("text") or tokenizer.decode(example["input_ids"]),
+    }
+    if "rejected" in example:
+        out["rejected"] = _json_example(example["rejected"], tokenizer)
+    if "label" in example:
+        out["label"] = bool(example["label"])
+    return out
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import transformers
 from transformers import Trainer, TrainingArguments
 
 from tuiapp.core import trackers
-from tuiapp.core.metrics import atomic_write_text, read_jsonl
+from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, weights_method
 from tuiapp.trainer import bottleneck, checkpoints, phases, strategies
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
@@ -218,6 +218,9 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
         mixins=(strategies.StrategyMixin, RunTrainerMixin),
     )
     trainer.method_kind = recipe.method.kind
+    if _is_main():  # before the first step, so a stop at any time finds it
+        with JsonlWriter(run_dir / "events.jsonl") as events:
+            events.write(preference.reference_event(trainer))
     return trainer, recorder
 
 

@@ -25,7 +25,16 @@ METRICS = {
     "lr": ("Learning rate", "train"),
     "tokens_per_s": ("Tokens/s", "train"),
 }
+# preference runs (dpo, simpo, cpo, orpo, kto, reward): charts shown when a compared run has them
+PREFERENCE_CHARTS = {
+    "rewards/margins": ("Reward margin", "train"),
+    "rewards/accuracies": ("Reward accuracy", "train"),
+}
 AXES = ("step", "tokens")
+
+
+def chart_id(metric: str) -> str:
+    return metric.replace("/", "-").replace("_", "-")
 
 
 @dataclass
@@ -58,8 +67,8 @@ def build_series(records: list[dict]) -> dict[tuple[str, str], Series]:
     evals = dedupe_steps(eval_rows(records))
     steps = [as_number(r.get("step")) or 0.0 for r in train]
     tokens = [r.get("tokens") for r in train]
-    out = {(m, a): Series() for m in METRICS for a in AXES}
-    for metric, (_, where) in METRICS.items():
+    out = {(m, a): Series() for m in (*METRICS, *PREFERENCE_CHARTS) for a in AXES}
+    for metric, (_, where) in (*METRICS.items(), *PREFERENCE_CHARTS.items()):
         if where != "train":
             continue
         values = [_number(r.get(metric)) for r in train]

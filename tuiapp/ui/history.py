@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Iterator
 
 from tuiapp.core import evals, meta, queue, rundir
-from tuiapp.core.metrics import JsonlReader, as_number, dedupe_steps, peak_memory, summarize, train_rows
+from tuiapp.core.metrics import (
+    PREFERENCE_WINDOW,
+    JsonlReader,
+    as_number,
+    dedupe_steps,
+    peak_memory,
+    summarize,
+    train_rows,
+)
 from tuiapp.core.progress import fmt_duration
 from tuiapp.core.runs import ACTIVE, Run, RunStore
 from tuiapp.ui.runstatus import StatusView, error_log, status_view, why_text
@@ -51,6 +59,8 @@ class RunRow:
     best_eval_loss: float | None = None
     eval_ppl: float | None = None  # the latest `llmtui eval` (runs/<id>/evals/): the tuned and base perplexity
     eval_base_ppl: float | None = None
+    best_accuracy: float | None = None  # preference runs: reward accuracy and margin (metrics.preference_best)
+    best_margin: float | None = None
     tokens_per_s: float | None = None
     peak_mem: float | None = None
     last_time: float | None = None
@@ -186,6 +196,8 @@ def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
         best_eval_loss=summary["best_eval_loss"],
         eval_ppl=evals.number(evaluated, "tuned", "perplexity"),
         eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
+        best_accuracy=summary["best_accuracy"],
+        best_margin=summary["best_margin"],
         tokens_per_s=summary["tokens_per_s"],
         peak_mem=summary["peak_mem"],
         last_time=summary["last_time"],
@@ -216,10 +228,12 @@ class LiveSummary:
         self.stride = 1
         self.seen = 0
         self.times: deque[float] = deque(maxlen=20)
+        self.preference = PreferenceBest()
 
     def add(self, records: list[dict]) -> None:
         for record in records:
             split = record.get("split", "train")
+            self.preference.add(record, split)
             if split == "eval":
                 value = as_number(record.get("eval_loss"))
                 if value is not None and math.isfinite(value):
@@ -256,6 +270,8 @@ class LiveSummary:
             max_steps=as_number(last.get("max_steps")),
             last_loss=as_number(last.get("loss")),
             best_eval_loss=self.best_eval,
+            best_accuracy=self.preference.best("best_accuracy"),
+            best_margin=self.preference.best("best_margin"),
             tokens_per_s=speeds[len(speeds) // 2] if speeds else None,
             peak_mem=self.peak,
             last_time=as_number(last.get("time")),
@@ -263,6 +279,34 @@ class LiveSummary:
             step_times=list(self.times),
             summarized=True,
         )
+
+
+class PreferenceBest:
+    """core's preference_best kept up to date record by record (eval rows win once there are any)."""
+
+    KEYS = {"best_accuracy": "rewards/accuracies", "best_margin": "rewards/margins"}
+
+    def __init__(self) -> None:
+        self.windows = {name: deque(maxlen=PREFERENCE_WINDOW) for name in self.KEYS}
+        self.train_best: dict[str, float] = {}
+        self.eval_best: dict[str, float] = {}
+
+    def add(self, record: dict, split: str) -> None:
+        for name, key in self.KEYS.items():
+            if split == "eval":
+                value = as_number(record.get("eval_" + key))
+                if value is not None and math.isfinite(value):
+                    self.eval_best[name] = max(value, self.eval_best.get(name, value))
+            elif split == "train":
+                value = as_number(record.get(key))
+                if value is not None and math.isfinite(value):
+                    window = self.windows[name]
+                    window.append(value)
+                    mean = sum(window) / len(window)
+                    self.train_best[name] = max(mean, self.train_best.get(name, mean))
+
+    def best(self, name: str) -> float | None:
+        return self.eval_best.get(name, self.train_best.get(name))
 
 
 class HistoryLoader:

@@ -12,7 +12,7 @@ from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from tuiapp.core.metrics import as_number, device_peak
+from tuiapp.core.metrics import PREFERENCE_METRICS, as_number, device_peak
 from tuiapp.core.progress import eta_seconds
 
 
@@ -70,7 +70,7 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-TRAIN_SERIES = ("loss", "lr", "tokens_per_s", "grad_norm", "samples_per_s")
+TRAIN_SERIES = ("loss", "lr", "tokens_per_s", "grad_norm", "samples_per_s", *PREFERENCE_METRICS)
 
 
 @dataclass

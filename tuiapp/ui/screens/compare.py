@@ -11,7 +11,18 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core.progress import fmt_bytes, fmt_number
-from tuiapp.ui.comparing import METRICS, CompareRun, config_rows, label_runs, load_compare_run, show_value
+from tuiapp.core.recipe import PREFERENCE_KINDS
+from tuiapp.core.runs import Run
+from tuiapp.ui.comparing import (
+    METRICS,
+    PREFERENCE_CHARTS,
+    CompareRun,
+    chart_id,
+    config_rows,
+    label_runs,
+    load_compare_run,
+    show_value,
+)
 from tuiapp.ui.messages import CompareLoaded
 from tuiapp.ui.widgets.charts import MetricChart
 from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
@@ -40,6 +51,10 @@ class CompareScreen(PaneDeckActions, Screen):
         yield Header()
         yield Static("", id="cmp-title")
         panes = [Pane(title, MetricChart(title.lower(), id=f"cmp-chart-{key}"), id=f"cmp-{key.replace('_', '-')}") for key, (title, _) in METRICS.items()]
+        self.preference = self._any_preference_run()
+        if self.preference:  # reward margin and accuracy curves of dpo/simpo/cpo/orpo/kto/reward runs
+            panes += [Pane(title, MetricChart(title.lower(), id=f"cmp-chart-{chart_id(key)}"), id=f"cmp-{chart_id(key)}")
+                      for key, (title, _) in PREFERENCE_CHARTS.items()]
         yield PaneDeck(
             *panes,
             Pane("Config", DataTable(id="cmp-config", cursor_type="row", zebra_stripes=True), id="cmp-config-pane"),
@@ -47,6 +62,11 @@ class CompareScreen(PaneDeckActions, Screen):
             id="cmp-deck",
         )
         yield Footer(compact=True)
+
+    def _any_preference_run(self) -> bool:
+        root = self.app.config.runs_root
+        return any(Run(root / run_id).load().info.get("method") in PREFERENCE_KINDS
+                   for run_id in self.run_ids if (root / run_id).is_dir())
 
     def on_mount(self) -> None:
         self.sub_title = f"compare {len(self.run_ids)} runs"
@@ -94,6 +114,9 @@ class CompareScreen(PaneDeckActions, Screen):
         for metric in METRICS:
             chart = self.query_one(f"#cmp-chart-{metric}", MetricChart)
             chart.set_series([(r.label, r.series[(metric, self.axis)]) for r in self.runs], x_label=self.axis)
+        for metric in PREFERENCE_CHARTS if self.preference else ():
+            chart = self.query_one(f"#cmp-chart-{chart_id(metric)}", MetricChart)
+            chart.set_series([(r.label, r.series[(metric, self.axis)]) for r in self.runs], x_label=self.axis)
 
     def _show_config(self) -> None:
         table = self.query_one("#cmp-config", DataTable)
@@ -111,13 +134,16 @@ class CompareScreen(PaneDeckActions, Screen):
         table = self.query_one("#cmp-summary", DataTable)
         table.clear(columns=True)
         table.add_columns("run", "status", "best eval", "last loss", "tok/s", "peak mem", "duration", "steps")
+        if self.preference:
+            table.add_columns("best acc", "best margin")
         now = self.app.config.clock()
         for run in self.runs:
             row = run.row
+            extra = (fmt_number(row.best_accuracy, ".3f"), fmt_number(row.best_margin, ".3f")) if self.preference else ()
             table.add_row(
                 run.label, row.view(now).short, fmt_number(row.best_eval_loss, ".4f"), fmt_number(row.last_loss, ".4f"),
                 fmt_number(row.tokens_per_s, ".0f"), fmt_bytes(row.peak_mem), row.time_text(now) or "-",
-                fmt_number(row.step, ".0f"), key=run.id,
+                fmt_number(row.step, ".0f"), *extra, key=run.id,
             )
 
     def _show_evals(self) -> None:

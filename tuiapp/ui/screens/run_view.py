@@ -21,6 +21,7 @@ from textual.worker import get_current_worker
 
 from tuiapp.core import meta
 from tuiapp.core.metrics import JsonlReader
+from tuiapp.core.recipe import PREFERENCE_KINDS
 from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import actions
@@ -56,10 +57,10 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         Binding("l", "next_log", "Log source", tooltip="Switch between stdout.log and per-rank logs"),
         Binding("d", "doctor", "Doctor", tooltip="Every rank's phase, state and Python stack, and which rank is behind"),
         Binding("C", "chat", "Chat", tooltip="Talk to the final model (ctrl+b there: its base beside)"),
-        *META_BINDINGS,
         Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one)"),
         Binding("z", "zoom", "Zoom", tooltip="Maximize the current pane, or restore"),
         Binding("escape", "back", "Back", tooltip="Back to the history"),
+        *META_BINDINGS,
         *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 7)],
     ]
 
@@ -89,9 +90,19 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
             Pane("Speed", MetricChart("tokens/s", id="chart-speed"), Static("", id="rv-speed"), id="pane-speed"),
             Pane("Log", Static("", id="rv-log-source"), LogTail(id="rv-log"), id="pane-log"),
             Pane("Samples", VerticalScroll(Static("", id="rv-samples", markup=False)), id="pane-samples"),
+            *self._preference_panes(),
             id="rv-deck",
         )
         yield Footer(compact=True)
+
+    def _preference_panes(self) -> list[Pane]:
+        """A Rewards pane for preference runs: implicit rewards of the chosen and rejected answers
+        and their margin; the fraction of pairs ranked right (and KTO's KL). Reached with p."""
+        method = Run(self.run_path).load().info.get("method")
+        if method not in PREFERENCE_KINDS:
+            return []
+        return [Pane("Rewards", MetricChart("rewards (chosen, rejected, margin)", id="chart-rewards"),
+                     MetricChart("reward accuracy (and KL)", id="chart-accuracy"), id="pane-rewards")]
 
     def on_mount(self) -> None:
         run = Run(self.run_path).load()
@@ -101,6 +112,12 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.query_one("#chart-loss", MetricChart).set_series([("train", data.loss), ("eval", data.eval_loss)])
         self.query_one("#chart-lr", MetricChart).set_series([("lr", data.series["lr"])])
         self.query_one("#chart-speed", MetricChart).set_series([("tokens/s", data.series["tokens_per_s"])])
+        if self.query("#chart-rewards"):  # preference runs (dpo, simpo, cpo, orpo, kto, reward)
+            self.query_one("#chart-rewards", MetricChart).set_series(
+                [("chosen", data.series["rewards/chosen"]), ("rejected", data.series["rewards/rejected"]),
+                 ("margin", data.series["rewards/margins"])])
+            self.query_one("#chart-accuracy", MetricChart).set_series(
+                [("accuracy", data.series["rewards/accuracies"]), ("kl", data.series["kl"])])
         self.sources = log_sources(self.run_path)
         self._show_status()
         self._show_panes()

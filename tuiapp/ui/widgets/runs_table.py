@@ -47,6 +47,7 @@ COLUMNS = [
     Column("last_loss", "loss", 8, True),
     Column("spark", "loss curve", 13),
     Column("best_eval", "best eval", 10, True),
+    Column("preference", "acc/margin", 12, True),  # preference runs: best reward accuracy / margin
     Column("tokens_per_s", "tok/s", 8, True),
     Column("peak_mem", "peak mem", 9, True),
     Column("duration", "duration", 10, True),
@@ -96,6 +97,7 @@ def cells(row: RunRow, now: float) -> dict[str, str]:
         "last_loss": fmt_number(row.last_loss, ".4f") if row.last_loss is not None else "",
         "spark": sparkline(row.losses, 12),
         "best_eval": fmt_number(row.best_eval_loss, ".4f") if row.best_eval_loss is not None else "",
+        "preference": preference_cell(row),
         "tokens_per_s": fmt_number(row.tokens_per_s, ".0f") if row.tokens_per_s is not None else "",
         "peak_mem": fmt_bytes(row.peak_mem) if row.peak_mem is not None else "",
         "duration": row.time_text(now),
@@ -105,6 +107,13 @@ def cells(row: RunRow, now: float) -> dict[str, str]:
         "dataset": row.dataset,
         "eval_ppl": eval_cell(row.eval_ppl, row.eval_base_ppl),
     }
+
+
+def preference_cell(row: RunRow) -> str:
+    """'0.74/1.02': a preference run's best reward accuracy and margin; blank for other runs."""
+    if row.best_accuracy is None and row.best_margin is None:
+        return ""
+    return f"{fmt_number(row.best_accuracy, '.2f')}/{fmt_number(row.best_margin, '.2f')}"
 
 
 def fit(text: str, width: int, right: bool = False) -> str:
