@@ -10,10 +10,12 @@ Update with `--snapshot-update`.
 from __future__ import annotations
 
 import pytest
+from manager_fixtures import make_sweep
 from ui_fixtures import test_app, wait_for
 
 from tuiapp.core.runs import RunStore
 from tuiapp.ui.screens.compare import CompareScreen
+from tuiapp.ui.screens.group import GroupScreen
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen
 from tuiapp.ui.screens.run_view import RunViewScreen
 
@@ -82,6 +84,35 @@ def test_compare_config_80x24(snap_compare, runs_root, tmp_path):
         pilot.app.push_screen(CompareScreen(ids))
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
         await pilot.press("5")
+        await pilot.pause()
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_history_with_a_sweep_80x24(snap_compare, runs_root, tmp_path):
+    """A 2x2 sweep (made by the real core, tests/ui/manager_fixtures.py) unfolded under its row:
+    progress 3/4, the best eval loss and its combination; its runs named by what varies."""
+    make_sweep(runs_root)
+
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        await wait_for(pilot, lambda: pilot.app.screen.model.group_records, what="the sweep")
+        await pilot.press("g")
+        await pilot.pause()
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_group_screen_80x24(snap_compare, runs_root, tmp_path):
+    """The sweep's screen: runs ranked by best eval loss, the varied keys, and the heat map."""
+    make_sweep(runs_root)
+
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        await wait_for(pilot, lambda: pilot.app.screen.model.group_records, what="the sweep")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, GroupScreen) and pilot.app.screen.loaded,
+                       what="the group screen")
         await pilot.pause()
 
     assert snap_compare(_app(runs_root, tmp_path), terminal_size=(80, 24), run_before=run_before)
