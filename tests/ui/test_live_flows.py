@@ -9,6 +9,7 @@ Run them alone with `pytest tests/ui -m slow`; skip them with `-m "not slow"`.
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from ui_fixtures import screen_text, test_app, wait_for
@@ -178,3 +179,56 @@ def test_doctor_shows_every_rank_of_a_live_run(live_run, tmp_path):
 
     asyncio.run(scenario())
 
+
+
+def test_stop_resume_cycles_from_the_app_never_show_failed(tmp_path):
+    """Stop (x, y) and resume (r) from the run view, again and again: at every look the badge and
+    run.json say starting, running, stopping or stopped, never failed, while processes live."""
+    cycles = int(os.environ.get("LLMTUI_TEST_TUI_CYCLES", "5"))
+    store = RunStore(tmp_path / "runs")
+    run = store.create(tiny_recipe("cycles", 100000))
+    service.start_supervisor(run)
+    seen: set[str] = set()
+    lies: list[str] = []
+
+    def look(app) -> str:
+        text = screen_text(app)
+        info = Run(run.path).load().refresh_truth().info
+        seen.add(info.get("status"))
+        if "failed" in text.split("\n", 3)[1] or info.get("status") == "failed":
+            lies.append(f"{info.get('status')}: {info.get('reason')}")
+        return text
+
+    async def scenario():
+        app = test_app(store.root, tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            view = await open_run_view(pilot, run.id)
+            for cycle in range(cycles):
+                # odd cycles stop a training run, even ones a run still starting up
+                training = cycle % 2 == 1
+                wanted = ("running",) if training else ("starting", "running")
+                await wait_for(pilot, lambda w=wanted, t=training: look(app) and view.info.get("status") in w
+                               and (not t or len(view.data.loss) >= 1),
+                               timeout=START_S, what=f"cycle {cycle}: {' or '.join(wanted)}")
+                await pilot.press("x")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+                await pilot.press("y")
+                # a stop during start-up can be over within a frame: stopped counts too
+                await wait_for(pilot, lambda: any(s in look(app) for s in ("◌ stopping", "■ stopped")), timeout=2.0,
+                               what=f"cycle {cycle}: stopping at once")
+                await wait_for(pilot, lambda: look(app) and view.info.get("status") == "stopped", timeout=90,
+                               what=f"cycle {cycle}: stopped")
+                await pilot.press("r")
+                await wait_for(pilot, lambda: "○ starting" in look(app), timeout=30, what=f"cycle {cycle}: starting")
+            await pilot.press("x")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+            await pilot.press("y")
+            await wait_for(pilot, lambda: look(app) and view.info.get("status") == "stopped", timeout=90, what="end")
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        service.stop(Run(run.path).load(), grace_s=10)
+    assert not lies, lies[:3]
+    assert {"starting", "stopped"} <= seen
+    assert rundir.attempt_count(Run(run.path).load().info) == cycles + 1
