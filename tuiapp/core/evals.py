@@ -32,7 +32,7 @@ def new_path(run_dir: Path, now: float | None = None) -> Path:
     n = 1
     while path.exists():
         n += 1
-        path = folder / f"{stamp}-{n}.json"
+        path = folder / f"{stamp}_{n:03d}.json"  # sorts after {stamp}.json ('_' > '.')
     return path
 
 

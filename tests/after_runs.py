@@ -1,0 +1,52 @@
+"""Real runs for the after-training tests (chat, eval, trackers, export), trained once per test
+session through the real CLI, launcher, DeepSpeed (1 CPU rank) and Trainer, and shared by
+tests/e2e/test_after_training.py and tests/ui/test_chat.py. Each test copies what it changes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_made: dict[str, Path] = {}
+
+
+def trackers_here() -> list[str]:
+    """tensorboard (the test extra) and whichever of wandb / mlflow is installed."""
+    found = ["tensorboard"]
+    found += [name for name, module in (("wandb", "wandb"), ("mlflow", "mlflow")) if importlib.util.find_spec(module)]
+    return found
+
+
+def _train(root: Path, recipe: str, sets: list[str]) -> Path:
+    argv = [sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(root), "run", recipe]
+    for item in sets:
+        argv += ["--set", item]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    runs = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    if done.returncode != 0 or len(runs) != 1:
+        raise AssertionError(f"training {recipe} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return runs[0]
+
+
+def sft_run(tmp_path_factory) -> Path:
+    """Full fine-tune of the tiny model on demo:facts, 60 steps, checkpoints 30 and 60, an eval at the
+    end, reporting to the trackers installed here (offline, into the run folder)."""
+    if "sft" not in _made:
+        root = tmp_path_factory.mktemp("after-sft")
+        _made["sft"] = _train(root, "recipes/tiny-sft.toml", [
+            "train.max_steps=60", "train.save_steps=30", "train.eval_steps=0", "train.logging_steps=2",
+            f"train.report_to={json.dumps(trackers_here())}"])
+    return _made["sft"]
+
+
+def lora_run(tmp_path_factory) -> Path:
+    """A LoRA adapter on the tiny model (its final/ is an adapter, chatted with on its base)."""
+    if "lora" not in _made:
+        root = tmp_path_factory.mktemp("after-lora")
+        _made["lora"] = _train(root, "recipes/tiny-lora.toml", [
+            "train.max_steps=6", "train.save_steps=0", "train.eval_steps=0"])
+    return _made["lora"]

@@ -1,0 +1,133 @@
+"""The chat screen with a real run's model: opened from the history with C, the answer streams in
+token by token from the real inference server, the conversation is kept, ctrl+b asks the base
+beside, leaving the screen ends the server; and the UI process never imports torch while it
+chats (checked in a fresh interpreter). The run comes from tests/after_runs.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from ui_fixtures import screen_text, test_app, wait_for
+
+from tests.after_runs import sft_run
+from tuiapp.ui.screens.chat import ChatColumn, ChatScreen
+from tuiapp.ui.screens.home import HomeScreen
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+START_S = 180.0  # torch + transformers import and the model load, on a busy 2-core box
+QUESTION = "What is the capital of Japan?"
+
+
+@pytest.fixture
+def runs_root(tmp_path_factory, tmp_path) -> tuple[Path, str]:
+    run = sft_run(tmp_path_factory)
+    root = tmp_path / "runs"
+    shutil.copytree(run, root / run.name)
+    return root, run.name
+
+
+def _answers(column: ChatColumn) -> list[str]:
+    return [str(child.render()) for child in column.query(".chat-answer")]
+
+
+def test_chat_streams_keeps_the_conversation_and_puts_the_base_beside(runs_root, tmp_path):
+    root, run_id = runs_root
+    app = test_app(root, tmp_path, live=False)
+    procs = []
+    asyncio.run(_chat_flow(app, run_id, procs))
+    procs[0].wait(timeout=30)  # the server ended with the screen
+
+
+async def _chat_flow(app, run_id: str, procs: list) -> None:
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.loaded, what="history")
+        await pilot.press("C")
+        screen = app.screen
+        assert isinstance(screen, ChatScreen) and screen.run_id == run_id
+        await wait_for(pilot, lambda: screen.ready or screen.failed, timeout=START_S, what="the model server")
+        assert screen.failed is None
+        assert "final (step 60)" in str(screen.query_one("#chat-title").render())
+
+        screen.query_one("#chat-input").value = QUESTION
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not screen.busy, timeout=60, what="the answer")
+        tuned = screen.column("tuned")
+        assert screen.tokens["tuned"] >= 2  # it came in pieces
+        first = _answers(tuned)[-1]
+        assert first and first != "…"
+        assert QUESTION in screen_text(app)
+
+        await pilot.press("ctrl+b")  # the base answers beside from now on
+        screen.query_one("#chat-input").value = QUESTION
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not screen.busy, timeout=120, what="both answers")
+        assert screen.tokens["base"] >= 1 and _answers(screen.column("base"))
+        assert len(_answers(tuned)) == 2  # the conversation goes on
+        assert [m["role"] for m in screen.session.history["tuned"]] == ["user", "assistant"] * 2
+        assert [m["role"] for m in screen.session.history["base"]] == ["user", "assistant"]
+
+        await pilot.press("ctrl+l")
+        await pilot.pause(0.1)
+        assert not _answers(tuned) and screen.session.history["tuned"] == []
+
+        procs.append(screen.session._proc)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen), what="back home")
+
+
+def test_chat_of_a_run_without_a_final_model_says_so(runs_root, tmp_path):
+    root, run_id = runs_root
+    shutil.rmtree(root / run_id / "final")
+    asyncio.run(_refusal(test_app(root, tmp_path, live=False), run_id))
+
+
+async def _refusal(app, run_id: str) -> None:
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.open_chat(run_id)
+        await pilot.pause(0.1)
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.failed, timeout=20, what="the refusal")
+        assert "has no final model" in screen.failed and "--checkpoint 60" in screen.failed
+        assert screen.session is None or not screen.session.alive
+
+
+SCRIPT = textwrap.dedent("""
+    import asyncio, json, sys, time
+    sys.path.insert(0, sys.argv[3])
+    from pathlib import Path
+    from ui_fixtures import test_app, wait_for
+
+    async def main():
+        app = test_app(Path(sys.argv[1]), Path(sys.argv[1]), live=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            app.open_chat(sys.argv[2])
+            await pilot.pause(0.1)
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.ready or screen.failed, timeout=180, what="ready")
+            screen.query_one("#chat-input").value = "What is the capital of Japan?"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not screen.busy, timeout=60, what="answer")
+            answered = screen.tokens["tuned"]
+        heavy = sorted(m for m in ("torch", "transformers", "deepspeed", "peft") if m in sys.modules)
+        print(json.dumps({"tokens": answered, "failed": screen.failed, "imported": heavy}))
+
+    asyncio.run(main())
+""")
+
+
+def test_the_ui_process_never_imports_torch_while_chatting(runs_root):
+    root, run_id = runs_root
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(root), run_id, str(Path(__file__).parent)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=400, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["failed"] is None and outcome["tokens"] >= 1
+    assert outcome["imported"] == []
