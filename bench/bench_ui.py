@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tuiapp.core.metrics import JsonlWriter  # noqa: E402
-from tuiapp.core.recipe import Recipe  # noqa: E402
+from tuiapp.core.recipe import LoraMethod, Recipe  # noqa: E402
 from tuiapp.core.runs import RunStore  # noqa: E402
 from tuiapp.ui.app import LlmtuiApp  # noqa: E402
 from tuiapp.ui.config import UiConfig  # noqa: E402
@@ -77,7 +77,7 @@ async def until(pilot, predicate, timeout: float = 120.0, step: float = 0.005) -
 
 def make_runs(root: Path, count: int, metric_rows: int = 20) -> list[Path]:
     store = RunStore(root)
-    template = store.create(Recipe(name="bench"))
+    template = store.create(Recipe(name="bench", method=LoraMethod()))
     recipe_text = (template.path / "recipe.toml").read_text()
     base_info = json.loads(template.info_path.read_text())
     shutil.rmtree(template.path)
