@@ -169,6 +169,19 @@ def read_group(runs_root: Path, group_id: str) -> dict | None:
         return None
 
 
+def list_groups(runs_root: Path) -> dict[str, dict]:
+    """Every sweep's record in runs/.groups/, by id (unreadable files are skipped)."""
+    out: dict[str, dict] = {}
+    for path in sorted(groups_dir(runs_root).glob("*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("id"):
+            out[str(record["id"])] = record
+    return out
+
+
 def halving_path(runs_root: Path, group_id: str, run_id: str) -> Path:
     return groups_dir(runs_root) / group_id / "halving" / f"{run_id}.json"
 

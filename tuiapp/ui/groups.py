@@ -25,16 +25,8 @@ SHADES = "░▒▓█"  # worse → better
 
 
 def read_groups(runs_root: Path) -> dict[str, dict]:
-    """Every sweep's record in runs/.groups/, by id (unreadable files are skipped)."""
-    out: dict[str, dict] = {}
-    for path in sorted(sweep.groups_dir(runs_root).glob("*.json")):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("id"):
-            out[str(record["id"])] = record
-    return out
+    """Every sweep's record, by id."""
+    return sweep.list_groups(runs_root)
 
 
 def metric_of(record: dict | None) -> str:
