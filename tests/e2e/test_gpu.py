@@ -54,3 +54,26 @@ def test_gpu_only_features_fail_clearly_without_cuda(tmp_path):
         assert result.returncode == 2 and key in result.stderr and "CUDA" in result.stderr
         assert "Traceback" not in result.stderr
     assert not any(tmp_path.iterdir())
+
+
+@needs_cuda
+def test_a_queued_run_waits_for_the_gpu_another_run_holds(tmp_path):
+    """NVML path of the queue: a run on GPU 0 outside the queue; a queued run asking for GPU 0
+    waits until it ends, then gets it."""
+    import json
+
+    from tests.e2e.helpers import wait_for
+
+    llmtui("run", "recipes/tiny-sft.toml", "--set", "train.max_steps=30", "--set", "launch.gpus=[0]",
+           "--set", "name=holder", "--detach", runs_dir=tmp_path, check=True)
+    llmtui("run", "recipes/tiny-sft.toml", "--set", "train.max_steps=3", "--set", "launch.gpus=[0]",
+           "--set", "name=waiter", "--queue", "--detach", runs_dir=tmp_path, check=True)
+    runs = {run_info(p)["name"]: p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    assert run_info(runs["waiter"])["status"] == "queued"
+    assert [r["id"] for r in json.loads(llmtui("queue", "--json", runs_dir=tmp_path, check=True).stdout)] \
+        == [runs["waiter"].name]
+    wait_for(lambda: run_info(runs["holder"])["status"] in ("succeeded", "failed"), timeout=600, what="the holder")
+    wait_for(lambda: run_info(runs["waiter"])["status"] in ("succeeded", "failed"), timeout=600, what="the waiter")
+    holder, waiter = run_info(runs["holder"]), run_info(runs["waiter"])
+    assert waiter["status"] == "succeeded" and waiter["devices"] == [0]
+    assert waiter["attempts"][0]["started"] >= holder["attempts"][0]["ended"] - 1
