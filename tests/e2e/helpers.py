@@ -108,3 +108,10 @@ def kill_group(run_dir: Path) -> None:
         except (ProcessLookupError, PermissionError):
             pass
     shm.reclaim(info.get("master_port"))  # a SIGKILLed supervisor could not free its ranks' buffers
+
+
+def kill_runs(runs_dir: Path) -> None:
+    """Test cleanup: end every run of a runs folder."""
+    for run_dir in runs_dir.iterdir():
+        if run_dir.is_dir() and not run_dir.name.startswith("."):
+            kill_group(run_dir)

@@ -9,7 +9,6 @@ import pytest
 
 from tests.e2e.helpers import (
     group_pids,
-    kill_group,
     llmtui,
     metrics,
     only_run,
@@ -28,14 +27,6 @@ LONG = ["--set", "train.max_steps=100000", "--set", "train.save_steps=0", "--set
 
 def started(run_dir, min_step=2):
     return steps_reached(run_dir, min_step)
-
-
-@pytest.fixture
-def runs_dir(tmp_path):
-    yield tmp_path
-    for run_dir in tmp_path.iterdir():
-        if run_dir.is_dir():
-            kill_group(run_dir)
 
 
 def test_stop_saves_a_checkpoint_and_leaves_no_process(runs_dir):

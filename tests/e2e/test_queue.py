@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.e2e.helpers import kill_group, llmtui, run_info, spawn_llmtui, wait_for
+from tests.e2e.helpers import llmtui, run_info, spawn_llmtui, wait_for
 from tuiapp.core import rundir
 
 pytestmark = pytest.mark.slow
@@ -18,14 +18,6 @@ pytestmark = pytest.mark.slow
 SHORT = ["--set", "train.max_steps=3", "--set", "train.eval_steps=0", "--set", "train.save_steps=0",
          "--set", "dataset.eval_split=0", "--set", "train.sample_prompts=[]"]
 LIVE = ("starting", "running", "stopping")
-
-
-@pytest.fixture
-def runs_dir(tmp_path):
-    yield tmp_path
-    for run_dir in tmp_path.iterdir():
-        if run_dir.is_dir() and not run_dir.name.startswith("."):
-            kill_group(run_dir)
 
 
 class Concurrency(threading.Thread):

@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from tests.e2e.helpers import ROOT, kill_group, llmtui, only_run, run_info, wait_for
+from tests.e2e.helpers import ROOT, llmtui, only_run, run_info, wait_for
 from tuiapp.core import rundir, runlock, service, shm
 from tuiapp.core.procs import group_processes
 from tuiapp.core.runs import Run
@@ -26,14 +26,6 @@ pytestmark = pytest.mark.slow
 LONG = ["--set", "train.max_steps=100000", "--set", "train.save_steps=0", "--set", "train.eval_steps=0",
         "--set", "dataset.eval_split=0"]
 CYCLES = int(os.environ.get("LLMTUI_TEST_CYCLES", "20"))
-
-
-@pytest.fixture
-def runs_dir(tmp_path):
-    yield tmp_path
-    for run_dir in tmp_path.iterdir():
-        if run_dir.is_dir():
-            kill_group(run_dir)
 
 
 class TruthWatch(threading.Thread):
