@@ -271,6 +271,7 @@ async def type_in_prompt(pilot, text: str, clear: bool = False) -> None:
     await pilot.press(*text, "enter")
 
 
+@pytest.mark.slow  # ~12 s on 2 cores: types tags, a note and a name into two screens
 def test_tag_note_and_rename_from_the_history_and_the_run_view(runs_root, tmp_path):
     baseline = RunStore(runs_root).get("baseline")
 
