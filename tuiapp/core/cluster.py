@@ -31,7 +31,7 @@ from tuiapp.core import launcher
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.hosts import Host, host_fix, parse_host_entries, parse_hostfile_text, read_hostfile  # noqa: F401
 from tuiapp.core.metrics import atomic_write_text
-from tuiapp.core.rundir import NODE_KEYS, check_keys
+from tuiapp.core.rundir import ACTIVE, NODE_KEYS, check_keys
 from tuiapp.core.secrets import is_secret_name
 from tuiapp.core.tail import tail_lines
 
@@ -333,7 +333,7 @@ class NodeWatch:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             records = node_records(self.run.path)
-            if all(r.get("status") not in ("running", "created") for k, r in records.items() if k):
+            if all(r.get("status") not in ACTIVE for k, r in records.items() if k):
                 return
             time.sleep(0.25)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuiapp.core.errors import RunError
+from tuiapp.core.rundir import ACTIVE as RUN_ACTIVE
 
 SCRIPT_NAME = "job.sbatch"
 PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"}
@@ -268,7 +269,7 @@ def refresh(run, persist: bool = True) -> None:
         return
     else:
         run.load()  # node 0's supervisor may have written the outcome just now
-        if run.status not in ("created", "running"):
+        if run.status not in RUN_ACTIVE:
             return
         status, reason = ENDED.get(state.state, ("failed", f"the SLURM job ended in state {state.state}"))
         reason = reason.replace("<job>", job)
@@ -313,7 +314,7 @@ def stop(run, grace_s: float, wait: bool = True) -> bool:
         time.sleep(1.0)
     state = job_state(job, 0)
     run.load()
-    if run.status in ("created", "running"):
+    if run.status in RUN_ACTIVE:
         run.update(status="stopped", ended=time.time(), reason="stopped on request (scancel)",
                    slurm_state=state.state if state else None)
     return state is None or not state.active

@@ -207,8 +207,6 @@ class Supervisor:
     def _watch_ranks(self) -> None:
         """Start-up phase (the rank furthest behind), a hang when it has not moved for
         launch.startup_timeout_s, running once every rank trains, and the first error."""
-        if self.launch is not None and not self.launch.owner:
-            return
         now = time.time()
         values: dict = {}
         if not self.error_seen:
@@ -231,7 +229,7 @@ class Supervisor:
                 key = (rank, phase) if stuck > self.startup_timeout_s else None
                 if key != self.hang_key:
                     self.hang_key = key
-                    if key is not None and not self.hang_notified:
+                    if key is not None and not self.hang_notified and (self.launch is None or self.launch.owner):
                         self.hang_notified = True
                         self._notify("hang", "starting", f"hung in '{phase}' (rank {rank})")
                     values["hang"] = None if key is None else rundir.Hang(
