@@ -71,6 +71,7 @@ def test_dry_run_prints_the_command_and_creates_nothing(tmp_path):
     assert not runs.exists() or not any(runs.iterdir())
 
 
+@pytest.mark.slow  # a torch child process: 7-19 s here
 def test_data_shows_examples_as_trained(tmp_path):
     result = llmtui("data", "recipes/tiny-lora.toml", "--show", "2", "--json", runs_dir=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -131,6 +132,7 @@ def test_json_output_is_pure_on_a_fresh_machine(tmp_path):
     assert "method" in schema["required"]
 
 
+@pytest.mark.slow  # a torch child process: 7-19 s here
 def test_json_errors_are_one_document_too(tmp_path):
     missing = str(tmp_path / "missing.toml")
     empty = tmp_path / "empty.toml"
