@@ -63,7 +63,7 @@ def load_final(final: Path):
     elif info["method"] == "reward":
         from peft import AutoPeftModelForSequenceClassification
 
-        model = AutoPeftModelForSequenceClassification.from_pretrained(final)
+        model = AutoPeftModelForSequenceClassification.from_pretrained(final, num_labels=1)  # one score
     elif info["weights"] == "sft":
         model = AutoModelForCausalLM.from_pretrained(final)
     else:
@@ -152,6 +152,18 @@ def test_preset_trains_through_deepspeed(method, source, tmp_path):
     assert (run_dir / "checkpoints" / "checkpoint-3" / "trainer_state.json").is_file()
     info = load_final(run_dir / "final")
     assert info["method"] == method
+    if source == "demo" and info["weights"] in ("lora", "dora"):  # the adapter merges into its base
+        merged = tmp_path / "merged"
+        done = llmtui("export", run_dir.name, "--out", str(merged), "--merge", runs_dir=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert not (merged / "adapter_config.json").exists() and (merged / "config.json").exists()
+        import torch
+        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+        auto = AutoModelForSequenceClassification if method == "reward" else AutoModelForCausalLM
+        ids = AutoTokenizer.from_pretrained(merged)("What is the capital of France?", return_tensors="pt")
+        with torch.no_grad():
+            assert torch.isfinite(auto.from_pretrained(merged)(**ids).logits).all()
 
 
 # ---------------------------------------------------------------- chaining and sweeps
@@ -163,7 +175,8 @@ def test_sft_then_full_weight_dpo_against_a_frozen_copy(tmp_path):
     assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
     dpo = llmtui("run", "recipes/tiny-chain-dpo.toml", *SHORT, runs_dir=tmp_path)
     assert dpo.returncode == 0, dpo.stdout[-3000:] + dpo.stderr[-3000:]
-    sft_dir, dpo_dir = sorted((p for p in tmp_path.iterdir() if p.is_dir()), key=lambda p: run_info(p)["created"])
+    sft_dir, dpo_dir = sorted((p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                              key=lambda p: run_info(p)["created"])
     info = run_info(dpo_dir)
     assert info["status"] == "succeeded"
     assert Path(info["model"]) == sft_dir / "final"  # run:tiny-chain-sft, resolved and frozen
@@ -302,8 +315,8 @@ def test_kto_on_the_shared_pairs_is_refused_naming_the_file(tmp_path):
 
 
 def test_tui_shows_rewards_history_column_and_compare(dpo_runs, tmp_path):
-    from tests.ui.ui_fixtures import screen_text, test_app, wait_for as ui_wait
-
+    from tests.ui.ui_fixtures import screen_text, test_app
+    from tests.ui.ui_fixtures import wait_for as ui_wait
     from tuiapp.ui.screens.compare import CompareScreen
     from tuiapp.ui.screens.home import HomeScreen
     from tuiapp.ui.screens.run_view import RunViewScreen
@@ -372,3 +385,40 @@ def test_the_form_writes_a_preference_recipe_with_an_adapter():
     values["method.adapter"] = '{kind = "lora", rnak = 4}'
     [error] = check_values(values, "dpo").errors
     assert error.key == "method.adapter.rnak" and "rank" in error.fix
+
+
+# ---------------------------------------------------------------- GPU-only paths (skip without CUDA)
+
+
+def _cuda() -> bool:
+    from tuiapp.core.launcher import cuda_device_count
+
+    return cuda_device_count() > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("adapter", ["lora", "qlora", "full"])
+def test_dpo_in_bf16_on_gpu(adapter, tmp_path):
+    """What gpu-qwen-0.5b-dpo-lora.toml does (bf16, LoRA; also QLoRA and every weight against a bf16
+    frozen copy), on the tiny model: that preset's hub model and data cannot be fetched offline."""
+    import importlib.util
+
+    if adapter == "qlora" and importlib.util.find_spec("bitsandbytes") is None:
+        pytest.skip("needs bitsandbytes")
+    recipe = tmp_path / "dpo.toml"
+    text = (ROOT / "recipes" / "tiny-dpo.toml").read_text()
+    if adapter == "full":
+        text = text[: text.index("[method.adapter]")] + text[text.index("[train]"):]
+    else:
+        text = text.replace('kind = "lora"', f'kind = "{adapter}"')
+    recipe.write_text(text)
+    result = llmtui("run", str(recipe), *SHORT, "--set", "train.precision='bf16'", runs_dir=tmp_path / "runs")
+    run_dir = only_run(tmp_path / "runs")
+    assert result.returncode == 0, ran(result, run_dir)
+    rows = train(run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(isinstance(r["rewards/accuracies"], float) for r in rows)
+    assert rows[-1]["mem"]["rank0"]["device"].startswith("cuda")
+    reference = [e for e in events(run_dir) if e["event"] == "reference"][0]
+    assert reference["model"] == ("frozen copy" if adapter == "full" else "the base, adapter off")

@@ -26,8 +26,10 @@ def export(final: Path, out: Path, merge: bool) -> str:
     import torch
     from peft import AutoPeftModelForCausalLM, AutoPeftModelForSequenceClassification
 
-    auto = AutoPeftModelForSequenceClassification if method == "reward" else AutoPeftModelForCausalLM
-    model = auto.from_pretrained(str(final), dtype=torch.float32)
+    if method == "reward":  # the base gets its one-score value head back (peft saved it with the adapter)
+        model = AutoPeftModelForSequenceClassification.from_pretrained(str(final), dtype=torch.float32, num_labels=1)
+    else:
+        model = AutoPeftModelForCausalLM.from_pretrained(str(final), dtype=torch.float32)
     merged = model.merge_and_unload()
     merged.save_pretrained(out)
     from transformers import AutoTokenizer
