@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from tuiapp.core.metrics import PREFERENCE_METRICS, JsonlWriter
+from tuiapp.core.metrics import PREFERENCE_METRICS, EvalRow, JsonlWriter, TrainRow
 from tuiapp.trainer import phases
 
 
@@ -152,7 +152,7 @@ class RunRecorder(TrainerCallback):
         tokens = state.num_input_tokens_seen
         dt = max(now - (self._last_time or now), 1e-9)
         steps = state.global_step - self._last_step
-        row = {
+        row: TrainRow = {
             "step": state.global_step,
             "max_steps": state.max_steps,
             "epoch": logs.pop("epoch", state.epoch),
@@ -176,7 +176,7 @@ class RunRecorder(TrainerCallback):
         if not self._is_writer(state) or self.metrics is None:
             return
         loss = (metrics or {}).get("eval_loss")
-        row = {"split": "eval", "step": state.global_step, "epoch": state.epoch, "eval_loss": loss}
+        row: EvalRow = {"split": "eval", "step": state.global_step, "epoch": state.epoch, "eval_loss": loss}
         if isinstance(loss, (int, float)) and math.isfinite(loss) and self.loss_is_nll:
             row["perplexity"] = math.exp(min(loss, 50.0))
         row.update({f"eval_{k}": v for k, v in preference_metrics(metrics or {}, "eval_").items()})

@@ -18,6 +18,7 @@ from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, weights_method
 from tuiapp.trainer import bottleneck, checkpoints, phases, strategies
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
+from tuiapp.trainer.early_stop import early_stopping
 from tuiapp.trainer.model import (
     FINAL_INFO,
     apply_method,
@@ -182,7 +183,7 @@ def train(run_dir: Path, resume: bool) -> int:
             EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
                         recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
         )
-    callbacks.append(recorder)
+    callbacks += [*early_stopping(recipe, recorder), recorder]
     trainer = RunTrainer(
         model=model,
         args=args,
