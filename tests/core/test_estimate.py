@@ -451,6 +451,7 @@ def test_estimate_uses_the_recipes_nodes_and_gpus_per_node(tmp_path, stage):
     assert abs(row_gb(text, "total") - mem["total"] / GB) <= 0.051
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_estimate_flags_override_the_recipe_and_hosts_count_their_slots(tmp_path):
     base = f'[model]\nname = "{BIG}"\n[method]\nkind = "sft"\n[train]\nprecision = "bf16"\n'
     data, text = cli_estimate(tmp_path, base + "[launch]\nnodes = 8\ngpus_per_node = 8\nzero_stage = 3\n",

@@ -186,6 +186,7 @@ def test_a_live_run_cannot_be_deleted(tmp_path, holders):
     assert run.path.is_dir()
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_cli_tags_notes_archive_delete(tmp_path):
     store = RunStore(tmp_path)
     run = store.create(recipe_from_dict({"name": "m", "method": {"kind": "lora"}}))

@@ -130,6 +130,7 @@ def test_resume_of_a_node_by_node_run_needs_each_node(capsys, tmp_path, started)
     assert code == 2 and "--node-rank K` on every node, node 0 first" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_hosts_mode_with_an_unreachable_host_fails_clearly(tmp_path):
     """The real DeepSpeed multi-node runner: no sshd here, so its ssh check fails (or, where ssh
     works, the openmpi backend is missing): either way a clear reason, within seconds."""

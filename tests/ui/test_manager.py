@@ -345,6 +345,7 @@ def test_archive_hides_a_run_until_shown(runs_root, tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_delete_moves_a_finished_run_to_the_trash_and_refuses_a_live_one(runs_root, tmp_path):
     store = RunStore(runs_root)
     halted = store.get("halted")

@@ -102,6 +102,7 @@ def test_invalid_values_show_validate_messages_and_block_save(tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_estimate_toml_and_dataset_preview(tmp_path):
     (tmp_path / "data").mkdir()
     rows = [{"instruction": f"Say {i}", "output": f"{i}"} for i in range(7)]
@@ -124,6 +125,7 @@ def test_estimate_toml_and_dataset_preview(tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_clone_prefills_the_form(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path)
@@ -140,6 +142,7 @@ def test_clone_prefills_the_form(runs_root, tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_narrow_form_toggles_the_side_panes(tmp_path):
     async def scenario():
         app = test_app(tmp_path / "runs", tmp_path)

@@ -56,6 +56,7 @@ def test_appended_metric_reaches_the_loss_chart_within_two_seconds(runs_root, tm
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_log_tail_follows_appended_lines_and_switches_source(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path)
@@ -78,6 +79,7 @@ def test_log_tail_follows_appended_lines_and_switches_source(runs_root, tmp_path
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_finished_run_is_shown_whole(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path)
@@ -155,6 +157,7 @@ def test_panes_zoom_help_and_palette(runs_root, tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_themes_restyle_every_screen(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path, live=False)

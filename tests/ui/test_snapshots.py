@@ -36,6 +36,7 @@ def test_home(snap_compare, runs_root, tmp_path, size):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_new_experiment(snap_compare, runs_root, tmp_path, size):
     async def run_before(pilot):
         await _home_ready(pilot)
