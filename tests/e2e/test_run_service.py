@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 LONG = ["--set", "train.max_steps=100000", "--set", "train.save_steps=0", "--set", "train.eval_steps=0",
         "--set", "dataset.eval_split=0"]
-CYCLES = int(os.environ.get("LLMTUI_TEST_CYCLES", "20"))
+CYCLES = int(os.environ.get("LLMTUI_TEST_CYCLES", "8"))  # 20 before a release: LLMTUI_TEST_CYCLES=20
 
 
 class TruthWatch(threading.Thread):
