@@ -177,6 +177,8 @@ def _row(run) -> dict:
         "max_steps": summary["max_steps"],
         "last_loss": summary["last_loss"],
         "best_eval_loss": summary["best_eval_loss"],
+        "best_reward_accuracy": summary.get("best_accuracy"),  # preference methods
+        "best_reward_margin": summary.get("best_margin"),
         "tokens_per_s": summary["tokens_per_s"],
         "peak_mem": summary["peak_mem"],
         "duration_s": duration_s(info),
@@ -237,6 +239,9 @@ def cmd_show(args) -> int:
     if rows:
         print(f"  progress  {progress_line(rows[-1], rows)}")
     print(f"  best eval {fmt_number(row['best_eval_loss'], '.4f')}")
+    if row["best_reward_accuracy"] is not None:
+        print(f"  rewards   best accuracy {fmt_number(row['best_reward_accuracy'], '.3f')} · "
+              f"best margin {fmt_number(row['best_reward_margin'], '.3f')}")
     for line in cli_scale.show_lines(run):  # strategy, nodes, SLURM job
         print(line)
     if run.info.get("trust_remote_code"):
