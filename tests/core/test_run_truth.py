@@ -193,3 +193,18 @@ def test_a_killed_rank_outranks_the_peer_that_lost_it_and_old_attempts_do_not_co
     assert "then rank 0: RuntimeError: Connection reset by peer" in cause["message"]
     (tmp_path / "stdout.log").write_text("$ deepspeed ...\n" + kill + "$ deepspeed ... --resume\n")
     assert failure_reason(tmp_path) == "rank 0: RuntimeError: Connection reset by peer"
+
+
+def test_a_rank_that_died_silently_is_the_cause_of_its_peers_connection_errors(tmp_path):
+    from tuiapp.core.metrics import JsonlWriter
+    from tuiapp.core.runs import failure_reason
+
+    rundir.write_phase(tmp_path, 0, "training")
+    rundir.write_phase(tmp_path, 1, "training")
+    with JsonlWriter(tmp_path / "events.jsonl") as events:
+        events.write({"event": "error", "rank": 0, "type": "RuntimeError",
+                      "message": "[pair.cc:537] Read error [127.0.0.1]:8424: Connection reset by peer"})
+    (tmp_path / "stdout.log").write_text("$ deepspeed ...\n['--local_rank=1'] exits with return code = 1\n")
+    reason = failure_reason(tmp_path)
+    assert reason.startswith("rank 1: ended without an error of its own (killed by a signal")
+    assert "then rank 0: RuntimeError:" in reason

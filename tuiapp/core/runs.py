@@ -18,7 +18,14 @@ from tuiapp.core.errors import RunError
 from tuiapp.core.metrics import atomic_write_text, read_jsonl, summarize
 from tuiapp.core.procs import group_processes, process_alive
 from tuiapp.core.recipe import Recipe, parse_recipe
-from tuiapp.core.rundir import ACTIVE, FINAL, attempts_of, check_keys, close_attempt  # noqa: F401 (re-exported)
+from tuiapp.core.rundir import (  # noqa: F401 (ACTIVE, FINAL re-exported)
+    ACTIVE,
+    FINAL,
+    attempts_of,
+    check_keys,
+    close_attempt,
+    read_phases,
+)
 from tuiapp.core.secrets import is_secret_name, redact  # noqa: F401 (re-exported)
 from tuiapp.core.tail import tail_lines
 
@@ -84,6 +91,10 @@ def explain_rank_exit(lines: list[str]) -> str | None:
     return None
 
 
+PEER_LOSS = re.compile(r"Connection reset by peer|Connection closed by peer|peer closed|Broken pipe|"
+                       r"ProcessGroupGloo.*(closed|reset)|Socket Timeout", re.IGNORECASE)
+
+
 def killed_rank(lines: list[str]) -> tuple[int, int] | None:
     """(local rank, signal) of a rank the launcher saw killed by a signal, from its exit line."""
     for line in reversed(lines):
@@ -120,7 +131,8 @@ def root_cause(run_dir: Path, since: float | None = None) -> dict | None:
 
 
 def cause_text(cause: dict) -> str:
-    kind = f"{cause['type']}: " if cause.get("type") and not str(cause["type"]).startswith("signal ") else ""
+    plain = str(cause.get("type") or "").startswith("signal ") or cause.get("type") == "killed"
+    kind = f"{cause['type']}: " if cause.get("type") and not plain else ""
     text = f"rank {cause.get('rank', '?')}: {kind}{cause.get('message', '')}"
     return text + (f"\n(log: {cause['log']})" if cause.get("log") else "")
 
@@ -141,6 +153,18 @@ def failure_cause(run_dir: Path, log: Path | None = None, since: float | None = 
         return {"rank": rank, "type": f"signal {signum}",
                 "message": f"killed by signal {signum}" + (f" ({hint})" if hint else "") + then,
                 "log": str(path) if path else None}
+    if cause and PEER_LOSS.search(cause.get("message") or ""):
+        # a rank that raised only because a peer vanished: the peer that left no error of its own
+        # (SIGKILL gives it no chance to) is the cause
+        errored = {e.get("rank") for e in read_jsonl(Path(run_dir) / "events.jsonl")
+                   if e.get("event") == "error" and (since is None or (e.get("time") or 0) >= since - 1)}
+        silent = sorted(r for r in read_phases(run_dir, since=(since - 1) if since else None) if r not in errored)
+        if silent:
+            path = rank_log(run_dir, silent[0])
+            return {"rank": silent[0], "type": "killed",
+                    "message": "ended without an error of its own (killed by a signal, e.g. SIGKILL by hand or by "
+                    f"the kernel's out-of-memory killer); then {cause_text(cause).splitlines()[0]}",
+                    "log": str(path) if path else None}
     return cause
 
 
