@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from tuiapp.trainer.model import FINAL_INFO, PROMPT_LEARNING
@@ -36,21 +34,3 @@ def export(final: Path, out: Path, merge: bool) -> str:
 
     AutoTokenizer.from_pretrained(str(final)).save_pretrained(out)
     return f"merged the {method} adapter into {info.get('base_model')} and wrote {out}"
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="llmtui export")
-    parser.add_argument("final", type=Path)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--merge", action="store_true")
-    args = parser.parse_args(argv)
-    try:
-        print(export(args.final, args.out, args.merge))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
