@@ -456,13 +456,9 @@ def reclaim_shm(port: int | str | None) -> int:
 
 
 def _master_port(argv: list) -> str | None:
-    argv = [str(a) for a in argv or []]
-    for i, arg in enumerate(argv):
-        if arg == "--master_port" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--master_port="):
-            return arg.split("=", 1)[1]
-    return None
+    from tuiapp.core.launcher import master_port_of
+
+    return master_port_of(argv)
 
 
 def kill_run(run_dir: Path | None) -> None:

@@ -33,3 +33,11 @@ def test_plan_ranks_rejects_missing_gpus():
     assert info.value.key == "launch.gpus"
     with pytest.raises(RunError):
         plan_ranks(LaunchSpec(gpus=[5]), 2)
+
+
+def test_master_port_of_a_recorded_command():
+    from tuiapp.core.launcher import master_port_of
+
+    assert master_port_of(["python", "-m", "deepspeed.launcher.runner", "--master_port", "29501"]) == "29501"
+    assert master_port_of(["--master_port=7"]) == "7"
+    assert master_port_of(None) is None and master_port_of(["--master_port"]) is None

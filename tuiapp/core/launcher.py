@@ -85,3 +85,14 @@ def signal_group(pgid: int, signum: int = signal.SIGTERM) -> None:
         os.killpg(pgid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def master_port_of(argv: list | None) -> str | None:
+    """The rendezvous port a recorded DeepSpeed command uses (`--master_port P` or `=P`)."""
+    argv = [str(a) for a in argv or []]
+    for i, arg in enumerate(argv):
+        if arg == "--master_port" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--master_port="):
+            return arg.split("=", 1)[1]
+    return None

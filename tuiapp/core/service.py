@@ -23,7 +23,14 @@ import psutil
 from tuiapp.core import checks, cluster, cluster_checks, queue, runlock, shm, slurm
 from tuiapp.core.errors import RunError, UserError
 from tuiapp.core.findings import Finding
-from tuiapp.core.launcher import STOP_GRACE_S, cuda_device_count, plan_ranks, signal_group, supervisor_argv
+from tuiapp.core.launcher import (
+    STOP_GRACE_S,
+    cuda_device_count,
+    master_port_of,
+    plan_ranks,
+    signal_group,
+    supervisor_argv,
+)
 from tuiapp.core.procs import group_processes, process_alive
 from tuiapp.core.recipe import Recipe
 from tuiapp.core.rundir import ACTIVE
@@ -420,18 +427,10 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
             pass
     psutil.wait_procs(group_processes(pgid), timeout=5)
     if not supervisor_up:  # the supervisor would have freed its ranks' shared memory
-        shm.reclaim(run.info.get("master_port") or _master_port(run.info.get("argv")))
+        shm.reclaim(run.info.get("master_port") or master_port_of(run.info.get("argv")))
     if run.load().status in ACTIVE and not run.supervisor_alive():
         run.update(status="stopped", ended=time.time(), reason="stopped; processes killed after the grace period")
     return not group_processes(pgid)
-
-
-def _master_port(argv: list | None) -> str | None:
-    argv = [str(a) for a in argv or []]
-    for flag, value in zip(argv, argv[1:], strict=False):
-        if flag == "--master_port":
-            return value
-    return None
 
 
 # ---------------------------------------------------------------- resume
