@@ -51,6 +51,14 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
     """Cross-field rules that hold on any machine (DeepSpeed and peft constraints)."""
     out: list[Finding] = []
     train, launch, kind = recipe.train, recipe.launch, recipe.method.kind
+    if recipe.dataset.eval_split_auto:
+        asked = " and ".join(n for n, on in (("train.eval_steps", train.eval_steps), ("train.sample_prompts",
+                                                                                    train.sample_prompts)) if on)
+        out.append(Finding("info", "dataset.eval_split", f"{recipe.dataset.eval_split:.0%} of the training data is "
+                           f"held out for eval: {asked} {'ask' if ' and ' in asked else 'asks'} for evals, and eval_split 0 "
+                           "would skip them",
+                           "set dataset.eval_split to another fraction or an eval file, or train.eval_steps = 0 "
+                           "and no sample_prompts for no evals"))
     if train.early_stopping_patience and (not train.eval_steps or recipe.dataset.eval_split in (0, 0.0, "")):
         out.append(Finding("error", "train.early_stopping_patience", "early stopping watches the eval loss, but "
                            "this run never evaluates before its end", "set train.eval_steps > 0 and dataset.eval_split "

@@ -14,13 +14,15 @@ from typing import Annotated, Any, Literal, Union
 
 import tomli_w
 import tomllib
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from tuiapp.core.errors import RecipeError, RecipeErrors, did_you_mean
 from tuiapp.core.hosts import parse_host_entries
 
 BUNDLED_MODEL = "tiny"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+NAME_RULE = "letters, digits, '.', '_' or '-', starting with a letter or digit, at most 64 characters"
+AUTO_EVAL_SPLIT = 0.05  # held out when evals are asked for (eval_steps, sample_prompts) and eval_split is 0
 
 
 class Section(BaseModel):
@@ -65,6 +67,11 @@ class DatasetSpec(Section):
         description="Held-out fraction (0 to 0.5) of the training data, or a file path for eval.",
     )
     max_samples: int = Field(0, ge=0, description="Use at most this many records (0 = all).")
+    _eval_split_auto: bool = PrivateAttr(False)  # eval_split was 0 and the recipe's evals set it
+
+    @property
+    def eval_split_auto(self) -> bool:
+        return self._eval_split_auto
 
     @field_validator("columns")
     @classmethod
@@ -445,6 +452,16 @@ class Recipe(Section):
     generate: GenerateSpec = Field(default_factory=GenerateSpec, description="Generation settings of the "
                                    "trained model: `llmtui chat`, `llmtui eval` and the TUI chat.")
 
+    @model_validator(mode="after")
+    def _hold_out_for_evals(self) -> Recipe:
+        """Evals asked for (eval_steps or sample_prompts) need held-out data: with eval_split 0
+        the trainer would skip them, so AUTO_EVAL_SPLIT of the training data is held out."""
+        asked = self.train.eval_steps > 0 or bool(self.train.sample_prompts)
+        if asked and isinstance(self.dataset.eval_split, float) and self.dataset.eval_split == 0.0:
+            self.dataset.eval_split = AUTO_EVAL_SPLIT
+            self.dataset._eval_split_auto = True
+        return self
+
     def to_toml(self) -> str:
         # None only stands for an absent optional table ([method.adapter]); TOML has no null
         return tomli_w.dumps(self.model_dump(mode="json", exclude_none=True))
@@ -523,6 +540,10 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
         line = key_line(text, ("method",))
     elif kind == "literal_error":
         fix = "use " + item.get("ctx", {}).get("expected", "one of the allowed values")
+    elif kind == "string_pattern_mismatch" and item.get("ctx", {}).get("pattern") == NAME_PATTERN:
+        given = str(item.get("input", ""))
+        message = f"'{given}' is not a valid name" if given else "the name is empty"
+        fix = f"use {NAME_RULE}"
     elif kind in ("missing",):
         fix = "add this key"
     else:
