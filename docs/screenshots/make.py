@@ -107,7 +107,7 @@ async def shoot_sweep(root: Path, work: Path, now: float, size: tuple[int, int])
     async with app.run_test(size=size) as pilot:
         home = app.screen
         await until(pilot, lambda: home.summarized and home.model.group_records, "the history and its sweep")
-        await pilot.press("g")  # unfold the sweep
+        await pilot.press("f")  # unfold the sweep
         await pilot.pause(0.3)
         shots["sweep"] = app.export_screenshot(title="llmtui: a sweep in the history")
         await pilot.press("enter")

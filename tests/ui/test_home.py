@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from ui_fixtures import FIXED_NOW, REAL_IDS, copy_real_run, real_rows, real_runs, screen_text, test_app, wait_for
 
 from tuiapp.core.metrics import JsonlWriter
@@ -141,5 +142,92 @@ def test_empty_runs_folder(tmp_path):
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: app.screen.loaded, what="load")
             assert "press n for a new experiment" in screen_text(app)
+
+    asyncio.run(scenario())
+
+
+SIZES = [(80, 24), (120, 36)]
+
+
+def footer_line(app) -> str:
+    return screen_text(app).rstrip("\n").splitlines()[-1]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x36"])
+def test_marks_survive_filters_keys_and_footer(runs_root, tmp_path, size):
+    """space marks and moves down; marks stay through filters and esc (u clears them); g/G jump;
+    the footer fits the width with whole keys, the most important first."""
+    async def scenario():
+        app = test_app(runs_root, tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
+            table = app.screen.query_one(RunsTable)
+            await pilot.press("G")
+            assert table.cursor == len(table.rows) - 1
+            await pilot.press("g")
+            assert table.cursor == 0
+            await pilot.press("space", "space")  # live, then crashed: the cursor moved down each time
+            assert [app.screen.model.rows[i].name for i in app.screen.model.marked] == ["live", "crashed"]
+            assert table.cursor == 2
+            await pilot.press("slash", *"lr", "enter")
+            assert names(app) == ["high-lr"]
+            assert "1 of 7 runs" in screen_text(app) and "2 marked" in screen_text(app)
+            await pilot.press("escape")  # clears the filter, keeps the marks
+            await pilot.pause()
+            assert len(names(app)) == 7 and len(app.screen.model.marked) == 2
+            assert screen_text(app).count("◆") == 2
+            footer = footer_line(app)
+            for key in ("⏎ Open", "n New", "space Mark", "c Compare", "/ Filter", "q Quit", "? Help", "^p palette"):
+                assert key in footer, footer
+            assert ("s Sort" in footer) == (size[0] >= 120)  # less important keys only where they fit
+            await pilot.press("u")
+            assert app.screen.model.marked == [] and "marked" not in screen_text(app)
+
+    asyncio.run(scenario())
+
+
+def test_one_run_is_singular(tmp_path):
+    real_runs(tmp_path / "runs", ["baseline"])
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
+            text = screen_text(app)
+            assert "1 run " in text + " " and "1 runs" not in text
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x36"])
+def test_garbage_metrics_are_flagged(tmp_path, size):
+    runs = real_runs(tmp_path / "runs", ["baseline"])
+    runs["baseline"].metrics_path.write_bytes(b"\x00\x01garbage\n{not json\n[1, 2]\n")
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
+            text = screen_text(app)
+            assert "metrics unreadable (3 lines" in text  # the line under the table
+            assert "⚠ unreadable" in text  # the loss curve's cell
+            row = app.screen.model.rows[app.screen.query_one(RunsTable).cursor_run_id]
+            assert row.metrics_note() == "metrics unreadable (3 lines of metrics.jsonl are not JSON records)"
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x36"])
+def test_q_quits_from_the_run_view(runs_root, tmp_path, size):
+    async def scenario():
+        app = test_app(runs_root, tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: app.screen.summarized, what="summaries")
+            await pilot.press("enter")
+            assert isinstance(app.screen, RunViewScreen)
+            await pilot.press("q")
+            await pilot.pause()
+            assert app.return_code == 0
+        assert not app.is_running
 
     asyncio.run(scenario())

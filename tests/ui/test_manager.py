@@ -179,13 +179,13 @@ def test_a_sweep_is_one_row_that_unfolds_into_its_runs(runs_root, tmp_path):
             assert "lr0.001-rank4" not in text  # folded
             assert "sweep tiny-sweep: 3/4 done · 1 running · best eval loss 1.1178" in text  # the detail line
             assert "11 runs" in text
-            await pilot.press("g")
+            await pilot.press("f")
             text = screen_text(app)
             assert "▾ tiny-sweep" in text
             for label in ("└ lr0.001-rank4", "└ lr0.001-rank8", "└ lr0.003-rank4", "└ lr0.003-rank8"):
                 assert label in text
             assert [r.id for r in table.rows[1:5]] == [r.id for r in runs]  # in sweep order under it
-            await pilot.press("down", "down", "g")  # g on one of its runs folds the sweep
+            await pilot.press("down", "down", "f")  # f on one of its runs folds the sweep
             assert table.cursor_run_id == group.id and "lr0.001-rank4" not in screen_text(app)
             await pilot.press("space")  # marks every run of the sweep
             assert home.model.marked == [r.id for r in runs]

@@ -98,7 +98,7 @@ def test_history_with_a_sweep_80x24(snap_compare, runs_root, tmp_path):
     async def run_before(pilot):
         await _home_ready(pilot)
         await wait_for(pilot, lambda: pilot.app.screen.model.group_records, what="the sweep")
-        await pilot.press("g")
+        await pilot.press("f")
         await pilot.pause()
 
     assert snap_compare(_app(runs_root, tmp_path), terminal_size=(80, 24), run_before=run_before)
@@ -117,3 +117,18 @@ def test_group_screen_80x24(snap_compare, runs_root, tmp_path):
         await pilot.pause()
 
     assert snap_compare(_app(runs_root, tmp_path), terminal_size=(80, 24), run_before=run_before)
+
+
+FORM_SIZES = [(80, 24), (120, 36)]
+
+
+@pytest.mark.parametrize("size", FORM_SIZES, ids=["80x24", "120x36"])
+def test_history_marks_kept_under_a_filter(snap_compare, runs_root, tmp_path, size):
+    """Two runs marked, then a filter that hides one of them: the marks stay (2 marked), and the
+    footer shows the keys that fit the width, whole."""
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        await pilot.press("down", "down", "down", "space", "space", "slash", *"lr", "enter")
+        await pilot.pause()
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)

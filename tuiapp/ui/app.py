@@ -41,6 +41,8 @@ class LlmtuiApp(App):
     BINDINGS = [
         Binding("question_mark", "help", "Help", tooltip="Every key of this screen"),
         Binding("f1", "help", "Help", show=False, tooltip="Every key of this screen (also while typing)"),
+        Binding("q", "quit_app", "Quit", show=False, tooltip="Quit from any screen; runs keep going (a form with "
+                "edits asks first)"),
         Binding("ctrl+q", "quit", "Quit", tooltip="Quit; runs keep going", show=False, priority=True),
     ]
 
@@ -111,6 +113,15 @@ class LlmtuiApp(App):
     def open_report(self, title: str, text: str) -> None:
         """A long text (doctor's report) in a scrollable modal."""
         self.push_screen(ReportScreen(title, text))
+
+    def action_quit_app(self) -> None:
+        """q on any screen: quit, after a question when the screen has something to lose."""
+        question = getattr(self.screen, "quit_question", None)
+        text = question() if callable(question) else None
+        if text:
+            self.confirm(text, "", lambda yes: self.exit() if yes else None)
+        else:
+            self.exit()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

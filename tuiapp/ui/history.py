@@ -67,6 +67,7 @@ class RunRow:
     losses: list[float] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)  # last few row times (stall check)
     summarized: bool = False
+    unreadable: int = 0  # lines of metrics.jsonl that are not JSON records (a broken or foreign file)
     # what the user says about it (meta.json) and where it stands in the experiment manager
     display_name: str | None = None
     tags: list[str] = field(default_factory=list)
@@ -79,6 +80,15 @@ class RunRow:
     def title(self) -> str:
         """The name it is shown with: the display name the user gave it, else its recipe's."""
         return self.display_name or self.name
+
+    def metrics_note(self) -> str:
+        """'' when metrics.jsonl reads well; else how much of it could not be read."""
+        if not self.unreadable:
+            return ""
+        lines = f"{self.unreadable} line{'s' if self.unreadable != 1 else ''}"
+        if self.step is None and not self.losses:
+            return f"metrics unreadable ({lines} of metrics.jsonl are not JSON records)"
+        return f"{lines} of metrics.jsonl unreadable"
 
     @property
     def group_id(self) -> str | None:
@@ -358,7 +368,7 @@ class HistoryLoader:
         """Read a run's metrics once; active runs keep their reader for later polls."""
         reader = JsonlReader(row.path / "metrics.jsonl")
         records = reader.read_new()
-        summarized = with_metrics(row, records)
+        summarized = replace(with_metrics(row, records), unreadable=reader.malformed)
         if row.status in ACTIVE:
             live = LiveSummary()
             live.add(records)
@@ -397,9 +407,10 @@ class HistoryLoader:
             if fresh.status not in ACTIVE:  # finished: exact figures from the whole file, once
                 del self.active[run_id]
                 self.known[run_id] = _stamp(row.path)
-                changed.append(with_metrics(fresh, JsonlReader(row.path / "metrics.jsonl").read_all()))
+                whole = JsonlReader(row.path / "metrics.jsonl")
+                changed.append(replace(with_metrics(fresh, whole.read_all()), unreadable=whole.malformed))
             elif new or fresh.state() != row.state():
-                row = live.apply(fresh)
+                row = replace(live.apply(fresh), unreadable=reader.malformed)
                 self.active[run_id] = (reader, live, row)
                 changed.append(row)
         return changed
@@ -433,6 +444,6 @@ def detail_text(row: RunRow, now: float) -> str:
     else:
         text = row.id
     # what the user said about it comes before the recipe's description
-    extra = " · ".join(t for t in (" ".join(f"#{tag}" for tag in row.tags), row.note,
+    extra = " · ".join(t for t in (row.metrics_note(), " ".join(f"#{tag}" for tag in row.tags), row.note,
                                    "archived" if row.archived else "", row.description if text == row.id else "") if t)
     return f"{view.mark} {row.title}: {text}" + (f" · {extra}" if extra else "")

@@ -1,7 +1,7 @@
 """Home: the history of every run, live. run.json files are read in a thread worker and arrive in
 batches, so the first frame paints at once however many runs there are.
 
-Sweeps fold into one line each (g unfolds, enter opens the group screen); queued runs show their
+Sweeps fold into one line each (f unfolds, enter opens the group screen); queued runs show their
 place and move with K/J/F; tags, notes, names, archive and delete act on the cursor's run
 (tuiapp.ui.manage_keys). A run that ends, fails or hangs, and a sweep that ends, ring
 the bell (tuiapp.ui.alerts)."""
@@ -21,6 +21,7 @@ from textual.worker import get_current_worker
 
 from tuiapp.core.rundir import ACTIVE
 from tuiapp.ui.alerts import run_alerts, sweep_alerts
+from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.groups import GroupRow, read_groups
 from tuiapp.ui.history import HistoryLoader, RunRow, detail_text, with_meta
 from tuiapp.ui.history_model import FLAGGED, HistoryModel
@@ -47,9 +48,13 @@ class HomeScreen(HistoryManageActions, Screen):
     BINDINGS = [
         Binding("n", "new", "New", tooltip="New experiment"),
         Binding("enter", "open", "Open", tooltip="Open the run (or the sweep) under the cursor"),
-        Binding("space", "mark", "Mark", tooltip="Mark or unmark the run (a sweep: all its runs) for comparison"),
+        Binding("space", "mark", "Mark", tooltip="Mark or unmark the run (a sweep: all its runs) for comparison, "
+                "then move down; marks stay while you filter"),
         Binding("c", "compare", "Compare", tooltip="Compare the marked runs (2 or more)"),
-        Binding("g", "fold", "Fold", tooltip="Unfold the sweep under the cursor into its runs, or fold it"),
+        Binding("u", "unmark_all", "Unmark all", tooltip="Clear every mark"),
+        Binding("g", "top", "Top", tooltip="First run"),
+        Binding("G", "bottom", "Bottom", tooltip="Last run"),
+        Binding("f", "fold", "Fold", tooltip="Unfold the sweep under the cursor into its runs, or fold it"),
         Binding("s", "sort", "Sort", tooltip="Sort by the next column"),
         Binding("S", "reverse_sort", "Reverse", tooltip="Reverse the sort order"),
         Binding("slash", "filter", "Filter", tooltip="Filter by free text; tag:NAME keeps runs with that tag"),
@@ -59,9 +64,12 @@ class HomeScreen(HistoryManageActions, Screen):
         Binding("C", "chat", "Chat", tooltip="Talk to the run's final model (ctrl+b there: its base beside)"),
         *HISTORY_BINDINGS,
         *META_BINDINGS,
-        Binding("escape", "clear_filters", "Clear", tooltip="Clear filters and marks"),
+        Binding("escape", "clear_filters", "Clear", tooltip="Clear the filters (marks stay; u clears them)"),
         Binding("q", "app.quit", "Quit", tooltip="Quit (runs keep going)"),
     ]
+    # the footer's keys, most important first: as many as fit the width show (tuiapp.ui.footer_keys)
+    FOOTER_PRIORITY = ["open", "new", "mark", "compare", "filter", "app.quit", "help", "top", "bottom", "sort",
+                       "cycle_status", "cycle_method", "clone", "fold", "unmark_all"]
 
     def __init__(self) -> None:
         super().__init__()
@@ -71,6 +79,13 @@ class HomeScreen(HistoryManageActions, Screen):
         self._methods: list[str] = []
         self._quiet: set[str] = set()  # runs the user stopped here: no bell when they end
         self._stop_asked: dict[str, str] = {}  # run id -> its status when the user asked for the stop
+
+    @property
+    def active_bindings(self):
+        return footer_by_priority(self.app, super().active_bindings, self.FOOTER_PRIORITY, self.size.width)
+
+    def on_resize(self) -> None:
+        self.refresh_bindings()
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -249,7 +264,7 @@ class HomeScreen(HistoryManageActions, Screen):
         archived = counts.get("archived", 0)
         total = len(model.rows) - (0 if model.show_archived else archived)
         shown = model.accepted_count
-        parts = [f"{shown} of {total} runs" if shown != total else f"{total} runs"]
+        parts = [f"{shown} of {plural(total, 'run')}" if shown != total else plural(total, "run")]
         if not self.loaded:
             parts[0] += " (loading…)"
         elif not model.rows:
@@ -377,7 +392,7 @@ class HomeScreen(HistoryManageActions, Screen):
         table = self.query_one(RunsTable)
         group = self.model.group_of(table.cursor_run_id)
         if group is None:
-            self.notify("not a sweep's run: g folds and unfolds sweeps", title="Fold")
+            self.notify("not a sweep's run: f folds and unfolds sweeps", title="Fold")
             return
         self.model.toggle_group(group.group_id)
         self._show_rows()
@@ -392,19 +407,29 @@ class HomeScreen(HistoryManageActions, Screen):
         """The run under the cursor (a sweep's line is no run: say so)."""
         row = self.query_one(RunsTable).cursor_row
         if isinstance(row, GroupRow):
-            self.notify("unfold the sweep (g) and pick one of its runs", title=row.name)
+            self.notify("unfold the sweep (f) and pick one of its runs", title=row.name)
             return None
         if row is None:
             return None
         return Target(row.id, row.path, row.title, row.status)
 
     def action_clear_filters(self) -> None:
+        """Clear the filters; the marks stay (u clears them)."""
         if self.focused is self.query_one("#filter-text"):
             self.query_one(RunsTable).focus()
             return
         self.query_one("#filter-text", Input).value = ""
         self.query_one("#filter-status", Select).clear()
         self.query_one("#filter-method", Select).clear()
+        self._show_rows()
+
+    def action_unmark_all(self) -> None:
         self.model.marked.clear()
         self._show_rows()
+
+    def action_top(self) -> None:
+        self.query_one(RunsTable).action_jump(0)
+
+    def action_bottom(self) -> None:
+        self.query_one(RunsTable).action_jump(-1)
 

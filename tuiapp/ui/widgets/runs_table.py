@@ -95,7 +95,7 @@ def cells(row: RunRow, now: float) -> dict[str, str]:
         "status": view.cell,
         "step": step,
         "last_loss": fmt_number(row.last_loss, ".4f") if row.last_loss is not None else "",
-        "spark": sparkline(row.losses, 12),
+        "spark": sparkline(row.losses, 12) if row.losses or not row.unreadable else "⚠ unreadable",
         "best_eval": fmt_number(row.best_eval_loss, ".4f") if row.best_eval_loss is not None else "",
         "preference": preference_cell(row),
         "tokens_per_s": fmt_number(row.tokens_per_s, ".0f") if row.tokens_per_s is not None else "",
