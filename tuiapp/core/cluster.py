@@ -74,9 +74,13 @@ def uses_hosts(launch: "LaunchSpec") -> bool:
     return bool(launch.hosts.strip() if isinstance(launch.hosts, str) else launch.hosts)
 
 
+# strategies whose ranks DeepSpeed's launcher starts (pipeline ranks only need RANK / WORLD_SIZE / MASTER_ADDR)
+DEEPSPEED_LAUNCHED = ("deepspeed", "pipeline")
+
+
 def is_scaled(launch: "LaunchSpec") -> bool:
     """Anything beyond the classic single-node DeepSpeed launch."""
-    return uses_hosts(launch) or launch.strategy != "deepspeed" or launch.nodes > 1
+    return uses_hosts(launch) or launch.strategy not in DEEPSPEED_LAUNCHED or launch.nodes > 1
 
 
 # ---------------------------------------------------------------- node plans
@@ -471,7 +475,7 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
     if node is not None:
         plan = plan_node(launch, ranks, node_rank=node.node_rank, nnodes=node.nnodes,
                          master_addr=node.master_addr, master_port=port, gpu_ids=gpu_ids, base_dir=base_dir)
-        if strategy == "deepspeed":
+        if strategy in DEEPSPEED_LAUNCHED:
             hostfile = nodes_dir(run_dir) / HOSTFILE_NAME
             files = {hostfile: (node_hostfile_text(plan), None)}
             argv = deepspeed_node_argv(run_dir, plan, hostfile, resume, python)
@@ -486,7 +490,7 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
                   "node_mode": "slurm" if node.slurm else "nodes", "nodes": nodes,
                   "node_rank": node.node_rank}
         return Launch(argv, plan.ranks_per_node, gpu_ids, plan.master_port, node.node_rank, plan, env, fields,
-                      files if strategy == "deepspeed" else {})
+                      files if strategy in DEEPSPEED_LAUNCHED else {})
     if uses_hosts(launch):
         hosts = hosts_of(launch, base_dir)
         hostfile = run_dir / HOSTFILE_NAME
@@ -505,7 +509,7 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
         here = used[0][1] if used else ranks  # ranks on the head node (DeepSpeed puts rank 0 there)
         return Launch(argv, here, gpu_ids, master_port, None, None, env, fields, files)
     master_port = port or launch.master_port or launcher.free_port()
-    if strategy == "deepspeed":
+    if strategy in DEEPSPEED_LAUNCHED:
         argv = launcher.deepspeed_argv(run_dir, ranks, gpu_ids, master_port, resume=resume, python=python)
         return Launch(argv, ranks, gpu_ids, master_port)
     plan = NodePlan(1, 0, "127.0.0.1", master_port, ranks, gpu_ids, [socket.gethostname()], True)

@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuiapp.core.cluster import hosts_of, resolve_port, uses_hosts
+from tuiapp.core.cluster import DEEPSPEED_LAUNCHED, hosts_of, resolve_port, uses_hosts
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.findings import Finding
 from tuiapp.core.gpus import cuda_available
@@ -59,13 +59,13 @@ def scale_rules(recipe: "Recipe", base_dir: Path | None = None) -> list[Finding]
     strategy = launch.strategy
     if strategy != "deepspeed":
         use = "or launch.strategy = 'deepspeed'"
-        if launch.zero_stage:
+        if launch.zero_stage and strategy != "pipeline":  # pipeline_plan.rules explains it for the pipeline
             out.append(Finding("error", "launch.zero_stage", f"ZeRO stages are DeepSpeed's; strategy "
                                f"'{strategy}' does not use them", f"set launch.zero_stage = 0, {use}"))
         for key in ("offload_optimizer", "offload_params"):
             if getattr(launch, key) != "none":
                 fix = ("set launch.fsdp_cpu_offload = true instead" if strategy == "fsdp"
-                       else "remove it (DDP keeps everything on the device)")
+                       else "remove it (DDP and the pipeline keep everything on the device)")
                 out.append(Finding("error", f"launch.{key}", f"{key} is a DeepSpeed ZeRO setting; "
                                    f"strategy '{strategy}' ignores it", f"{fix}, {use}"))
     if launch.fsdp_cpu_offload and strategy != "fsdp":
@@ -102,7 +102,7 @@ def scale_rules(recipe: "Recipe", base_dir: Path | None = None) -> list[Finding]
         if launch.nodes > len(hosts):
             out.append(Finding("error", "launch.nodes", f"nodes = {launch.nodes} but launch.hosts lists "
                                f"{len(hosts)}", f"set launch.nodes to at most {len(hosts)} (0 = all)"))
-        if strategy != "deepspeed":
+        if strategy not in DEEPSPEED_LAUNCHED:
             out.append(Finding("error", "launch.hosts", f"strategy '{strategy}' runs torchrun, which "
                                "cannot reach other hosts by itself",
                                "start each node with `llmtui run RECIPE --node-rank K --master-addr "

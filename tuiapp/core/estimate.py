@@ -469,6 +469,7 @@ class Estimate:
     warning: str | None = None
     suggestions: list[str] = field(default_factory=list)
     world_size: int = 0  # ranks in all (N of the ZeRO formulas); n_gpus * nodes unless hosts differ
+    pipeline: dict | None = None  # strategy 'pipeline': pipeline_plan.plan (memory is then the largest stage's)
 
     @property
     def total(self) -> int:
@@ -646,6 +647,20 @@ def _count(n: int) -> str:
 ZERO_FORMULAS = {0: "16P", 1: "4P + 12P/N", 2: "2P + 14P/N", 3: "16P/N"}
 
 
+def format_pipeline(info: dict) -> list[str]:
+    """The split, bubble and per-stage memory of a pipeline run (tuiapp.core.pipeline_plan.plan)."""
+    rows = [f"pipeline     {info['stages']} stages x {info['replicas']} replica(s), {info['microbatches']} "
+            f"micro-batches of {info['microbatch_size']}, {info['schedule']}, bubble "
+            f"(p-1)/(m+p-1) = {info['bubble']:.0%}",
+            "  stage  layers      params  states GB  in flight  activations GB  total GB"]
+    for s in info["per_stage"]:
+        states = s["params_bytes"] + s["grads_bytes"] + s["optimizer_bytes"]
+        rows.append(f"  {s['index']:>5}  {s['first_layer']:>3}-{s['last_layer'] - 1:<3} {s['params']:>11,}  "
+                    f"{states / GB:>9.2f}  {s['in_flight']:>9}  {s['activations_bytes'] / GB:>14.2f}  "
+                    f"{s['total_bytes'] / GB:>8.2f}")
+    return rows
+
+
 def format_estimate(est: Estimate) -> str:
     """A compact table, GB with one decimal."""
     m = est.memory
@@ -673,6 +688,8 @@ def format_estimate(est: Estimate) -> str:
     rows.append(total)
     if m.cpu_offload_total:
         rows.append(f"CPU offload  {m.cpu_offload_total / GB:.1f} GB per node")
+    if est.pipeline:
+        rows += format_pipeline(est.pipeline)
     if est.warning:
         rows.append(f"warning: {est.warning}")
     return "\n".join(rows)

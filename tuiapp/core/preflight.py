@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psutil
 
-from tuiapp.core import trackers
-from tuiapp.core.cluster import active_hosts, hosts_of, plan_node, uses_hosts
+from tuiapp.core import pipeline_plan, trackers
+from tuiapp.core.cluster import DEEPSPEED_LAUNCHED, active_hosts, hosts_of, plan_node, uses_hosts
 from tuiapp.core.cluster_checks import scale_rules
 from tuiapp.core.errors import UserError
 from tuiapp.core.estimate import (
@@ -92,6 +92,7 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
                                "create it on a local NVMe drive, or fix the path"))
 
     out += scale_rules(recipe)
+    out += pipeline_plan.rules(recipe)
     return out
 
 
@@ -197,7 +198,7 @@ def launch_world(recipe: Recipe, gpus: list[GpuInfo], *, cuda: bool, base_dir: P
     recipe's launch.nodes / launch.gpus_per_node."""
     launch = recipe.launch.model_copy(update={k: v for k, v in (("nodes", nodes), ("gpus_per_node", per_node)) if v})
     local = len(requested_gpus(recipe, gpus)) if cuda and gpus else cpu_ranks(recipe)
-    if uses_hosts(launch) and launch.strategy == "deepspeed":  # DeepSpeed's runner on the head node
+    if uses_hosts(launch) and launch.strategy in DEEPSPEED_LAUNCHED:  # DeepSpeed's runner on the head node
         counts = [n for _, n in active_hosts(launch, hosts_of(launch, base_dir))] or [local]
         return World(len(counts), max(counts), sum(counts))
     if launch.nodes > 1 or uses_hosts(launch):  # node by node, SLURM, torchrun over nodes
@@ -223,8 +224,11 @@ def memory_estimate(recipe: Recipe, model_config: dict, *, gpus: list[GpuInfo] |
         chosen = [g for g in gpus if g.index in requested_gpus(recipe, gpus)]
         capacity = min((g.total_bytes - sum(p.used_bytes for p in g.other_processes) for g in chosen),
                        default=None)
-    return estimate_recipe(recipe, model_config, world.per_node, world.nodes, gpu_memory_bytes=capacity,
-                           cuda=cuda, world=world.size)
+    est = estimate_recipe(recipe, model_config, world.per_node, world.nodes, gpu_memory_bytes=capacity,
+                          cuda=cuda, world=world.size)
+    if recipe.launch.strategy == "pipeline":
+        est = pipeline_plan.with_stages(est, recipe, model_config)
+    return est
 
 
 # ---------------------------------------------------------------- memory and disk
@@ -307,6 +311,7 @@ def run_preflight(
         return findings
     try:
         findings += check_method(recipe, model_config)
+        findings += pipeline_plan.model_rules(recipe, model_config)
         findings += check_memory(recipe, model_config, cuda=cuda, gpus=gpus, ram_available=ram_available,
                                  base_dir=base_dir)
         if free_bytes is None:

@@ -342,10 +342,26 @@ class LaunchSpec(Section):
         description="Rendezvous port (0 = pick a free one; 29500 when the run spans several nodes).",
     )
     # scale-out (multi-node, strategies): rules in tuiapp.core.cluster, docs in docs/scale-out.md
-    strategy: Literal["deepspeed", "fsdp", "ddp"] = Field(
+    strategy: Literal["deepspeed", "fsdp", "ddp", "pipeline"] = Field(
         "deepspeed",
-        description="'deepspeed' (ZeRO, deepspeed launcher), 'fsdp' (PyTorch FSDP2 via torchrun) "
-        "or 'ddp' (plain data parallel via torchrun).",
+        description="'deepspeed' (ZeRO, deepspeed launcher), 'fsdp' (PyTorch FSDP2 via torchrun), "
+        "'ddp' (plain data parallel via torchrun) or 'pipeline' (the model cut into pipeline_stages by "
+        "decoder layers, torch.distributed.pipelining, deepspeed launcher). See docs/parallelism.md.",
+    )
+    pipeline_stages: int = Field(
+        2, ge=1, le=256,
+        description="strategy 'pipeline' only: stages p the decoder layers are cut into; the ranks must be a "
+        "multiple of p (ranks / p pipeline replicas train data-parallel).",
+    )
+    microbatches: int = Field(
+        4, ge=1, le=4096,
+        description="strategy 'pipeline' only: micro-batches m each step's batch (train.micro_batch x "
+        "grad_accum sequences) is split into; the idle bubble is (p-1)/(m+p-1), so m >= p.",
+    )
+    pipeline_schedule: Literal["1f1b", "gpipe"] = Field(
+        "1f1b",
+        description="strategy 'pipeline' only: '1f1b' (one forward, one backward: at most p micro-batches of "
+        "activations held) or 'gpipe' (all forwards, then all backwards: m held).",
     )
     fsdp_cpu_offload: bool = Field(
         False, description="strategy 'fsdp' only: keep parameters and gradients on CPU between uses."

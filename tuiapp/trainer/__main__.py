@@ -17,6 +17,13 @@ def parse_args(argv=None):
     return parser.parse_known_args(argv)[0]
 
 
+def _strategy(run_dir: Path) -> str:
+    from tuiapp.core.recipe import parse_recipe
+
+    path = Path(run_dir) / "recipe.toml"
+    return parse_recipe(path.read_text(encoding="utf-8"), str(path)).launch.strategy
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from tuiapp.trainer import phases
@@ -24,7 +31,10 @@ def main(argv=None) -> int:
     phases.start(args.run_dir)
     try:
         phases.enter("importing")
-        from tuiapp.trainer.run import train
+        if _strategy(args.run_dir) == "pipeline":  # its own loop: stages and micro-batches, no Trainer
+            from tuiapp.trainer.pipeline import train
+        else:
+            from tuiapp.trainer.run import train
 
         return train(args.run_dir, args.resume)
     except BaseException as exc:
