@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp import cli_after, cli_manage, cli_scale
+from tuiapp import cli_after, cli_manage, cli_probe, cli_scale
 from tuiapp.core import checks, launcher, meta, queue, service
 from tuiapp.core.errors import UserError
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
@@ -401,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_after.add_export_arguments(p)
 
     cli_after.add_commands(add)  # chat, eval, export-metrics
+    cli_probe.add_command(add)
     return parser
 
 

@@ -8,7 +8,7 @@ import statistics
 import time
 from pathlib import Path
 
-from tuiapp.core import datasets, estimate, model_check, preference, preflight
+from tuiapp.core import datasets, estimate, model_check, preference, preflight, probe
 from tuiapp.core.errors import UserError
 from tuiapp.core.findings import Finding, format_findings, has_errors  # noqa: F401 (callers use checks.*)
 from tuiapp.core.metrics import dedupe_steps, train_rows
@@ -70,6 +70,7 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
         return [Finding("error", exc.key or "model.name", exc.message, exc.fix or "")]
     findings = preflight.recipe_rules(recipe)
     findings += preference.rules(recipe)
+    findings += probe.rules(recipe)
     findings += _dataset_findings(recipe, base_dir)
     label = f"{ref} ({recipe.model.name})" if ref != recipe.model.name else None
     findings += model_check.model_findings(recipe, base_dir, label=label)
@@ -96,7 +97,12 @@ def estimate_report(recipe: Recipe, store: RunStore, base_dir: Path, nodes: int 
     recipe, _ = resolve_recipe(recipe, store)
     config = estimate.load_model_config(recipe.model.name, base_dir)
     result = preflight.memory_estimate(recipe, config, base_dir=base_dir, nodes=nodes, per_node=gpus)
-    return {"text": estimate.format_estimate(result), "json": result.to_json()}
+    text, data = estimate.format_estimate(result), result.to_json()
+    past = probe.past_ratios(store.root)  # the estimate's error on runs that probed and measured
+    if past:
+        text += "\n" + probe.error_line(store.root)
+        data["past_measured_over_predicted"] = {"median": statistics.median(past), "runs": len(past)}
+    return {"text": text, "json": data}
 
 
 def is_stalled(times: list[float], now: float) -> bool:

@@ -470,6 +470,7 @@ class Estimate:
     suggestions: list[str] = field(default_factory=list)
     world_size: int = 0  # ranks in all (N of the ZeRO formulas); n_gpus * nodes unless hosts differ
     pipeline: dict | None = None  # strategy 'pipeline': pipeline_plan.plan (memory is then the largest stage's)
+    micro_batch_auto: bool = False  # train.micro_batch 'auto': micro_batch is the estimate's pick
 
     @property
     def total(self) -> int:
@@ -611,7 +612,9 @@ def estimate_recipe(
     precision = _resolve_precision(recipe.train.precision, cuda)
     launch, train = recipe.launch, recipe.train
     knobs = Knobs(recipe.method, launch.zero_stage, launch.offload_optimizer, launch.offload_params,
-                  train.gradient_checkpointing, train.micro_batch)
+                  train.gradient_checkpointing, 1 if train.micro_batch == "auto" else train.micro_batch)
+    if train.micro_batch == "auto":  # the largest power of two the estimate fits; the run probes for real
+        knobs = _auto_micro_batch(model_config, recipe, knobs, world, n_gpus, precision, gpu_memory_bytes)
     total, trainable, memory = _memory(model_config, recipe, knobs, world, n_gpus, precision)
     fits, warning, suggestions = None, None, []
     if gpu_memory_bytes:
@@ -626,11 +629,24 @@ def estimate_recipe(
     return Estimate(
         model=recipe.model.name, method=recipe.method.kind, total_params=total,
         trainable_params=trainable, n_gpus=n_gpus, nodes=nodes, zero_stage=launch.zero_stage,
-        precision=precision, micro_batch=train.micro_batch, seq_len=train.max_seq_len,
+        precision=precision, micro_batch=knobs.micro_batch, seq_len=train.max_seq_len,
         gradient_checkpointing=train.gradient_checkpointing, memory=memory,
         gpu_memory_bytes=gpu_memory_bytes, fits=fits, warning=warning, suggestions=suggestions,
-        world_size=world,
+        world_size=world, micro_batch_auto=train.micro_batch == "auto",
     )
+
+
+def _auto_micro_batch(config, recipe, knobs: Knobs, world, per_node, precision, gpu_memory_bytes) -> Knobs:
+    if not gpu_memory_bytes:
+        return knobs
+    budget = gpu_memory_bytes * min(USABLE_FRACTION, 1 - recipe.train.memory_headroom)
+    size = 2
+    while size <= recipe.train.max_micro_batch:
+        bigger = dataclasses.replace(knobs, micro_batch=size)
+        if _memory(config, recipe, bigger, world, per_node, precision)[2].total > budget:
+            break
+        knobs, size = bigger, size * 2
+    return knobs
 
 
 def _join_or(items: list[str]) -> str:
@@ -642,6 +658,10 @@ def _count(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return str(n)
+
+
+def _micro_batch_text(est: Estimate) -> str:
+    return f"auto ({est.micro_batch} by this estimate; the run probes)" if est.micro_batch_auto else str(est.micro_batch)
 
 
 ZERO_FORMULAS = {0: "16P", 1: "4P + 12P/N", 2: "2P + 14P/N", 3: "16P/N"}
@@ -669,7 +689,7 @@ def format_estimate(est: Estimate) -> str:
     rows = [
         f"model        {est.model}: {_count(est.total_params)} params, "
         f"{_count(est.trainable_params)} trainable ({est.method})",
-        f"setup        {gpus}, ZeRO-{est.zero_stage}, {est.precision}, micro_batch {est.micro_batch} x "
+        f"setup        {gpus}, ZeRO-{est.zero_stage}, {est.precision}, micro_batch {_micro_batch_text(est)} x "
         f"{est.seq_len} tokens, checkpointing {'on' if est.gradient_checkpointing else 'off'}",
         "per GPU          GB",
     ]

@@ -52,7 +52,7 @@ def rules(recipe: Recipe) -> list[Finding]:
     if recipe.train.packing is True:
         out.append(Finding("warning", "train.packing", f"{method.kind} batches hold whole chosen/rejected "
                            "sequences side by side, so packing does not apply", "set train.packing = 'auto'"))
-    if method.kind in UNPAIRED_KINDS and recipe.train.micro_batch < 2:
+    if method.kind in UNPAIRED_KINDS and recipe.train.micro_batch != "auto" and recipe.train.micro_batch < 2:
         out.append(Finding("error", "train.micro_batch", "kto estimates its KL term from the other answers of "
                            "a micro batch, so it needs at least 2", "set train.micro_batch = 2 or more"))
     weights = weights_method(method)

@@ -277,7 +277,15 @@ ADAPTER_KINDS = set(METHOD_KINDS) - {"pretrain", "sft"} - PREFERENCE_KINDS
 class TrainSpec(Section):
     epochs: float = Field(1.0, gt=0, description="Passes over the data (ignored when max_steps > 0).")
     max_steps: int = Field(0, ge=0, description="Stop after this many optimizer steps (0 = use epochs).")
-    micro_batch: int = Field(4, ge=1, description="Sequences per rank per forward pass.")
+    micro_batch: int | Literal["auto"] = Field(
+        4, description="Sequences per rank per forward pass, or 'auto': the run first probes a few steps at "
+        "1, 2, 4, ... up to max_micro_batch and keeps the largest that fits the device's memory less "
+        "memory_headroom (`llmtui probe RECIPE` shows the table).",
+    )
+    max_micro_batch: int = Field(64, ge=1, le=4096, description="micro_batch 'auto': the largest size probed.")
+    memory_headroom: float = Field(
+        0.1, ge=0, lt=0.9, description="micro_batch 'auto': fraction of the device's memory left free."
+    )
     grad_accum: int = Field(1, ge=1, description="Micro batches accumulated per optimizer step.")
     learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
     scheduler: Literal["cosine", "linear", "constant"] = Field("cosine", description="LR schedule.")
@@ -322,6 +330,13 @@ class TrainSpec(Section):
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):
             raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("micro_batch")
+    @classmethod
+    def _micro_batch(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("micro_batch must be a count of at least 1, or 'auto'")
         return value
 
 

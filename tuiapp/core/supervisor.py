@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from tuiapp.core import cluster, launcher, notify, queue, rundir, runlock, shm, sweep
+from tuiapp.core import cluster, launcher, notify, probe, queue, rundir, runlock, shm, sweep
 from tuiapp.core.errors import UserError
 from tuiapp.core.gpus import detect_gpus
 from tuiapp.core.metrics import JsonlWriter, read_jsonl, summarize
@@ -95,6 +95,10 @@ class Supervisor:
         devices = self._take_devices(recipe, cuda)
         if devices is None:
             return 0  # cancelled while queued
+        if probe.is_auto(recipe) and not self.resume and self.node is None:
+            recipe = self.recipe = self._probe_micro_batch(recipe, cuda, devices)
+            if recipe is None:
+                return 0  # stopped while probing
         plan = self.launch = cluster.build_launch(run.path, recipe.launch, cuda, resume=self.resume,
                                                   port=self.port, node=self.node,
                                                   gpu_ids=devices if cuda and devices else None)
@@ -150,6 +154,51 @@ class Supervisor:
         shm.reclaim(plan.port)  # DeepSpeed's CPU all-reduce buffers of this run's ranks
         self._record_outcome(code)
         return 0
+
+    def _probe_micro_batch(self, recipe, cuda: int, devices: list[int] | None):
+        """micro_batch 'auto': one probing rank first (phase 'probing micro_batch'), then the
+        run's recipe.toml gets the size it chose; None when stopped meanwhile."""
+        me = psutil.Process()
+        self.started = time.time()
+        self._record(status="starting", phase="probing micro_batch", phase_since=self.started, hang=None, error=None,
+                     stop_requested=None, pid=me.pid, pgid=os.getpgid(0), pid_create_time=me.create_time(),
+                     started=self.started, ended=None, exit_code=None, reason=None)
+        limit = probe.default_limit(recipe, cuda)
+        self.child = probe.start(recipe, self.run.path / "recipe.toml", self.run.path, launcher.free_port(),
+                                 gpu_id=(devices[0] if devices else 0) if cuda else None, limit_bytes=limit)
+        code = self._wait_probe()
+        if self.stop_requested_at is not None:
+            self._kill_leftovers()
+            if self.claims:
+                queue.release(self.runs_root, self.run.id)
+            self._record_outcome(code)
+            return None
+        result = probe.finish(recipe, self.run.path, code, self.started, base_dir=Path.cwd(), limit_bytes=limit)
+        if result.chosen is None:
+            if self.claims:
+                queue.release(self.runs_root, self.run.id)
+            raise UserError(message=f"micro_batch 'auto': {result.reason}",
+                            fix="see probe.json in the run folder; set train.micro_batch to a number, or lower "
+                            "max_seq_len / turn on gradient_checkpointing")
+        with JsonlWriter(self.run.events_path) as events:
+            events.write({"event": "probed", "micro_batch": result.chosen,
+                          "predicted_bytes": result.to_json()["predicted_bytes"],
+                          "measured_bytes": result.to_json()["measured_bytes"]})
+        return probe.fix_micro_batch(self.run.path, recipe, result.chosen)
+
+    def _wait_probe(self) -> int:
+        """The probing rank's exit code; a stop request ends it (SIGKILL after the grace)."""
+        while True:
+            code = self.child.poll()
+            if code is not None:
+                return code
+            if self.stop_requested_at is not None:
+                if not self.stop_recorded:
+                    self.stop_recorded = True
+                    self._record(status="stopping", stop_requested=time.time())
+                if time.monotonic() - self.stop_requested_at > self.grace_s:
+                    self._signal_group(signal.SIGKILL)
+            time.sleep(POLL_S)
 
     def _wait(self) -> int:
         while True:
