@@ -261,6 +261,41 @@ def running_means(values: list[float], window: int = PREFERENCE_WINDOW) -> list[
     return out
 
 
+RANK_MEMORY_GLOB = "memory-*.json"
+
+
+def rank_memory_path(run_dir: str | Path, rank: int) -> Path:
+    """Where a rank keeps its latest memory figures: ranks/memory-<rank>.json (replaced whole)."""
+    return Path(run_dir) / "ranks" / f"memory-{rank}.json"
+
+
+def write_rank_memory(run_dir: str | Path, rank: int, memory: RankMemory) -> None:
+    """A rank's memory figures, replaced atomically (no fsync: a crash only loses a reading)."""
+    path = rank_memory_path(run_dir, rank)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(memory, separators=(",", ":")), encoding="utf-8")
+        os.replace(tmp, path)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(memory, separators=(",", ":")), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def read_rank_memory(run_dir: str | Path) -> dict[str, RankMemory]:
+    """Every rank's latest memory figures as a train row's `mem`: {"rank0": {...}, ...}."""
+    out: dict[str, RankMemory] = {}
+    for path in (Path(run_dir) / "ranks").glob(RANK_MEMORY_GLOB):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            rank = int(path.stem.split("-", 1)[1])
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            out[f"rank{rank}"] = record
+    return dict(sorted(out.items(), key=lambda item: int(item[0][4:])))
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write a file so readers never see it half-written."""
     path = Path(path)

@@ -14,7 +14,15 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from tuiapp.core.metrics import PREFERENCE_METRICS, EvalRow, JsonlWriter, TrainRow
+from tuiapp.core.metrics import (
+    PREFERENCE_METRICS,
+    EvalRow,
+    JsonlWriter,
+    TrainRow,
+    rank_memory_path,
+    read_rank_memory,
+    write_rank_memory,
+)
 from tuiapp.trainer import phases
 
 
@@ -44,26 +52,66 @@ def memory_snapshot() -> dict:
     return {"device": "cpu", "rss": rss, "peak": peak_kb * 1024}
 
 
+_host_group_cache: list = []
+
+
+def _host_group():
+    """A gloo process group for small host-side agreements: the default group when it is gloo
+    already (CPU), else one made once, so the flag never goes through a device stream."""
+    if dist.get_backend() == "gloo":
+        return None
+    if not _host_group_cache:
+        _host_group_cache.append(dist.new_group(backend="gloo"))
+    return _host_group_cache[0]
+
+
 class GracefulStop(TrainerCallback):
-    """SIGTERM asks for a stop; all ranks agree at a step boundary, save, then end training."""
+    """SIGTERM asks for a stop; all ranks agree at a step boundary, save, then end training.
+
+    No rank waits for the others to agree: each step end starts an asynchronous all_reduce (MAX)
+    of this rank's flag on a host (gloo) group and reads the one it started a step earlier, done by
+    then. Every rank reads the same agreed flag at the same step, one step after the signal."""
 
     def __init__(self):
         self.requested = False
         self.stopped = False
+        self._group = None
+        self._flag = None
+        self._pending = None
         signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum, frame):
         self.requested = True
 
-    def on_step_end(self, args, state, control, **kwargs):
-        flag = torch.tensor([1.0 if self.requested else 0.0], device=_sync_device())
+    def on_train_begin(self, args, state, control, **kwargs):
         if _distributed():
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if flag.item() > 0:
+            self._group = _host_group()
+
+    def _agreed(self) -> bool:
+        """The flag agreed by the all_reduce started at the previous step end."""
+        if self._pending is None:
+            return False
+        self._pending.wait()
+        self._pending = None
+        return bool(self._flag.item())  # a host tensor: no device sync
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if _distributed():
+            agreed = self._agreed()
+            self._flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
+            self._pending = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        else:
+            agreed = self.requested
+        if agreed:
             self.stopped = True
             control.should_save = True
             control.should_training_stop = True
         return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._pending is not None:  # the last step's agreement: every rank started it
+            self._pending.wait()
+            self._pending = None
 
 
 def preference_metrics(logs: dict, prefix: str = "") -> dict:
@@ -82,9 +130,14 @@ def preference_metrics(logs: dict, prefix: str = "") -> dict:
     return out
 
 
+MEMORY_EVERY_S = 2.0  # how often a rank rewrites its ranks/memory-<rank>.json
+
+
 class RunRecorder(TrainerCallback):
-    """Writes metrics.jsonl and events.jsonl (rank 0 only) and per-rank memory. `loss_is_nll`:
-    the loss is a token cross-entropy (eval rows then carry its perplexity); not for preference losses."""
+    """Writes metrics.jsonl and events.jsonl (rank 0 only). Each rank writes its own memory to
+    ranks/memory-<rank>.json (at most every MEMORY_EVERY_S, no collective); rank 0's rows carry
+    its fresh figures and the others' latest files. `loss_is_nll`: the loss is a token
+    cross-entropy (eval rows then carry its perplexity); not for preference losses."""
 
     def __init__(self, run_dir: Path, host: str, loss_is_nll: bool = True):
         self.run_dir = Path(run_dir)
@@ -95,6 +148,9 @@ class RunRecorder(TrainerCallback):
         self._last_time = None
         self._last_tokens = 0
         self._last_step = 0
+        self._memory_written = 0.0
+        self._others: dict = {}  # rank 0: the other ranks' latest memory files
+        self.rank = int(os.environ.get("RANK", "0"))
         self.samples: list[dict] = []
 
     def _is_writer(self, state) -> bool:
@@ -102,6 +158,14 @@ class RunRecorder(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         phases.enter("first step")
+        if self._is_writer(state):
+            for rank in read_rank_memory(self.run_dir):  # an earlier attempt's with more ranks
+                if int(rank[4:]) >= max(1, args.world_size):
+                    rank_memory_path(self.run_dir, int(rank[4:])).unlink(missing_ok=True)
+        self._rank_memory(force=True)
+        if _distributed():  # once: every rank's file exists before rank 0's first row reads them
+            dist.barrier()
+            self._rank_memory(force=True)
         if self._is_writer(state):
             self.metrics = JsonlWriter(self.run_dir / "metrics.jsonl")
             self.events = JsonlWriter(self.run_dir / "events.jsonl")
@@ -123,16 +187,26 @@ class RunRecorder(TrainerCallback):
         self._last_tokens = state.num_input_tokens_seen
         self._last_step = state.global_step
 
-    def _rank_memory(self) -> dict:
+    def _rank_memory(self, force: bool = False) -> dict:
+        """This rank's memory, written to its file when MEMORY_EVERY_S passed; on rank 0 every
+        rank's latest figures as a row's `mem` (its own fresh)."""
         mine = memory_snapshot()
         mine["host"] = self.host
         # node rank: DeepSpeed's launcher sets CROSS_RANK, torchrun GROUP_RANK
         mine["node"] = int(os.environ.get("CROSS_RANK") or os.environ.get("GROUP_RANK") or 0)
-        gathered = [mine]
-        if _distributed():
-            gathered = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, mine)
-        return {f"rank{i}": m for i, m in enumerate(gathered)}
+        now = time.monotonic()
+        if force or now - self._memory_written >= MEMORY_EVERY_S:
+            self._memory_written = now
+            try:
+                write_rank_memory(self.run_dir, self.rank, mine)
+            except OSError:
+                pass  # a full disk must not end training; the memory column just lags
+            if self.rank == 0 and _distributed():
+                self._others = read_rank_memory(self.run_dir)
+        if self.rank != 0:
+            return {}
+        memory = {**self._others, f"rank{self.rank}": mine}
+        return dict(sorted(memory.items(), key=lambda item: int(item[0][4:])))
 
     def on_step_end(self, args, state, control, **kwargs):
         if not getattr(self, "_first", False):

@@ -29,6 +29,21 @@ from tuiapp.trainer.model import (
 )
 
 
+def keep_deepspeed_grad_norm(engine) -> None:
+    """DeepSpeed's ZeRO-0 fp32 path (every CPU run at stage 0) clips the gradients with
+    deepspeed.runtime.utils.clip_grad_norm_ and drops the norm it returns: the engine's
+    get_global_grad_norm() stays None, and so does every logged grad_norm. Keep it."""
+    if not (hasattr(engine, "clip_fp32_gradients") and hasattr(engine, "_global_grad_norm")):
+        return
+    from deepspeed.runtime.utils import clip_grad_norm_
+
+    def clip_and_keep_norm():
+        engine._global_grad_norm = clip_grad_norm_(parameters=engine.module.parameters(),
+                                                   max_norm=engine.gradient_clipping(), mpu=engine.mpu)
+
+    engine.clip_fp32_gradients = clip_and_keep_norm
+
+
 def resolve_precision(requested: str) -> str:
     cuda = torch.cuda.is_available()
     if requested == "auto":
@@ -55,8 +70,51 @@ class RunTrainerMixin:
 
     method_kind: str = ""
     base_model: str = ""
+    _local_tokens = None  # non-padding tokens this rank counted since the last log (a tensor)
+    _grad_norm_kept = False
+
+    def training_step(self, model, *args, **kwargs):
+        if not self._grad_norm_kept:
+            self._grad_norm_kept = True
+            keep_deepspeed_grad_norm(model)
+        return super().training_step(model, *args, **kwargs)
+
+    def _track_num_input_tokens(self, inputs):
+        """Non-padding tokens counted on this rank without a collective or a host sync; summed
+        over the ranks once per log (_reduce_tokens). The Trainer's own count gathers them and
+        waits for the device every micro batch."""
+        name = getattr(self.model, "main_input_name", "input_ids")
+        if name not in inputs:
+            return super()._track_num_input_tokens(inputs)  # warns, as it always did
+        pad = getattr(self.processing_class, "pad_token_id", None)
+        if "attention_mask" in inputs:
+            tokens = inputs["attention_mask"].sum()
+        elif pad is not None:
+            tokens = (inputs[name] != pad).sum()
+        else:
+            tokens = torch.tensor(inputs[name].numel())
+        tokens = tokens.to(torch.int64)
+        self._local_tokens = tokens if self._local_tokens is None else self._local_tokens + tokens.to(
+            self._local_tokens.device)
+
+    def _reduce_tokens(self) -> None:
+        """Add every rank's tokens since the last call to state.num_input_tokens_seen (one
+        all_reduce: every rank calls it at the same points, with zero when it counted none)."""
+        if self.args.include_num_input_tokens_seen == "no":
+            return
+        local = self._local_tokens if self._local_tokens is not None else torch.zeros((), dtype=torch.int64)
+        self._local_tokens = None
+        local = local.to(self.args.device)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(local)
+        self.state.num_input_tokens_seen += int(local.item())
+
+    def log(self, logs, *args, **kwargs):
+        self._reduce_tokens()
+        return super().log(logs, *args, **kwargs)
 
     def _save_checkpoint(self, model, trial):
+        self._reduce_tokens()  # the saved state carries the count
         root = Path(self.args.output_dir)
         staging = root / checkpoints.STAGING
         name = f"checkpoint-{self.state.global_step}"
@@ -238,6 +296,10 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
     _barrier()
     if _is_main():
         checkpoints.clear_staging(ckpt_root)
+        try:
+            ckpt_root.rmdir()  # the Trainer makes it up front; a run that saves nothing leaves none
+        except OSError:
+            pass  # holds checkpoints
     trainer.train(resume_from_checkpoint=resume_from)
 
     if stopper.stopped:
