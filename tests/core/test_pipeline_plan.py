@@ -152,3 +152,17 @@ def test_pipeline_ranks_start_through_the_deepspeed_launcher(tmp_path):
     assert built.argv[1:3] == ["-m", "deepspeed.launcher.runner"] and "--num_gpus" in built.argv
     assert built.argv[built.argv.index("--num_gpus") + 1] == "2"
     assert not cluster.is_scaled(launch)
+
+
+def test_the_split_is_shown_and_an_uneven_one_gets_a_better_count():
+    [info] = pipeline_plan.model_rules(pipeline_recipe(), TINY_CONFIG)
+    assert info.level == "info" and "layers 0-1 (664,064 params) | 2-3 (664,192 params)" in info.message
+    assert "bubble 20%" in info.message
+    recipe = pipeline_recipe("launch.pipeline_stages=16", "launch.microbatches=16", "launch.gpus=16",
+                             "train.micro_batch=16")
+    found = pipeline_plan.model_rules(recipe, PRESET_CONFIGS["meta-llama/Llama-3.2-1B"])
+    [warning] = [f for f in found if f.level == "warning"]
+    assert "uneven" in warning.message and warning.fix.startswith("try launch.pipeline_stages = ")
+    better = int(warning.fix.rsplit(" ", 1)[1])
+    sizes = [s.params for s in pipeline_plan.split_layers(PRESET_CONFIGS["meta-llama/Llama-3.2-1B"], better)]
+    assert max(sizes) <= 1.5 * min(sizes)

@@ -242,9 +242,24 @@ def model_rules(recipe: Recipe, config: dict) -> list[Finding]:
                         "stage needs at least one layer", f"set launch.pipeline_stages to at most {shape.layers}")]
     stages = split_layers(config, p)
     sizes = [s.params for s in stages]
+    launch = recipe.launch
+    out = [Finding("info", "launch.pipeline_stages", f"pipeline: {p} stages, layers " + " | ".join(
+        f"{s.first_layer}-{s.last_layer - 1} ({s.params:,} params)" for s in stages) + f"; {launch.microbatches} "
+        f"micro-batches, {launch.pipeline_schedule}, bubble {bubble_fraction(p, launch.microbatches):.0%}")]
     if max(sizes) > 1.5 * min(sizes):
-        better = [q for q in range(2, shape.layers + 1) if shape.layers % q == 0 and q != p][:3]
-        return [Finding("warning", "launch.pipeline_stages", f"{shape.layers} layers over {p} stages are uneven "
-                        f"(largest stage {max(sizes):,} params, smallest {min(sizes):,}): the largest sets the "
-                        "pace", f"try launch.pipeline_stages = {better[0]}" if better else "use fewer stages")]
-    return []
+        out.append(Finding("warning", "launch.pipeline_stages", f"{shape.layers} layers over {p} stages are uneven "
+                           f"(largest stage {max(sizes):,} params, smallest {min(sizes):,}): the largest sets the "
+                           "pace", _evener(config, shape.layers, p)))
+    return out
+
+
+def _evener(config: dict, layers: int, p: int) -> str:
+    def spread(q: int) -> float:
+        sizes = [s.params for s in split_layers(config, q)]
+        return max(sizes) / min(sizes)
+
+    candidates = [q for q in range(2, min(layers, 16) + 1) if q != p and spread(q) <= 1.5]
+    if not candidates:
+        return "use fewer stages, or a model with more layers per stage"
+    best = min(candidates, key=lambda q: abs(q - p))
+    return f"try launch.pipeline_stages = {best}"

@@ -10,6 +10,11 @@ from tuiapp.trainer.model import FINAL_INFO, PROMPT_LEARNING
 
 
 def export(final: Path, out: Path, merge: bool) -> str:
+    from tuiapp.trainer import pipeline_checkpoints
+
+    if pipeline_checkpoints.is_pipeline_folder(final):  # a pipeline run's checkpoint: one folder per stage
+        pipeline_checkpoints.merge_checkpoint(final, out)
+        return f"merged {len(pipeline_checkpoints.stage_folders(final))} pipeline stages of {final} into {out}"
     info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
     method = info.get("method", "sft")
     weights = info.get("weights", method)  # preference runs: sft (every weight) or their adapter's kind
