@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
+import orjson
+
 # Preference tuning (dpo, simpo, cpo, orpo, kto, reward): metric keys of train rows, and of eval
 # rows with an "eval_" prefix. rewards/* are the implicit rewards (beta * log-ratio; the reward
 # model's scores), accuracies the fraction of pairs whose chosen answer scores higher; kl is KTO's.
@@ -144,7 +146,7 @@ class JsonlReader:
             self.malformed += 1
             return None
         try:
-            record = json.loads(line)
+            record = orjson.loads(line)  # ~5x json.loads; NaN/inf are written as strings
         except (ValueError, UnicodeDecodeError, RecursionError):
             self.malformed += 1
             return None
@@ -202,6 +204,9 @@ def eval_rows(records: list[dict]) -> list[EvalRow]:
 
 def dedupe_steps(rows: list[dict]) -> list[dict]:
     """Keep the last row written for each (split, step): a resumed run rewrites steps."""
+    steps = [r.get("step") for r in rows]
+    if all(type(s) is int for s in steps) and all(a < b for a, b in zip(steps, steps[1:], strict=False)):
+        return list(rows)  # the usual case: written once, in order
     latest: dict[tuple, dict] = {}
     for row in rows:
         latest[(row.get("split", "train"), row.get("step"))] = row

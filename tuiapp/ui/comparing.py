@@ -1,22 +1,26 @@
-"""Comparing runs as data: their curves by step or by tokens, and the keys of their frozen
-recipes that differ. Pure functions; the compare screen calls `load_compare_run` in a worker.
+"""Comparing runs as data: their curves on a chosen x axis, smoothing, the ranges and ticks of a
+chart, the value each run has at a cursor, and the keys of their frozen recipes that differ.
+Pure functions; the compare screen calls `load_compare_run` in a worker.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import tomllib
 
-from tuiapp.core import meta
-from tuiapp.core.metrics import JsonlReader, as_number, dedupe_steps, eval_rows, train_rows
+from tuiapp.core import evals, meta
+from tuiapp.core.metrics import JsonlReader, preference_best
 from tuiapp.core.runs import Run
+from tuiapp.ui.downsample import numpy_module
 from tuiapp.ui.groups import compare_labels
-from tuiapp.ui.history import RunRow, row_from_info, with_metrics
-from tuiapp.ui.rundata import Series
+from tuiapp.ui.history import RunRow, row_from_info
+from tuiapp.ui.rundata import RunData, Series
 
 # metric id -> (title, where it lives)
 METRICS = {
@@ -24,13 +28,22 @@ METRICS = {
     "eval_loss": ("Eval loss", "eval"),
     "lr": ("Learning rate", "train"),
     "tokens_per_s": ("Tokens/s", "train"),
+    "grad_norm": ("Grad norm", "train"),
 }
 # preference runs (dpo, simpo, cpo, orpo, kto, reward): charts shown when a compared run has them
 PREFERENCE_CHARTS = {
     "rewards/margins": ("Reward margin", "train"),
     "rewards/accuracies": ("Reward accuracy", "train"),
 }
-AXES = ("step", "tokens")
+# spiky metrics: their y range comes from percentiles, so one spike does not set the axis
+ROBUST_METRICS = ("tokens_per_s", "grad_norm")
+AXES = ("step", "tokens", "time", "relative")
+AXIS_LABELS = {"step": "step", "tokens": "tokens", "time": "wall time", "relative": "% of run"}
+SMOOTHING = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)  # EMA weights the s / S keys step through
+# one glyph and one colour per run, in the order the runs were picked
+MARKERS = ("•", "x", "+", "o", "*", "#", "@", "%", "&", "=")
+COLORS = ("cyan", "orange", "green", "magenta", "yellow", "red", "blue", "white", "gray", "cyan+")
+CLIP_RATIO = 2.0  # the longest run is clipped from the default range when over 2x the next
 
 
 def chart_id(metric: str) -> str:
@@ -42,16 +55,58 @@ class CompareRun:
     id: str
     row: RunRow
     recipe: dict
-    series: dict[tuple[str, str], Series] = field(default_factory=dict)  # (metric, axis)
+    data: RunData = field(default_factory=RunData)
     label: str = ""
+    path: Path | None = None
+    reader: JsonlReader | None = None  # where live updates go on reading
+    hidden: bool = False
+    marker: str = MARKERS[0]
+    color: str = COLORS[0]
+
+    def metric(self, metric: str) -> Series:
+        """A metric's series by step."""
+        return self.data.eval_loss if metric == "eval_loss" else self.data.series[metric]
 
 
 def load_compare_run(path: Path) -> CompareRun:
-    """Everything the compare screen shows of one run (reads its files once)."""
+    """Everything the compare screen shows of one run: metrics.jsonl read once, in columns."""
     run = Run(path).load()
-    records = JsonlReader(run.metrics_path).read_all()
-    row = with_metrics(row_from_info(path, run.info, meta.read_meta(path)), records)
-    return CompareRun(path.name, row, read_frozen_recipe(run), build_series(records))
+    reader = JsonlReader(run.metrics_path)
+    data = RunData()
+    data.extend(reader.read_all())
+    row = row_from_info(path, run.info, meta.read_meta(path))
+    return CompareRun(path.name, summary_row(row, data), read_frozen_recipe(run), data, path=path, reader=reader)
+
+
+def summary_row(row: RunRow, data: RunData) -> RunRow:
+    """The row with the summary figures of the run's metrics (those of history.with_metrics)."""
+    last = data.last_train
+    speeds = [v for v in data.series["tokens_per_s"].ys]
+    peaks = [max(s.ys) for s in data.memory.values() if len(s)]
+    evaluated = evals.latest(row.path) if row.path else None
+    best = {"best_accuracy": None, "best_margin": None}
+    if len(data.series["rewards/accuracies"]) or len(data.series["rewards/margins"]):
+        train = [{"rewards/accuracies": a} for a in data.series["rewards/accuracies"].ys]
+        train += [{"rewards/margins": m} for m in data.series["rewards/margins"].ys]
+        best = preference_best(train, data.eval_records)
+    return replace(
+        row,
+        step=data.steps[-1] if data.steps else None,
+        max_steps=_number(last.get("max_steps")),
+        last_loss=data.loss.last(),
+        best_eval_loss=data.best_eval(),
+        eval_ppl=evals.number(evaluated, "tuned", "perplexity"),
+        eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
+        tokens_per_s=statistics.median_low(speeds) if speeds else None,
+        peak_mem=max(peaks) * 1e9 if peaks else None,
+        last_time=_number(last.get("time")),
+        summarized=True,
+        **best,
+    )
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def read_frozen_recipe(run: Run) -> dict:
@@ -62,36 +117,162 @@ def read_frozen_recipe(run: Run) -> dict:
         return recipe if isinstance(recipe, dict) else {}
 
 
-def build_series(records: list[dict]) -> dict[tuple[str, str], Series]:
-    train = dedupe_steps(train_rows(records))
-    evals = dedupe_steps(eval_rows(records))
-    steps = [as_number(r.get("step")) or 0.0 for r in train]
-    tokens = [r.get("tokens") for r in train]
-    out = {(m, a): Series() for m in (*METRICS, *PREFERENCE_CHARTS) for a in AXES}
-    for metric, (_, where) in (*METRICS.items(), *PREFERENCE_CHARTS.items()):
-        if where != "train":
-            continue
-        values = [_number(r.get(metric)) for r in train]
-        out[(metric, "step")].extend(steps, values)
-        out[(metric, "tokens")].extend(tokens, values)
-    eval_steps = [as_number(r.get("step")) for r in evals]
-    eval_values = [_number(r.get("eval_loss")) for r in evals]
-    out[("eval_loss", "step")].extend(eval_steps, eval_values)
-    out[("eval_loss", "tokens")].extend([tokens_at(s, steps, tokens) for s in eval_steps], eval_values)
+# ------------------------------------------------------------------ x axes
+
+
+def x_values(data: RunData, steps: Sequence[float], axis: str) -> list[float]:
+    """The x of each point given by its step: the step itself, the tokens seen at it, the wall
+    time since the run's first row (seconds), or the percent of the run's last step."""
+    if axis == "step":
+        return list(steps)
+    if axis == "relative":
+        end = data.steps[-1] if data.steps else 0.0
+        return [100.0 * s / end if end else 0.0 for s in steps]
+    column = data.tokens if axis == "tokens" else data.times
+    origin = 0.0
+    if axis == "time":
+        origin = next((t for t in data.times if t == t), math.nan)
+    out = []
+    for step in steps:
+        index = bisect_right(data.steps, step) - 1  # the last train row at or before the step
+        value = column[index] - origin if index >= 0 else (0.0 if axis == "tokens" else math.nan)
+        out.append(value)
     return out
 
 
-def _number(value):
-    """Numbers as they are; strings such as "nan" through as_number."""
-    return value if isinstance(value, (int, float)) else as_number(value)
+def time_unit(span_s: float) -> tuple[float, str]:
+    """Seconds per unit and its name for a wall-time axis spanning span_s seconds."""
+    if span_s >= 3 * 3600:
+        return 3600.0, "h"
+    if span_s >= 3 * 60:
+        return 60.0, "min"
+    return 1.0, "s"
 
 
-def tokens_at(step: float | None, steps: list[float], tokens: list[float | None]) -> float | None:
-    """Tokens seen at a step: those of the last train row at or before it."""
-    if step is None or not steps:
+# ------------------------------------------------------------------ smoothing
+
+
+def ema(values: Sequence[float], weight: float) -> list[float]:
+    """Debiased exponential moving average (TensorBoard's and W&B's smoothing): each point is
+    the weighted mean of it and the points before, the weights decaying by `weight`; dividing
+    by the weights' sum keeps the first points from being pulled towards zero."""
+    if weight <= 0:
+        return list(values)
+    np = numpy_module()
+    if np is not None and len(values) > 64:
+        return _ema_numpy(np, values, weight)
+    out = []
+    last = 0.0
+    norm = 0.0
+    keep = 1.0 - weight
+    for value in values:
+        last = last * weight + keep * value
+        norm = norm * weight + keep
+        out.append(last / norm)
+    return out
+
+
+def _ema_numpy(np, values: Sequence[float], weight: float) -> list[float]:
+    """The same EMA as a log-depth scan: after the pass with shift k each point holds the
+    weighted sum of the 2k points ending at it; the weights' sum is 1 - weight**(i+1)."""
+    total = (1.0 - weight) * np.asarray(values, dtype=np.float64)
+    shift, factor = 1, weight
+    while shift < len(total) and factor > 0.0:
+        total[shift:] = total[shift:] + factor * total[:-shift]
+        shift, factor = shift * 2, factor * factor
+    norm = 1.0 - weight ** np.arange(1, len(total) + 1, dtype=np.float64)
+    return (total / norm).tolist()
+
+
+# ------------------------------------------------------------------ ranges and ticks
+
+
+def default_x_range(ends: list[float]) -> tuple[float, float] | None:
+    """The x range shown before any zoom: up to the end of the longest run, unless it is over
+    CLIP_RATIO times the next longest; then up to the next longest's end, so that short runs
+    keep the width of the chart (the longest run goes on past the right edge; zoom out with -)."""
+    ends = sorted(e for e in ends if e == e)
+    if not ends:
         return None
-    index = bisect_right(steps, step) - 1
-    return tokens[index] if index >= 0 else 0.0
+    end = ends[-1]
+    if len(ends) > 1 and ends[-2] > 0 and ends[-1] > CLIP_RATIO * ends[-2]:
+        end = ends[-2]
+    return 0.0, end if end > 0 else 1.0
+
+
+def robust_limits(values: Sequence[float], robust: bool) -> tuple[float, float] | None:
+    """y limits: the lowest and highest value; with `robust`, the 2nd and 98th percentiles
+    (nearest rank) so that one spike does not squash the curves. A margin of 5% either side."""
+    finite = sorted(v for v in values if math.isfinite(v))
+    if not finite:
+        return None
+    low, high = finite[0], finite[-1]
+    if robust and len(finite) >= 5:
+        low = finite[round(0.02 * (len(finite) - 1))]
+        high = finite[round(0.98 * (len(finite) - 1))]
+    if high == low:
+        pad = abs(high) * 0.05 or 1.0
+    else:
+        pad = (high - low) * 0.05
+    return low - pad, high + pad
+
+
+def nice_step(span: float, count: int) -> float:
+    """A tick spacing of 1, 2 or 5 times a power of ten that gives about `count` ticks."""
+    if span <= 0 or count < 1:
+        return 1.0
+    raw = span / count
+    power = 10 ** math.floor(math.log10(raw))
+    for factor in (1, 2, 5, 10):
+        if factor * power >= raw:
+            return factor * power
+    return 10 * power
+
+
+def nice_ticks(low: float, high: float, count: int, integer: bool = False) -> list[float]:
+    """Round tick positions inside [low, high] (whole numbers only with `integer`)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return [low] if math.isfinite(low) else []
+    step = nice_step(high - low, max(1, count))
+    if integer:
+        step = max(1.0, round(step))
+    first = math.ceil(low / step - 1e-9) * step
+    ticks = []
+    value = first
+    while value <= high + step * 1e-9 and len(ticks) < 50:
+        ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+def tick_label(value: float, step: float = 0.0) -> str:
+    """A tick's text: whole numbers as such (12k for 12000), others with the digits the
+    spacing needs, tiny and huge ones in e-notation."""
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 1e4 and value == int(value):
+        for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if magnitude >= size:
+                text = f"{value / size:.3g}"
+                return text + suffix
+    if value == int(value) and magnitude < 1e4:
+        return str(int(value))
+    if magnitude < 1e-3 or magnitude >= 1e6:
+        return f"{value:.1e}"
+    digits = max(0, -math.floor(math.log10(step))) if step > 0 else 3
+    return f"{value:.{min(digits, 6)}f}"
+
+
+def value_at(xs: Sequence[float], ys: Sequence[float], x: float) -> tuple[float, float] | None:
+    """The point of a curve at x: the last one at or before it (None before the first)."""
+    index = bisect_right(xs, x) - 1
+    if index < 0 or not len(ys):
+        return None
+    return xs[index], ys[index]
+
+
+# ------------------------------------------------------------------ labels and recipes
 
 
 def label_runs(runs: list[CompareRun]) -> None:
@@ -154,3 +335,15 @@ def show_value(value: Any) -> str:
     if isinstance(value, str):
         return value if value else '""'
     return str(value)
+
+
+def sample_rows(runs: list[CompareRun]) -> list[tuple[float, str, list[str | None]]]:
+    """Every eval's samples side by side: (step, prompt, each run's answer or None), by step."""
+    table: dict[tuple[float, str], list[str | None]] = {}
+    for index, run in enumerate(runs):
+        for step, samples in run.data.evals:
+            for sample in samples:
+                key = (step, str(sample.get("prompt", "")))
+                table.setdefault(key, [None] * len(runs))[index] = str(sample.get("output", ""))
+    return [(step, prompt, answers) for (step, prompt), answers in sorted(table.items(), key=lambda item: item[0])]
+

@@ -13,10 +13,21 @@ import math
 from array import array
 from typing import Sequence
 
-try:  # optional: ~50x faster on a million points
-    import numpy as _np
-except ImportError:  # pragma: no cover - exercised when numpy is absent
-    _np = None
+_np = None  # numpy, imported on first use (it costs ~0.15 s of the app's start-up)
+_np_tried = False
+
+
+def numpy_module():
+    """numpy when it can be imported (optional: ~50x faster on a million points), else None."""
+    global _np, _np_tried
+    if not _np_tried:
+        _np_tried = True
+        try:
+            import numpy
+        except ImportError:  # pragma: no cover - exercised when numpy is absent
+            numpy = None
+        _np = numpy
+    return _np
 
 
 def _as_numpy(values: Sequence[float]):
@@ -32,7 +43,7 @@ def minmax(xs: Sequence[float], ys: Sequence[float], buckets: int, use_numpy: bo
     buckets = max(1, int(buckets))
     if n <= 2 * buckets:
         return [float(x) for x in xs[:n]], [float(y) for y in ys[:n]]
-    if (use_numpy is None and _np is not None) or (use_numpy and _np is not None):
+    if use_numpy is not False and numpy_module() is not None:
         return _minmax_numpy(xs, ys, n, buckets)
     return _minmax_python(xs, ys, n, buckets)
 

@@ -1,41 +1,89 @@
-"""Compare runs: curves overlaid per metric by step or by tokens, the recipe keys that differ,
-and a summary table."""
+"""Compare runs: curves overlaid per metric (smoothed, on a log scale, by step, tokens, wall time
+or percent of each run, zoomed, read at a cursor), the recipe keys that differ, a summary table
+and every eval's samples side by side. Runs that are still going are followed live."""
 
 from __future__ import annotations
 
+import time
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Static, Tabs
 from textual.worker import get_current_worker
 
+from tuiapp.core import meta
 from tuiapp.core.progress import fmt_bytes, fmt_number
 from tuiapp.core.recipe import PREFERENCE_KINDS
-from tuiapp.core.runs import Run
+from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.ui.comparing import (
+    AXES,
+    AXIS_LABELS,
+    COLORS,
+    MARKERS,
     METRICS,
     PREFERENCE_CHARTS,
+    ROBUST_METRICS,
+    SMOOTHING,
     CompareRun,
     chart_id,
     config_rows,
+    default_x_range,
+    ema,
     label_runs,
     load_compare_run,
+    sample_rows,
     show_value,
+    summary_row,
+    tick_label,
+    time_unit,
+    value_at,
+    x_values,
 )
-from tuiapp.ui.messages import CompareLoaded
-from tuiapp.ui.widgets.charts import MetricChart
+from tuiapp.ui.history import row_from_info
+from tuiapp.ui.messages import CompareLoaded, MetricsAppended, RunStatusChanged
+from tuiapp.ui.widgets.charts import CompareChart, Line, View
 from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
+
+CURSOR_STEPS = 60  # left/right move the cursor by 1/60 of the range shown (shift: 1/10)
 
 
 class CompareScreen(PaneDeckActions, Screen):
+    CSS = """
+    CompareScreen #cmp-body { height: 1fr; }
+    CompareScreen #cmp-deck { width: 1fr; }
+    CompareScreen #cmp-legend { width: 28; height: 1fr; padding: 0 1; border-left: vkey $border-blurred; }
+    CompareScreen.-wide #cmp-legend { width: 34; }
+    CompareScreen.-wide #cmp-deck > #deck-body { grid-size: 2; }
+    """
+    AUTO_FOCUS = None  # the cursor keys move the chart's cursor; tab reaches the tables
     BINDINGS = [
-        Binding("x", "toggle_axis", "Step/tokens", tooltip="Align the curves by step or by tokens seen"),
+        Binding("x", "next_axis", "X axis", tooltip="x axis: step, tokens, wall time or % of each run"),
+        Binding("s", "smooth(1)", "Smooth+", tooltip="More EMA smoothing (0 to 0.99, as in TensorBoard and W&B)"),
+        Binding("S", "smooth(-1)", "Smooth-", tooltip="Less EMA smoothing"),
+        Binding("l", "toggle_log", "Log y", tooltip="Logarithmic y axis, or linear"),
+        # priority: the cursor keys reach the charts whatever has focus (a focused table gets them back)
+        Binding("left", "cursor(-1)", "Cursor", priority=True, tooltip="Move the cursor; the side table reads each run's value there"),
+        Binding("right", "cursor(1)", "Cursor", show=False, priority=True),
+        Binding("shift+left", "cursor(-6)", "Cursor fast", show=False, priority=True),
+        Binding("shift+right", "cursor(6)", "Cursor fast", show=False, priority=True),
+        Binding("plus,equals_sign", "zoom_x(0.5)", "Zoom in", tooltip="Zoom the x axis in around the cursor"),
+        Binding("minus", "zoom_x(2)", "Zoom out", tooltip="Zoom the x axis out around the cursor (up to every run whole)"),
+        Binding("0", "reset_zoom", "Reset", tooltip="Back to the default x range"),
+        Binding("up", "pick_run(-1)", "Run", show=False, priority=True, tooltip="Pick a run in the side table"),
+        Binding("down", "pick_run(1)", "Run", show=False, priority=True, tooltip="Pick a run in the side table"),
+        Binding("h", "toggle_run", "Hide/show", tooltip="Hide or show the run picked in the side table"),
         Binding("a", "toggle_keys", "All keys", tooltip="Show every recipe key, or only those that differ"),
-        Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one)"),
-        Binding("z", "zoom", "Zoom", tooltip="Maximize the current pane, or restore"),
+        Binding("p", "next_pane", "Pane", tooltip="Next pane (1-9 pick one)"),
+        Binding("z", "zoom", "Full", tooltip="Maximize the current pane, or restore"),
         Binding("escape", "back", "Back", tooltip="Back to the history"),
-        *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 7)],
+        *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 10)],
     ]
 
     def __init__(self, run_ids: list[str]) -> None:
@@ -43,25 +91,41 @@ class CompareScreen(PaneDeckActions, Screen):
         self.run_ids = list(run_ids)
         self.runs: list[CompareRun] = []
         self.axis = "step"
+        self.smoothing = 0  # index into SMOOTHING
+        self.log_y = False
+        self.zoom: dict[str, tuple[float, float]] = {}  # axis -> x range chosen with +/-
+        self.cursor: float | None = None  # None: at the right end of the range, following new points
+        self.picked = 0  # the run the side table highlights (h hides it)
         self.only_differing = True
         self.loaded = False
         self._redraw_pending = False
+        self._smoothed: dict[tuple, tuple[int, list[float]]] = {}
+        self._x_cache: dict[tuple, tuple[int, list[float]]] = {}
+
+    @property
+    def smoothing_weight(self) -> float:
+        return SMOOTHING[self.smoothing]
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="cmp-title")
-        panes = [Pane(title, MetricChart(title.lower(), id=f"cmp-chart-{key}"), id=f"cmp-{key.replace('_', '-')}") for key, (title, _) in METRICS.items()]
         self.preference = self._any_preference_run()
-        if self.preference:  # reward margin and accuracy curves of dpo/simpo/cpo/orpo/kto/reward runs
-            panes += [Pane(title, MetricChart(title.lower(), id=f"cmp-chart-{chart_id(key)}"), id=f"cmp-{chart_id(key)}")
-                      for key, (title, _) in PREFERENCE_CHARTS.items()]
-        yield PaneDeck(
-            *panes,
-            Pane("Config", DataTable(id="cmp-config", cursor_type="row", zebra_stripes=True), id="cmp-config-pane"),
-            Pane("Summary", DataTable(id="cmp-summary", cursor_type="row", zebra_stripes=True), id="cmp-summary-pane"),
-            id="cmp-deck",
-        )
+        panes = [Pane(title, CompareChart(title.lower(), id=f"cmp-chart-{chart_id(key)}"), id=f"cmp-{chart_id(key)}")
+                 for key, (title, _) in self.chart_metrics().items()]
+        with Horizontal(id="cmp-body"):
+            yield PaneDeck(
+                *panes,
+                Pane("Config", DataTable(id="cmp-config", cursor_type="row", zebra_stripes=True, fixed_columns=1), id="cmp-config-pane"),
+                Pane("Summary", DataTable(id="cmp-summary", cursor_type="row", zebra_stripes=True), id="cmp-summary-pane"),
+                Pane("Samples", VerticalScroll(Static("", id="cmp-samples")), id="cmp-samples-pane"),
+                id="cmp-deck",
+            )
+            yield Static("", id="cmp-legend")
         yield Footer(compact=True)
+
+    def chart_metrics(self) -> dict[str, tuple[str, str]]:
+        """The metrics charted: the usual ones, and reward curves when a preference run is compared."""
+        return {**METRICS, **(PREFERENCE_CHARTS if self.preference else {})}
 
     def _any_preference_run(self) -> bool:
         root = self.app.config.runs_root
@@ -70,12 +134,17 @@ class CompareScreen(PaneDeckActions, Screen):
 
     def on_mount(self) -> None:
         self.sub_title = f"compare {len(self.run_ids)} runs"
+        self.query_one("#deck-tabs", Tabs).can_focus = False  # left/right belong to the cursor
+        self.set_focus(None)
         self._show_title()
         self.load_runs()
 
+    # ------------------------------------------------------------ workers
+
     @work(thread=True, exclusive=True, group="compare")
     def load_runs(self) -> None:
-        root = self.app.config.runs_root
+        config = self.app.config
+        root = config.runs_root
         worker = get_current_worker()
         for run_id in self.run_ids:
             if worker.is_cancelled:
@@ -83,8 +152,41 @@ class CompareScreen(PaneDeckActions, Screen):
             if (root / run_id).is_dir():
                 self.post_message(CompareLoaded([load_compare_run(root / run_id)]))
         self.post_message(CompareLoaded([], done=True))
+        if config.live:
+            self.follow_runs()
+
+    @work(thread=True, exclusive=True, group="compare-live")
+    def follow_runs(self) -> None:
+        """New metrics lines of every compared run (from where the load stopped) and run.json
+        changes (a run that finishes while the screen is open says so)."""
+        config = self.app.config
+        worker = get_current_worker()
+        runs = list(self.runs)
+        infos = {run.id: None for run in runs}
+        last_status = 0.0
+        while not worker.is_cancelled:
+            active = False
+            for run in runs:
+                records = run.reader.read_new() if run.reader is not None else []
+                if records:
+                    self.post_message(MetricsAppended(run.id, records))
+            if time.monotonic() - last_status >= 1.0:
+                last_status = time.monotonic()
+                for run in runs:
+                    info = Run(run.path).load().refresh_truth().info
+                    if info != infos[run.id]:
+                        if infos[run.id] is not None:
+                            self.post_message(RunStatusChanged(run.id, dict(info)))
+                        infos[run.id] = dict(info)
+            active = any((info or {}).get("status") in ACTIVE for info in infos.values())
+            time.sleep(config.poll_s if active else config.poll_s * 4)
+
+    # ------------------------------------------------------------ handlers
 
     def on_compare_loaded(self, message: CompareLoaded) -> None:
+        for run in message.runs:
+            index = self.run_ids.index(run.id)
+            run.marker, run.color = MARKERS[index % len(MARKERS)], COLORS[index % len(COLORS)]
         self.runs += message.runs
         self.runs.sort(key=lambda r: self.run_ids.index(r.id))
         label_runs(self.runs)
@@ -95,28 +197,173 @@ class CompareScreen(PaneDeckActions, Screen):
             self._redraw_pending = True
             self.set_timer(0.5, self._redraw)
 
+    def on_metrics_appended(self, message: MetricsAppended) -> None:
+        run = self._run(message.run_id)
+        if run is None or not message.records:
+            return
+        run.data.extend(message.records)
+        run.row = summary_row(run.row, run.data)
+        self._redraw()
+
+    def on_run_status_changed(self, message: RunStatusChanged) -> None:
+        run = self._run(message.run_id)
+        if run is None:
+            return
+        row = row_from_info(run.path, message.info, meta.read_meta(run.path))
+        run.row = summary_row(row, run.data)
+        self._show_summary()
+        self._show_title()
+
+    def _run(self, run_id: str) -> CompareRun | None:
+        return next((r for r in self.runs if r.id == run_id), None)
+
     def _redraw(self) -> None:
         self._redraw_pending = False
         self._show_charts()
         self._show_config()
         self._show_summary()
-        self._show_evals()
+        self._show_samples()
         self._show_title()
 
-    # ------------------------------------------------------------ drawing
+    # ------------------------------------------------------------ curves
+
+    def _xs(self, run: CompareRun, metric: str) -> list[float]:
+        """The metric's x values on the current axis (cached by the series' version)."""
+        series = run.metric(metric)
+        key = (run.id, metric, self.axis)
+        cached = self._x_cache.get(key)
+        if cached and cached[0] == series.version:
+            return cached[1]
+        xs = x_values(run.data, series.xs, self.axis)
+        if self.axis == "time":
+            xs = [x / self._time_unit()[0] for x in xs]
+        self._x_cache[key] = (series.version, xs)
+        return xs
+
+    def _ys(self, run: CompareRun, metric: str) -> list[float]:
+        series = run.metric(metric)
+        weight = self.smoothing_weight
+        if weight <= 0:
+            return series.ys
+        key = (run.id, metric, weight)
+        cached = self._smoothed.get(key)
+        if cached and cached[0] == series.version:
+            return cached[1]
+        ys = ema(series.ys, weight)
+        self._smoothed[key] = (series.version, ys)
+        return ys
+
+    def _time_unit(self) -> tuple[float, str]:
+        spans = [r.data.times[-1] - r.data.times[0] for r in self.runs if len(r.data.times) and r.data.times[0] == r.data.times[0]]
+        return time_unit(max([s for s in spans if s == s] or [0.0]))
+
+    def _line(self, run: CompareRun, metric: str) -> Line:
+        xs, ys = self._xs(run, metric), self._ys(run, metric)
+        if any(x != x for x in xs):  # rows without tokens or time: those points have no x
+            pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if x == x]
+            xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+        version = run.metric(metric).version
+        return Line(run.label, xs, ys, marker=run.marker, color=run.color,
+                    key=(run.id, metric, self.axis, self.smoothing_weight, version, len(xs)))
+
+    def _ends(self) -> list[float]:
+        """Where each shown run's curves end on the current axis."""
+        ends = []
+        for run in self.shown_runs():
+            xs = [x for x in self._xs(run, "loss")[-1:] if x == x]
+            if xs:
+                ends.append(xs[-1])
+        return ends
+
+    def _full_range(self) -> tuple[float, float]:
+        ends = self._ends()
+        return 0.0, max(ends) if ends and max(ends) > 0 else 1.0
+
+    def _view_range(self) -> tuple[float, float]:
+        """The x range shown: the zoom chosen, else the default (short runs are not squeezed)."""
+        if self.axis in self.zoom:
+            return self.zoom[self.axis]
+        return default_x_range(self._ends()) or (0.0, 1.0)
+
+    def shown_runs(self) -> list[CompareRun]:
+        return [run for run in self.runs if not run.hidden]
+
+    def _note(self) -> str:
+        notes = []
+        view_end, full_end = self._view_range()[1], self._full_range()[1]
+        if self.axis not in self.zoom and view_end < full_end:
+            notes.append(f"x to {tick_label(view_end)} of {tick_label(full_end)} (- zooms out)")
+        if self.smoothing_weight:
+            notes.append(f"EMA {self.smoothing_weight:g}")
+        return ", ".join(notes)
+
+    def _show_charts(self) -> None:
+        x_label = AXIS_LABELS[self.axis] + (f" ({self._time_unit()[1]})" if self.axis == "time" else "")
+        for metric in self.chart_metrics():
+            view = View(
+                x_range=self._view_range(), cursor=self.cursor_x(), log_y=self.log_y, robust=metric in ROBUST_METRICS,
+                integer_x=self.axis in ("step", "tokens"), x_label=x_label, note=self._note(),
+            )
+            chart = self.query_one(f"#cmp-chart-{chart_id(metric)}", CompareChart)
+            chart.show([self._line(run, metric) for run in self.shown_runs()], view)
+        self._show_legend()
+
+    def cursor_x(self) -> float:
+        """Where the cursor is: where it was moved to (kept inside the range shown), else the
+        right end of the range (it follows new points there)."""
+        low, high = self._view_range()
+        return high if self.cursor is None else min(max(self.cursor, low), high)
+
+    def active_metric(self) -> str:
+        """The metric of the pane shown (the loss when the pane is not a chart)."""
+        active = self.query_one(PaneDeck).active_id
+        for metric in self.chart_metrics():
+            if active == f"cmp-{chart_id(metric)}":
+                return metric
+        return "loss"
+
+    def cursor_values(self, metric: str | None = None) -> dict[str, float | None]:
+        """Each run's value of the metric at the cursor (the last point at or before it)."""
+        metric = metric or self.active_metric()
+        out: dict[str, float | None] = {}
+        for run in self.runs:
+            line = self._line(run, metric)
+            point = value_at(line.xs, line.ys, self.cursor_x())
+            out[run.label] = point[1] if point else None
+        return out
+
+    def on_resize(self) -> None:
+        self._show_legend()
+
+    def _show_legend(self) -> None:
+        active = self.query_one(PaneDeck).active_id
+        on_chart = any(active == f"cmp-{chart_id(m)}" for m in self.chart_metrics())
+        self.query_one("#cmp-legend", Static).display = on_chart or self.has_class("-wide")
+        metric = self.active_metric()
+        values = self.cursor_values(metric)
+        table = Table(box=None, show_header=False, padding=(0, 1, 0, 0), expand=True)
+        table.add_column("marker", no_wrap=True, width=1)
+        table.add_column("run", ratio=1, overflow="ellipsis", no_wrap=True)
+        table.add_column("value", justify="right", no_wrap=True)
+        for index, run in enumerate(self.runs):
+            style = "reverse" if index == self.picked else ""
+            label = Text(run.label, style=("dim strike " if run.hidden else "") + style)
+            value = "hidden" if run.hidden else fmt_number(values.get(run.label), ".4g")
+            table.add_row(Text(run.marker, style=run.color.rstrip("+")), label, value)
+        cursor = tick_label(self.cursor_x(), 0.01 if self.axis in ("time", "relative") else 1)
+        head = Text.from_markup(f"[b]{escape(METRICS.get(metric, PREFERENCE_CHARTS.get(metric, (metric,)))[0])}[/] at {AXIS_LABELS[self.axis]} {cursor}\n")
+        self.query_one("#cmp-legend", Static).update(Group(head, table, Text("\n↑↓ pick · h hide · ←→ cursor", style="dim")))
+
+    # ------------------------------------------------------------ tables
 
     def _show_title(self) -> None:
         names = ", ".join(r.label for r in self.runs) + ("" if self.loaded else " (loading…)")
         keys = "differing keys" if self.only_differing else "all keys"
-        self.query_one("#cmp-title", Static).update(f"{len(self.run_ids)} runs by [b]{self.axis}[/] · config: {keys} · {names}")
-
-    def _show_charts(self) -> None:
-        for metric in METRICS:
-            chart = self.query_one(f"#cmp-chart-{metric}", MetricChart)
-            chart.set_series([(r.label, r.series[(metric, self.axis)]) for r in self.runs], x_label=self.axis)
-        for metric in PREFERENCE_CHARTS if self.preference else ():
-            chart = self.query_one(f"#cmp-chart-{chart_id(metric)}", MetricChart)
-            chart.set_series([(r.label, r.series[(metric, self.axis)]) for r in self.runs], x_label=self.axis)
+        slider = "▮" * self.smoothing + "▯" * (len(SMOOTHING) - 1 - self.smoothing)
+        scale = "log" if self.log_y else "linear"
+        self.query_one("#cmp-title", Static).update(
+            f"{len(self.run_ids)} runs by [b]{AXIS_LABELS[self.axis]}[/] · smooth {slider} {self.smoothing_weight:g} · "
+            f"y {scale} · config: {keys} · {escape(names)}")
 
     def _show_config(self) -> None:
         table = self.query_one("#cmp-config", DataTable)
@@ -145,6 +392,7 @@ class CompareScreen(PaneDeckActions, Screen):
                 fmt_number(row.tokens_per_s, ".0f"), fmt_bytes(row.peak_mem), row.time_text(now) or "-",
                 fmt_number(row.step, ".0f"), *extra, key=run.id,
             )
+        self._show_evals()
 
     def _show_evals(self) -> None:
         """The latest `llmtui eval` of each run beside its summary: tuned and base perplexity
@@ -158,18 +406,118 @@ class CompareScreen(PaneDeckActions, Screen):
             table.update_cell(run.id, tuned, fmt_number(run.row.eval_ppl, ".3f"))
             table.update_cell(run.id, base, fmt_number(run.row.eval_base_ppl, ".3f"))
 
+    def _show_samples(self) -> None:
+        """Every eval's answers to the sample prompts, one column per run."""
+        rows = sample_rows(self.runs)
+        widget = self.query_one("#cmp-samples", Static)
+        if not rows:
+            widget.update("no eval samples yet (set train.eval_steps and train.sample_prompts)")
+            return
+        parts = []
+        for step, prompt, answers in rows:
+            parts.append(Text(f"step {step:.0f} · {prompt}", style="bold"))
+            table = Table(expand=True, show_edge=False, padding=(0, 1))
+            for run in self.runs:
+                table.add_column(Text(f"{run.marker} {run.label}"), ratio=1)
+            table.add_row(*[Text(a if a is not None else "—") for a in answers])
+            parts += [table, Text("")]
+        widget.update(Group(*parts))
+
     def config_keys(self) -> list[str]:
         """Keys shown in the config table (for tests and the palette)."""
         return [key for key, _ in config_rows([r.recipe for r in self.runs], self.only_differing)]
 
     # ------------------------------------------------------------ actions
 
-    def action_toggle_axis(self) -> None:
-        self.axis = "tokens" if self.axis == "step" else "step"
+    def action_next_axis(self) -> None:
+        self.axis = AXES[(AXES.index(self.axis) + 1) % len(AXES)]
+        self.cursor = None
         self._show_charts()
         self._show_title()
+
+    def action_toggle_axis(self) -> None:  # the old name of x
+        self.action_next_axis()
+
+    def action_smooth(self, delta: int) -> None:
+        self.smoothing = max(0, min(len(SMOOTHING) - 1, self.smoothing + delta))
+        self._show_charts()
+        self._show_title()
+
+    def action_toggle_log(self) -> None:
+        self.log_y = not self.log_y
+        self._show_charts()
+        self._show_title()
+
+    def _table_takes(self, action: str) -> bool:
+        """A focused table of the pane shown takes the cursor keys (rows, columns)."""
+        focused = self.focused
+        pane = self.query_one(PaneDeck).active_pane
+        if isinstance(focused, DataTable) and pane is not None and focused in pane.query(DataTable):
+            getattr(focused, f"action_{action}")()
+            return True
+        return False
+
+    def action_cursor(self, steps: int) -> None:
+        if self._table_takes("cursor_left" if steps < 0 else "cursor_right"):
+            return
+        low, high = self._view_range()
+        cursor = self.cursor_x()
+        move = steps * (high - low) / CURSOR_STEPS
+        if self.axis == "step":  # whole steps, at least one a key
+            move = steps * max(1, round(abs(move) / abs(steps)))
+            cursor = round(cursor)
+        cursor += move
+        self.cursor = min(max(cursor, low), high)
+        self._show_charts()
+
+    def action_zoom_x(self, factor: float) -> None:
+        low, high = self._view_range()
+        full_low, full_high = self._full_range()
+        center = self.cursor_x()
+        half = (high - low) * factor / 2
+        if factor > 1 and half * 2 >= full_high - full_low:
+            self.zoom[self.axis] = (full_low, full_high)
+        else:
+            half = max(half, 1.0 if self.axis == "step" else (full_high - full_low) / 10000)
+            new_low = max(full_low, min(center - half, full_high - 2 * half))  # the window stays inside
+            self.zoom[self.axis] = (new_low, min(full_high, new_low + 2 * half))
+        self._show_charts()
+
+    def action_reset_zoom(self) -> None:
+        self.zoom.pop(self.axis, None)
+        self.cursor = None
+        self._show_charts()
+
+    def action_pick_run(self, delta: int) -> None:
+        if self._table_takes("cursor_up" if delta < 0 else "cursor_down"):
+            return
+        if self.runs:
+            self.picked = (self.picked + delta) % len(self.runs)
+            self._show_legend()
+
+    def action_toggle_run(self) -> None:
+        if not self.runs:
+            return
+        run = self.runs[self.picked]
+        run.hidden = not run.hidden
+        self._show_charts()
 
     def action_toggle_keys(self) -> None:
         self.only_differing = not self.only_differing
         self._show_config()
         self._show_title()
+
+    def action_pane(self, index: int) -> None:
+        super().action_pane(index)
+        self._after_pane()
+
+    def action_next_pane(self) -> None:
+        super().action_next_pane()
+        self._after_pane()
+
+    def _after_pane(self) -> None:
+        """Tables take the keys when their pane is shown; a chart leaves them to the cursor."""
+        active = self.query_one(PaneDeck).active_pane
+        tables = list(active.query(DataTable)) if active is not None else []
+        self.set_focus(tables[0] if tables else None)
+        self._show_legend()
