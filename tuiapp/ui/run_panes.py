@@ -141,9 +141,9 @@ def samples_text(data: RunData) -> str:
         ppl = as_number(data.last_eval.get("perplexity"))
         if ppl is not None:
             lines.append(f"perplexity {ppl:.2f}")
-    if data.samples:
-        lines.append(f"\nsamples at step {data.samples_step:.0f}:")
-        for sample in data.samples:
+    for step, samples in reversed(data.evals):  # every eval's samples, the latest first
+        lines.append(f"\n── samples at step {step:.0f} ──")
+        for sample in samples:
             lines.append(f"\n> {sample.get('prompt', '')}\n{sample.get('output', '')}")
     if not lines:
         lines.append("no eval yet (set train.eval_steps and train.sample_prompts)")

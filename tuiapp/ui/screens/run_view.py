@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core import meta
@@ -49,12 +49,20 @@ from tuiapp.ui.worker_errors import reports_errors
 RESUMABLE = ("stopped", "failed")
 
 
+def first_log(sources: list[tuple[str, Path]]) -> int:
+    """The log shown first: rank 0's (of the latest attempt: names start with its start time),
+    where the trainer writes; else the launcher's stdout."""
+    ranks = [i for i, (label, _) in enumerate(sources) if label.startswith("ranks/") and label.endswith("rank0.log")]
+    return ranks[-1] if ranks else 0
+
+
 class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     BINDINGS = [
         Binding("x", "stop", "Stop", tooltip="Stop gracefully: checkpoint, then exit"),
         Binding("r", "resume", "Resume", tooltip="Resume a stopped or failed run from its last checkpoint"),
         Binding("e", "clone", "Clone", tooltip="New experiment from this run's recipe"),
-        Binding("l", "next_log", "Log source", tooltip="Switch between stdout.log and per-rank logs"),
+        Binding("l", "next_log", "Log source", tooltip="Switch between rank 0's log, the other ranks' and stdout.log"),
+        Binding("slash", "search_log", "Search log", tooltip="Search the log (n / N: next / previous match, end: follow)"),
         Binding("d", "doctor", "Doctor", tooltip="Every rank's phase, state and Python stack, and which rank is behind"),
         Binding("C", "chat", "Chat", tooltip="Talk to the final model (ctrl+b there: its base beside)"),
         Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one)"),
@@ -85,10 +93,11 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         yield Static("", id="rv-status")
         yield PaneDeck(
             Pane("Loss", MetricChart("loss (train, eval)", id="chart-loss"), id="pane-loss"),
-            Pane("LR", MetricChart("learning rate", id="chart-lr"), id="pane-lr"),
+            Pane("LR", MetricChart("learning rate", id="chart-lr"), MetricChart("grad norm", id="chart-grad"), id="pane-lr"),
             Pane("Memory", MetricChart("memory GB per rank", id="chart-mem"), Static("", id="rv-mem"), id="pane-mem"),
             Pane("Speed", MetricChart("tokens/s", id="chart-speed"), Static("", id="rv-speed"), id="pane-speed"),
-            Pane("Log", Static("", id="rv-log-source"), LogTail(id="rv-log"), id="pane-log"),
+            Pane("Log", Static("", id="rv-log-source"), LogTail(id="rv-log"),
+                 Input(placeholder="search the log (enter; n / N next / previous)", id="rv-log-search"), id="pane-log"),
             Pane("Samples", VerticalScroll(Static("", id="rv-samples", markup=False)), id="pane-samples"),
             *self._preference_panes(),
             id="rv-deck",
@@ -111,6 +120,8 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         data = self.data
         self.query_one("#chart-loss", MetricChart).set_series([("train", data.loss), ("eval", data.eval_loss)])
         self.query_one("#chart-lr", MetricChart).set_series([("lr", data.series["lr"])])
+        self.query_one("#chart-grad", MetricChart).set_series([("grad norm", data.series["grad_norm"])])
+        self.query_one("#rv-log-search", Input).display = False
         self.query_one("#chart-speed", MetricChart).set_series([("tokens/s", data.series["tokens_per_s"])])
         if self.query("#chart-rewards"):  # preference runs (dpo, simpo, cpo, orpo, kto, reward)
             self.query_one("#chart-rewards", MetricChart).set_series(
@@ -119,11 +130,12 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
             self.query_one("#chart-accuracy", MetricChart).set_series(
                 [("accuracy", data.series["rewards/accuracies"]), ("kl", data.series["kl"])])
         self.sources = log_sources(self.run_path)
+        self.source_index = first_log(self.sources)
         self._show_status()
         self._show_panes()
         self.set_interval(1.0, self._tick_clock)  # start-up and stop clocks move between file changes
         self.follow_metrics()
-        self.follow_log(self.sources[0][1], self.sources[0][0])
+        self.follow_log(self.sources[self.source_index][1], self.sources[self.source_index][0])
         if self.app.config.system_monitor:
             self.monitor_system()
 
@@ -284,9 +296,10 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self._show_log_source()
 
     def _show_log_source(self) -> None:
-        labels = [s[0] for s in self.sources]
-        text = "  ".join(f"[reverse] {escape(label)} [/]" if i == self.source_index else escape(label) for i, label in enumerate(labels))
-        self.query_one("#rv-log-source", Static).update(f"log: {text}  (l to switch)")
+        label = self.sources[self.source_index][0] if self.sources else "-"
+        count = len(self.sources)
+        self.query_one("#rv-log-source", Static).update(
+            f"log [reverse] {escape(label)} [/] {self.source_index + 1}/{count} · l next · / search · end follow")
 
     # ------------------------------------------------------------ actions
 
@@ -347,6 +360,30 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     def action_chat(self) -> None:
         self.app.open_chat(self.run_id)
+
+    def action_search_log(self) -> None:
+        self.query_one(PaneDeck).activate("pane-log")
+        search = self.query_one("#rv-log-search", Input)
+        search.display = True
+        search.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "rv-log-search":
+            return
+        event.stop()
+        log = self.query_one("#rv-log", LogTail)
+        event.input.display = False
+        log.focus()
+        if event.value and not log.search(event.value):
+            self.notify(f"not in the log: {event.value}", severity="warning")
+
+    def action_back(self) -> None:
+        search = self.query_one("#rv-log-search", Input)
+        if search.display:  # esc leaves the search first
+            search.display = False
+            self.query_one("#rv-log", LogTail).focus()
+            return
+        super().action_back()
 
     def action_next_log(self) -> None:
         self.sources = log_sources(self.run_path)
