@@ -18,7 +18,7 @@ from tuiapp.core.metrics import JsonlWriter
 from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec, load_recipe
 from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import formdata
-from tuiapp.ui.comparing import build_series, config_rows, flatten, load_compare_run
+from tuiapp.ui.comparing import config_rows, flatten, load_compare_run, x_values
 from tuiapp.ui.history import HistoryLoader, LiveSummary, with_metrics
 from tuiapp.ui.history_model import HistoryModel
 from tuiapp.ui.rundata import RunData
@@ -142,19 +142,26 @@ def test_compare_series_and_config(tmp_path):
     root = tmp_path / "runs"
     runs = real_runs(root)
     a, b = load_compare_run(runs["baseline"].path), load_compare_run(runs["high-lr"].path)
-    assert len(a.series[("loss", "step")]) == 40
+    assert len(a.metric("loss")) == 40
     tokens = {r["step"]: r["tokens"] for r in real_rows("baseline")}  # tokens seen, as the trainer counted
-    assert list(a.series[("loss", "tokens")].xs) == list(tokens.values())
-    assert list(a.series[("eval_loss", "tokens")].xs) == [tokens[10], tokens[20], tokens[30], tokens[40]]
+    assert x_values(a.data, a.metric("loss").xs, "tokens") == list(tokens.values())
+    assert x_values(a.data, a.metric("eval_loss").xs, "tokens") == [tokens[10], tokens[20], tokens[30], tokens[40]]
+    assert x_values(a.data, a.metric("loss").xs, "relative")[-1] == 100.0
+    times = [r["time"] for r in real_rows("baseline")]
+    assert x_values(a.data, a.metric("loss").xs, "time") == [t - times[0] for t in times]
+    assert a.row.step == 40 and a.row.last_loss == real_rows("baseline")[-1]["loss"]
     keys = [k for k, _ in config_rows([a.recipe, b.recipe])]
     assert keys == ["name", "train.learning_rate"]
     assert len(config_rows([a.recipe, b.recipe], only_differing=False)) > 30
     assert flatten({"a": {"b": 1, "c": {}}}) == {"a.b": 1, "a.c": {}}
 
 
-def test_build_series_handles_missing_tokens():
-    series = build_series([{"step": 1, "loss": 2.0}, {"split": "eval", "step": 1, "eval_loss": 1.0}])
-    assert len(series[("loss", "step")]) == 1 and len(series[("loss", "tokens")]) == 0
+def test_compare_x_values_skip_rows_without_tokens():
+    data = RunData()
+    data.extend([{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5, "tokens": 100}, {"split": "eval", "step": 2, "eval_loss": 1.0}])
+    xs = x_values(data, data.loss.xs, "tokens")
+    assert xs[0] != xs[0] and xs[1] == 100.0  # NaN: no x for the row without tokens
+    assert x_values(data, data.eval_loss.xs, "tokens") == [100.0]
 
 
 def test_text_tail(tmp_path):

@@ -21,7 +21,7 @@ def _series(n: int, seed: int = 0):
 
 @pytest.mark.parametrize("use_numpy", [True, False])
 def test_minmax_keeps_extremes_and_order(use_numpy):
-    if use_numpy and downsample._np is None:
+    if use_numpy and downsample.numpy_module() is None:
         pytest.skip("numpy not installed")
     xs, ys = _series(100_000)
     ys[12_345] = 50.0  # a spike must survive
@@ -34,7 +34,7 @@ def test_minmax_keeps_extremes_and_order(use_numpy):
 
 
 def test_minmax_numpy_and_python_agree():
-    if downsample._np is None:
+    if downsample.numpy_module() is None:
         pytest.skip("numpy not installed")
     xs, ys = _series(12_345, seed=3)
     assert downsample.minmax(xs, ys, 97, use_numpy=True) == downsample.minmax(xs, ys, 97, use_numpy=False)

@@ -95,7 +95,7 @@ def test_mark_two_runs_and_compare_shows_differing_keys(runs_root, tmp_path):
             assert isinstance(app.screen, CompareScreen)
             await wait_for(pilot, lambda: app.screen.loaded, what="compare data")
             assert app.screen.config_keys() == ["name", "train.learning_rate"]
-            await pilot.press("5")  # the config pane
+            await pilot.press("6")  # the config pane
             text = screen_text(app)
             assert "train.learning_rate" in text and "0.05" in text and "0.01" in text
             assert "model.name" not in text

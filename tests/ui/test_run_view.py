@@ -64,17 +64,17 @@ def test_log_tail_follows_appended_lines_and_switches_source(runs_root, tmp_path
             screen = await open_run(pilot, run_id(runs_root, "live"))
             await pilot.press("5")  # the log pane
             log = screen.query_one("#rv-log", LogTail)
-            await wait_for(pilot, lambda: any("dist_world_size=1" in line for line in log.lines), what="the log")
+            rank_log = next((runs_root / screen.run_id / "ranks").glob("*_rank0.log"))
+            last = rank_log.read_text(encoding="utf-8").splitlines()[-1]  # the trainer's last log line
+            await wait_for(pilot, lambda: log.lines and log.lines[-1] == last, what="rank 0's log, shown first")
+            await pilot.press("l")  # the launcher's stdout.log
+            await wait_for(pilot, lambda: any("dist_world_size=1" in line for line in log.lines), what="stdout")
             with open(runs_root / screen.run_id / "stdout.log", "a", encoding="utf-8") as handle:
                 handle.write("[rank0] a brand new line\n\x1b[32mgreen\x1b[0m\n")
             await wait_for(pilot, lambda: "green" in log.lines[-1:] and "[rank0] a brand new line" in log.lines, timeout=2.0, what="appended lines")
             assert "a brand new line" in screen_text(app)
-            rank_log = next((runs_root / screen.run_id / "ranks").glob("*_rank0.log"))
-            last = rank_log.read_text(encoding="utf-8").splitlines()[-1]  # the trainer's last log line
-            await pilot.press("l")  # ranks/<start>_rank0.log
+            await pilot.press("l")  # back to rank 0
             await wait_for(pilot, lambda: log.lines and log.lines[-1] == last and "green" not in log.lines, what="rank log")
-            await pilot.press("l")  # back to stdout
-            await wait_for(pilot, lambda: "green" in log.lines, what="stdout again")
 
     asyncio.run(scenario())
 
@@ -171,5 +171,68 @@ def test_themes_restyle_every_screen(runs_root, tmp_path):
                 assert "step 40/40" in text and "loss (train, eval)" in text  # same frame, new colours
             await pilot.press("f1")
             assert isinstance(app.screen, HelpScreen)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+def test_log_pane_wraps_searches_follows_and_goes_full_screen(runs_root, tmp_path, size):
+    rank_log = next((runs_root / run_id(runs_root, "sft") / "ranks").glob("*_rank0.log"))
+    with open(rank_log, "a", encoding="utf-8") as handle:  # a long line, and a word twice
+        handle.write("needle one " + "x" * 150 + " TAILEND\nhay\nsecond needle here\n")
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_run(pilot, run_id(runs_root, "sft"))
+            log = screen.query_one("#rv-log", LogTail)
+            await wait_for(pilot, lambda: log.lines and log.lines[-1] == "second needle here", what="rank 0's log first")
+            assert "rank0.log" in screen.sources[screen.source_index][0]
+            await pilot.press("5")  # the log pane
+            await pilot.pause()
+            assert log.soft_wrap and "TAILEND" in screen_text(app)  # the long line wraps: its end is on screen
+            # search: / opens the box, enter selects the first match after the cursor; n / N move
+            await pilot.press("home")
+            await pilot.press("slash")
+            await pilot.press(*"needle", "enter")
+            first = log.match
+            assert first is not None and log.selected_text == "needle"
+            assert log.lines[first[0]].startswith("needle one")
+            await pilot.press("n")
+            assert log.lines[log.match[0]] == "second needle here" and log.selected_text == "needle"
+            await pilot.press("N")
+            assert log.match == first
+            assert not log.following  # a search stops following; end follows again
+            await pilot.press("end")
+            assert log.following
+            # z: the log pane full screen, and back
+            await pilot.press("z")
+            assert screen.maximized is screen.query_one("#pane-log")
+            assert log.size.width >= size[0] - 6
+            await pilot.press("z")
+            assert screen.maximized is None
+            await pilot.press("slash", "escape")  # esc closes the search box, not the screen
+            assert app.screen is screen
+
+    asyncio.run(scenario())
+
+
+def test_grad_norm_is_charted_and_every_eval_has_its_samples(runs_root, tmp_path):
+    path = runs_root / run_id(runs_root, "live")
+    step = real_rows("live")[-1]["step"]
+    with JsonlWriter(path / "metrics.jsonl") as writer:
+        writer.write({"step": step + 1, "max_steps": 200, "loss": 1.0, "grad_norm": 0.75, "time": FIXED_NOW})
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_run(pilot, run_id(runs_root, "sft"))
+            text = str(screen.query_one("#rv-samples").render())
+            for step in (10, 20, 30, 40):
+                assert f"samples at step {step}" in text
+            await pilot.press("escape")
+            screen = await open_run(pilot, path.name)
+            grad = screen.query_one("#chart-grad", MetricChart)
+            assert list(grad.series[0][1].ys) == [0.75] and grad.series[0][1] is screen.data.series["grad_norm"]
 
     asyncio.run(scenario())

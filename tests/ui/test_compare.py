@@ -1,0 +1,235 @@
+"""Compare screen (Pilot, at 80x24 and 120x36) on the real-run fixtures: smoothing, log scale,
+x axes, zoom, the cursor's side table, hiding a run, a run followed live, the legend beside the
+plot, the default range of runs of different lengths; and the pure helpers behind them."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from ui_fixtures import FIXED_NOW, real_rows, screen_text, test_app, wait_for
+
+from tuiapp.core.metrics import JsonlWriter
+from tuiapp.core.runs import Run, RunStore
+from tuiapp.ui.comparing import default_x_range, ema, nice_ticks, robust_limits, sample_rows, tick_label, value_at
+from tuiapp.ui.screens.compare import CompareScreen
+from tuiapp.ui.widgets.charts import CompareChart
+
+SIZES = [(80, 24), (120, 36)]
+SIZE_IDS = ["80x24", "120x36"]
+
+
+async def open_compare(pilot, root, names: list[str]) -> CompareScreen:
+    app = pilot.app
+    await wait_for(pilot, lambda: app.screen.loaded, what="history")
+    app.push_screen(CompareScreen([RunStore(root).get(name).id for name in names]))
+    await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded, what="compare")
+    await pilot.pause()
+    return app.screen
+
+
+def loss_chart(screen) -> CompareChart:
+    return screen.query_one("#cmp-chart-loss", CompareChart)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_smoothing_log_scale_axes_zoom_and_cursor(runs_root, tmp_path, size):
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_compare(pilot, runs_root, ["baseline", "high-lr"])
+            chart = loss_chart(screen)
+            losses = [r["loss"] for r in real_rows("baseline")]
+            assert [line.label for line in chart.lines] == ["baseline", "high-lr"]
+            assert list(chart.lines[0].ys) == losses and list(chart.lines[0].xs) == list(range(1, 41))
+            assert chart.lines[0].marker != chart.lines[1].marker  # a glyph of its own per run
+            # smoothing: s steps the EMA weight up, S down; the plotted series is the debiased EMA
+            await pilot.press("s", "s")
+            assert screen.smoothing_weight == 0.6 and chart.lines[0].ys == pytest.approx(ema(losses, 0.6))
+            assert chart.lines[0].ys[0] == pytest.approx(losses[0])  # debiased: no pull towards 0
+            assert "0.6" in screen_text(app)
+            await pilot.press("S", "S")
+            assert list(chart.lines[0].ys) == losses
+            # log scale
+            await pilot.press("l")
+            assert chart.view.log_y and chart.y_limits is None
+            await pilot.press("l")
+            assert not chart.view.log_y
+            # round, whole-number ticks by step
+            await pilot.pause()
+            assert chart.x_ticks and all(t == int(t) for t in chart.x_ticks) and chart.x_ticks[-1] == 40
+            # x axes: tokens, wall time, percent of each run, back to step
+            tokens = [r["tokens"] for r in real_rows("baseline")]
+            await pilot.press("x")
+            assert screen.axis == "tokens" and list(chart.lines[0].xs) == tokens and chart.x_label == "tokens"
+            await pilot.press("x")
+            times = [r["time"] for r in real_rows("baseline")]
+            assert screen.axis == "time" and chart.x_label.startswith("wall time")
+            unit = 60.0 if chart.x_label.endswith("(min)") else 1.0
+            assert chart.lines[0].xs == pytest.approx([(t - times[0]) / unit for t in times])
+            await pilot.press("x")
+            assert screen.axis == "relative" and chart.lines[0].xs[-1] == 100.0
+            await pilot.press("x")
+            assert screen.axis == "step"
+            # the cursor: left moves it; the side table reads each run's value there
+            assert screen.cursor_x() == 40  # at the end until moved
+            await pilot.press("left", "left", "left")
+            assert screen.cursor_x() == 37  # one step a key
+            values = screen.cursor_values("loss")
+            assert values["baseline"] == losses[36] and values["high-lr"] == real_rows("high-lr")[36]["loss"]
+            assert f"{losses[36]:.4g}" in screen_text(app)  # in the side table
+            # zoom in around the cursor, then reset
+            await pilot.press("plus")
+            low, high = chart.view.x_range
+            assert high - low == pytest.approx(20) and low <= 37 <= high
+            await pilot.press("plus")
+            assert chart.view.x_range[1] - chart.view.x_range[0] == pytest.approx(10)
+            await pilot.press("0")
+            assert chart.view.x_range == (0.0, 40)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_hide_show_legend_beside_the_plot_and_short_runs_not_squeezed(runs_root, tmp_path, size):
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_compare(pilot, runs_root, ["stuck", "baseline", "sft"])  # 400-step run (26 rows written) and two 40-step runs
+            chart = loss_chart(screen)
+            legend = screen.query_one("#cmp-legend")
+            assert legend.region.x >= chart.region.right  # the legend is outside the plot
+            text = screen_text(app)
+            for run in screen.runs:
+                assert f"{run.marker} {run.label}" in text
+            assert len({run.marker for run in screen.runs}) == 3
+            # hide the second run (down picks it), show it again
+            await pilot.press("down", "h")
+            assert [line.label for line in chart.lines] == ["stuck", "sft"]
+            assert "hidden" in screen_text(app)
+            await pilot.press("h")
+            assert [line.label for line in chart.lines] == ["stuck", "baseline", "sft"]
+
+    asyncio.run(scenario())
+
+
+def test_default_range_clips_a_much_longer_run_and_zoom_out_shows_it_whole(tmp_path):
+    from ui_fixtures import synthetic_run
+
+    root = tmp_path / "runs"
+    synthetic_run(root, "long", index=1, steps=400)
+    synthetic_run(root, "short", index=2, steps=40)
+
+    async def scenario():
+        app = test_app(root, tmp_path, live=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_compare(pilot, root, ["long", "short"])
+            chart = loss_chart(screen)
+            assert chart.view.x_range == (0.0, 40)  # the 40-step run keeps the chart's width
+            assert "of 400" in chart.view.note
+            await pilot.press("minus", "minus", "minus", "minus")
+            assert chart.view.x_range == (0.0, 400)
+            await pilot.press("0")
+            assert chart.view.x_range == (0.0, 40)
+
+    asyncio.run(scenario())
+
+
+def test_a_running_run_grows_and_finishes_while_compared(runs_root, tmp_path):
+    async def scenario():
+        app = test_app(runs_root, tmp_path)  # live: the screen follows the runs
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_compare(pilot, runs_root, ["live", "baseline"])
+            chart = loss_chart(screen)
+            live = screen.runs[0]
+            rows = real_rows("live")
+            assert len(chart.lines[0].xs) == len(rows)
+            step = rows[-1]["step"]
+            with JsonlWriter(live.path / "metrics.jsonl") as writer:
+                writer.write({"step": step + 1, "max_steps": 200, "loss": 0.5, "lr": 1e-4, "tokens": 99999, "time": FIXED_NOW})
+                writer.write({"step": step + 2, "max_steps": 200, "loss": 0.25, "lr": 1e-4, "tokens": 99999 + 50, "time": FIXED_NOW + 1})
+            await wait_for(pilot, lambda: len(loss_chart(screen).lines[0].xs) == len(rows) + 2, what="new points")
+            assert chart.lines[0].ys[-1] == 0.25 and screen.cursor_values("loss")["live"] == 0.25  # the cursor follows the end
+            assert screen.runs[0].row.step == step + 2
+            run = Run(live.path).load()
+            run.info.update(status="succeeded", ended=FIXED_NOW)
+            run.save()
+            await wait_for(pilot, lambda: screen.runs[0].row.status == "succeeded", what="the new status")
+            await pilot.press("7")  # the summary pane
+            await pilot.pause()
+            assert "succeeded" in screen_text(app)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_config_keeps_its_key_column_and_samples_side_by_side(runs_root, tmp_path, size):
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_compare(pilot, runs_root, ["baseline", "sft"])
+            table = screen.query_one("#cmp-config")
+            assert table.fixed_columns == 1
+            await pilot.press("8")  # the samples pane
+            await pilot.pause()
+            prompt = real_rows("sft", "eval")[0]["samples"][0]["prompt"]
+            rows = sample_rows(screen.runs)
+            assert [step for step, _, _ in rows][:1] == [10] and rows[0][1] == prompt
+            sft_prompts = [s["prompt"] for s in real_rows("sft", "eval")[0]["samples"]]
+            for step in (10, 20, 30, 40):  # both runs' answers at every eval, each prompt once per step
+                assert sorted(p for s, p, answers in rows if s == step and answers[1] is not None) == sorted(sft_prompts)
+                assert [p for s, p, answers in rows if s == step and answers[0] is not None] == [real_rows("baseline", "eval")[0]["samples"][0]["prompt"]]
+            assert "What is the" in screen_text(app)
+
+    asyncio.run(scenario())
+
+
+def test_grad_norm_and_eval_curves(tmp_path):
+    from ui_fixtures import synthetic_run
+
+    root = tmp_path / "runs"
+    run = synthetic_run(root, "plain", index=1, steps=30)
+    with JsonlWriter(run.path / "metrics.jsonl") as writer:
+        for step in range(31, 41):
+            writer.write({"step": step, "max_steps": 40, "loss": 1.0, "grad_norm": 0.5 + step / 100, "tokens": step * 100})
+
+    async def scenario():
+        app = test_app(root, tmp_path, live=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_compare(pilot, root, ["plain"])
+            grad = screen.query_one("#cmp-chart-grad-norm", CompareChart)
+            assert list(grad.lines[0].xs)[-10:] == list(range(31, 41)) and grad.points_drawn > 0
+            evals = screen.query_one("#cmp-chart-eval-loss", CompareChart)
+            assert len(evals.lines[0].xs) == 3  # evals every 10 steps of the first 30
+
+    asyncio.run(scenario())
+
+
+# ------------------------------------------------------------------ pure helpers
+
+
+def test_ema_is_debiased_and_numpy_agrees_with_python(monkeypatch):
+    values = [math.sin(i / 7) + i / 50 for i in range(500)]
+    fast = ema(values, 0.9)
+    import tuiapp.ui.comparing as comparing
+
+    monkeypatch.setattr(comparing, "numpy_module", lambda: None)
+    slow = ema(values, 0.9)
+    assert fast == pytest.approx(slow, abs=1e-9)
+    assert ema([2.0, 4.0], 0.5) == [2.0, pytest.approx((0.5 * 2 * 0.5 + 0.5 * 4) / 0.75)]
+    assert ema(values, 0.0) == values
+
+
+def test_ticks_limits_ranges_and_values():
+    assert nice_ticks(0, 40, 4, integer=True) == [0, 10, 20, 30, 40]
+    assert all(t == int(t) for t in nice_ticks(0, 7, 10, integer=True))  # never 1.75 steps
+    assert nice_ticks(0.0, 1.0, 5) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert [tick_label(t, 10) for t in (0, 10, 20)] == ["0", "10", "20"] and tick_label(120000) == "120k"
+    speeds = [1000.0 + i % 7 for i in range(60)] + [90000.0]  # one spike
+    low, high = robust_limits(speeds, robust=True)
+    assert high < 1100 and low > 900
+    assert robust_limits(speeds, robust=False)[1] > 90000
+    assert default_x_range([40, 40, 400]) == (0.0, 40)  # the 400-step run does not squeeze the others
+    assert default_x_range([40, 60]) == (0.0, 60)
+    assert value_at([1, 2, 3], [5.0, 6.0, 7.0], 2.5) == (2, 6.0) and value_at([1], [5.0], 0.5) is None
