@@ -6,7 +6,9 @@
   first rows, every run.json and every metrics file are in)
 - metric line written to metrics.jsonl -> the loss chart redrawn with it (latency)
 - redraw of a chart of 1,000,000 points (downsampled to its width)
-- compare 10 runs x 100,000 points: load, first frame, redraw on switching step/tokens
+- compare 10 runs x 100,000 points: load, first frame, redraw on switching the x axis
+- side by side with an older checkout (--before DIR), each in a fresh process: process start ->
+  the history's first rows with 10,000 runs, and the compare load (first open, next open)
 
 Synthetic run folders (a template made by RunStore.create, copied with its own run.json and a
 short metrics.jsonl) in a temporary folder, removed at the end. Under ~3 minutes.
@@ -35,7 +37,7 @@ from tuiapp.ui.config import UiConfig  # noqa: E402
 from tuiapp.ui.rundata import Series  # noqa: E402
 from tuiapp.ui.screens.compare import CompareScreen  # noqa: E402
 from tuiapp.ui.screens.run_view import RunViewScreen  # noqa: E402
-from tuiapp.ui.widgets.charts import MetricChart  # noqa: E402
+from tuiapp.ui.widgets.charts import CompareChart, MetricChart  # noqa: E402
 
 NOW = time.time()
 SIZE = (160, 48)
@@ -216,20 +218,126 @@ async def bench_compare(tmp: Path, runs: int, points: int) -> dict:
         await pilot.press("x")
         await pilot.pause()
         switched = time.perf_counter()
-        charts = list(app.screen.query(MetricChart))
-        redraw = sum(_timed(c._build) for c in charts)  # uncached: plotext builds all four
+        charts = list(app.screen.query(CompareChart))
+        redraw = sum(_timed(c._build) for c in charts)  # uncached: plotext builds every chart
     return {"runs": runs, "points": points, "first_curves": first_curves - start, "load": loaded - start, "first_frame": first - start,
-            "toggle_axis": switched - toggle, "redraw_4_charts": redraw}
+            "toggle_axis": switched - toggle, "redraw_charts": redraw, "charts": len(charts)}
+
+
+# The compare screen's load (read + parse + summary of every run) in a fresh interpreter of a
+# checkout (this one, or an older one with --before): the time from opening the screen to every
+# run loaded. This checkout keeps columns in runs/.cache/columns: the first open parses, the next
+# ones read the columns.
+COMPARE_DRIVER = r"""
+import asyncio, sys, time
+from pathlib import Path
+from tuiapp.ui.app import LlmtuiApp
+from tuiapp.ui.config import UiConfig
+from tuiapp.ui.screens.compare import CompareScreen
+root = Path(sys.argv[1])
+ids = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+app = LlmtuiApp(UiConfig(runs_root=root, base_dir=root.parent, system_monitor=False, hf_cache_dirs=[], live=False))
+async def main():
+    async with app.run_test(size=(160, 48)) as pilot:
+        while not getattr(app.screen, "summarized", False):
+            await pilot.pause(0.01)
+        start = time.perf_counter()
+        app.push_screen(CompareScreen(ids))
+        while not (isinstance(app.screen, CompareScreen) and app.screen.loaded):
+            await pilot.pause(0.005)
+        print(time.perf_counter() - start)
+asyncio.run(main())
+"""
+
+
+def bench_compare_load(tmp: Path, runs: int, points: int, code: Path) -> list[float]:
+    """Seconds to load the compare screen, opened twice in a row (two processes)."""
+    import subprocess
+
+    root = tmp / f"compare-load-{runs}-{points}"
+    if not root.exists():
+        paths = make_runs(root, runs, metric_rows=1)
+        for seed, path in enumerate(paths):
+            write_long_metrics(path, points, seed)
+    shutil.rmtree(root / ".cache", ignore_errors=True)
+    out = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", COMPARE_DRIVER, str(root)], cwd=code, capture_output=True, text=True, check=True)
+        out.append(float(done.stdout.split()[-1]))
+    return out
+
+
+# A fresh interpreter: from its start (the parent's clock before spawning it) to the history's
+# first rows. Also runs against an older checkout (--before DIR) for a side by side.
+START_DRIVER = r"""
+import asyncio, sys, time
+from pathlib import Path
+spawned = float(sys.argv[1])
+from tuiapp.ui.app import LlmtuiApp
+from tuiapp.ui.config import UiConfig
+imported = time.time()
+app = LlmtuiApp(UiConfig(runs_root=Path(sys.argv[2]), base_dir=Path(sys.argv[3]), system_monitor=False, hf_cache_dirs=[], live=False))
+async def main():
+    async with app.run_test(size=(160, 48)) as pilot:
+        while True:
+            try:
+                if len(app.screen.query_one("RunsTable").rows) > 0:
+                    break
+            except Exception:
+                pass
+            await pilot.pause(0.005)
+        print(imported - spawned, time.time() - spawned)
+asyncio.run(main())
+"""
+
+
+def bench_process_start(tmp: Path, count: int, code: Path, repeats: int = 3) -> dict:
+    """Process start -> first rows of the history with `count` runs (median of `repeats`)."""
+    import subprocess
+
+    root = tmp / f"start-{count}"
+    if not root.exists():
+        make_runs(root, count, metric_rows=10)
+    imports, rows = [], []
+    for _ in range(repeats):
+        spawned = time.time()
+        done = subprocess.run([sys.executable, "-c", START_DRIVER, str(spawned), str(root), str(tmp)], cwd=code,
+                              capture_output=True, text=True, check=True)
+        first, second = map(float, done.stdout.split()[-2:])
+        imports.append(first)
+        rows.append(second)
+    return {"runs": count, "imports": statistics.median(imports), "first_rows": statistics.median(rows)}
 
 
 def fmt(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-async def main(quick: bool) -> None:
+def side_by_side(tmp: Path, before: Path | None, quick: bool) -> list[str]:
+    """Process start -> first rows (10,000 runs) and the compare load (10 x 100,000 points), in
+    fresh processes of this checkout and, with --before, of an older one."""
+    here = Path(__file__).resolve().parents[1]
+    count, points = (1000, 10_000) if quick else (10_000, 100_000)
+    trees = [("now", here)] + ([("before", before)] if before else [])
+    starts = {name: bench_process_start(tmp, count, code) for name, code in trees}
+    loads = {name: bench_compare_load(tmp, 10, points, code) for name, code in trees}
+    head = "| benchmark (fresh process each) | " + " | ".join(name for name, _ in trees) + " |"
+    lines = [head, "|---|" + "---|" * len(trees)]
+    lines.append(f"| process start -> history's first rows, {count:,} runs (of which imports) | "
+                 + " | ".join(f"{fmt(starts[n]['first_rows'])} ({fmt(starts[n]['imports'])})" for n, _ in trees) + " |")
+    lines.append(f"| compare 10 runs x {points:,} points: load, first open | " + " | ".join(fmt(loads[n][0]) for n, _ in trees) + " |")
+    lines.append(f"| compare 10 runs x {points:,} points: load, next open | " + " | ".join(fmt(loads[n][1]) for n, _ in trees) + " |")
+    return lines
+
+
+async def main(quick: bool, before: Path | None, only_side_by_side: bool) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="llmtui-bench-ui-"))
     started = time.perf_counter()
     try:
+        compared = side_by_side(tmp, before, quick)
+        if only_side_by_side:
+            print("\n".join(compared))
+            return
         counts = [0, 1000] if quick else [0, 1000, 10000]
         frames = [await bench_first_frame(tmp, n) for n in counts]
         latency = await bench_latency(tmp, 10 if quick else 20)
@@ -238,6 +346,7 @@ async def main(quick: bool) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"## TUI benchmarks ({SIZE[0]}x{SIZE[1]}, headless; {time.perf_counter() - started:.0f} s in all)\n")
+    print("\n".join(compared) + "\n")
     print("| benchmark | result |")
     print("|---|---|")
     for f in frames:
@@ -253,10 +362,13 @@ async def main(quick: bool) -> None:
     print(f"| chart of {million['points']:,} points: full frame | {fmt(million['frame'])} ({million['drawn']} points drawn) |")
     print(f"| compare {compare['runs']} runs x {compare['points']:,} points: first curves / all loaded (read + parse) / frame | "
           f"{fmt(compare['first_curves'])} / {fmt(compare['load'])} / {fmt(compare['first_frame'])} |")
-    print(f"| compare {compare['runs']} runs x {compare['points']:,} points: switch step/tokens / redraw 4 charts | {fmt(compare['toggle_axis'])} / {fmt(compare['redraw_4_charts'])} |")
+    print(f"| compare {compare['runs']} runs x {compare['points']:,} points: switch x axis / redraw {compare['charts']} charts | {fmt(compare['toggle_axis'])} / {fmt(compare['redraw_charts'])} |")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument("--before", type=Path, help="an older checkout (git worktree or git archive) to compare start-up and the compare load with")
+    parser.add_argument("--side-by-side", action="store_true", help="only the start-up and compare-load comparison")
+    args = parser.parse_args()
+    asyncio.run(main(args.quick, args.before, args.side_by_side))

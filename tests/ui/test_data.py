@@ -270,3 +270,28 @@ def test_live_summary_matches_the_full_summary(tmp_path):
         for name in ("step", "max_steps", "last_loss", "best_eval_loss", "tokens_per_s", "peak_mem", "last_time", "step_times"):
             assert getattr(incremental, name) == getattr(exact, name), (run.name, name)
         assert len(incremental.losses) <= 48 and incremental.losses[0] == exact.losses[0]
+
+
+def test_columns_cache_of_a_long_run_is_used_extended_and_dropped_when_the_file_changes(tmp_path):
+    from tuiapp.ui.rundata import COLUMNS_MIN_RECORDS, read_run_data
+
+    metrics, cache = tmp_path / "metrics.jsonl", tmp_path / ".cache" / "run.bin"
+    rows = [{"step": s, "loss": 3.0 - s / 1e4, "tokens": s * 10, "time": 1000.0 + s, "mem": {"rank0": {"peak": 2e9}}}
+            for s in range(1, COLUMNS_MIN_RECORDS + 1)]
+    rows.insert(50, {"split": "eval", "step": 50, "eval_loss": 2.5, "samples": [{"prompt": "p", "output": "o"}]})
+    with JsonlWriter(metrics) as writer:
+        for row in rows:
+            writer.write(row)
+    first, _ = read_run_data(metrics, cache)
+    assert cache.exists() and first.cached_offset == metrics.stat().st_size
+    again, reader = read_run_data(metrics, cache)  # from the cache: the same data
+    assert again.cached_offset == first.cached_offset and list(again.loss.ys) == list(first.loss.ys)
+    assert list(again.tokens) == list(first.tokens) and list(again.memory["rank0"].ys) == [2.0] * COLUMNS_MIN_RECORDS
+    assert again.evals == [(50, [{"prompt": "p", "output": "o"}])] and again.last_train["step"] == COLUMNS_MIN_RECORDS
+    with JsonlWriter(metrics) as writer:  # the file grows: only the new line is parsed
+        writer.write({"step": COLUMNS_MIN_RECORDS + 1, "loss": 0.5})
+    grown, _ = read_run_data(metrics, cache)
+    assert len(grown.loss) == COLUMNS_MIN_RECORDS + 1 and grown.loss.ys[-1] == 0.5
+    metrics.write_text("".join(line.replace('"loss":', '"loss":1') + "\n" for line in metrics.read_text().splitlines()))
+    rewritten, _ = read_run_data(metrics, cache)  # other bytes where the cache was made: read whole
+    assert rewritten.loss.ys[0] != first.loss.ys[0]

@@ -131,6 +131,13 @@ class JsonlReader:
         if len(self._partial) > self._max_line:
             self._partial = b""
             self.malformed += 1
+        if len(lines) > 64 and max(map(len, lines)) <= self._max_line:
+            try:  # one parse of the whole chunk (a few times faster than line by line)
+                records = orjson.loads(b"[" + b",".join(lines) + b"]")
+                if all(type(r) is dict for r in records):
+                    return records
+            except orjson.JSONDecodeError:
+                pass  # a blank or broken line: line by line, skipping it
         records = []
         for line in lines:
             record = self._parse(line)

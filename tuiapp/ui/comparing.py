@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from tuiapp.core.runs import Run
 from tuiapp.ui.downsample import numpy_module
 from tuiapp.ui.groups import compare_labels
 from tuiapp.ui.history import RunRow, row_from_info
-from tuiapp.ui.rundata import RunData, Series
+from tuiapp.ui.rundata import RunData, Series, read_run_data
 
 # metric id -> (title, where it lives)
 METRICS = {
@@ -71,11 +72,15 @@ class CompareRun:
 def load_compare_run(path: Path) -> CompareRun:
     """Everything the compare screen shows of one run: metrics.jsonl read once, in columns."""
     run = Run(path).load()
-    reader = JsonlReader(run.metrics_path)
-    data = RunData()
-    data.extend(reader.read_all())
+    data, reader = read_run_data(run.metrics_path, columns_cache(path))
     row = row_from_info(path, run.info, meta.read_meta(path))
     return CompareRun(path.name, summary_row(row, data), read_frozen_recipe(run), data, path=path, reader=reader)
+
+
+def columns_cache(path: Path) -> Path:
+    """Where the compare screen keeps a run's metrics in columns: runs/.cache/columns/<id>.bin
+    (a dot folder: never taken for a run)."""
+    return path.parent / ".cache" / "columns" / f"{path.name}.bin"
 
 
 def summary_row(row: RunRow, data: RunData) -> RunRow:
@@ -120,14 +125,24 @@ def read_frozen_recipe(run: Run) -> dict:
 # ------------------------------------------------------------------ x axes
 
 
-def x_values(data: RunData, steps: Sequence[float], axis: str) -> list[float]:
+def x_values(data: RunData, steps: Sequence[float], axis: str) -> Sequence[float]:
     """The x of each point given by its step: the step itself, the tokens seen at it, the wall
     time since the run's first row (seconds), or the percent of the run's last step."""
     if axis == "step":
-        return list(steps)
+        return steps
     if axis == "relative":
         end = data.steps[-1] if data.steps else 0.0
-        return [100.0 * s / end if end else 0.0 for s in steps]
+        return array("d", [100.0 * s / end if end else 0.0 for s in steps])
+    np = numpy_module()
+    if np is not None and len(steps) > 1000 and len(data.steps):  # the same lookup, vectorised
+        at = np.searchsorted(np.frombuffer(data.steps, dtype=np.float64), np.asarray(steps, dtype=np.float64), side="right") - 1
+        column = np.frombuffer(data.tokens if axis == "tokens" else data.times, dtype=np.float64)
+        origin = 0.0
+        if axis == "time":
+            finite = column[np.isfinite(column)]
+            origin = float(finite[0]) if len(finite) else math.nan
+        values = np.where(at >= 0, column[np.maximum(at, 0)] - origin, 0.0 if axis == "tokens" else math.nan)
+        return array("d", values.tobytes())
     column = data.tokens if axis == "tokens" else data.times
     origin = 0.0
     if axis == "time":
@@ -152,7 +167,7 @@ def time_unit(span_s: float) -> tuple[float, str]:
 # ------------------------------------------------------------------ smoothing
 
 
-def ema(values: Sequence[float], weight: float) -> list[float]:
+def ema(values: Sequence[float], weight: float) -> Sequence[float]:
     """Debiased exponential moving average (TensorBoard's and W&B's smoothing): each point is
     the weighted mean of it and the points before, the weights decaying by `weight`; dividing
     by the weights' sum keeps the first points from being pulled towards zero."""
@@ -172,7 +187,7 @@ def ema(values: Sequence[float], weight: float) -> list[float]:
     return out
 
 
-def _ema_numpy(np, values: Sequence[float], weight: float) -> list[float]:
+def _ema_numpy(np, values: Sequence[float], weight: float) -> Sequence[float]:
     """The same EMA as a log-depth scan: after the pass with shift k each point holds the
     weighted sum of the 2k points ending at it; the weights' sum is 1 - weight**(i+1)."""
     total = (1.0 - weight) * np.asarray(values, dtype=np.float64)
@@ -181,7 +196,7 @@ def _ema_numpy(np, values: Sequence[float], weight: float) -> list[float]:
         total[shift:] = total[shift:] + factor * total[:-shift]
         shift, factor = shift * 2, factor * factor
     norm = 1.0 - weight ** np.arange(1, len(total) + 1, dtype=np.float64)
-    return (total / norm).tolist()
+    return array("d", (total / norm).tobytes())
 
 
 # ------------------------------------------------------------------ ranges and ticks

@@ -8,12 +8,19 @@ before that step, so each step appears once (the latest write wins, as in core's
 from __future__ import annotations
 
 import math
+import os
+import sys
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import repeat
+from pathlib import Path
 
-from tuiapp.core.metrics import PREFERENCE_METRICS, as_number, device_peak
+import orjson
+
+from tuiapp.core.metrics import PREFERENCE_METRICS, JsonlReader, as_number, device_peak
 from tuiapp.core.progress import eta_seconds
+from tuiapp.ui.downsample import numpy_module
 
 
 class Series:
@@ -38,11 +45,11 @@ class Series:
 
     def extend(self, xs: list, ys: list) -> None:
         """Append many points at once (non-numeric and non-finite ones are skipped)."""
-        if ys and all(y is None for y in ys):
+        if ys and ys.count(None) == len(ys):
             return  # a metric these rows do not have (grad_norm of some methods)
         try:  # fast path: every value a finite number
             ax, ay = array("d", xs), array("d", ys)
-            if len(ax) == len(ay) and all(map(math.isfinite, ax)) and all(map(math.isfinite, ay)):
+            if len(ax) == len(ay) and _all_finite(ax) and _all_finite(ay):
                 if ax:
                     self.xs.extend(ax)
                     self.ys.extend(ay)
@@ -66,6 +73,13 @@ class Series:
 
     def last(self) -> float | None:
         return self.ys[-1] if self.ys else None
+
+
+def _all_finite(values: array) -> bool:
+    np = numpy_module() if len(values) > 1000 else None
+    if np is not None:
+        return bool(np.isfinite(np.frombuffer(values, dtype=np.float64)).all())
+    return all(map(math.isfinite, values))
 
 
 def _finite(value) -> bool:
@@ -95,6 +109,7 @@ class RunData:
     samples_step: float | None = None
     nonfinite_loss: bool = False
     records: int = 0
+    cached_offset: int = -1  # how much of metrics.jsonl the columns cache holds (read_run_data)
 
     @property
     def loss(self) -> Series:
@@ -114,9 +129,13 @@ class RunData:
         """Many rows at once, a column per metric (a whole metrics.jsonl of 100,000 rows in
         ~0.1 s). Only when the train steps are integers that only grow (no resume to cut back
         to); False leaves the rows to the row-by-row path."""
-        train = [r for r in records if r.get("split", "train") == "train" and "step" in r]
+        has_split = any("split" in r for r in records)  # eval rows (or train rows that say so)
+        if has_split:
+            train = [r for r in records if r.get("split", "train") == "train" and "step" in r]
+        else:
+            train = [r for r in records if "step" in r]
         steps = [r["step"] for r in train]
-        if not all(type(s) is int for s in steps) or any(a >= b for a, b in zip(steps, steps[1:], strict=False)):
+        if not set(map(type, steps)) <= {int} or len(set(steps)) != len(steps) or steps != sorted(steps):
             return False
         if steps and self.steps and steps[0] <= self.steps[-1]:
             return False
@@ -124,29 +143,25 @@ class RunData:
         self.steps.extend(steps)
         self.tokens.extend(_column(train, "tokens"))
         self.times.extend(_column(train, "time"))
-        present: set = set()
-        for row in train:
-            present.update(row)
         for key, series in self.series.items():
-            if key not in present:
-                continue
-            values = [r.get(key) for r in train]
-            if key == "loss" and any(type(v) is str for v in values):
+            values = list(map(dict.get, train, repeat(key)))  # C speed: no Python frame per row
+            if key == "loss" and str in set(map(type, values)):
                 self.nonfinite_loss = self.nonfinite_loss or any(
                     (n := as_number(v)) is not None and not math.isfinite(n) for v in values)
             series.extend(steps, values)
-        for row in train:
-            mem = row.get("mem")
-            for rank, device in (mem.items() if isinstance(mem, dict) else ()):
-                value = device_peak(device)
-                if value is not None:
-                    self.memory.setdefault(rank, Series()).append(row["step"], value / 1e9)
+        mems = list(map(dict.get, train, repeat("mem")))
+        if mems.count(None) < len(mems):
+            for step, mem in zip(steps, mems, strict=True):
+                for rank, device in (mem.items() if isinstance(mem, dict) else ()):
+                    value = device_peak(device)
+                    if value is not None:
+                        self.memory.setdefault(rank, Series()).append(step, value / 1e9)
         if train:
             if self.first_time is None:
                 self.first_time = as_number(train[0].get("time"))
             self.last_train = train[-1]
             self.recent = (self.recent + train[-20:])[-20:]
-        for record in records:
+        for record in records if has_split else ():
             if record.get("split") == "eval":
                 self._eval(record)
         return True
@@ -217,6 +232,126 @@ def _float_or_nan(value) -> float:
     return float(value) if type(value) in (int, float) else math.nan
 
 
-def _column(rows: list[dict], key: str) -> list[float]:
+def _column(rows: list[dict], key: str) -> array:
     """One key of every row as floats (NaN where a row has no number)."""
-    return [v if type(v) is float else float(v) if type(v) is int else math.nan for v in (r.get(key) for r in rows)]
+    values = list(map(dict.get, rows, repeat(key)))
+    try:
+        return array("d", values)
+    except TypeError:  # None or a string somewhere
+        return array("d", [v if type(v) is float else float(v) if type(v) is int else math.nan for v in values])
+
+
+# ------------------------------------------------------------------ columns cached beside the runs
+
+COLUMNS_VERSION = 1
+COLUMNS_MIN_RECORDS = 10_000  # smaller files parse in a few ms: not worth a cache file
+_TAIL = 64  # bytes before the cached offset that must still be there for the cache to hold
+
+
+def read_run_data(metrics_path: Path, cache_path: Path | None = None) -> tuple[RunData, JsonlReader]:
+    """A run's metrics as RunData, and the reader to follow the file from where it stopped.
+
+    With `cache_path`, the columns of the rows already read are kept there (a binary file of
+    arrays and a JSON header): the next read loads them in milliseconds and parses only the
+    lines written since. The cache holds while metrics.jsonl is the same file (inode) and still
+    has the bytes it was made from (the file only grows); else the file is read whole again."""
+    cached = _load_columns(metrics_path, cache_path) if cache_path is not None else None
+    if cached is not None:
+        data, reader = cached
+        data.extend(reader.read_new())
+    else:
+        reader = JsonlReader(metrics_path)
+        data = RunData()
+        data.extend(reader.read_all())
+    covered = reader.offset - len(reader._partial)
+    if cache_path is not None and data.records >= COLUMNS_MIN_RECORDS and covered != data.cached_offset:
+        _save_columns(data, metrics_path, covered, cache_path)
+    return data, reader
+
+
+def _arrays(data: RunData) -> list[tuple[str, array]]:
+    out = [("steps", data.steps), ("tokens", data.tokens), ("times", data.times),
+           ("eval:x", data.eval_loss.xs), ("eval:y", data.eval_loss.ys)]
+    for key, series in data.series.items():
+        out += [(f"series:{key}:x", series.xs), (f"series:{key}:y", series.ys)]
+    for rank, series in data.memory.items():
+        out += [(f"memory:{rank}:x", series.xs), (f"memory:{rank}:y", series.ys)]
+    return out
+
+
+def _save_columns(data: RunData, metrics_path: Path, covered: int, cache_path: Path) -> None:
+    try:
+        stat = metrics_path.stat()
+        with open(metrics_path, "rb") as handle:
+            handle.seek(max(0, covered - _TAIL))
+            tail = handle.read(min(covered, _TAIL))
+        arrays = _arrays(data)
+        header = orjson.dumps({
+            "version": COLUMNS_VERSION, "byteorder": sys.byteorder, "inode": stat.st_ino, "covered": covered,
+            "tail": tail.hex(), "records": data.records, "first_time": data.first_time, "last_train": data.last_train,
+            "recent": data.recent, "last_eval": data.last_eval, "samples": data.samples, "samples_step": data.samples_step,
+            "evals": data.evals, "eval_records": data.eval_records, "nonfinite_loss": data.nonfinite_loss,
+            "arrays": [[name, len(values)] for name, values in arrays],
+        }, option=orjson.OPT_SERIALIZE_NUMPY)
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_path.with_name(f".{cache_path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as handle:
+            handle.write(len(header).to_bytes(8, "little"))
+            handle.write(header)
+            for _, values in arrays:
+                values.tofile(handle)
+        os.replace(tmp, cache_path)
+        data.cached_offset = covered
+    except (OSError, TypeError, ValueError):
+        pass  # a read-only runs folder, or odd values: the next read parses the file again
+
+
+def _load_columns(metrics_path: Path, cache_path: Path) -> tuple[RunData, JsonlReader] | None:
+    try:
+        raw = cache_path.read_bytes()
+        size = int.from_bytes(raw[:8], "little")
+        header = orjson.loads(raw[8 : 8 + size])
+        stat = metrics_path.stat()
+        covered = header["covered"]
+        if (header.get("version") != COLUMNS_VERSION or header.get("byteorder") != sys.byteorder
+                or header["inode"] != stat.st_ino or stat.st_size < covered):
+            return None
+        with open(metrics_path, "rb") as handle:
+            handle.seek(max(0, covered - _TAIL))
+            if handle.read(min(covered, _TAIL)).hex() != header["tail"]:
+                return None
+        data = RunData()
+        offset = 8 + size
+        columns: dict[str, array] = {}
+        for name, count in header["arrays"]:
+            values = array("d")
+            values.frombytes(raw[offset : offset + count * 8])
+            offset += count * 8
+            columns[name] = values
+        data.steps, data.tokens, data.times = columns["steps"], columns["tokens"], columns["times"]
+        _fill(data.eval_loss, columns["eval:x"], columns["eval:y"])
+        for key, series in data.series.items():
+            _fill(series, columns.get(f"series:{key}:x", array("d")), columns.get(f"series:{key}:y", array("d")))
+        for name in columns:
+            if name.startswith("memory:") and name.endswith(":x"):
+                rank = name[len("memory:") : -2]
+                data.memory[rank] = _fill(Series(), columns[name], columns[f"memory:{rank}:y"])
+        data.records, data.first_time, data.last_train = header["records"], header["first_time"], header["last_train"]
+        data.recent, data.last_eval, data.samples = header["recent"], header["last_eval"], header["samples"]
+        data.samples_step, data.nonfinite_loss = header["samples_step"], header["nonfinite_loss"]
+        data.evals = [(step, samples) for step, samples in header["evals"]]
+        data.eval_records = header["eval_records"]
+        data.cached_offset = covered
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    reader = JsonlReader(metrics_path)
+    reader.offset, reader._inode = covered, stat.st_ino
+    return data, reader
+
+
+def _fill(series: Series, xs: array, ys: array) -> Series:
+    if len(xs) != len(ys):
+        raise ValueError("columns of different lengths")
+    series.xs, series.ys = xs, ys
+    series.version += 1 if len(ys) else 0
+    return series

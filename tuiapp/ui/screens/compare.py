@@ -101,6 +101,7 @@ class CompareScreen(PaneDeckActions, Screen):
         self._redraw_pending = False
         self._smoothed: dict[tuple, tuple[int, list[float]]] = {}
         self._x_cache: dict[tuple, tuple[int, list[float]]] = {}
+        self._lines: dict[tuple[str, str], Line] = {}
 
     @property
     def smoothing_weight(self) -> float:
@@ -146,12 +147,17 @@ class CompareScreen(PaneDeckActions, Screen):
         config = self.app.config
         root = config.runs_root
         worker = get_current_worker()
+        batch: list[CompareRun] = []
+        posted = time.monotonic()
         for run_id in self.run_ids:
             if worker.is_cancelled:
                 return
             if (root / run_id).is_dir():
-                self.post_message(CompareLoaded([load_compare_run(root / run_id)]))
-        self.post_message(CompareLoaded([], done=True))
+                batch.append(load_compare_run(root / run_id))
+            if batch and time.monotonic() - posted > 1.0:  # slow reads: show the runs read so far
+                self.post_message(CompareLoaded(batch))
+                batch, posted = [], time.monotonic()
+        self.post_message(CompareLoaded(batch, done=True))
         if config.live:
             self.follow_runs()
 
@@ -236,7 +242,8 @@ class CompareScreen(PaneDeckActions, Screen):
             return cached[1]
         xs = x_values(run.data, series.xs, self.axis)
         if self.axis == "time":
-            xs = [x / self._time_unit()[0] for x in xs]
+            unit = self._time_unit()[0]
+            xs = [x / unit for x in xs]
         self._x_cache[key] = (series.version, xs)
         return xs
 
@@ -258,13 +265,19 @@ class CompareScreen(PaneDeckActions, Screen):
         return time_unit(max([s for s in spans if s == s] or [0.0]))
 
     def _line(self, run: CompareRun, metric: str) -> Line:
+        """The run's curve of the metric as drawn now (cached until its data, the axis or the
+        smoothing change)."""
+        key = (run.id, metric, self.axis, self.smoothing_weight, run.metric(metric).version)
+        line = self._lines.get((run.id, metric))
+        if line is not None and line.key[:5] == key and line.label == run.label:
+            return line
         xs, ys = self._xs(run, metric), self._ys(run, metric)
-        if any(x != x for x in xs):  # rows without tokens or time: those points have no x
+        if self.axis in ("tokens", "time") and any(x != x for x in xs):  # rows without tokens or time: no x
             pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if x == x]
             xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
-        version = run.metric(metric).version
-        return Line(run.label, xs, ys, marker=run.marker, color=run.color,
-                    key=(run.id, metric, self.axis, self.smoothing_weight, version, len(xs)))
+        line = Line(run.label, xs, ys, marker=run.marker, color=run.color, key=(*key, len(xs)))
+        self._lines[(run.id, metric)] = line
+        return line
 
     def _ends(self) -> list[float]:
         """Where each shown run's curves end on the current axis."""
