@@ -359,7 +359,9 @@ def test_tui_shows_rewards_history_column_and_compare(dpo_runs, tmp_path):
             await ui_wait(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded,
                           what="compare")
             compare = app.screen
-            margin = compare.query_one("#cmp-chart-rewards-margins", MetricChart)
+            from tuiapp.ui.widgets.charts import CompareChart
+
+            margin = compare.query_one("#cmp-chart-rewards-margins", CompareChart)
             assert [len(series) for _, series in margin.series] == [40, 3]
             from textual.widgets import DataTable
 

@@ -276,7 +276,7 @@ def test_attempts_count_and_summed_time_in_history_run_view_and_compare(runs_roo
             await pilot.resize_terminal(100, 30)  # narrow: one pane at a time
             app.open_compare([run.id, baseline])
             await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded, what="compare")
-            await pilot.press("6")  # the summary pane
+            await pilot.press("7")  # the summary pane
             await pilot.pause()
             assert "3m55s ×3" in screen_text(app)
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuiapp.core import rundir
-from tuiapp.core.checks import is_stalled
 from tuiapp.core.metrics import as_number
 from tuiapp.core.progress import fmt_duration
 
@@ -86,7 +85,7 @@ def status_view(status: str, now: float, *, phase: str | None = None, phase_sinc
         if isinstance(hang, dict) and hang.get("message"):
             return StatusView("hung", f"hung · {phase} {clock}".strip(), f"hung {clock}".strip(), str(hang["message"]))
         return StatusView("starting", f"starting · {phase} {clock}".strip(), f"starting {clock}".strip())
-    if status == "running" and is_stalled(list(step_times), now):
+    if status == "running" and _stalled(list(step_times), now):
         gap = now - step_times[-1]
         return StatusView("stalled", "stalled", "stalled",
                           f"stalled: no step for {fmt_duration(gap)}; check the log tail for a hung rank")
@@ -145,3 +144,11 @@ def why_text(info: dict) -> str | None:
         return summary
     reason = str(info.get("reason") or "").strip().splitlines()
     return reason_summary(reason) if reason else None
+
+
+def _stalled(step_times: list[float], now: float) -> bool:
+    """core.checks.is_stalled, imported on first use (core.checks pulls in the preflight checks:
+    ~0.2 s of the app's start-up)."""
+    from tuiapp.core.checks import is_stalled
+
+    return is_stalled(step_times, now)

@@ -102,6 +102,9 @@ class Line:
     color: str | None = None
     key: tuple = ()  # what the downsampled copy is cached by (the line's data and smoothing)
 
+    def __len__(self) -> int:
+        return len(self.ys)
+
 
 @dataclass(frozen=True)
 class View:
