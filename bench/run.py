@@ -333,7 +333,9 @@ def main(argv=None) -> int:
            f"any timing ({common.OPS_BUILD['seconds']:.0f} s), so both tools start with it built, as after a "
            "user's first run. " if common.OPS_BUILD.get("built") else "")
         + "Load average at the start / end: " + info["load average at start"] + " / " + end_load
-        + " (on a busy machine the throughput numbers are noise; rerun on a quiet one).",
+        + " (on a busy machine the throughput numbers are noise; rerun on a quiet one). The section "
+        "\"Peer: LLaMA-Factory\" is made by its own command, `.venv/bin/python bench/bench_peer.py --write` "
+        "(about half an hour), and kept here as it was.",
         "",
         "## Machine",
         "",
@@ -372,6 +374,7 @@ def main(argv=None) -> int:
         ".venv/bin/python bench/bench_overhead.py [--quick]",
         ".venv/bin/python bench/bench_data.py [--quick]",
         ".venv/bin/python bench/bench_ui.py [--quick]",
+        ".venv/bin/python bench/bench_peer.py [--reps N] [--rows unpacked,best] [--write] [--profile ROW]  # vs LLaMA-Factory",
         "```",
         "",
         f"Data: `{common.DATA_DIR}` (LLaMA-Factory demo files; set LLMTUI_BENCH_DATA to move it; benchmarks "
@@ -379,10 +382,24 @@ def main(argv=None) -> int:
         "(LLMTUI_CACHE and HF_DATASETS_CACHE point there), removed at the end.",
         "",
     ]
-    Path(args.out).write_text("\n".join(doc), encoding="utf-8")
+    peer = _kept_section(Path(args.out), "## Peer: LLaMA-Factory")  # bench/bench_peer.py's; too long to rerun here
+    Path(args.out).write_text("\n".join(doc + ([peer] if peer else [])), encoding="utf-8")
     log(f"wrote {args.out} in {elapsed / 60:.1f} min")
     print(Path(args.out).read_text())
     return 0
+
+
+def _kept_section(path: Path, heading: str) -> str | None:
+    """A section of the current RESULTS.md, from its heading to the next '## ' heading."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if heading not in text:
+        return None
+    section = heading + text.split(heading, 1)[1]
+    end = section.find("\n## ", 1)
+    return (section if end < 0 else section[: end + 1]).rstrip("\n") + "\n"
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from tuiapp.core.errors import UserError
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
 from tuiapp.core.metrics import JsonlReader, dedupe_steps, train_rows
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, progress_line
-from tuiapp.core.recipe import json_schema, load_recipe
+from tuiapp.core.recipe import batching_label, json_schema, load_recipe
 from tuiapp.core.rundir import ACTIVE, FINAL, attempt_count, duration_s, first_started
 from tuiapp.core.runs import RunStore
 
@@ -135,7 +135,11 @@ def follow(run, store) -> int:
                 state = (info.get("phase"), hang)
                 if state != shown:
                     shown = state
-                    print(f"starting: {info.get('phase') or 'launching'}" + (f" — ! {hang}" if hang else ""), flush=True)
+                    phase = info.get("phase") or "launching"
+                    if phase == "building ops":  # a cached op loads in a moment; a first launch compiles it
+                        phase += " (DeepSpeed's CPU comm op: compiled on the first launch in this Python " \
+                                 "environment, 1-2 min, then cached)"
+                    print(f"starting: {phase}" + (f" — ! {hang}" if hang else ""), flush=True)
             for row in reader.read_new():
                 if row.get("split", "train") == "train" and "step" in row:
                     rows.append(row)
@@ -173,6 +177,7 @@ def _row(run) -> dict:
         "method": info.get("method"),
         "model": info.get("model_ref") or info.get("model"),
         "dataset": info.get("dataset"),
+        "batching": batching_label(info.get("recipe")),
         "step": summary["step"],
         "max_steps": summary["max_steps"],
         "last_loss": summary["last_loss"],
@@ -232,6 +237,7 @@ def cmd_show(args) -> int:
         return EXIT_OK
     print(f"{run.id}  [{run.status}]  {run.info.get('method')} on {row['model']}  data {row['dataset']}")
     print(f"  path      {run.path}")
+    print(f"  batching  {row['batching']}")
     attempts = f"   attempts {row['attempts']}" if row["attempts"] > 1 else ""
     print(f"  started   {fmt_time(row['started'])}   duration {fmt_duration(row['duration_s'])}{attempts}")
     if row["phase"]:

@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from tuiapp.core.errors import RecipeError
-from tuiapp.core.recipe import METHOD_MODELS, PREFERENCE_KINDS, REFERENCE_KINDS, LoraMethod, Recipe, weights_method
+from tuiapp.core.recipe import (
+    METHOD_MODELS,
+    PREFERENCE_KINDS,
+    REFERENCE_KINDS,
+    LoraMethod,
+    Recipe,
+    tokens_per_batch,
+    weights_method,
+)
 
 GB = 1e9
 # Fraction of GPU memory a run may plan to use; the rest goes to the CUDA context, NCCL buffers
@@ -412,6 +420,7 @@ def activation_bytes(
     checkpointing: bool,
     bytes_per_value: int = 2,
     fused_attention: bool = True,
+    fused_loss: bool = False,
 ) -> int:
     """Activation memory of one micro batch (Korthikanti et al. 2022, no tensor parallelism).
 
@@ -421,7 +430,8 @@ def activation_bytes(
     With gradient checkpointing only each layer's input is kept (2*s*b*h bytes per layer) plus
     one layer's full activations while it is recomputed. fp32 doubles everything.
     The logits for the loss are added: s*b*vocab in the training dtype plus an fp32 upcast and
-    its log-softmax (10 bytes per logit in 16-bit, 8 in fp32).
+    its log-softmax (10 bytes per logit in 16-bit, 8 in fp32); a fused linear cross-entropy
+    (Liger) computes the loss chunk by chunk and never holds them (`fused_loss`).
     """
     sbh = seq_len * micro_batch * hidden
     scale = bytes_per_value / 2
@@ -431,7 +441,7 @@ def activation_bytes(
         body = layers * 2 * sbh * scale + full_layer
     else:
         body = layers * full_layer
-    logits = seq_len * micro_batch * vocab * (bytes_per_value + 4 + (4 if bytes_per_value < 4 else 0))
+    logits = 0 if fused_loss else seq_len * micro_batch * vocab * (bytes_per_value + 4 + (4 if bytes_per_value < 4 else 0))
     return int(body + logits)
 
 
@@ -471,6 +481,7 @@ class Estimate:
     world_size: int = 0  # ranks in all (N of the ZeRO formulas); n_gpus * nodes unless hosts differ
     pipeline: dict | None = None  # strategy 'pipeline': pipeline_plan.plan (memory is then the largest stage's)
     micro_batch_auto: bool = False  # train.micro_batch 'auto': micro_batch is the estimate's pick
+    kernels: str = ""  # the kernel switches that change memory: eager attention, liger, token batches
 
     @property
     def total(self) -> int:
@@ -526,10 +537,14 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         reference, reference_cpu = reference_bytes(base, knobs.zero_stage, world, knobs.offload_params, precision)
         states = dataclasses.replace(states, reference=reference,
                                      cpu_offload_total=states.cpu_offload_total + reference_cpu * per_node)
+    rows = knobs.micro_batch
+    if recipe.train.batching == "tokens":  # a micro batch is a token budget, packed in rows of seq tokens
+        rows = -(-tokens_per_batch(recipe) // recipe.train.max_seq_len)
     acts = activation_bytes(
-        seq_len=seq, micro_batch=knobs.micro_batch * sequences, hidden=shape.hidden, heads=shape.heads,
+        seq_len=seq, micro_batch=rows * sequences, hidden=shape.hidden, heads=shape.heads,
         layers=shape.layers, vocab=shape.vocab, checkpointing=knobs.gradient_checkpointing,
         bytes_per_value=2 if _half(precision) else 4,
+        fused_attention=recipe.model.attn_implementation != "eager", fused_loss=recipe.train.liger_kernel,
     )
     return total, trainable, dataclasses.replace(states, activations=acts)
 
@@ -632,8 +647,20 @@ def estimate_recipe(
         precision=precision, micro_batch=knobs.micro_batch, seq_len=train.max_seq_len,
         gradient_checkpointing=train.gradient_checkpointing, memory=memory,
         gpu_memory_bytes=gpu_memory_bytes, fits=fits, warning=warning, suggestions=suggestions,
-        world_size=world, micro_batch_auto=train.micro_batch == "auto",
+        world_size=world, micro_batch_auto=train.micro_batch == "auto", kernels=kernels_text(recipe),
     )
+
+
+def kernels_text(recipe: Recipe) -> str:
+    """The settings beyond the knobs that change activation memory, as the estimate counts them."""
+    parts = []
+    if recipe.model.attn_implementation == "eager":
+        parts.append("eager attention (stores attention scores)")
+    if recipe.train.liger_kernel:
+        parts.append("liger fused loss (no logits held)")
+    if recipe.train.batching == "tokens":
+        parts.append(f"token batches of {tokens_per_batch(recipe)}")
+    return ", ".join(parts)
 
 
 def _auto_micro_batch(config, recipe, knobs: Knobs, world, per_node, precision, gpu_memory_bytes) -> Knobs:
@@ -690,7 +717,8 @@ def format_estimate(est: Estimate) -> str:
         f"model        {est.model}: {_count(est.total_params)} params, "
         f"{_count(est.trainable_params)} trainable ({est.method})",
         f"setup        {gpus}, ZeRO-{est.zero_stage}, {est.precision}, micro_batch {_micro_batch_text(est)} x "
-        f"{est.seq_len} tokens, checkpointing {'on' if est.gradient_checkpointing else 'off'}",
+        f"{est.seq_len} tokens, checkpointing {'on' if est.gradient_checkpointing else 'off'}"
+        + (f", {est.kernels}" if est.kernels else ""),
         "per GPU          GB",
     ]
     for name in ("params", "grads", "optimizer"):

@@ -29,7 +29,7 @@ from tuiapp.core.estimate import (
 )
 from tuiapp.core.findings import Finding
 from tuiapp.core.gpus import GpuInfo, cuda_available, detect_gpus
-from tuiapp.core.recipe import NO_PACKING_KINDS, Recipe
+from tuiapp.core.recipe import NO_PACKING_KINDS, PREFERENCE_KINDS, Recipe
 
 
 def bitsandbytes_installed() -> bool:
@@ -91,9 +91,28 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
                                f"nvme_path '{launch.nvme_path}' is not an existing folder",
                                "create it on a local NVMe drive, or fix the path"))
 
+    out += batching_rules(recipe)
     out += scale_rules(recipe)
     out += pipeline_plan.rules(recipe)
     return out
+
+
+def batching_rules(recipe: Recipe) -> list[Finding]:
+    """batching 'tokens' packs examples: only for the methods whose batches can be packed."""
+    train, kind = recipe.train, recipe.method.kind
+    if train.batching != "tokens":
+        return []
+    if kind == "pretrain" or kind in PREFERENCE_KINDS or kind in NO_PACKING_KINDS:
+        return [Finding("error", "train.batching", f"token budgets pack examples into rows; {kind} batches "
+                        "cannot be packed (pretrain blocks are full already)", "set train.batching = 'examples'")]
+    if train.packing is False:
+        return [Finding("error", "train.batching", "batching 'tokens' packs the examples of a micro batch, "
+                        "and train.packing is false", "set train.packing = 'auto', or train.batching = 'examples'")]
+    if 0 < train.tokens_per_batch < train.max_seq_len:
+        return [Finding("error", "train.tokens_per_batch", f"{train.tokens_per_batch} is below max_seq_len "
+                        f"({train.max_seq_len}): the longest examples would not fit a micro batch",
+                        f"set train.tokens_per_batch >= {train.max_seq_len} (or 0 = micro_batch x max_seq_len)")]
+    return []
 
 
 def machine_rules(recipe: Recipe, *, cuda: bool, bnb_installed: bool | None = None) -> list[Finding]:
@@ -112,7 +131,34 @@ def machine_rules(recipe: Recipe, *, cuda: bool, bnb_installed: bool | None = No
         if not (bitsandbytes_installed() if bnb_installed is None else bnb_installed):
             out.append(Finding("error", "method.kind", "qlora needs the bitsandbytes package, which "
                                "is not installed", "pip install bitsandbytes (or use method.kind = 'lora')"))
+    out += kernel_rules(recipe, cuda=cuda)
     out += trackers.findings(recipe.train.report_to)
+    return out
+
+
+def kernel_rules(recipe: Recipe, *, cuda: bool) -> list[Finding]:
+    """model.attn_implementation, train.liger_kernel, train.torch_compile on this machine."""
+    out: list[Finding] = []
+    if recipe.model.attn_implementation == "flash_attention_2":
+        if not cuda:
+            out.append(Finding("error", "model.attn_implementation", "flash_attention_2 needs a CUDA GPU and "
+                               "this machine has none", "set model.attn_implementation = 'auto' or 'sdpa'"))
+        elif importlib.util.find_spec("flash_attn") is None:
+            out.append(Finding("error", "model.attn_implementation", "flash_attention_2 needs the flash_attn "
+                               "package, which is not installed", "pip install flash-attn, or set "
+                               "model.attn_implementation = 'auto'"))
+    if recipe.train.liger_kernel:
+        if not cuda:
+            out.append(Finding("error", "train.liger_kernel", "liger-kernel's Triton kernels need a CUDA GPU and "
+                               "this machine has none", "set train.liger_kernel = false"))
+        elif importlib.util.find_spec("liger_kernel") is None:
+            out.append(Finding("error", "train.liger_kernel", "train.liger_kernel needs the liger-kernel "
+                               "package, which is not installed", "pip install liger-kernel, or set "
+                               "train.liger_kernel = false"))
+    if recipe.train.torch_compile and not cuda and not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        out.append(Finding("error", "train.torch_compile", "torch.compile on CPU builds C++ kernels and "
+                           "no C compiler (cc, gcc, clang) is on PATH", "install gcc, or set "
+                           "train.torch_compile = false"))
     return out
 
 

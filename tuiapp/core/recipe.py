@@ -41,6 +41,11 @@ class ModelSpec(Section):
     trust_remote_code: bool = Field(
         False, description="Allow the model's own Python code to run. Only for models you trust."
     )
+    attn_implementation: Literal["auto", "sdpa", "flash_attention_2", "eager"] = Field(
+        "auto", description="Attention kernel. 'auto' = flash_attention_2 when the flash_attn package is "
+        "installed and CUDA is there (packed batches then run its variable-length kernel), else sdpa. "
+        "flash_attention_2 needs CUDA, flash_attn and bf16/fp16.",
+    )
 
 
 class DatasetSpec(Section):
@@ -300,6 +305,23 @@ class TrainSpec(Section):
         "apart. 'auto' = on for every method that supports it (not prefix/prompt/ptuning/llama-adapter).",
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations to save memory.")
+    batching: Literal["examples", "tokens"] = Field(
+        "examples", description="'examples' = micro_batch examples per micro batch; 'tokens' = examples "
+        "added to a micro batch until tokens_per_batch is reached (packed in rows of at most max_seq_len, "
+        "attention kept inside each example), so each step does the same amount of work.",
+    )
+    tokens_per_batch: int = Field(
+        0, ge=0, description="batching 'tokens': the token budget of a micro batch per rank "
+        "(0 = micro_batch x max_seq_len).",
+    )
+    liger_kernel: bool = Field(
+        False, description="Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, cross-entropy): less "
+        "activation memory, faster steps. CUDA only; needs the liger-kernel package.",
+    )
+    torch_compile: bool = Field(
+        False, description="Compile the model with torch.compile (inductor; on CPU it needs a C compiler). "
+        "The first steps are slower while it compiles.",
+    )
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
         "auto", description="'auto' = bf16 on CUDA that supports it, else fp16 on CUDA, fp32 on CPU."
     )
@@ -773,6 +795,23 @@ def packing_enabled(recipe: Recipe) -> bool:
     if recipe.train.packing == "auto":
         return recipe.method.kind not in NO_PACKING_KINDS
     return bool(recipe.train.packing)
+
+
+def tokens_per_batch(recipe: Recipe) -> int:
+    """The token budget of a micro batch under batching 'tokens'."""
+    train = recipe.train
+    return train.tokens_per_batch or (train.micro_batch if isinstance(train.micro_batch, int) else 1) \
+        * train.max_seq_len
+
+
+def batching_label(recipe_dict: dict | None) -> str:
+    """'examples' or 'tokens (N per micro batch)' from a run's recorded recipe (run.json's recipe)."""
+    train = (recipe_dict or {}).get("train") or {}
+    if train.get("batching") != "tokens":
+        return "examples"
+    budget = train.get("tokens_per_batch") or (train.get("micro_batch") if isinstance(train.get("micro_batch"), int)
+                                               else 1) * (train.get("max_seq_len") or 0)
+    return f"tokens ({budget} per micro batch)"
 
 
 def uses_adapter(recipe: Recipe) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -53,10 +54,26 @@ def _merge_adapter_folder(path: str, dtype, trust_remote_code: bool):
     return model.merge_and_unload()
 
 
+def attn_implementation(requested: str, precision: str, cuda: bool | None = None) -> str:
+    """model.attn_implementation resolved: 'auto' = flash_attention_2 where it can run (CUDA, the
+    flash_attn package, half precision), so packed batches take its variable-length path; else sdpa."""
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    if requested == "flash_attention_2" and not cuda:
+        raise RecipeError(message="flash_attention_2 needs a CUDA GPU", key="model.attn_implementation",
+                          fix="set model.attn_implementation = 'auto' or 'sdpa'")
+    if requested != "auto":
+        return requested
+    if cuda and precision in ("bf16", "fp16") and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
 def load_model(recipe: Recipe, path: str, precision: str):
     trust = recipe.model.trust_remote_code
     dtype = torch_dtype(precision) if recipe.model.dtype == "auto" else getattr(torch, recipe.model.dtype)
     method = recipe.method
+    attention = attn_implementation(recipe.model.attn_implementation, precision)
     if method.kind == "pretrain":
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
         if method.hidden_size:
@@ -64,10 +81,10 @@ def load_model(recipe: Recipe, path: str, precision: str):
         if method.num_layers:
             config.num_hidden_layers = method.num_layers
         torch.manual_seed(recipe.train.seed)
-        return AutoModelForCausalLM.from_config(config, trust_remote_code=trust)
+        return AutoModelForCausalLM.from_config(config, trust_remote_code=trust, attn_implementation=attention)
     if (Path(path) / "adapter_config.json").exists() or (Path(path) / bottleneck.CONFIG_NAME).exists():
         return _merge_adapter_folder(path, dtype, trust)
-    kwargs = {"dtype": dtype, "trust_remote_code": trust}
+    kwargs = {"dtype": dtype, "trust_remote_code": trust, "attn_implementation": attention}
     if method.kind == "qlora":
         from transformers import BitsAndBytesConfig
 

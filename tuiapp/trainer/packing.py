@@ -6,9 +6,14 @@ kernels that is ideal; with sdpa/eager the row gets a block-diagonal mask, and a
 are packed first-fit-decreasing into rows of at most max_seq_len tokens: position_ids restart at
 each example (transformers keeps packed examples apart from them), the first label of each
 example is -100 as with the flattening collator, and rows end with a padding segment.
+
+Token-budget batches (train.batching = "tokens"): TokenBudgetBatches groups the shuffled examples
+into micro batches of at most a token budget each; the collators above pack each one.
 """
 
 from __future__ import annotations
+
+import random
 
 import torch
 
@@ -57,3 +62,47 @@ class PackedRowsCollator:
             "labels": torch.tensor(labels),
             "position_ids": torch.tensor(positions),
         }
+
+
+def budget_batches(lengths: list[int], budget: int, seed: int) -> list[list[int]]:
+    """Example indices in shuffled order, cut into batches whose lengths sum to at most `budget`
+    (an example longer than the budget gets a batch of its own)."""
+    order = list(range(len(lengths)))
+    random.Random(seed).shuffle(order)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for index in order:
+        if current and used + lengths[index] > budget:
+            batches.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += lengths[index]
+    if current:
+        batches.append(current)
+    return batches
+
+
+class TokenBudgetBatches(torch.utils.data.Sampler):
+    """A rank's micro batches of at most `budget` tokens. Every rank cuts the same batches from the
+    same shuffle (seed + epoch, no communication) and takes every world-th one; the last few
+    batches that would leave ranks uneven are dropped (fewer than `world` per epoch)."""
+
+    def __init__(self, lengths: list[int], budget: int, seed: int, rank: int = 0, world: int = 1):
+        self.lengths, self.budget, self.seed = list(lengths), budget, seed
+        self.rank, self.world = rank, max(1, world)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _mine(self) -> list[list[int]]:
+        batches = budget_batches(self.lengths, self.budget, self.seed + self.epoch)
+        usable = len(batches) - len(batches) % self.world
+        return batches[self.rank:usable:self.world]
+
+    def __iter__(self):
+        return iter(self._mine())
+
+    def __len__(self) -> int:
+        return len(self._mine())

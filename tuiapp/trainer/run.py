@@ -15,7 +15,7 @@ from transformers import Trainer, TrainingArguments
 
 from tuiapp.core import trackers
 from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
-from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, weights_method
+from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
 from tuiapp.trainer import bottleneck, checkpoints, phases, strategies
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.early_stop import early_stopping
@@ -113,6 +113,28 @@ class RunTrainerMixin:
         self._reduce_tokens()
         return super().log(logs, *args, **kwargs)
 
+    token_budget = 0  # train.batching = "tokens": the token budget of a micro batch
+
+    def get_train_dataloader(self):
+        """batching 'tokens': micro batches cut to a token budget, the same on every rank, each rank
+        taking its own (the sharding wrapper accelerate adds is made a passthrough, as the Trainer
+        does for its own rank-aware batch sampler)."""
+        if not self.token_budget:
+            return super().get_train_dataloader()
+        from torch.utils.data import DataLoader
+
+        from tuiapp.trainer.packing import TokenBudgetBatches
+
+        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        sampler = TokenBudgetBatches([len(ids) for ids in dataset["input_ids"]], self.token_budget, self.args.seed,
+                                     rank=self.args.process_index, world=self.args.world_size)
+        loader = self.accelerator.prepare(DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator,
+                                                     num_workers=self.args.dataloader_num_workers))
+        shard = getattr(loader, "batch_sampler", None)
+        if shard is not None and getattr(shard, "batch_sampler", None) is sampler:
+            shard.num_processes, shard.process_index = 1, 0
+        return loader
+
     def _save_checkpoint(self, model, trial):
         self._reduce_tokens()  # the saved state carries the count
         root = Path(self.args.output_dir)
@@ -181,6 +203,8 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         disable_tqdm=True,
         remove_unused_columns=False,
         include_num_input_tokens_seen="non_padding",
+        use_liger_kernel=train.liger_kernel,  # preflight: CUDA and the liger-kernel package
+        torch_compile=train.torch_compile,
         dataloader_num_workers=0,
         save_only_model=False,
         **extra,
@@ -252,6 +276,8 @@ def train(run_dir: Path, resume: bool) -> int:
         callbacks=callbacks,
     )
     trainer.method_kind = recipe.method.kind
+    if recipe.train.batching == "tokens":
+        trainer.token_budget = tokens_per_batch(recipe)
     return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
 
 
