@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tuiapp.core.launcher import torch_extensions_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -27,6 +29,8 @@ def llmtui_cache(tmp_path_factory):
     """Set LLMTUI_TEST_CACHE to reuse one cache across sessions; by default each session starts cold."""
     cache = os.environ.get("LLMTUI_TEST_CACHE") or str(tmp_path_factory.mktemp("llmtui-cache"))
     with pytest.MonkeyPatch.context() as patch:
+        # DeepSpeed's op is built once per environment (the user's llmtui cache), not per session
+        patch.setenv("TORCH_EXTENSIONS_DIR", torch_extensions_dir())
         patch.setenv("LLMTUI_CACHE", cache)
         for var in OFFLINE:
             if var not in os.environ:

@@ -22,6 +22,25 @@ from tuiapp.core.recipe import LaunchSpec
 STOP_GRACE_S = 60.0
 
 
+def torch_extensions_dir(env: dict | None = None) -> str:
+    """Where ranks JIT-build DeepSpeed's ops (TORCH_EXTENSIONS_DIR): the user's setting, else a
+    folder of the llmtui cache per Python environment and torch version. The default
+    (~/.cache/torch_extensions) is shared by every environment, which rebuild the op in turn."""
+    env = os.environ if env is None else env
+    if env.get("TORCH_EXTENSIONS_DIR"):
+        return env["TORCH_EXTENSIONS_DIR"]
+    import hashlib
+    from importlib import metadata
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "none"
+    cache = Path(env.get("LLMTUI_CACHE") or Path.home() / ".cache" / "llmtui")
+    key = hashlib.sha1(f"{sys.prefix}\0{torch_version}".encode()).hexdigest()[:12]
+    return str(cache / "torch_extensions" / key)
+
+
 def plan_ranks(launch: LaunchSpec, cuda_count: int) -> tuple[int, list[int] | None]:
     """How many ranks, and which GPU ids (None = the first N / CPU ranks)."""
     gpus = launch.gpus

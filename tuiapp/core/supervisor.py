@@ -81,6 +81,7 @@ class Supervisor:
         env["PYTHONUNBUFFERED"] = "1"
         env["LLMTUI_RUN_DIR"] = str(self.run.path)
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env["TORCH_EXTENSIONS_DIR"] = launcher.torch_extensions_dir(env)
         if "OMP_NUM_THREADS" not in env:
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks))
         return env
