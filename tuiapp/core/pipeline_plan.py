@@ -214,6 +214,9 @@ def rules(recipe: Recipe, world: int | None = None) -> list[Finding]:
                            "stages (ranks = stages x replicas)",
                            f"set launch.gpus to a multiple of {p}, or launch.pipeline_stages to a divisor of "
                            f"{ranks}"))
+    if train.precision == "fp16":
+        out.append(Finding("error", "train.precision", "fp16 needs a loss scaler, which the pipeline's loop does "
+                           "not run", "set train.precision = 'bf16' (or 'auto' / 'fp32')"))
     if train.early_stopping_patience:
         out.append(Finding("error", "train.early_stopping_patience", "early stopping is not available with "
                            "strategy 'pipeline'", "set train.early_stopping_patience = 0"))

@@ -21,7 +21,6 @@ import math
 import os
 import shutil
 import socket
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,7 +31,6 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from transformers.trainer_pt_utils import get_parameter_names
 
-from tuiapp.core.metrics import JsonlWriter
 from tuiapp.core.pipeline_plan import split_layers
 from tuiapp.core.recipe import Recipe, parse_recipe
 from tuiapp.trainer import checkpoints, phases
@@ -76,6 +74,19 @@ def _device() -> torch.device:
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
+
+
+def _precision(recipe: Recipe) -> str:
+    """bf16 autocast on CUDA that supports it (train.precision 'auto' or 'bf16'), else fp32."""
+    requested = recipe.train.precision
+    cuda = torch.cuda.is_available()
+    if requested in ("bf16", "fp16") and not cuda:
+        raise RuntimeError(f"train.precision = '{requested}' needs CUDA; set it to 'fp32' or 'auto'")
+    if requested == "bf16" and not torch.cuda.is_bf16_supported():
+        raise RuntimeError("train.precision = 'bf16' needs a GPU with bf16; set it to 'fp32' or 'auto'")
+    if requested in ("auto", "bf16") and cuda and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "fp32"
 
 
 def _optimizer(stage: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
@@ -191,6 +202,9 @@ class PipelineRun:
                                self.tokenizer.pad_token_id)
         train = recipe.train
         self.max_steps = train.max_steps or math.ceil(train.epochs * self.batches.steps_per_epoch)
+        last = self._resume_state() if self.resume else None
+        if self.topo.rank == 0:
+            checkpoints.clear_staging(self.ckpt_root)
         transformers.set_seed(train.seed)
         phases.enter("loading model")
         model = load_model(recipe, model_path, "fp32")
@@ -199,35 +213,43 @@ class PipelineRun:
         model.train()
         self.config = model.config
         self.split = split_layers(model.config.to_dict(), self.topo.stages)
-        self.total_params = sum(p.numel() for p in model.parameters())
+        self.recorder.on_train_begin(self._args(), self._state(), None, model=model)  # the whole model's size
+        self.recorder.event(self._state(), {
+            "event": "pipeline", "step": self.step_count, "stages": self.topo.stages, "replicas": self.topo.replicas,
+            "microbatches": recipe.launch.microbatches, "schedule": recipe.launch.pipeline_schedule,
+            "split": [[s.first_layer, s.last_layer, s.params] for s in self.split],
+        })
         self.stage = cut(model, self.topo.stages, self.topo.stage).to(self.device)
+        self.stage.autocast = torch.bfloat16 if _precision(recipe) == "bf16" else None
         del model
         self.optimizer = _optimizer(self.stage, recipe)
         self.scheduler = _scheduler(self.optimizer, recipe, self.max_steps)
+        if last is not None:
+            weights = stage_ckpt.load_stage(stage_ckpt.stage_dir(last, self.topo.stage), self.optimizer,
+                                            self.scheduler)
+            load_hf_state_dict(self.stage, weights)
         self.loss = CausalLoss()
         pipe = PipelineStage(self.stage, self.topo.stage, self.topo.stages, self.device, group=self.topo.pp_group)
         kind = ScheduleGPipe if recipe.launch.pipeline_schedule == "gpipe" else Schedule1F1B
         self.schedule = kind(pipe, recipe.launch.microbatches, loss_fn=self.loss, scale_grads=False)
-        if self.resume:
-            self._load_checkpoint()
 
-    def _load_checkpoint(self) -> None:
+    def _resume_state(self) -> Path | None:
+        """The last complete checkpoint (its step and tokens taken, later metric rows dropped), or None."""
         last = checkpoints.last_checkpoint(self.ckpt_root)
         if last is None:
-            return
+            return None
         state = stage_ckpt.read_state(last)
         if state.get("pipeline_stages") != self.topo.stages:
             raise RuntimeError(f"{last.name} was saved with {state.get('pipeline_stages')} pipeline stages, the "
                                f"recipe asks for {self.topo.stages}; resume with launch.pipeline_stages = "
                                f"{state.get('pipeline_stages')}")
-        weights = stage_ckpt.load_stage(stage_ckpt.stage_dir(last, self.topo.stage), self.optimizer, self.scheduler)
-        load_hf_state_dict(self.stage, weights)
         self.step_count = int(state["global_step"])
         self.tokens_seen = int(state.get("num_input_tokens_seen", 0))
         if self.topo.rank == 0:
             from tuiapp.trainer.run import _trim_metrics
 
             _trim_metrics(self.run_dir, self.step_count)
+        return last
 
     # ------------------------------------------------------------ the recorder's view
 
@@ -240,23 +262,6 @@ class PipelineRun:
         # samples per step = train_batch_size x world_size in RunRecorder: micro_batch x grad_accum per replica
         rows = self.batches.rows() * self.topo.replicas / self.topo.world
         return SimpleNamespace(world_size=self.topo.world, train_batch_size=rows, device=self.device)
-
-    def _started(self) -> None:
-        """RunRecorder.on_train_begin's work, with the whole model's parameter count and the split."""
-        phases.enter("first step")
-        recorder = self.recorder
-        recorder._last_time, recorder._last_tokens, recorder._last_step = time.time(), self.tokens_seen, self.step_count
-        if self.topo.rank == 0:
-            recorder.metrics = JsonlWriter(self.run_dir / "metrics.jsonl")
-            recorder.events = JsonlWriter(self.run_dir / "events.jsonl")
-            recorder.events.write({
-                "event": "started", "step": self.step_count, "max_steps": self.max_steps,
-                "world_size": self.topo.world, "params": self.total_params, "trainable_params": self.total_params,
-                "device": str(self.device), "strategy": "pipeline", "pipeline_stages": self.topo.stages,
-                "replicas": self.topo.replicas, "microbatches": self.recipe.launch.microbatches,
-                "schedule": self.recipe.launch.pipeline_schedule,
-                "split": [[s.first_layer, s.last_layer, s.params] for s in self.split],
-            })
 
     # ------------------------------------------------------------ one step
 
@@ -411,10 +416,6 @@ class PipelineRun:
     def run(self) -> int:
         self.setup()
         train = self.recipe.train
-        if self.topo.rank == 0:
-            checkpoints.clear_staging(self.ckpt_root)
-        dist.barrier()
-        self._started()
         while self.step_count < self.max_steps:
             loss, grad_norm, tokens, lr = self.train_step()
             self.step_count += 1

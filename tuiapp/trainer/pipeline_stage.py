@@ -34,8 +34,14 @@ class DecoderStage(nn.Module):
         self.rotary_emb = base.rotary_emb
         self.norm = base.norm if self.is_last else None
         self.lm_head = model.lm_head if self.is_last else None
+        self.autocast: torch.dtype | None = None  # bf16 on CUDA: fp32 master weights, bf16 compute
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=inputs.device.type, dtype=self.autocast or torch.bfloat16,
+                            enabled=self.autocast is not None):
+            return self._forward(inputs)
+
+    def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
         hidden = self.embed_tokens(inputs) if self.is_first else inputs
         position_ids = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
         mask = create_causal_mask(config=self.config, inputs_embeds=hidden, attention_mask=None,
