@@ -81,6 +81,10 @@ def test_data_shows_examples_as_trained(tmp_path):
         assert len(row["input_ids"]) == len(row["labels"])
         assert -100 in row["labels"] and any(label != -100 for label in row["labels"])
         assert "<|im_start|>assistant" in row["text"]
+        # the mask as decoded runs (what the TUI's data tab marks): the prompt masked, the answer trained
+        assert "".join(s["text"] for s in row["segments"]) == row["text"]
+        assert [s["trained"] for s in row["segments"]][:2] == [False, True]
+        assert row["segments"][0]["text"].startswith("<|im_start|>user")
     plain = llmtui("data", "recipes/tiny-lora.toml", "--show", "1", runs_dir=tmp_path)
     assert "⟦" in plain.stdout and "trained" in plain.stdout
 

@@ -6,13 +6,16 @@ import asyncio
 import json
 
 import pytest
-from textual.widgets import Select, Static
+from textual.command import CommandPalette
+from textual.widgets import Select, Static, TabbedContent, TextArea
 from ui_fixtures import screen_text, test_app, wait_for
 
 from tuiapp.core import checks
 from tuiapp.core.recipe import load_recipe
 from tuiapp.core.runs import RunStore
+from tuiapp.ui.messages import ModelsFound
 from tuiapp.ui.screens.confirm import ConfirmScreen
+from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen
 
 
@@ -55,7 +58,7 @@ def test_fill_form_and_save_gives_a_valid_recipe(tmp_path):
             await type_into(pilot, "f-train--learning-rate", "5e-4")
             await type_into(pilot, "f-train--max-seq-len", "64")
             prompts = screen.query_one("#f-train--sample-prompts")  # long text: pasted, not typed
-            prompts.value = '["What is the capital of France?"]'
+            prompts.text = "What is the capital of France?"
             screen.query_one("#f-train--scheduler", Select).value = "linear"
             await settled(pilot, screen)
             assert "✓ valid" in str(screen.query_one("#ne-verdict", Static).render())
@@ -133,6 +136,7 @@ def test_clone_prefills_the_form(runs_root, tmp_path):
             await wait_for(pilot, lambda: app.screen.summarized, what="home")
             await pilot.press("end", "up", "e")  # the second oldest run: baseline
             assert isinstance(app.screen, NewExperimentScreen)
+            await pilot.pause()
             values = app.screen.collect()
             assert values["name"] == "baseline" and values["train.max_steps"] == "40"
             assert values["train.learning_rate"] == "0.01" and values["train.eval_steps"] == "10"
@@ -149,7 +153,7 @@ def test_narrow_form_toggles_the_side_panes(tmp_path):
         async with app.run_test(size=(80, 24)) as pilot:
             screen = await open_form(pilot)
             assert not screen.query_one("#ne-side").display
-            await pilot.press("ctrl+o")
+            await pilot.press("ctrl+t")
             assert screen.query_one("#ne-side").display and not screen.query_one("#ne-form").display
             await pilot.pause()
             assert "ok" in screen_text(app)
@@ -157,5 +161,192 @@ def test_narrow_form_toggles_the_side_panes(tmp_path):
             assert screen.query_one("#ne-form").display
             await pilot.press("escape")
             assert not isinstance(app.screen, NewExperimentScreen)
+
+    asyncio.run(scenario())
+
+
+SIZES = [(80, 24), (120, 36)]
+IDS = ["80x24", "120x36"]
+
+
+def text_of(screen, selector: str) -> str:
+    content = screen.query_one(selector, Static).render()
+    return getattr(content, "plain", str(content))
+
+
+def in_view(screen, widget) -> bool:
+    return widget.region.height > 0 and screen.query_one("#ne-form").region.contains_region(widget.region)
+
+
+@pytest.mark.slow  # the form's Pilot tests take seconds each on 2 busy cores
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_keyboard_focus_help_line_and_name_message(tmp_path, size):
+    """Focus starts on the name, every tab lands on a field that shows, the focused field's label
+    is an accent tab and its description is in the help line; a bad name reads as words."""
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_form(pilot)
+            await pilot.pause()
+            assert app.focused.id == "f-name" and in_view(screen, app.focused)
+            assert text_of(screen, "#ne-help").startswith("name — Run name")
+            labels = {label.parent.spec.key: label for label in screen.query(".field-label") if hasattr(label.parent, "spec")}
+            assert labels["name"].styles.background != labels["description"].styles.background  # the focus ring
+            seen = set()
+            for _ in range(40 if size[1] < 30 else 20):
+                await pilot.press("tab")
+                focused = app.focused
+                assert focused is not None and in_view(screen, focused), (focused, focused.region)
+                seen.add(focused.id)
+                spec = next((s for s in screen.specs.values() if s.widget_id == focused.id), None)
+                if spec is not None:
+                    assert text_of(screen, "#ne-help").startswith(f"{spec.key} — ")
+            assert {"f-train--learning-rate", "method-kind", "pick-model"} <= seen
+            await type_into(pilot, "f-name", "my run!")
+            await settled(pilot, screen)
+            verdict = text_of(screen, "#ne-verdict")
+            assert "'my run!' is not a valid name" in verdict and "^[" not in text_of(screen, "#ne-checks")
+            assert "letters, digits" in text_of(screen, "#ne-checks")
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_list_fields_take_one_item_per_line_and_evals_hold_out_data(tmp_path, size):
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_form(pilot)
+            prompts = screen.query_one("#f-train--sample-prompts", TextArea)
+            prompts.focus()
+            await pilot.press(*"Hi there", "enter", *"What is 2+2?")
+            assert in_view(screen, prompts)
+            assert "one item per line" in text_of(screen, "#ne-help")
+            await type_into(pilot, "f-method--target-modules", "")  # a TextArea too: one module per line
+            targets = screen.query_one("#f-method--target-modules", TextArea)
+            targets.text = "q_proj\nv_proj"
+            await settled(pilot, screen)
+            recipe = screen.last_check.check.recipe
+            assert recipe is not None, text_of(screen, "#ne-checks")
+            assert recipe.train.sample_prompts == ["Hi there", "What is 2+2?"]
+            assert recipe.method.target_modules == ["q_proj", "v_proj"]
+            assert recipe.dataset.eval_split == 0.05  # prompts are answered at evals: data is held out
+            assert "5% held out for eval" in text_of(screen, "#ne-verdict")
+            assert "5% of the training data is held out" in text_of(screen, "#ne-checks")
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_esc_and_q_ask_before_dropping_edits(tmp_path, size):
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_form(pilot)
+            await pilot.press("escape")  # no edits: straight back
+            assert isinstance(app.screen, HomeScreen)
+            screen = await open_form(pilot)
+            await type_into(pilot, "f-name", "edited")
+            await pilot.press("escape")
+            assert isinstance(app.screen, ConfirmScreen) and "Drop the edits" in screen_text(app)
+            await pilot.press("n")
+            assert app.screen is screen and screen.collect()["name"] == "edited"
+            screen.query_one("#method-kind").focus()  # not a text box: q is the app's quit key
+            await pilot.press("q")
+            assert isinstance(app.screen, ConfirmScreen) and "Quit and drop the edits" in screen_text(app)
+            await pilot.press("n")
+            assert app.screen is screen and app.is_running
+            await pilot.press("escape", "y")
+            assert isinstance(app.screen, HomeScreen)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_ctrl_o_opens_a_recipe_or_preset_by_fuzzy_search(tmp_path, size):
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "mine.toml").write_text('name = "mine"\n[method]\nkind = "ia3"\n[train]\nmax_steps = 7\n',
+                                                    encoding="utf-8")
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await open_form(pilot)
+            await pilot.press("ctrl+o")
+            await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the picker")
+            await pilot.press(*"tinydpo")
+            await wait_for(pilot, lambda: "preset tiny-dpo" in screen_text(app), what="the fuzzy match")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, NewExperimentScreen) and app.screen.sub_title == "preset tiny-dpo",
+                           what="the preset in the form")
+            form = app.screen
+            assert form.kind == "dpo" and form.collect()["name"] == "tiny-dpo"
+            await pilot.pause()
+            await type_into(pilot, "f-description", "changed")
+            await pilot.press("ctrl+o")
+            await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the picker")
+            await pilot.press(*"recipes/mine")
+            await wait_for(pilot, lambda: "recipes/mine.toml" in screen_text(app), what="the user's recipe")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question about the edits")
+            await pilot.press("y")
+            await wait_for(pilot, lambda: isinstance(app.screen, NewExperimentScreen) and app.screen.kind == "ia3",
+                           what="the recipe in the form")
+            assert app.screen.collect()["train.max_steps"] == "7"
+            await pilot.press("escape")  # opened, not edited: no question
+            assert isinstance(app.screen, HomeScreen)
+
+    asyncio.run(scenario())
+
+
+def test_found_list_filters_as_you_type(tmp_path):
+    names = ["tiny", "Qwen/Qwen2.5-0.5B", *(f"run:exp-{i:05d}" for i in range(10_000))]
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_form(pilot)
+            screen.post_message(ModelsFound(names))
+            await wait_for(pilot, lambda: len(screen.model_names) == len(names), what="the candidates")
+            pick = screen.query_one("#pick-model", Select)
+            assert len(pick._options) <= 41 and pick.prompt.endswith("of 10002…")  # not 10,000 run: entries
+            await type_into(pilot, "f-model--name", "exp-0999")
+            await pilot.pause()
+            shown = [option[1] for option in pick._options if option[1] is not Select.NULL]
+            assert shown[:10] == [f"run:exp-{i:05d}" for i in range(9990, 10_000)]  # containing it, then fuzzy ones
+            assert pick.prompt == f"{len(shown)} of 10002…" and len(shown) < 41
+            await type_into(pilot, "f-model--name", "qwen")
+            await pilot.pause()
+            assert [o[1] for o in pick._options if o[1] is not Select.NULL] == ["Qwen/Qwen2.5-0.5B"]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow  # tokenizes in a child process (torch import): ~10 s on 2 cores
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_data_tab_shows_the_examples_as_the_trainer_sees_them(tmp_path, size):
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_form(pilot)
+            if size[0] < 120:
+                await pilot.press("ctrl+t")
+            screen.query_one("#ne-side", TabbedContent).active = "tab-data"
+            await wait_for(pilot, lambda: "— example 1" in text_of(screen, "#ne-trainer-view"), timeout=120,
+                           what="the chat examples")
+            view = screen.query_one("#ne-trainer-view", Static).render()
+            assert "⟦<|im_start|>user" in view.plain  # the prompt: masked (-100)
+            trained = [view.plain[s.start:s.end] for s in view.spans if "green" in str(s.style)]
+            assert any("<|im_end|>" in t for t in trained[1:]) and not any("<|im_start|>user" in t for t in trained)
+            screen.query_one("#method-kind", Select).value = "pretrain"
+            await pilot.pause()
+            screen.set_field("dataset.name", "demo:text")
+            await wait_for(pilot, lambda: "— block 1" in text_of(screen, "#ne-trainer-view"), timeout=120,
+                           what="the pretrain blocks")
+            text = text_of(screen, "#ne-trainer-view")
+            assert "every token trained" in text and "(all)" in text and "⟦" not in text.split("— block 1")[1]
 
     asyncio.run(scenario())

@@ -13,6 +13,24 @@ from tuiapp.core.recipe import load_recipe
 MASK = -100
 
 
+def segments(example: dict, tokenizer) -> list[dict]:
+    """The sequence as runs of trained and masked (label -100) tokens, each decoded:
+    [{"text": ..., "trained": bool}, ...] (what the UI marks without a tokenizer of its own)."""
+    out: list[dict] = []
+    run: list[int] = []
+    trained = None
+    for token, label in zip(example["input_ids"], example["labels"], strict=True):
+        now = label != MASK
+        if run and now != trained:
+            out.append({"text": tokenizer.decode(run), "trained": trained})
+            run = []
+        run.append(token)
+        trained = now
+    if run:
+        out.append({"text": tokenizer.decode(run), "trained": trained})
+    return out
+
+
 def render(example: dict, tokenizer) -> str:
     """Trained tokens as they are, masked ones dimmed inside ⟦…⟧."""
     out, masked_run, trained_run = [], [], []
@@ -97,11 +115,13 @@ def _counts(example: dict) -> str:
 
 
 def _json_example(example: dict, tokenizer) -> dict:
-    """input_ids, labels and text; a pair adds its rejected sequence, unpaired feedback its label."""
+    """input_ids, labels, text and its trained/masked segments; a pair adds its rejected
+    sequence, unpaired feedback its label."""
     out = {
         "input_ids": list(example["input_ids"]),
         "labels": list(example["labels"]),
         "text": example.get("text") or tokenizer.decode(example["input_ids"]),
+        "segments": segments(example, tokenizer),
     }
     if "rejected" in example:
         out["rejected"] = _json_example(example["rejected"], tokenizer)

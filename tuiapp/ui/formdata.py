@@ -41,7 +41,7 @@ BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 class FieldSpec:
     key: str  # dotted path, e.g. "train.learning_rate"
     name: str
-    kind: str  # "choice" | "bool" | "int" | "float" | "text" | "toml"
+    kind: str  # "choice" | "bool" | "int" | "float" | "text" | "lines" (a list, one item per line) | "toml"
     default: Any
     description: str = ""
     choices: list[Any] = field(default_factory=list)
@@ -55,8 +55,33 @@ class FieldSpec:
         return "f-" + self.key.replace(".", "--").replace("_", "-")
 
 
+def _scalar_list(annotation: Any) -> list[Any] | None:
+    """The choices of a list of strings (empty: any string), or None when it is not one."""
+    if typing.get_origin(annotation) is not list:
+        return None
+    (item,) = typing.get_args(annotation) or (None,)
+    if item is str:
+        return []
+    if typing.get_origin(item) is Literal:
+        return list(typing.get_args(item))
+    return None
+
+
 def _kind(annotation: Any) -> tuple[str, list[Any]]:
+    """The input kind of an annotation, and its choices. A list of strings (or a list, or one
+    word such as 'all-linear') is "lines": one item per line; its choices are the item choices,
+    or the one words it may be instead."""
     origin = typing.get_origin(annotation)
+    items = _scalar_list(annotation)
+    if items is not None:
+        return "lines", items
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        lists = [_scalar_list(a) for a in args]
+        words = [v for a in args if typing.get_origin(a) is Literal for v in typing.get_args(a)]
+        if any(choices == [] for choices in lists) and all(
+                lists[i] is not None or typing.get_origin(a) is Literal for i, a in enumerate(args)):
+            return "lines", words
     if origin is Literal:
         return "choice", list(typing.get_args(annotation))
     if annotation is bool:
@@ -133,6 +158,10 @@ def toml_value(value: Any) -> str:
 def to_text(spec: FieldSpec, value: Any) -> str:
     if spec.kind in ("choice", "bool"):
         return choice_text(value)
+    if spec.kind == "lines":
+        if isinstance(value, (list, tuple)):
+            return "\n".join(str(v) for v in value)
+        return "" if value is None else str(value)
     if spec.kind == "toml":
         if value is None:
             return ""
@@ -169,6 +198,8 @@ def from_text(spec: FieldSpec, text: str) -> Any:
             return text
     if spec.kind == "text":
         return text
+    if spec.kind == "lines":
+        return _lines(spec, stripped)
     if not stripped:
         if isinstance(spec.default, (dict, list)):
             return type(spec.default)()
@@ -177,6 +208,22 @@ def from_text(spec: FieldSpec, text: str) -> Any:
         return tomllib.loads(f"v = {stripped}")["v"]
     except tomllib.TOMLDecodeError:
         return stripped
+
+
+def _lines(spec: FieldSpec, text: str) -> Any:
+    """One item per line; a TOML array ([...]) is read as one; a single line that is one of the
+    words the field may be instead of a list ('all-linear') is that word."""
+    if text.startswith("["):
+        try:
+            return tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            pass
+    items = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(items) == 1 and isinstance(spec.default, str) and items[0] in spec.choices:
+        return items[0]
+    if not items and isinstance(spec.default, str):
+        return OMIT  # the schema's default word
+    return items
 
 
 def values_from_recipe(recipe: Recipe) -> dict[str, str]:

@@ -1,8 +1,15 @@
-"""Text of the dataset preview pane (pure)."""
+"""Text of the dataset preview pane: the records as read (core, in-process), and the examples as
+the trainer tokenizes them for the method (`llmtui data --json` in a child process: no torch here)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.text import Text
 
 MAX_FIELD = 300
 
@@ -42,3 +49,91 @@ def dataset_preview(name: str, info, error: str | None) -> str:
         else:
             lines.append(f"  {_short(example)}")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- as the trainer sees it
+
+TRAINER_VIEW_SHOW = 2  # examples shown
+MAX_SEGMENT = 600  # characters of one trained or masked run shown (a pretrain block is long)
+TRAINED_STYLE = "bold green"
+MASKED_STYLE = "dim"
+
+
+def read_trainer_view(recipe_toml: str, base_dir: Path, show: int = TRAINER_VIEW_SHOW,
+                      timeout_s: float = 180.0) -> tuple[list[dict] | None, str | None]:
+    """The first examples as the trainer tokenizes them for this recipe: `llmtui data --json` in a
+    child process (torch and the tokenizer stay out of the UI). (examples, None) or (None, error)."""
+    with tempfile.TemporaryDirectory(prefix="llmtui-preview-") as folder:
+        path = Path(folder) / "recipe.toml"
+        path.write_text(recipe_toml, encoding="utf-8")
+        try:
+            done = subprocess.run([sys.executable, "-m", "tuiapp.trainer.preview", str(path), "--json", "--show", str(show)],
+                                  cwd=base_dir, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return None, f"the tokenizer took over {timeout_s:.0f} s; `llmtui data RECIPE` shows the examples"
+        except OSError as exc:
+            return None, f"cannot run the preview: {exc}"
+    try:
+        document = json.loads(done.stdout)
+    except ValueError:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"preview failed: {tail}"
+    if isinstance(document, dict) and "error" in document:
+        error = document["error"]
+        return None, error.get("message", "error") + (f"\n  fix: {error['fix']}" if error.get("fix") else "")
+    return (document if isinstance(document, list) else []), None
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_SEGMENT else text[: MAX_SEGMENT // 2] + " … " + text[-MAX_SEGMENT // 2:]
+
+
+def _sequence(out: Text, example: dict) -> None:
+    segments = example.get("segments") or [{"text": example.get("text", ""), "trained": True}]
+    for segment in segments:
+        if segment.get("trained"):
+            out.append(_clip(segment.get("text", "")), style=TRAINED_STYLE)
+        else:
+            out.append("⟦" + _clip(segment.get("text", "")) + "⟧", style=MASKED_STYLE)
+    out.append("\n")
+
+
+def _counts(example: dict) -> str:
+    labels = example.get("labels") or []
+    trained = sum(1 for label in labels if label != -100)
+    return f"{len(labels)} tokens, {trained} trained" + ("" if trained < len(labels) else " (all)")
+
+
+def trainer_view_text(kind: str, examples: list[dict] | None, error: str | None = None) -> Text:
+    """The examples as the trainer sees them for the method: pretrain text blocks, or chat
+    sequences with the trained tokens marked and the masked ones (label -100) dim inside ⟦ ⟧."""
+    out = Text()
+    out.append(f"as the trainer sees it ({kind})\n", style="bold")
+    if error:
+        out.append(error + "\n")
+        return out
+    if examples is None:
+        out.append("tokenizing the first examples… (`llmtui data RECIPE` in a child process)\n", style=MASKED_STYLE)
+        return out
+    if kind == "pretrain":
+        out.append("text blocks cut at max_seq_len; every token trained\n", style=MASKED_STYLE)
+    else:
+        out.append("trained tokens ", style=MASKED_STYLE)
+        out.append("bright", style=TRAINED_STYLE)
+        out.append(" · masked (label -100) ", style=MASKED_STYLE)
+        out.append("⟦dim⟧", style=MASKED_STYLE)
+        out.append("\n")
+    if not examples:
+        out.append("no examples\n")
+    for index, example in enumerate(examples, start=1):
+        what = "block" if kind == "pretrain" else "pair" if "rejected" in example else "example"
+        label = f", label {str(example['label']).lower()}" if "label" in example else ""
+        out.append(f"\n— {what} {index} · {_counts(example)}{label}\n", style="bold")
+        if "rejected" in example:
+            out.append("chosen: ", style="italic")
+            _sequence(out, example)
+            out.append(f"rejected ({_counts(example['rejected'])}): ", style="italic")
+            _sequence(out, example["rejected"])
+        else:
+            _sequence(out, example)
+    return out

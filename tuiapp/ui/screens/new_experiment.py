@@ -1,39 +1,77 @@
 """New experiment: a form generated from the recipe schema, validated live with the messages of
-`llmtui validate`, a memory estimate, a dataset preview and the TOML; save or launch."""
+`llmtui validate`, a memory estimate, a dataset preview (as the trainer sees it) and the TOML;
+open a recipe or preset, save or launch.
+
+Keyboard first: the focused field's description is always in the help line under the form,
+enter moves to the next field, esc asks before it drops edits, and ctrl+o opens any recipe."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.command import SimpleCommand
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
+from textual.suggester import SuggestFromList
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Input, Select, Static, TabbedContent, TabPane
+from textual.widget import Widget
+from textual.widgets import Footer, Header, Input, Select, Static, TabbedContent, TabPane, TextArea
 
 from tuiapp.core.errors import UserError
-from tuiapp.core.recipe import METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe
+from tuiapp.core.recipe import METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe, load_recipe
 from tuiapp.core.runs import RunStore
 from tuiapp.ui import actions, formdata
-from tuiapp.ui.candidates import DEMO_DATASETS, local_datasets, model_candidates
+from tuiapp.ui.candidates import (
+    DEMO_DATASETS,
+    RecipeChoice,
+    filter_models,
+    local_datasets,
+    model_candidates,
+    recipe_choices,
+)
+from tuiapp.ui.footer_keys import footer_by_priority
 from tuiapp.ui.messages import ActionFailed, DatasetInspected, ModelsFound, RecipeChecked, RunLaunched
-from tuiapp.ui.preview import dataset_preview
-from tuiapp.ui.widgets.form import FieldRow, FormSection, read_value, set_value
+from tuiapp.ui.preview import dataset_preview, read_trainer_view, trainer_view_text
+from tuiapp.ui.widgets.form import FieldRow, FormSection, field_help, read_value, set_value
 from tuiapp.ui.worker_errors import reports_errors
 
 CHECK_DELAY_S = 0.25
+TRAINER_VIEW_DELAY_S = 1.0  # the trainer's view costs a child process: only once typing pauses
+PICK_HELP = {
+    "pick-model": "Models found here: the bundled one, the HF cache's, run:NAME of succeeded runs. Typing in "
+                  "the model box filters this list.",
+    "pick-data": "Demo datasets and the data files in ./data.",
+    "method-kind": "The training method; its own fields follow. " + " · ".join(
+        f"{k}: {METHOD_MODELS[k].model_fields['kind'].description}" for k in METHOD_KINDS[:4]) + " …",
+}
+
+
+class TrainerViewRead(Message):
+    """The examples as the trainer tokenizes them for a recipe (or why not)."""
+
+    def __init__(self, toml: str, kind: str, examples: list[dict] | None, error: str | None) -> None:
+        super().__init__()
+        self.toml = toml
+        self.kind = kind
+        self.examples = examples
+        self.error = error
 
 
 class NewExperimentScreen(Screen):
     BINDINGS = [
         Binding("ctrl+s", "save", "Save", tooltip="Write recipes/NAME.toml"),
         Binding("ctrl+r", "launch", "Launch", tooltip="Create the run, start it and follow it"),
-        Binding("ctrl+o", "toggle_side", "Checks", tooltip="Show the checks, estimate, TOML and data panes"),
+        Binding("ctrl+o", "open_recipe", "Open", tooltip="Open a recipe of recipes/ or a preset (fuzzy search) "
+                "into the form"),
+        Binding("ctrl+t", "toggle_side", "Checks", tooltip="Show the checks, estimate, TOML and data panes"),
         Binding("ctrl+n", "next_tab", "Next tab", tooltip="Next of checks / estimate / TOML / data"),
-        Binding("escape", "back", "Back", tooltip="Back to the previous screen"),
+        Binding("escape", "back", "Back", tooltip="Back to the previous screen (asks first when there are edits)"),
     ]
+    FOOTER_PRIORITY = ["save", "launch", "open_recipe", "back", "help", "toggle_side", "next_tab"]
 
     def __init__(self, recipe: Recipe | None = None, title: str = "New experiment") -> None:
         super().__init__()
@@ -45,8 +83,17 @@ class NewExperimentScreen(Screen):
         self.saved_path: Path | None = None
         self.launching = False
         self.sub_title = title
+        self.model_names: list[str] = []
+        self.pristine: tuple[str, dict[str, str]] | None = None  # the form as opened or last saved
+        self.trainer_view: TrainerViewRead | None = None
         self._timer: Timer | None = None
         self._data_timer: Timer | None = None
+        self._view_timer: Timer | None = None
+        self._last_form_focus: Widget | None = None
+
+    @property
+    def active_bindings(self):
+        return footer_by_priority(self.app, super().active_bindings, self.FOOTER_PRIORITY, self.size.width)
 
     # ------------------------------------------------------------ layout
 
@@ -62,11 +109,11 @@ class NewExperimentScreen(Screen):
             with VerticalScroll(id="ne-form"):
                 yield FormSection("Run", *[self._row(k) for k in ("name", "description")])
                 pick_model = Select([], prompt="found…", compact=True, id="pick-model", classes="field-pick")
-                pick_model.tooltip = "Models found: bundled, earlier runs (run:NAME), the HF cache"
+                pick_model.tooltip = PICK_HELP["pick-model"]
                 yield FormSection("Model", self._row("model.name", pick_model), *self._rows("model"))
                 datasets = DEMO_DATASETS + local_datasets(self.app.config.base_dir)
                 pick_data = Select([(d, d) for d in datasets], prompt="pick…", compact=True, id="pick-data", classes="field-pick")
-                pick_data.tooltip = "Demo datasets and files in ./data"
+                pick_data.tooltip = PICK_HELP["pick-data"]
                 yield FormSection("Dataset", self._row("dataset.name", pick_data), *self._rows("dataset"))
                 kind = Select([(k, k) for k in METHOD_KINDS], value=self.kind, allow_blank=False, compact=True, id="method-kind", classes="field-input")
                 kind.tooltip = "\n".join(f"{k}: {METHOD_MODELS[k].model_fields['kind'].description}" for k in METHOD_KINDS)
@@ -87,15 +134,45 @@ class NewExperimentScreen(Screen):
                 with TabPane("TOML", id="tab-toml"):
                     yield VerticalScroll(Static("", id="ne-toml", markup=False))
                 with TabPane("Data", id="tab-data"):
-                    yield VerticalScroll(Static("", id="ne-data", markup=False))
+                    with VerticalScroll():
+                        yield Static("", id="ne-trainer-view", markup=False)
+                        yield Static("", id="ne-data", markup=False)
+        yield Static("", id="ne-help", markup=False)
         yield Static("", id="ne-verdict", markup=False)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        self.pristine = (self.kind, self.collect())
         self.find_models()
         self.schedule_check(now=True)
         self.schedule_dataset(now=True)
         self.query_one("#f-name").focus()
+
+    def on_resize(self) -> None:
+        self.refresh_bindings()
+
+    # ------------------------------------------------------------ focus: help line, enter, visible focus
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        widget = event.widget
+        if self.query_one("#ne-form") in widget.ancestors:
+            self._last_form_focus = widget
+            widget.scroll_visible(animate=False)  # never a focused field below the fold
+        self.query_one("#ne-help", Static).update(self.help_for(widget))
+
+    def help_for(self, widget: Widget) -> str:
+        """The help line of a widget: its field's description, default and how to fill it."""
+        widget_id = widget.id or ""
+        if widget_id in PICK_HELP:
+            return PICK_HELP[widget_id]
+        for spec in self.specs.values():
+            if spec.widget_id == widget_id:
+                return field_help(spec)
+        return "tab / shift+tab: next / previous field · ctrl+o open a recipe · ? every key"
+
+    @on(Input.Submitted, ".field-input")
+    def next_field(self) -> None:
+        self.focus_next()
 
     # ------------------------------------------------------------ values
 
@@ -109,15 +186,29 @@ class NewExperimentScreen(Screen):
     def set_field(self, key: str, text: str) -> None:
         set_value(self.query_one(f"#{self.specs[key].widget_id}"), text)
 
+    def has_edits(self) -> bool:
+        """Whether the form differs from the recipe it opened with (or last saved)."""
+        return self.pristine is not None and (self.kind, self.collect()) != self.pristine
+
+    def quit_question(self) -> str | None:
+        """The question the app asks before q quits from here (None: quit at once)."""
+        return "Quit and drop the edits of this form?" if self.has_edits() else None
+
     @on(Input.Changed, ".field-input")
     @on(Select.Changed, ".field-input")
+    @on(TextArea.Changed, ".field-input")
     def field_changed(self, event) -> None:
         widget_id = event.control.id or ""
         if widget_id == "method-kind":
             return
+        if isinstance(event.control, TextArea) and event.control.has_focus:
+            event.control.scroll_visible(animate=False)  # a list that grew a line stays in view
         self.schedule_check()
         if widget_id.startswith("f-dataset--"):
             self.schedule_dataset()
+        if widget_id == self.specs["model.name"].widget_id:
+            self.show_models(read_value(event.control))
+        self.schedule_trainer_view()
 
     @on(Select.Changed, "#method-kind")
     async def kind_changed(self, event: Select.Changed) -> None:
@@ -134,6 +225,7 @@ class NewExperimentScreen(Screen):
         await params.remove_children()
         await params.mount_all(self._rows("method"))
         self.schedule_check()
+        self.schedule_trainer_view()
 
     @on(Select.Changed, "#pick-model")
     def model_picked(self, event: Select.Changed) -> None:
@@ -189,7 +281,10 @@ class NewExperimentScreen(Screen):
         else:
             total = next((line.split()[-1] for line in message.estimate.splitlines() if line.strip().startswith("total")), None)
             memory = f" · estimate {total} GB per GPU" if total else ""
-            verdict.update(f"✓ valid{memory} — ctrl+s save, ctrl+r launch")
+            held = ""
+            if check.recipe is not None and check.recipe.dataset.eval_split_auto:
+                held = f" · {check.recipe.dataset.eval_split:.0%} held out for eval"
+            verdict.update(f"✓ valid{memory}{held} — ctrl+s save, ctrl+r launch")
         verdict.set_class(message.has_errors, "-error")
 
     def schedule_dataset(self, now: bool = False) -> None:
@@ -214,7 +309,49 @@ class NewExperimentScreen(Screen):
         self.post_message(DatasetInspected(name, info=info))
 
     def on_dataset_inspected(self, message: DatasetInspected) -> None:
-        self.query_one("#ne-data", Static).update(dataset_preview(message.name, message.info, message.error))
+        text = dataset_preview(message.name, message.info, message.error)
+        self.query_one("#ne-data", Static).update("records as read (before tokenizing)\n" + text)
+
+    # ------------------------------------------------------------ the data as the trainer sees it
+
+    def _data_tab_shown(self) -> bool:
+        side = self.query_one("#ne-side", TabbedContent)
+        return side.active == "tab-data" and side.display and self.query_one("#ne-body").display
+
+    def schedule_trainer_view(self, now: bool = False) -> None:
+        """Tokenize the first examples again (in a child process) when the data tab shows."""
+        if not self._data_tab_shown():
+            return
+        if self._view_timer is not None:
+            self._view_timer.stop()
+        self._view_timer = self.set_timer(0.01 if now else TRAINER_VIEW_DELAY_S, self._start_trainer_view)
+
+    def _start_trainer_view(self) -> None:
+        check = formdata.check_values(self.collect(), self.kind)
+        view = self.query_one("#ne-trainer-view", Static)
+        if check.recipe is None:
+            view.update(trainer_view_text(self.kind, None, "(a valid recipe is needed: see the checks)"))
+            return
+        toml = check.recipe.to_toml()
+        if self.trainer_view is not None and self.trainer_view.toml == toml:
+            return
+        view.update(trainer_view_text(self.kind, None))
+        self.read_trainer_view(toml, self.kind)
+
+    @work(thread=True, exclusive=True, group="trainer-view")
+    def read_trainer_view(self, toml: str, kind: str) -> None:
+        examples, error = read_trainer_view(toml, self.app.config.base_dir)
+        self.post_message(TrainerViewRead(toml, kind, examples, error))
+
+    def on_trainer_view_read(self, message: TrainerViewRead) -> None:
+        self.trainer_view = message if message.error is None else None
+        self.query_one("#ne-trainer-view", Static).update(trainer_view_text(message.kind, message.examples, message.error))
+
+    @on(TabbedContent.TabActivated, "#ne-side")
+    def tab_activated(self) -> None:
+        self.schedule_trainer_view(now=True)
+
+    # ------------------------------------------------------------ models found (filtered as you type)
 
     @work(thread=True, group="models")
     def find_models(self) -> None:
@@ -222,7 +359,48 @@ class NewExperimentScreen(Screen):
         self.post_message(ModelsFound(model_candidates(RunStore(config.runs_root), config.cache_dirs())))
 
     def on_models_found(self, message: ModelsFound) -> None:
-        self.query_one("#pick-model", Select).set_options([(n, n) for n in message.names])
+        self.model_names = message.names
+        box = self.query_one(f"#{self.specs['model.name'].widget_id}", Input)
+        box.suggester = SuggestFromList(message.names, case_sensitive=False)
+        self.show_models(box.value)
+
+    def show_models(self, text: str) -> None:
+        """The found… list: the candidates that match the model box's text."""
+        if not self.model_names:
+            return
+        shown = filter_models(self.model_names, text)
+        pick = self.query_one("#pick-model", Select)
+        if pick.expanded:
+            return
+        pick.set_options([(n, n) for n in shown])
+        total = len(self.model_names)
+        pick.prompt = f"found {len(shown)}…" if len(shown) == total else f"{len(shown)} of {total}…"
+
+    # ------------------------------------------------------------ open a recipe or preset
+
+    def action_open_recipe(self) -> None:
+        choices = recipe_choices(self.app.config.recipes_dir)
+        if not choices:
+            self.notify("no recipes in recipes/ and no presets", title="Open")
+            return
+        commands = [SimpleCommand(c.label, lambda c=c: self._open_choice(c), c.about) for c in choices]
+        self.app.search_commands(commands, placeholder="Open a recipe or preset: type to filter…")
+
+    def _open_choice(self, choice: RecipeChoice) -> None:
+        try:
+            recipe = load_recipe(choice.path)
+        except UserError as exc:
+            self.notify(str(exc), title=f"Cannot open {choice.label}", severity="error", markup=False)
+            return
+
+        def swap(yes: bool | None = True) -> None:
+            if yes:
+                self.app.switch_screen(NewExperimentScreen(recipe, title=choice.label))
+
+        if self.has_edits():
+            self.app.confirm(f"Open {choice.label} and drop the edits of this form?", "", swap)
+        else:
+            swap()
 
     # ------------------------------------------------------------ actions
 
@@ -257,6 +435,7 @@ class NewExperimentScreen(Screen):
             self.notify(str(exc), title="Could not save", severity="error")
             return
         self.saved_path = path
+        self.pristine = (self.kind, self.collect())
         self.notify(f"saved recipes/{path.name}", title="Saved")
 
     def action_launch(self) -> None:
@@ -286,7 +465,19 @@ class NewExperimentScreen(Screen):
         self.app.open_run(message.run_id, replace=True)
 
     def action_toggle_side(self) -> None:
+        """Show or hide the side panes (narrow: instead of the form); focus stays on what shows."""
         self.toggle_class("-side")
+        self.call_after_refresh(self._focus_shown)
+
+    def _focus_shown(self) -> None:
+        """Keep the focus on a widget that shows: the side's tabs when they replace the form,
+        else the form field focused last."""
+        form = self.query_one("#ne-form")
+        if not form.display:
+            self.query_one("#ne-side Tabs").focus()
+        elif self.focused is None or form not in self.focused.ancestors:
+            (self._last_form_focus or self.query_one("#f-name")).focus()
+        self.schedule_trainer_view(now=True)
 
     def action_next_tab(self) -> None:
         tabs = self.query_one("#ne-side", TabbedContent)
@@ -294,7 +485,19 @@ class NewExperimentScreen(Screen):
         tabs.active = order[(order.index(tabs.active) + 1) % len(order)] if tabs.active in order else order[0]
 
     def action_back(self) -> None:
+        if self.has_class("-side") and not self.query_one("#ne-form").display:
+            self.remove_class("-side")
+            self.call_after_refresh(self._focus_shown)
+            return
         if self.has_class("-side"):
             self.remove_class("-side")
             return
+        if self.has_edits():
+            def leave(yes: bool | None) -> None:
+                if yes:
+                    self.app.pop_screen()
+
+            self.app.confirm("Drop the edits of this form?", "esc again keeps them; ctrl+s saves them first", leave)
+            return
         self.app.pop_screen()
+

@@ -1,35 +1,49 @@
-"""Form rows generated from FieldSpecs: a label and one compact input per recipe field, the
-field's description as the tooltip, its default prefilled."""
+"""Form rows generated from FieldSpecs: a label and one compact input per recipe field, its
+default prefilled. List fields take one item per line (a TextArea); the focused field's
+description shows in the help line under the form (`field_help`), not only as a tooltip."""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
-from textual.widgets import Input, Label, Select
+from textual.widgets import Input, Label, Select, TextArea
 
 from tuiapp.ui.formdata import FieldSpec, choice_text, to_text
 
+PLACEHOLDERS = {"toml": "TOML value", "int": "integer", "float": "number", "lines": "one per line"}
+
+
+def field_help(spec: FieldSpec) -> str:
+    """The help line of a field: its key, description, default, and how to write a list."""
+    default = to_text(spec, spec.default).replace("\n", ", ") or "(empty)"
+    text = f"{spec.key} — {spec.description} · default: {default}"
+    if spec.kind == "lines":
+        text += " · one item per line" + (f" ({' | '.join(map(str, spec.choices))})" if spec.choices else "")
+    return text
+
 
 def field_widget(spec: FieldSpec, text: str) -> Widget:
-    tooltip = f"{spec.key}: {spec.description}\ndefault: {to_text(spec, spec.default) or '(empty)'}"
     if spec.kind in ("choice", "bool"):
         options = [(choice_text(c), choice_text(c)) for c in spec.choices]
         value = text if any(text == o[1] for o in options) else options[0][1]
         widget: Widget = Select(options, value=value, allow_blank=False, compact=True, id=spec.widget_id, classes="field-input")
+    elif spec.kind == "lines":
+        widget = TextArea(text, compact=True, soft_wrap=True, tab_behavior="focus", show_line_numbers=False,
+                          placeholder=PLACEHOLDERS["lines"], id=spec.widget_id, classes="field-input field-lines")
     else:
-        placeholder = {"toml": "TOML value", "int": "integer", "float": "number"}.get(spec.kind, "")
-        widget = Input(value=text, placeholder=placeholder, compact=True, id=spec.widget_id, classes="field-input")
-    widget.tooltip = tooltip
+        widget = Input(value=text, placeholder=PLACEHOLDERS.get(spec.kind, ""), compact=True, id=spec.widget_id,
+                       classes="field-input")
+    widget.tooltip = field_help(spec)
     return widget
 
 
 class FieldRow(Horizontal):
     DEFAULT_CSS = """
     FieldRow { height: auto; }
-    FieldRow > Label { width: 24; }
+    FieldRow > Label { width: 22; }
     FieldRow > .field-input { width: 1fr; }
-    FieldRow > .field-pick { width: 18; }
+    FieldRow > .field-pick { width: 14; }
     """
 
     def __init__(self, spec: FieldSpec, text: str, extra: Widget | None = None) -> None:
@@ -63,6 +77,8 @@ def read_value(widget: Widget) -> str:
         return "" if value is Select.NULL else str(value)
     if isinstance(widget, Input):
         return widget.value
+    if isinstance(widget, TextArea):
+        return widget.text
     return ""
 
 
@@ -71,3 +87,5 @@ def set_value(widget: Widget, text: str) -> None:
         widget.value = text
     elif isinstance(widget, Input):
         widget.value = text
+    elif isinstance(widget, TextArea):
+        widget.text = text
