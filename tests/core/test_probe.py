@@ -155,3 +155,17 @@ def test_estimate_reports_its_error_on_past_probed_runs(tmp_path):
     assert "median 1.15x over 4 probed runs" in report["text"]
     assert report["json"]["past_measured_over_predicted"] == {"median": pytest.approx(1.15), "runs": 4}
     assert "past runs" not in checks.estimate_report(recipe(), RunStore(tmp_path / "empty"), base_dir=tmp_path)["text"]
+
+
+def test_probe_command_refuses_what_it_cannot_probe_before_launching(tmp_path, capsys):
+    from tuiapp.cli import main
+
+    dpo = tmp_path / "dpo.toml"
+    dpo.write_text('[method]\nkind = "dpo"\n[dataset]\nname = "demo:prefs"\n')
+    assert main(["--runs-dir", str(tmp_path / "runs"), "probe", str(dpo)]) == 2
+    assert "train.micro_batch" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / probe.PROBES_DIR).exists()
+    lora = tmp_path / "lora.toml"
+    lora.write_text('[method]\nkind = "lora"\n')
+    assert main(["--runs-dir", str(tmp_path / "runs"), "probe", str(lora), "--memory-limit", "lots"]) == 2
+    assert "--memory-limit 'lots' is not a size" in capsys.readouterr().err
