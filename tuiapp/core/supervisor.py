@@ -96,7 +96,7 @@ class Supervisor:
         devices = self._take_devices(recipe, cuda)
         if devices is None:
             return 0  # cancelled while queued
-        if probe.is_auto(recipe) and not self.resume and self.node is None:
+        if probe.is_auto(recipe) and self.node is None:  # still 'auto' on a resume: it never got to train
             recipe = self.recipe = self._probe_micro_batch(recipe, cuda, devices)
             if recipe is None:
                 return 0  # stopped while probing
