@@ -59,6 +59,7 @@ class Supervisor:
         self.phase: tuple | None = None
         self.hang_key: tuple | None = None
         self.error_seen = False
+        self.launcher_tearing_down = False  # the ranks finished and exited; only the launcher is left
         self._next_watch = 0.0
 
     def _on_stop_signal(self, signum, frame) -> None:
@@ -215,6 +216,9 @@ class Supervisor:
                 self._watch_nodes()
                 self._watch_ranks()
                 self._watch_sweep()
+                if self._ranks_finished_and_gone():
+                    self.launcher_tearing_down = True
+                    return 0  # the launcher only tears itself down now; _kill_leftovers ends it
             if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > self.grace_s:
                 self._signal_group(signal.SIGKILL)
             time.sleep(POLL_S)
@@ -325,13 +329,33 @@ class Supervisor:
             self.fail_reason = reason
             self._on_stop_signal(signal.SIGTERM, None)
 
+    def _ranks_finished_and_gone(self) -> bool:
+        """A local run whose ranks recorded `finished` and have all exited: DeepSpeed's two launcher
+        processes then spend seconds polling and tearing down before the run could be recorded."""
+        if self.node is not None or self.launch is None or self.launch.plan is not None \
+                or cluster.uses_hosts(self.recipe.launch):
+            return False
+        events = read_jsonl(self.run.events_path)
+        if not any(e.get("event") == "finished" and (e.get("time") or 0) >= self.started for e in events):
+            return False
+        phases = rundir.read_phases(self.run.path, since=self.started)
+        if len(phases) < self.world:
+            return False
+        for record in phases.values():
+            try:
+                if psutil.Process(int(record["pid"])).status() != psutil.STATUS_ZOMBIE:
+                    return False
+            except (psutil.Error, KeyError, TypeError, ValueError):
+                continue  # gone
+        return True
+
     def _kill_leftovers(self) -> None:
         """No orphan: whatever is left of the group after the launcher exits is killed."""
         me = os.getpid()
         left = [p for p in group_processes(os.getpgid(0)) if p.pid != me]
         for process in left:
             try:
-                process.terminate()
+                process.kill() if self.launcher_tearing_down else process.terminate()
             except psutil.Error:
                 pass
         _, alive = psutil.wait_procs(left, timeout=10)

@@ -17,11 +17,15 @@ def parse_args(argv=None):
     return parser.parse_known_args(argv)[0]
 
 
-def _strategy(run_dir: Path) -> str:
+def _recipe(run_dir: Path):
     from tuiapp.core.recipe import parse_recipe
 
     path = Path(run_dir) / "recipe.toml"
-    return parse_recipe(path.read_text(encoding="utf-8"), str(path)).launch.strategy
+    return parse_recipe(path.read_text(encoding="utf-8"), str(path))
+
+
+# trackers whose files are finished by their own exit handlers: a rank that reports to them exits normally
+EXIT_HANDLED_TRACKERS = {"wandb", "mlflow"}
 
 
 def main(argv=None) -> int:
@@ -31,12 +35,21 @@ def main(argv=None) -> int:
     phases.start(args.run_dir)
     try:
         phases.enter("importing")
-        if _strategy(args.run_dir) == "pipeline":  # its own loop: stages and micro-batches, no Trainer
+        recipe = _recipe(args.run_dir)
+        if recipe.launch.strategy == "pipeline":  # its own loop: stages and micro-batches, no Trainer
             from tuiapp.trainer.pipeline import train
-        else:
-            from tuiapp.trainer.run import train
 
-        return train(args.run_dir, args.resume)
+            return train(args.run_dir, args.resume)
+        from tuiapp.trainer.run import train
+
+        code = train(args.run_dir, args.resume)
+        if code == 0 and not EXIT_HANDLED_TRACKERS & set(recipe.train.report_to):
+            # every file is written and closed, and every rank has passed the last barrier: the
+            # interpreter's teardown of torch, DeepSpeed and the process group only costs seconds
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+        return code
     except BaseException as exc:
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
