@@ -5,7 +5,7 @@
 The app runs headless (Textual's run_test) on a copy of tests/fixtures/runs (real runs of the
 trainer on the bundled tiny model, made by tests/fixtures/make_runs.py), with the fixtures'
 frozen clock, TZ=UTC and no GPU/host monitor, so the pictures are the same on every machine.
-Writes home.svg, new-experiment.svg, run-view.svg, help.svg, compare.svg and compare-config.svg
+Writes home.svg, new-experiment.svg, new-experiment-open.svg, run-view.svg, run-view-log.svg, help.svg, compare.svg and compare-config.svg
 next to this file; sweep.svg and sweep-group.svg add a 2x2 sweep to the runs (built by the real
 core, as the tests build it: tests/ui/manager_fixtures.py) and show it in the history and on
 its group screen. `--only` writes just the named ones.
@@ -66,10 +66,18 @@ async def shoot(root: Path, work: Path, now: float, ids: dict[str, str], size: t
         form = app.screen
         assert isinstance(form, NewExperimentScreen)
         await until(pilot, lambda: form.last_check is not None, "the form's check")
-        form.query_one("#f-name").cursor_blink = False
+        prompts = form.query_one("#f-train--sample-prompts")
+        prompts.cursor_blink = False
+        prompts.focus()
+        await pilot.press(*"What is the capital of France?", "enter", *"What sound does a cow make?")
+        await until(pilot, lambda: "held out" in str(form.query_one("#ne-verdict").render()), "the form's check")
         await pilot.pause(0.3)
-        shots["new-experiment"] = app.export_screenshot(title="llmtui: new experiment")
-        await pilot.press("escape")
+        shots["new-experiment"] = app.export_screenshot(title="llmtui: new experiment (a list field focused)")
+        await pilot.press("ctrl+o", *"dpo")
+        await until(pilot, lambda: app.screen.query_one("CommandList").option_count > 0, "the recipe picker")
+        await pilot.pause(0.5)
+        shots["new-experiment-open"] = app.export_screenshot(title="llmtui: new experiment, ctrl+o opens a recipe")
+        await pilot.press("escape", "escape", "y")  # close the picker, leave the form: drop the edits
 
         app.push_screen(RunViewScreen(ids["sft"]))
         await until(pilot, lambda: isinstance(app.screen, RunViewScreen) and app.screen.loaded, "the run view")
@@ -77,6 +85,10 @@ async def shoot(root: Path, work: Path, now: float, ids: dict[str, str], size: t
         await until(pilot, lambda: len(view.query_one("#rv-log").lines) > 0, "the log")
         await pilot.pause(0.3)
         shots["run-view"] = app.export_screenshot(title="llmtui: run view")
+        await pilot.press("5", "slash", *"eval_loss", "enter", "z")  # the log, searched, full screen
+        await pilot.pause(0.3)
+        shots["run-view-log"] = app.export_screenshot(title="llmtui: run view, rank 0's log searched (/ then n, N)")
+        await pilot.press("z", "1")
 
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
@@ -86,13 +98,14 @@ async def shoot(root: Path, work: Path, now: float, ids: dict[str, str], size: t
 
         app.push_screen(CompareScreen([ids["baseline"], ids["high-lr"], ids["sft"]]))
         await until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded, "compare")
+        await pilot.press("s", "s", *["left"] * 10)  # EMA 0.6, the cursor at step 30
         await pilot.pause(0.3)
-        shots["compare"] = app.export_screenshot(title="llmtui: compare")
+        shots["compare"] = app.export_screenshot(title="llmtui: compare (smoothed, cursor at step 30)")
         await pilot.press("escape")
 
         app.push_screen(CompareScreen([ids["baseline"], ids["high-lr"]]))
         await until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded, "compare")
-        await pilot.press("5", "z")  # the config pane, zoomed: the keys that differ
+        await pilot.press("6", "z")  # the config pane, zoomed: the keys that differ
         await pilot.pause(0.3)
         shots["compare-config"] = app.export_screenshot(title="llmtui: compare, config keys that differ")
     return shots

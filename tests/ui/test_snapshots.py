@@ -1,4 +1,5 @@
-"""Snapshots (pytest-textual-snapshot) of every screen at 80x24 and 160x48.
+"""Snapshots (pytest-textual-snapshot) of every screen at 80x24 and 160x48 (compare and the run
+view's log also at 120x36).
 
 The runs shown are the real-run fixtures (tests/fixtures/runs, made by tests/fixtures/make_runs.py
 from real trainer runs: measured losses, lrs, eval samples, logs). Deterministic: those folders
@@ -84,10 +85,42 @@ def test_compare_config_80x24(snap_compare, runs_root, tmp_path):
         await _home_ready(pilot)
         pilot.app.push_screen(CompareScreen(ids))
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
-        await pilot.press("5")
+        await pilot.press("6")
         await pilot.pause()
 
     assert snap_compare(_app(runs_root, tmp_path), terminal_size=(80, 24), run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+def test_compare_smoothed_with_cursor(snap_compare, runs_root, tmp_path, size):
+    """Three runs smoothed (EMA 0.6), the cursor moved back ten steps: the side table beside
+    the plot reads each run's value there; every run has its glyph."""
+    ids = [RunStore(runs_root).get(name).id for name in ("baseline", "high-lr", "sft")]
+
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        pilot.app.push_screen(CompareScreen(ids))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
+        await pilot.press("s", "s", *["left"] * 10)
+        await pilot.pause()
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+def test_run_view_log_searched(snap_compare, runs_root, tmp_path, size):
+    """The run view's log pane: rank 0's log, wrapped, the match of a search selected."""
+    run_id = RunStore(runs_root).get("sft").id
+
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        pilot.app.push_screen(RunViewScreen(run_id))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, RunViewScreen) and pilot.app.screen.loaded, what="run")
+        await wait_for(pilot, lambda: len(pilot.app.screen.query_one("#rv-log").lines) > 0, what="log")
+        await pilot.press("5", "home", "slash", *"train_loss", "enter", "z")
+        await pilot.pause()
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
 
 
 def test_history_with_a_sweep_80x24(snap_compare, runs_root, tmp_path):

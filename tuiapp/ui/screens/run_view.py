@@ -361,6 +361,19 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     def action_chat(self) -> None:
         self.app.open_chat(self.run_id)
 
+    def action_pane(self, index: int) -> None:
+        super().action_pane(index)
+        self._focus_log()
+
+    def action_next_pane(self) -> None:
+        super().action_next_pane()
+        self._focus_log()
+
+    def _focus_log(self) -> None:
+        """The log pane shown: the log takes the keys (home/end, n/N, scrolling)."""
+        if self.query_one(PaneDeck).active_id == "pane-log":
+            self.query_one("#rv-log", LogTail).focus()
+
     def action_search_log(self) -> None:
         self.query_one(PaneDeck).activate("pane-log")
         search = self.query_one("#rv-log-search", Input)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import re
 
+from textual import events
 from textual.binding import Binding
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection
 
+BACK_KEYS = ("up", "pageup", "ctrl+up", "ctrl+pageup")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 
 
@@ -19,6 +21,7 @@ class LogTail(TextArea):
     LogTail:focus { border: none; }
     """
     BINDINGS = [
+        Binding("home", "top", "Top", show=False, tooltip="Jump to the first line (stops following)"),
         Binding("end", "follow", "Follow", tooltip="Jump to the last line and follow new ones"),
         Binding("n", "find(1)", "Next match", tooltip="The next match of the search (/)"),
         Binding("N", "find(-1)", "Previous match", tooltip="The previous match of the search (/)"),
@@ -31,7 +34,6 @@ class LogTail(TextArea):
         self.following = True
         self.pattern = ""  # the last search, matched case-insensitively
         self.match: tuple[int, int] | None = None  # (line, column) of the selected match
-        self._feeding = False  # lines going in move the scroll position, not the user
 
     @property
     def lines(self) -> list[str]:
@@ -39,13 +41,6 @@ class LogTail(TextArea):
         return self._lines
 
     def show(self, lines: list[str], reset: bool = False) -> None:
-        self._feeding = True
-        try:
-            self._show(lines, reset)
-        finally:
-            self._feeding = False
-
-    def _show(self, lines: list[str], reset: bool) -> None:
         if reset:
             self._lines = []
             self.match = None
@@ -72,10 +67,18 @@ class LogTail(TextArea):
         self.move_cursor(self.document.end)
         self.scroll_end(animate=False, immediate=True)
 
-    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
-        super().watch_scroll_y(old_value, new_value)
-        if new_value < old_value and not self._feeding:  # the user scrolled back: stop following (end follows again)
+    def on_key(self, event: events.Key) -> None:
+        if event.key in BACK_KEYS:  # the user reads back: stop following (end follows again)
             self.following = False
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self.following = False
+
+    def action_top(self) -> None:
+        self.following = False
+        self.match = None
+        self.move_cursor((0, 0))
+        self.scroll_home(animate=False, immediate=True)
 
     def action_follow(self) -> None:
         self.following = True
