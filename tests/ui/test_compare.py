@@ -18,6 +18,7 @@ from tuiapp.ui.widgets.charts import CompareChart
 
 SIZES = [(80, 24), (120, 36)]
 SIZE_IDS = ["80x24", "120x36"]
+SLOW = pytest.mark.slow  # Pilot tests of a few seconds each on 2 busy cores: the fast tier keeps one
 
 
 async def open_compare(pilot, root, names: list[str]) -> CompareScreen:
@@ -33,7 +34,7 @@ def loss_chart(screen) -> CompareChart:
     return screen.query_one("#cmp-chart-loss", CompareChart)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+@pytest.mark.parametrize("size", [SIZES[0], pytest.param(SIZES[1], marks=SLOW)], ids=SIZE_IDS)
 def test_smoothing_log_scale_axes_zoom_and_cursor(runs_root, tmp_path, size):
     async def scenario():
         app = test_app(runs_root, tmp_path, live=False)
@@ -91,6 +92,7 @@ def test_smoothing_log_scale_axes_zoom_and_cursor(runs_root, tmp_path, size):
     asyncio.run(scenario())
 
 
+@SLOW
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 def test_hide_show_legend_beside_the_plot_and_short_runs_not_squeezed(runs_root, tmp_path, size):
     async def scenario():
@@ -114,6 +116,7 @@ def test_hide_show_legend_beside_the_plot_and_short_runs_not_squeezed(runs_root,
     asyncio.run(scenario())
 
 
+@SLOW
 def test_default_range_clips_a_much_longer_run_and_zoom_out_shows_it_whole(tmp_path):
     from ui_fixtures import synthetic_run
 
@@ -136,6 +139,7 @@ def test_default_range_clips_a_much_longer_run_and_zoom_out_shows_it_whole(tmp_p
     asyncio.run(scenario())
 
 
+@SLOW
 def test_a_running_run_grows_and_finishes_while_compared(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path)  # live: the screen follows the runs
@@ -163,6 +167,7 @@ def test_a_running_run_grows_and_finishes_while_compared(runs_root, tmp_path):
     asyncio.run(scenario())
 
 
+@SLOW
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 def test_config_keeps_its_key_column_and_samples_side_by_side(runs_root, tmp_path, size):
     async def scenario():
@@ -185,6 +190,7 @@ def test_config_keeps_its_key_column_and_samples_side_by_side(runs_root, tmp_pat
     asyncio.run(scenario())
 
 
+@SLOW
 def test_grad_norm_and_eval_curves(tmp_path):
     from ui_fixtures import synthetic_run
 

@@ -175,6 +175,7 @@ def test_themes_restyle_every_screen(runs_root, tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 @pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
 def test_log_pane_wraps_searches_follows_and_goes_full_screen(runs_root, tmp_path, size):
     rank_log = next((runs_root / run_id(runs_root, "sft") / "ranks").glob("*_rank0.log"))
@@ -217,6 +218,7 @@ def test_log_pane_wraps_searches_follows_and_goes_full_screen(runs_root, tmp_pat
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_grad_norm_is_charted_and_every_eval_has_its_samples(runs_root, tmp_path):
     path = runs_root / run_id(runs_root, "live")
     step = real_rows("live")[-1]["step"]

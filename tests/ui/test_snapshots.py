@@ -92,6 +92,7 @@ def test_compare_config_80x24(snap_compare, runs_root, tmp_path):
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_compare_smoothed_with_cursor(snap_compare, runs_root, tmp_path, size):
     """Three runs smoothed (EMA 0.6), the cursor moved back ten steps: the side table beside
     the plot reads each run's value there; every run has its glyph."""
@@ -108,6 +109,7 @@ def test_compare_smoothed_with_cursor(snap_compare, runs_root, tmp_path, size):
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_run_view_log_searched(snap_compare, runs_root, tmp_path, size):
     """The run view's log pane: rank 0's log, wrapped, the match of a search selected."""
     run_id = RunStore(runs_root).get("sft").id
