@@ -38,6 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import fmt, md_table  # noqa: E402
+from tuiapp.core.launcher import torch_extensions_dir  # noqa: E402
+
+# DeepSpeed's CPU op: this environment's build in the llmtui cache (as a user's runs after the first),
+# not a cold folder per benchmark that rebuilds it for minutes on a busy machine
+os.environ["TORCH_EXTENSIONS_DIR"] = common.TORCH_EXTENSIONS = torch_extensions_dir({})
 
 PEER_VENV = common.BENCH / ".peer-venv"
 PEER_PYTHON = PEER_VENV / "bin" / "python"
@@ -158,12 +163,21 @@ def run_llmtui(model_dir: Path, data: Path, train: dict, workdir: Path, env: dic
     recipe.write_text(llmtui_recipe(model_dir, data, train))
     runs = workdir / "runs"
     t0 = time.time()
-    with open(workdir / "cli.log", "wb") as out:
-        code = subprocess.run([*common.llmtui_command(), "run", str(recipe), "--runs-dir", str(runs)], cwd=common.ROOT,
-                              env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              timeout=1800).returncode
+
+    def run_dir_of() -> Path | None:
+        return next((p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")), None) if runs.is_dir() else None
+
+    code = None
+    try:
+        with open(workdir / "cli.log", "wb") as out:
+            code = subprocess.run([*common.llmtui_command(), "run", str(recipe), "--runs-dir", str(runs)], cwd=common.ROOT,
+                                  env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  timeout=3600).returncode
+    finally:
+        if code is None:  # interrupted or timed out: the run lives in its own session; end it too
+            common.kill_run(run_dir_of())
     wall = time.time() - t0
-    run_dir = next((p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")), None) if runs.is_dir() else None
+    run_dir = run_dir_of()
     events = {e.get("event"): e for e in common.read_jsonl(run_dir / "events.jsonl")} if run_dir else {}
     rows = [r for r in common.read_jsonl(run_dir / "metrics.jsonl") if r.get("split", "train") == "train"
             and r.get("loss") is not None] if run_dir else []
@@ -205,7 +219,7 @@ def run_peer(model_dir: Path, data: Path, extra: dict, workdir: Path, env: dict)
     with open(workdir / "peer.log", "wb") as out:
         code = subprocess.run([str(PEER_PYTHON), str(runner), str(args), str(workdir), str(t0)], cwd=workdir,
                               env=peer_env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              timeout=1800).returncode
+                              timeout=3600).returncode
     wall = time.time() - t0
     try:
         stamps = json.loads((workdir / "stamps.json").read_text())
@@ -257,7 +271,7 @@ def markdown(results: dict, reps: int, info: dict) -> str:
         ratios.append([name, ROWS[name][0], ratio(m(peer, "wall"), m(ours, "wall")), ratio(m(peer, "train_s"), m(ours, "train_s")),
                        ratio(m(ours, "tokens_per_s"), m(peer, "tokens_per_s")), ratio(m(peer, "ttfs"), m(ours, "ttfs"))])
     lines = [SECTION, "",
-             f"Made by `.venv/bin/python bench/bench_peer.py --reps {reps} --write` ({info['minutes']:.0f} minutes; "
+             f"Made by `{info['command']}` ({info['minutes']:.0f} minutes; "
              f"{info['peer']}; llmtui at {info['commit']}). One epoch of alpaca_en_demo.json (1,000 records), the "
              "same tiny Llama folder and ChatML tokenizer, LoRA r8 α16 dropout 0.05 on every linear layer, micro batch 8, "
              "max length 512, lr 1e-3 cosine with 10% warmup, seed 42, no eval, no checkpoints, a log line every 5 "
@@ -298,11 +312,22 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rows", default="unpacked,best,budget", help=f"comma-separated, of {', '.join(ROWS)}")
     parser.add_argument("--write", action="store_true", help="write the section into bench/RESULTS.md")
-    parser.add_argument("--json", default=None, help="also write every run's numbers here")
+    parser.add_argument("--json", default=None, help="also write every run's numbers here (after each run)")
+    parser.add_argument("--from-json", default=None, help="only print (and --write) the tables of an earlier --json")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="OMP_NUM_THREADS of both tools (default: every core; 1 on a machine other work shares)")
     parser.add_argument("--profile", default=None, metavar="ROW",
                         help="instead: one run of each tool for this row under py-spy; print where a step's time goes")
+    parser.add_argument("--profile-records", type=int, default=0, help="--profile on the first N records only")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        text = markdown(saved["results"], args.reps, saved["info"])
+        print(text)
+        if args.write:
+            write_section(text)
+        return 0
     missing = common.missing_data_message(common.ALPACA)
     if missing:
         print(f"peer benchmark {missing}")
@@ -319,14 +344,20 @@ def main(argv=None) -> int:
         log("row 'budget' left out: this llmtui has no train.batching = 'tokens'")
         rows.remove("budget")
     started, load_start = time.time(), " ".join(f"{x:.2f}" for x in os.getloadavg())
+    command = (f".venv/bin/python bench/bench_peer.py --reps {args.reps} --rows {','.join(rows)} --threads {args.threads}"
+               " --write")
     work = common.temp_dir("llmtui-peer-")
     cache = work / "cache"
     env = common.bench_env(cache, cache / "hf-datasets")
-    env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or str(os.cpu_count() or 1)
+    env["OMP_NUM_THREADS"] = str(args.threads)
     try:
         model_dir = common.ensure_model(cache)  # the bundled tiny Llama + ChatML tokenizer, a plain HF folder
         data = common.data_file(common.ALPACA)
         if args.profile:
+            if args.profile_records:  # the step is the same on fewer records; the profile is shorter
+                records = json.loads(data.read_text(encoding="utf-8"))[: args.profile_records]
+                data = work / "profile-data.json"
+                data.write_text(json.dumps(records), encoding="utf-8")
             print(profile(args.profile, model_dir, data, work, env))
             return 0
         results: dict[str, list[dict]] = {name: [] for name in rows}
@@ -344,9 +375,10 @@ def main(argv=None) -> int:
                         f"{fmt(result['wall'])} s, first step {fmt(result['ttfs'])} s, train {fmt(result['train_s'])} s, "
                         f"{fmt(result['tokens_per_s'], '.0f')} tok/s, loss {fmt(result['loss'], '.3f')}")
                     results[name].append(result)
-        info = {"minutes": (time.time() - started) / 60, "peer": peer_version(), "commit": _commit(),
-                "threads": env["OMP_NUM_THREADS"], "load_start": load_start,
-                "load_end": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+                    if args.json:  # after each run: an interrupted benchmark keeps what it measured
+                        info = _info(started, env, load_start, command)
+                        Path(args.json).write_text(json.dumps({"info": info, "results": results}, indent=1))
+        info = _info(started, env, load_start, command)
         text = markdown(results, args.reps, info)
         print(text)
         if args.json:
@@ -461,6 +493,12 @@ def profile(row: str, model_dir: Path, data: Path, work: Path, env: dict) -> str
     if missing:
         return f"profile: py-spy recorded nothing for {', '.join(missing)}"
     return profile_table(raw, steps)
+
+
+def _info(started: float, env: dict, load_start: str, command: str) -> dict:
+    return {"command": command, "minutes": (time.time() - started) / 60, "peer": peer_version(), "commit": _commit(),
+            "threads": env["OMP_NUM_THREADS"], "load_start": load_start,
+            "load_end": " ".join(f"{x:.2f}" for x in os.getloadavg())}
 
 
 def _has_token_batches() -> bool:
