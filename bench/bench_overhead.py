@@ -9,7 +9,10 @@
   of torch, transformers, deepspeed, textual), and `python -X importtime` of the CLI's run path
   (`llmtui run --dry-run`) lists every module it imports;
 * time to first optimizer step of `llmtui run` against the plain Trainer + DeepSpeed script
-  (target ≤ 1.1×), with where llmtui's time goes.
+  (target ≤ 1.1×), with where llmtui's time goes;
+* the per-step cost of llmtui's callbacks and Trainer hooks on 2 gloo CPU ranks (stop agreement,
+  per-rank memory, token count) against the real step they ride on (target ≤ 0.2%);
+  `--callbacks` measures only that.
 
 Standalone it trains the pretrain task of bench_train (tiny model, c4 sample; the bundled demo text
 when the sample data is absent) itself; bench/run.py hands it the runs of the training benchmark
@@ -19,6 +22,7 @@ instead of training again.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -32,6 +36,7 @@ from common import fmt, md_table, median  # noqa: E402
 
 HEAVY = ("torch", "transformers", "deepspeed", "textual", "datasets", "accelerate", "peft")
 CPU_TARGET_PCT, RSS_TARGET_MB, TTFS_TARGET = 1.0, 150.0, 1.1
+CALLBACK_TARGET_PCT = 0.2  # llmtui's callbacks and Trainer hooks, share of a training step
 
 
 def import_profile(argv_tail: list[str], env: dict | None = None) -> dict:
@@ -87,6 +92,131 @@ def rank_imports(reps: int) -> dict:
             subprocess.run(argv, cwd=common.ROOT, capture_output=True)
             times[label].append(time.perf_counter() - t0)
     return {k: median(v) for k, v in times.items()}
+
+
+def _callback_worker(rank: int, world: int, port: int, steps: int, queue, before: bool = True) -> None:
+    """One gloo rank: `steps` real training steps of the tiny model (one thread), each followed by
+    what llmtui's callbacks and Trainer hooks do at a step with logging_steps = 1: the stop
+    agreement, the per-rank memory file (+ rank 0's metrics row), the token count's reduction."""
+    import os
+    import tempfile
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, TrainerControl, TrainerState
+
+    from tuiapp.trainer.callbacks import GracefulStop, RunRecorder
+    from tuiapp.trainer.run import RunTrainerMixin
+    from tuiapp.trainer.tiny import resolve_model_path
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path("tiny"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(rank)
+    batch = {"input_ids": torch.randint(0, model.config.vocab_size, (8, 128), generator=generator)}
+    batch["labels"] = batch["input_ids"]
+    batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+    scratch = tempfile.TemporaryDirectory(prefix="llmtui-bench-cb-")
+    args = SimpleNamespace(world_size=world, device=torch.device("cpu"), train_batch_size=8,
+                           include_num_input_tokens_seen="non_padding")
+    state, control = TrainerState(), TrainerControl()
+    state.is_world_process_zero, state.max_steps = rank == 0, steps
+    stopper, recorder = GracefulStop(), RunRecorder(Path(scratch.name), "bench")
+    trainer = SimpleNamespace(args=args, state=state, model=model, processing_class=None, _local_tokens=None)
+    stopper.on_train_begin(args, state, control)
+    recorder.on_train_begin(args, state, control, model=model)
+    step_s, hooks_s, parts, before_s = [], [], {}, []
+    for step in range(steps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        loss = model(**batch).loss
+        loss.backward()
+        for param in model.parameters():  # the gradient all_reduce a data-parallel step does
+            dist.all_reduce(param.grad)
+        optimizer.step()
+        optimizer.zero_grad()
+        t1 = time.perf_counter()
+        RunTrainerMixin._track_num_input_tokens(trainer, batch)  # per micro batch
+        state.global_step = step + 1
+        ta = time.perf_counter()
+        stopper.on_step_end(args, state, control)
+        recorder.on_step_end(args, state, control)
+        tb = time.perf_counter()
+        RunTrainerMixin._reduce_tokens(trainer)  # Trainer.log, once per log
+        tc = time.perf_counter()
+        recorder.on_log(args, state, control, logs={"loss": loss.item(), "learning_rate": 1e-3, "grad_norm": 1.0})
+        t2 = time.perf_counter()
+        step_s.append(t2 - t0)
+        hooks_s.append(t2 - t1)
+        for name, value in (("token count", ta - t1), ("stop agreement", tb - ta), ("token reduction", tc - tb),
+                            ("memory file + row", t2 - tc)):
+            parts.setdefault(name, []).append(value)
+        if before:  # what the callbacks did until now, on the same step: three blocking collectives
+            t3 = time.perf_counter()
+            flag = torch.tensor([0.0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            flag.item()
+            gathered = [None] * world
+            dist.all_gather_object(gathered, {"rss": 1, "peak": 2, "host": "bench", "node": 0})
+            count = torch.tensor(1024, dtype=torch.int64)
+            pieces = [torch.zeros_like(count) for _ in range(world)]
+            dist.all_gather(pieces, count)
+            int(sum(pieces))
+            before_s.append(time.perf_counter() - t3)
+    stopper.on_train_end(args, state, control)
+    dist.barrier()
+    queue.put({"rank": rank, "step_s": step_s, "hooks_s": hooks_s, "parts": parts, "before_s": before_s})
+    dist.destroy_process_group()
+    scratch.cleanup()
+
+
+def callback_cost(world: int = 2, steps: int = 40) -> dict | None:
+    """Per-step cost of llmtui's callbacks and Trainer hooks on `world` gloo CPU ranks, against the
+    step they ride on (medians over the steps after 5 warm-up steps, the slower rank's)."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = common.free_port()
+    procs = [ctx.Process(target=_callback_worker, args=(r, world, port, steps, queue)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results = []
+    try:
+        for _ in range(world):
+            results.append(queue.get(timeout=600))
+    except Exception:
+        return None
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    hooks = max(median(r["hooks_s"][5:]) for r in results)
+    step = max(median(r["step_s"][5:]) for r in results)
+    parts = {name: max(median(r["parts"][name][5:]) for r in results) * 1e6 for name in results[0]["parts"]}
+    before = max(median(r["before_s"][5:]) for r in results) if results[0]["before_s"] else None
+    return {"world": world, "steps": steps, "hooks_us": hooks * 1e6, "step_ms": step * 1e3,
+            "pct": 100 * hooks / step, "parts_us": parts, "before_us": before and before * 1e6,
+            "load": os.getloadavg()}
+
+
+def callback_markdown(cost: dict | None) -> str:
+    if not cost:
+        return "Callbacks' cost per step: not measured (the ranks did not report)."
+    verdict = _verdict(cost["pct"] <= CALLBACK_TARGET_PCT)
+    return (f"Callbacks' cost per step ({cost['world']} gloo CPU ranks, logging every step, median of "
+            f"{cost['steps'] - 5} steps): {cost['hooks_us']:,.0f} µs on a {cost['step_ms']:,.0f} ms step of the tiny "
+            f"model = {cost['pct']:.3f}% (target ≤ {CALLBACK_TARGET_PCT}%: {verdict}); per part (µs, median, "
+            f"slower rank): " + ", ".join(f"{k} {v:,.0f}" for k, v in cost["parts_us"].items()) + "."
+            + (f" The earlier callbacks' three blocking collectives (stop all_reduce + item, memory "
+               f"all_gather_object, token all_gather), timed on the same steps: {cost['before_us']:,.0f} µs "
+               f"({100 * cost['before_us'] / 1e3 / cost['step_ms']:.3f}%)." if cost.get("before_us") else "")
+            + f" Load average during the measurement: {' '.join(f'{x:.1f}' for x in cost['load'])} on "
+            f"{os.cpu_count()} cores.")
 
 
 def analyse(train_runs: list[dict]) -> dict:
@@ -208,17 +338,23 @@ def run_all(quick: bool = False, train_runs: list[dict] | None = None, log=print
             log("overhead benchmark: training a pretrain task to sample the CLI")
             train_runs = own_runs(quick, work, log)
         analysis = analyse(train_runs)
+        log("overhead benchmark: callbacks' cost per step on 2 CPU ranks")
+        callbacks = callback_cost(steps=20 if quick else 40)
     finally:
         common.remove(work)
-    return {"imports": imports, "analysis": analysis, "rank_imports": rank_import_s,
-            "markdown": markdown(analysis, imports, rank_import_s)}
+    return {"imports": imports, "analysis": analysis, "rank_imports": rank_import_s, "callbacks": callbacks,
+            "markdown": markdown(analysis, imports, rank_import_s) + "\n" + callback_markdown(callbacks) + "\n"}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--callbacks", action="store_true", help="only the callbacks' cost per step (2 CPU ranks)")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
+    if args.callbacks:
+        print(callback_markdown(callback_cost()))
+        return 0
     result = run_all(args.quick, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(result["markdown"])
     return 0
