@@ -118,6 +118,7 @@ def test_the_presets_pass_the_rules():
     (["launch.gpus=3"], "launch.pipeline_stages", "multiple of 2"),
     (["train.early_stopping_patience=2"], "train.early_stopping_patience", "= 0"),
     (["train.precision='fp16'"], "train.precision", "'bf16'"),
+    (["train.batching='tokens'"], "train.batching", "'examples'"),
 ])
 def test_rule_names_key_and_fix(overrides, key, fix):
     findings = [f for f in pipeline_plan.rules(pipeline_recipe(*overrides)) if f.level == "error"]

@@ -214,6 +214,14 @@ def rules(recipe: Recipe, world: int | None = None) -> list[Finding]:
                            "stages (ranks = stages x replicas)",
                            f"set launch.gpus to a multiple of {p}, or launch.pipeline_stages to a divisor of "
                            f"{ranks}"))
+    if getattr(train, "batching", "examples") == "tokens":
+        out.append(Finding("error", "train.batching", "strategy 'pipeline' splits each step into micro-batches of "
+                           "equal rows (each stage's buffers keep one shape); token-budget batches vary",
+                           "set train.batching = 'examples'"))
+    for key in ("liger_kernel", "torch_compile"):
+        if getattr(train, key, False):
+            out.append(Finding("warning", f"train.{key}", f"strategy 'pipeline' runs its own loop over the cut "
+                               f"model; train.{key} is ignored there", f"set train.{key} = false"))
     if train.precision == "fp16":
         out.append(Finding("error", "train.precision", "fp16 needs a loss scaler, which the pipeline's loop does "
                            "not run", "set train.precision = 'bf16' (or 'auto' / 'fp32')"))
