@@ -23,6 +23,7 @@ async def type_into(pilot, widget_id: str, text: str) -> None:
     """Replace an input's text the way a user does: focus, clear, type."""
     widget = pilot.app.screen.query_one(f"#{widget_id}")
     widget.focus()
+    await wait_for(pilot, lambda: pilot.app.focused is widget, what=f"focus on {widget_id}")  # a fresh row mounts first
     await pilot.press("home", "ctrl+k", *text)
 
 
@@ -38,8 +39,8 @@ async def open_form(pilot):
 async def settled(pilot, screen) -> None:
     """Wait for the check of the form as it is now."""
     await pilot.pause(0.35)  # the debounce
-    generation = screen.generation
-    await wait_for(pilot, lambda: screen.last_check is not None and screen.last_check.generation == generation and screen.generation == generation, what="check")
+    await wait_for(pilot, lambda: not screen.check_pending and screen.last_check is not None
+                   and screen.last_check.generation == screen.generation, what="check")
 
 
 @pytest.mark.slow  # types a dozen fields key by key: ~9 s on 2 cores
@@ -201,7 +202,7 @@ def test_keyboard_focus_help_line_and_name_message(tmp_path, size):
                 spec = next((s for s in screen.specs.values() if s.widget_id == focused.id), None)
                 if spec is not None:
                     assert text_of(screen, "#ne-help").startswith(f"{spec.key} — ")
-            assert {"f-train--learning-rate", "method-kind", "pick-model"} <= seen
+            assert {"f-dataset--name", "method-kind", "pick-model"} <= seen
             await type_into(pilot, "f-name", "my run!")
             await settled(pilot, screen)
             verdict = text_of(screen, "#ne-verdict")
@@ -277,7 +278,7 @@ def test_ctrl_o_opens_a_recipe_or_preset_by_fuzzy_search(tmp_path, size):
             await open_form(pilot)
             await pilot.press("ctrl+o")
             await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the picker")
-            await pilot.press(*"tinydpo")
+            await pilot.press(*"tiny-dpo")
             await wait_for(pilot, lambda: "preset tiny-dpo" in screen_text(app), what="the fuzzy match")
             await pilot.press("enter")
             await wait_for(pilot, lambda: isinstance(app.screen, NewExperimentScreen) and app.screen.sub_title == "preset tiny-dpo",

@@ -15,7 +15,10 @@ from tuiapp.ui.commands import screen_actions
 TIPS = """\
 Mouse: click rows, headers (sort), tabs and panes; the wheel scrolls.
 ctrl+p opens the command palette: every action above, by name.
-Runs outlive the app: quit any time, reopen with `llmtui`, and running runs are followed again.
+Runs outlive the app: quit any time (q on any screen, ctrl+q even while typing), reopen with
+`llmtui`, and running runs are followed again.
+History: space marks a run and moves down; marks stay while you filter (u clears them).
+Form: the line under it describes the focused field; list fields take one item per line.
 Narrow terminal: panes are tabs (1-6 or p); wide: all panes at once, z zooms one."""
 
 

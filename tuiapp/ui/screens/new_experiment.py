@@ -87,6 +87,7 @@ class NewExperimentScreen(Screen):
         self.pristine: tuple[str, dict[str, str]] | None = None  # the form as opened or last saved
         self.trainer_view: TrainerViewRead | None = None
         self._timer: Timer | None = None
+        self.check_pending = False  # a check is scheduled and has not started yet
         self._data_timer: Timer | None = None
         self._view_timer: Timer | None = None
         self._last_form_focus: Widget | None = None
@@ -242,9 +243,11 @@ class NewExperimentScreen(Screen):
     def schedule_check(self, now: bool = False) -> None:
         if self._timer is not None:
             self._timer.stop()
+        self.check_pending = True
         self._timer = self.set_timer(0.01 if now else CHECK_DELAY_S, self._start_check)
 
     def _start_check(self) -> None:
+        self.check_pending = False
         self.generation += 1
         self.check_recipe(self.collect(), self.kind, self.generation)
 
