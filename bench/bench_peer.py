@@ -316,8 +316,9 @@ def main(argv=None) -> int:
     parser.add_argument("--from-json", default=None, help="only print (and --write) the tables of an earlier --json")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="OMP_NUM_THREADS of both tools (default: every core; 1 on a machine other work shares)")
-    parser.add_argument("--profile", default=None, metavar="ROW",
-                        help="instead: one run of each tool for this row under py-spy; print where a step's time goes")
+    parser.add_argument("--profile", default=None, metavar="ROWS",
+                        help="instead: one llmtui run per row (comma-separated) and one LLaMA-Factory run (the first "
+                        "row's) under py-spy; print where a step's time goes")
     parser.add_argument("--profile-records", type=int, default=0, help="--profile on the first N records only")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
@@ -358,7 +359,8 @@ def main(argv=None) -> int:
                 records = json.loads(data.read_text(encoding="utf-8"))[: args.profile_records]
                 data = work / "profile-data.json"
                 data.write_text(json.dumps(records), encoding="utf-8")
-            print(profile(args.profile, model_dir, data, work, env))
+            wanted = [r for r in args.profile.split(",") if r in ROWS and (r != "budget" or _has_token_batches())]
+            print(profile(wanted, model_dir, data, work, env))
             return 0
         results: dict[str, list[dict]] = {name: [] for name in rows}
         for rep in range(args.reps):
@@ -416,7 +418,7 @@ def phase_of(stack: str) -> str:
     return "other"
 
 
-def profile_table(raw: dict[str, Path], steps: dict[str, int]) -> str:
+def profile_table(raw: dict[str, Path], steps: dict[str, int], tokens: dict[str, int]) -> str:
     """ms per optimizer step in each phase, from py-spy's raw (collapsed) stacks of the training window."""
     names = [name for name, _ in PHASES] + ["other"]
     per_tool = {}
@@ -438,6 +440,13 @@ def profile_table(raw: dict[str, Path], steps: dict[str, int]) -> str:
         rows.append([name, *cells])
     rows.append(["in the training loop", *[f"{1000 * sum(c.values()) / PROFILE_RATE / max(1, steps[t]):.0f} ms"
                                            for t, c in per_tool.items()]])
+    rows.append(["non-padding tokens per step", *[f"{tokens[t] / max(1, steps[t]):.0f}" for t in per_tool]])
+    fwd_bwd = ("forward (model + loss)", "backward")
+    rows.append(["forward + backward per 1k tokens", *[
+        f"{1e6 * sum(c.get(n, 0) for n in fwd_bwd) / PROFILE_RATE / max(1, tokens[t]):.0f} ms" for t, c in per_tool.items()]])
+    rows.append(["everything else per 1k tokens", *[
+        f"{1e6 * sum(v for n, v in c.items() if n not in fwd_bwd) / PROFILE_RATE / max(1, tokens[t]):.0f} ms"
+        for t, c in per_tool.items()]])
     return md_table(["phase, per optimizer step", *per_tool], rows)
 
 
@@ -462,37 +471,40 @@ def _find(match, timeout: float = 300) -> int | None:
     return None
 
 
-def profile(row: str, model_dir: Path, data: Path, work: Path, env: dict) -> str:
-    """One run of each tool with py-spy on its training process; the phase table."""
+def profile(rows: list[str], model_dir: Path, data: Path, work: Path, env: dict) -> str:
+    """One run of llmtui per row and one of LLaMA-Factory (the first row's settings), each with
+    py-spy on its training process; the phase table."""
     import threading
 
-    _, ours, theirs = ROWS[row]
-    raw, steps, spies = {}, {}, []
+    raw, steps, tokens, spies = {}, {}, {}, []
 
-    def attach(tool, match):
+    def attach(column, match):
         pid = _find(match)
         if pid:
-            spies.append(_spy(pid, raw[tool]))
+            spies.append(_spy(pid, raw[column]))
 
-    raw["llmtui"], raw["LLaMA-Factory"] = work / "llmtui.raw", work / "peer.raw"
-    watcher = threading.Thread(target=attach, args=("llmtui", lambda c: any(a.startswith("--local_rank") for a in c)
-                                                    and "tuiapp.trainer" in c and str(work) in " ".join(c)))
-    watcher.start()
-    result = run_llmtui(model_dir, data, ours, work / "p-llmtui", env)
-    watcher.join()
-    steps["llmtui"] = result["steps"] or 1
-    watcher = threading.Thread(target=attach, args=("LLaMA-Factory", lambda c: any(a.endswith("runner.py") for a in c)
-                                                    and str(work) in " ".join(c)))
-    watcher.start()
-    peer = run_peer(model_dir, data, theirs, work / "p-peer", env)
-    watcher.join()
-    steps["LLaMA-Factory"] = peer["steps"] or 1
+    def watched(column, match, run):
+        raw[column] = work / f"{len(raw)}.raw"
+        watcher = threading.Thread(target=attach, args=(column, match))
+        watcher.start()
+        result = run()
+        watcher.join()
+        steps[column], tokens[column] = result["steps"] or 1, result["tokens"] or 0
+
+    for row in rows:
+        folder = work / f"p-llmtui-{row}"
+        watched(f"llmtui ({row})", lambda c, f=str(folder): any(a.startswith("--local_rank") for a in c)
+                and "tuiapp.trainer" in c and f in " ".join(c),
+                lambda r=row, f=folder: run_llmtui(model_dir, data, ROWS[r][1], f, env))
+    folder = work / "p-peer"
+    watched(f"LLaMA-Factory ({rows[0]})", lambda c: any(a.endswith("runner.py") for a in c) and str(folder) in " ".join(c),
+            lambda: run_peer(model_dir, data, ROWS[rows[0]][2], folder, env))
     for spy in spies:
         spy.wait(timeout=120)
     missing = [t for t, p in raw.items() if not p.exists()]
     if missing:
         return f"profile: py-spy recorded nothing for {', '.join(missing)}"
-    return profile_table(raw, steps)
+    return profile_table(raw, steps, tokens)
 
 
 def _info(started: float, env: dict, load_start: str, command: str) -> dict:
