@@ -208,7 +208,7 @@ class CompareChart(PlotextPlot):
         else:
             low, high = min(min(self.visible(line, width)[0] or [0.0]) for line in self.lines), max(
                 max(self.visible(line, width)[0] or [0.0]) for line in self.lines)
-        self.x_ticks = nice_ticks(low, high, max(2, width // 12), integer=view.integer_x)
+        self.x_ticks = nice_ticks(low, high, max(2, width // 8), integer=view.integer_x)
         spacing = self.x_ticks[1] - self.x_ticks[0] if len(self.x_ticks) > 1 else 0.0
         plt.xticks(self.x_ticks, [tick_label(t, spacing) for t in self.x_ticks])
         if view.log_y:
