@@ -58,7 +58,7 @@ async def shoot(root: Path, work: Path, now: float, ids: dict[str, str], size: t
     async with app.run_test(size=size) as pilot:
         home = app.screen
         await until(pilot, lambda: home.summarized, "the history")
-        await pilot.press("down", "down", "down", "space", "down", "space")  # mark sft and high-lr
+        await pilot.press("down", "down", "down", "space", "space")  # mark sft and high-lr (space moves down)
         await pilot.pause()
         shots["home"] = app.export_screenshot(title="llmtui: run history")
 

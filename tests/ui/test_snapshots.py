@@ -167,3 +167,55 @@ def test_history_marks_kept_under_a_filter(snap_compare, runs_root, tmp_path, si
         await pilot.pause()
 
     assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
+
+
+async def _form(pilot):
+    await _home_ready(pilot)
+    await pilot.press("n")
+    screen = pilot.app.screen
+    assert isinstance(screen, NewExperimentScreen)
+    await wait_for(pilot, lambda: screen.last_check is not None, what="check")
+    for widget in screen.query("Input, TextArea"):
+        widget.cursor_blink = False
+    await pilot.pause()
+    return screen
+
+
+@pytest.mark.parametrize("size", FORM_SIZES, ids=["80x24", "120x36"])
+@pytest.mark.slow  # the form: over ~5 s on 2 busy cores
+def test_form_focus_ring_and_help_line(snap_compare, runs_root, tmp_path, size):
+    """The focused field (its label an accent tab) and its description in the help line."""
+    async def run_before(pilot):
+        screen = await _form(pilot)
+        screen.query_one("#f-description").focus()
+        await pilot.pause()
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", FORM_SIZES, ids=["80x24", "120x36"])
+@pytest.mark.slow
+def test_form_open_picker(snap_compare, runs_root, tmp_path, size):
+    """ctrl+o: the recipes and presets, fuzzy-filtered by what is typed."""
+    async def run_before(pilot):
+        await _form(pilot)
+        await pilot.press("ctrl+o", *"dpo")
+        await wait_for(pilot, lambda: pilot.app.screen.query_one("CommandList").option_count > 0, what="the picker")
+        pilot.app.screen.query_one("Input").cursor_blink = False
+        await pilot.pause(0.3)
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", FORM_SIZES, ids=["80x24", "120x36"])
+@pytest.mark.slow
+def test_form_confirm_discard(snap_compare, runs_root, tmp_path, size):
+    """esc on a form with edits asks before it drops them."""
+    async def run_before(pilot):
+        screen = await _form(pilot)
+        screen.query_one("#f-name").value = "edited"
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.pause()
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
