@@ -207,9 +207,13 @@ class CompareScreen(PaneDeckActions, Screen):
         run = self._run(message.run_id)
         if run is None or not message.records:
             return
+        evals = len(run.data.evals)
         run.data.extend(message.records)
         run.row = summary_row(run.row, run.data)
-        self._redraw()
+        self._show_charts()  # the config table keeps its scroll position: recipes do not change
+        self._show_summary()
+        if len(run.data.evals) != evals:
+            self._show_samples()
 
     def on_run_status_changed(self, message: RunStatusChanged) -> None:
         run = self._run(message.run_id)
