@@ -303,6 +303,7 @@ def test_ctrl_o_opens_a_recipe_or_preset_by_fuzzy_search(tmp_path, size):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_found_list_filters_as_you_type(tmp_path):
     names = ["tiny", "Qwen/Qwen2.5-0.5B", *(f"run:exp-{i:05d}" for i in range(10_000))]
 
