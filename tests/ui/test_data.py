@@ -295,3 +295,18 @@ def test_columns_cache_of_a_long_run_is_used_extended_and_dropped_when_the_file_
     metrics.write_text("".join(line.replace('"loss":', '"loss":1') + "\n" for line in metrics.read_text().splitlines()))
     rewritten, _ = read_run_data(metrics, cache)  # other bytes where the cache was made: read whole
     assert rewritten.loss.ys[0] != first.loss.ys[0]
+
+
+def test_cached_columns_of_removed_runs_are_pruned(tmp_path):
+    from tuiapp.ui.comparing import columns_cache, prune_columns_cache
+
+    root = tmp_path / "runs"
+    kept = root / "20250101-000001-kept-0001"
+    kept.mkdir(parents=True)
+    for run_id in (kept.name, "20250101-000002-gone-0002"):
+        path = columns_cache(root / run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    assert prune_columns_cache(root) == 1
+    assert [p.name for p in (root / ".cache" / "columns").iterdir()] == [f"{kept.name}.bin"]
+    assert prune_columns_cache(tmp_path / "nowhere") == 0

@@ -6,6 +6,7 @@ Pure functions; the compare screen calls `load_compare_run` in a worker.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from array import array
 from bisect import bisect_right
@@ -81,6 +82,25 @@ def columns_cache(path: Path) -> Path:
     """Where the compare screen keeps a run's metrics in columns: runs/.cache/columns/<id>.bin
     (a dot folder: never taken for a run)."""
     return path.parent / ".cache" / "columns" / f"{path.name}.bin"
+
+
+def prune_columns_cache(runs_root: Path) -> int:
+    """Remove the cached columns of runs whose folder is gone (deleted, moved to the trash);
+    how many files went."""
+    removed = 0
+    folder = runs_root / ".cache" / "columns"
+    try:
+        names = [entry.name for entry in os.scandir(folder) if entry.name.endswith(".bin")]
+    except OSError:
+        return 0
+    for name in names:
+        if not (runs_root / name[: -len(".bin")]).is_dir():
+            try:
+                (folder / name).unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def summary_row(row: RunRow, data: RunData) -> RunRow:

@@ -38,6 +38,7 @@ from tuiapp.ui.comparing import (
     ema,
     label_runs,
     load_compare_run,
+    prune_columns_cache,
     sample_rows,
     show_value,
     summary_row,
@@ -158,6 +159,7 @@ class CompareScreen(PaneDeckActions, Screen):
                 self.post_message(CompareLoaded(batch))
                 batch, posted = [], time.monotonic()
         self.post_message(CompareLoaded(batch, done=True))
+        prune_columns_cache(root)
         if config.live:
             self.follow_runs()
 
