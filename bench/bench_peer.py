@@ -253,6 +253,18 @@ def _median(runs: list[dict], key: str):
     return common.median([r[key] for r in runs])
 
 
+def _paired(runs: list[dict], key: str) -> list[str]:
+    """peer / llmtui of each repetition's two runs, which ran one right after the other (the
+    load of a shared machine drifts less within a pair than across repetitions)."""
+    out = []
+    for first, second in zip(runs[::2], runs[1::2], strict=False):
+        pair = {first["tool"]: first, second["tool"]: second}
+        ours, peer = pair.get("llmtui"), pair.get("LLaMA-Factory")
+        if ours and peer and ours["ok"] and peer["ok"]:
+            out.append(ratio(peer[key], ours[key]))
+    return out or ["—"]
+
+
 def markdown(results: dict, reps: int, info: dict) -> str:
     header = ["row", "tool", f"whole command, median of {reps} (min-max)", "training alone", "launch → first step",
               "non-padding tokens/s", "tokens / steps", "last logged loss"]
@@ -269,7 +281,8 @@ def markdown(results: dict, reps: int, info: dict) -> str:
         peer = [r for r in runs if r["tool"] == "LLaMA-Factory" and r["ok"]]
         m = _median
         ratios.append([name, ROWS[name][0], ratio(m(peer, "wall"), m(ours, "wall")), ratio(m(peer, "train_s"), m(ours, "train_s")),
-                       ratio(m(ours, "tokens_per_s"), m(peer, "tokens_per_s")), ratio(m(peer, "ttfs"), m(ours, "ttfs"))])
+                       ", ".join(_paired(runs, "train_s")), ratio(m(ours, "tokens_per_s"), m(peer, "tokens_per_s")),
+                       ratio(m(peer, "ttfs"), m(ours, "ttfs"))])
     lines = [SECTION, "",
              f"Made by `{info['command']}` ({info['minutes']:.0f} minutes; "
              f"{info['peer']}; llmtui at {info['commit']}). One epoch of alpaca_en_demo.json (1,000 records), the "
@@ -282,7 +295,8 @@ def markdown(results: dict, reps: int, info: dict) -> str:
              "attention mask of its training set). The losses are each tool's last logged training loss.", "",
              md_table(header, table), "",
              md_table(["row", "compares", "whole command: llmtui faster by", "training alone: faster by",
-                       "tokens/s: llmtui / LF", "first step: faster by"], ratios), ""]
+                       "training alone, each repetition's back-to-back pair", "tokens/s: llmtui / LF",
+                       "first step: faster by"], ratios), ""]
     failed = [r for runs in results.values() for r in runs if not r["ok"]]
     if failed:
         lines += [f"{len(failed)} run(s) failed and are left out: " + ", ".join(f"{r['tool']} ({r['log']})" for r in failed), ""]
