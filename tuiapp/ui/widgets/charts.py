@@ -21,7 +21,29 @@ from tuiapp.ui.rundata import Series
 Y_AXIS_CELLS = 11  # room plotext takes for y tick labels
 
 
-class MetricChart(PlotextPlot):
+class CachedPlot(PlotextPlot):
+    """A plot that rebuilds its frame only when `frame_key()` changes (plotext's build is the costly part)."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._frame_key: tuple | None = None
+        self._frame = None
+
+    def frame_key(self) -> tuple:
+        raise NotImplementedError
+
+    def _build(self):
+        raise NotImplementedError
+
+    def render(self):
+        key = self.frame_key()
+        if key != self._frame_key:
+            self._frame = self._build()
+            self._frame_key = key
+        return self._frame
+
+
+class MetricChart(CachedPlot):
     DEFAULT_CSS = """
     MetricChart { height: 1fr; min-height: 6; }
     """
@@ -34,8 +56,6 @@ class MetricChart(PlotextPlot):
         self.series: list[tuple[str, Series]] = []
         self._cache: dict[int, tuple[int, int, tuple[list[float], list[float]]]] = {}
         self.points_drawn = 0
-        self._frame_key: tuple | None = None
-        self._frame = None
 
     def set_series(self, series: list[tuple[str, Series]], x_label: str | None = None) -> None:
         self.series = list(series)
@@ -56,16 +76,11 @@ class MetricChart(PlotextPlot):
         self._cache[id(series)] = (series.version, buckets, result)
         return result
 
-    def render(self):
-        key = (
+    def frame_key(self) -> tuple:
+        return (
             self.size, self.app.theme, self.theme, self.title_text, self.x_label, self.log_y,
             tuple((label, id(series), series.version) for label, series in self.series),
         )
-        if key == self._frame_key:
-            return self._frame  # nothing changed: plotext's build is the costly part
-        self._frame = self._build()
-        self._frame_key = key
-        return self._frame
 
     def _build(self):
         plt = self.plt
@@ -88,7 +103,7 @@ class MetricChart(PlotextPlot):
         plt.title(self.title_text if drawn else f"{self.title_text} (no data yet)")
         if self.x_label and self.size.height > 8:
             plt.xlabel(self.x_label)
-        return super().render()
+        return PlotextPlot.render(self)
 
 
 @dataclass
@@ -119,7 +134,7 @@ class View:
     note: str = ""  # said after the title (x clipped, smoothing)
 
 
-class CompareChart(PlotextPlot):
+class CompareChart(CachedPlot):
     """Several runs' curves: a glyph and colour per run, no legend inside the plot (the compare
     screen shows it beside), round ticks, a zoomed x range, robust y limits, a cursor line."""
 
@@ -136,8 +151,6 @@ class CompareChart(PlotextPlot):
         self.y_limits: tuple[float, float] | None = None
         self.x_ticks: list[float] = []
         self._cache: dict[tuple, list] = {}
-        self._frame_key: tuple | None = None
-        self._frame = None
 
     @property
     def series(self) -> list[tuple[str, Line]]:
@@ -168,14 +181,8 @@ class CompareChart(PlotextPlot):
         self._cache[key] = result
         return result
 
-    def render(self):
-        view = self.view
-        key = (self.size, self.app.theme, self.title_text, view, tuple(line.key for line in self.lines))
-        if key == self._frame_key:
-            return self._frame
-        self._frame = self._build()
-        self._frame_key = key
-        return self._frame
+    def frame_key(self) -> tuple:
+        return (self.size, self.app.theme, self.title_text, self.view, tuple(line.key for line in self.lines))
 
     def _build(self):
         plt = self.plt
@@ -201,7 +208,7 @@ class CompareChart(PlotextPlot):
         title = self.title_text if drawn else f"{self.title_text} (no data yet)"
         plt.title(title + (f" · {view.note}" if view.note and drawn else ""))
         if not drawn:
-            return super().render()
+            return PlotextPlot.render(self)
         if view.x_range is not None:
             plt.xlim(*view.x_range)
             low, high = view.x_range
@@ -225,4 +232,4 @@ class CompareChart(PlotextPlot):
             plt.vline(view.cursor, "gray")
         if view.x_label and self.size.height > 8:
             plt.xlabel(view.x_label)
-        return super().render()
+        return PlotextPlot.render(self)
