@@ -77,8 +77,8 @@ def test_two_nodes_on_one_machine_share_one_run(runs_dir):
     assert (run_dir / "final" / "model.safetensors").is_file()
     # what the TUI's run view shows of this run: both nodes, memory per node
     from tuiapp.core.metrics import read_jsonl
+    from tuiapp.core.rundata import RunData
     from tuiapp.ui.run_panes import memory_text, status_text
-    from tuiapp.ui.rundata import RunData
 
     data = RunData()
     data.extend(read_jsonl(run_dir / "metrics.jsonl"))

@@ -16,12 +16,12 @@ from tuiapp.core.checks import is_stalled
 from tuiapp.core.errors import RecipeError, RecipeErrors
 from tuiapp.core.metrics import JsonlWriter
 from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec, load_recipe
+from tuiapp.core.rundata import RunData
 from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import formdata
 from tuiapp.ui.comparing import config_rows, flatten, load_compare_run, x_values
 from tuiapp.ui.history import HistoryLoader, LiveSummary, with_metrics
 from tuiapp.ui.history_model import HistoryModel
-from tuiapp.ui.rundata import RunData
 
 
 def test_ui_never_imports_torch_or_the_trainer():
@@ -273,7 +273,7 @@ def test_live_summary_matches_the_full_summary(tmp_path):
 
 
 def test_columns_cache_of_a_long_run_is_used_extended_and_dropped_when_the_file_changes(tmp_path):
-    from tuiapp.ui.rundata import COLUMNS_MIN_RECORDS, read_run_data
+    from tuiapp.core.rundata import COLUMNS_MIN_RECORDS, read_run_data
 
     metrics, cache = tmp_path / "metrics.jsonl", tmp_path / ".cache" / "run.bin"
     rows = [{"step": s, "loss": 3.0 - s / 1e4, "tokens": s * 10, "time": 1000.0 + s, "mem": {"rank0": {"peak": 2e9}}}
@@ -310,3 +310,25 @@ def test_cached_columns_of_removed_runs_are_pruned(tmp_path):
     assert prune_columns_cache(root) == 1
     assert [p.name for p in (root / ".cache" / "columns").iterdir()] == [f"{kept.name}.bin"]
     assert prune_columns_cache(tmp_path / "nowhere") == 0
+
+
+def test_a_finished_runs_columns_are_summarised_once_for_the_compare(tmp_path):
+    from tuiapp.core.rundata import SUMMARISE_MIN_BYTES, columns_cache, read_run_data, summarise_run
+
+    run = tmp_path / "runs" / "20250101-000001-long-0001"
+    run.mkdir(parents=True)
+    rows = [{"step": s, "time": 1e9 + s, "loss": 3.0 - s * 1e-5, "lr": 1e-4, "tokens": 512 * s} for s in range(1, 15_001)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert (run / "metrics.jsonl").stat().st_size >= SUMMARISE_MIN_BYTES
+    summarise_run(run)
+    made = columns_cache(run).stat().st_ino
+    data, _ = read_run_data(run / "metrics.jsonl", columns_cache(run))
+    assert columns_cache(run).stat().st_ino == made  # read from the columns: nothing parsed, nothing rewritten
+    assert len(data.loss) == 15_000 and data.loss.ys[-1] == rows[-1]["loss"]
+
+    short = tmp_path / "runs" / "20250101-000002-short-0002"
+    short.mkdir()
+    (short / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:100]))
+    summarise_run(short)
+    summarise_run(tmp_path / "runs" / "missing")
+    assert not columns_cache(short).exists()

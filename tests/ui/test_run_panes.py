@@ -1,7 +1,7 @@
 """The run view's text panes for multi-node runs and trust_remote_code (pure functions)."""
 
+from tuiapp.core.rundata import RunData
 from tuiapp.ui.run_panes import memory_text, status_text
-from tuiapp.ui.rundata import RunData
 
 
 def test_multi_node_run_shows_nodes_ranks_and_memory_per_node():

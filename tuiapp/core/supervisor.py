@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from tuiapp.core import cluster, launcher, notify, probe, queue, rundir, runlock, shm, sweep
+from tuiapp.core import cluster, launcher, notify, probe, queue, rundata, rundir, runlock, shm, sweep
 from tuiapp.core.errors import UserError
 from tuiapp.core.gpus import detect_gpus
 from tuiapp.core.metrics import JsonlWriter, read_jsonl, summarize
@@ -401,6 +401,7 @@ class Supervisor:
             events.write({"event": status, "exit_code": code, "reason": reason})
         self._notify(status, status, reason)
         self._notify_sweep_end()
+        rundata.summarise_run(run.path)
 
     def _early_stop_reason(self) -> str | None:
         stops = [e for e in read_jsonl(self.run.events_path)

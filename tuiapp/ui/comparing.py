@@ -18,11 +18,11 @@ import tomllib
 
 from tuiapp.core import evals, meta
 from tuiapp.core.metrics import JsonlReader, preference_best
+from tuiapp.core.rundata import RunData, Series, columns_cache, read_run_data
 from tuiapp.core.runs import Run
 from tuiapp.ui.downsample import numpy_module
 from tuiapp.ui.groups import compare_labels
 from tuiapp.ui.history import RunRow, row_from_info
-from tuiapp.ui.rundata import RunData, Series, read_run_data
 
 # metric id -> (title, where it lives)
 METRICS = {
@@ -76,12 +76,6 @@ def load_compare_run(path: Path) -> CompareRun:
     data, reader = read_run_data(run.metrics_path, columns_cache(path))
     row = row_from_info(path, run.info, meta.read_meta(path))
     return CompareRun(path.name, summary_row(row, data), read_frozen_recipe(run), data, path=path, reader=reader)
-
-
-def columns_cache(path: Path) -> Path:
-    """Where the compare screen keeps a run's metrics in columns: runs/.cache/columns/<id>.bin
-    (a dot folder: never taken for a run)."""
-    return path.parent / ".cache" / "columns" / f"{path.name}.bin"
 
 
 def prune_columns_cache(runs_root: Path) -> int:

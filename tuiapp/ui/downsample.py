@@ -13,27 +13,14 @@ import math
 from array import array
 from typing import Sequence
 
-_np = None  # numpy, imported on first use (it costs ~0.15 s of the app's start-up)
-_np_tried = False
-
-
-def numpy_module():
-    """numpy when it can be imported (optional: ~50x faster on a million points), else None."""
-    global _np, _np_tried
-    if not _np_tried:
-        _np_tried = True
-        try:
-            import numpy
-        except ImportError:  # pragma: no cover - exercised when numpy is absent
-            numpy = None
-        _np = numpy
-    return _np
+from tuiapp.core.rundata import numpy_module
 
 
 def _as_numpy(values: Sequence[float]):
+    np = numpy_module()
     if isinstance(values, array) and values.typecode == "d":
-        return _np.frombuffer(values, dtype=_np.float64) if len(values) else _np.zeros(0)
-    return _np.asarray(values, dtype=_np.float64)
+        return np.frombuffer(values, dtype=np.float64) if len(values) else np.zeros(0)
+    return np.asarray(values, dtype=np.float64)
 
 
 def minmax(xs: Sequence[float], ys: Sequence[float], buckets: int, use_numpy: bool | None = None) -> tuple[list[float], list[float]]:
@@ -49,7 +36,7 @@ def minmax(xs: Sequence[float], ys: Sequence[float], buckets: int, use_numpy: bo
 
 
 def _minmax_numpy(xs, ys, n: int, buckets: int):
-    np = _np
+    np = numpy_module()
     x = _as_numpy(xs)[:n]
     y = _as_numpy(ys)[:n]
     size = math.ceil(n / buckets)

@@ -8,8 +8,8 @@ from rich.markup import escape
 
 from tuiapp.core.metrics import as_number
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number
+from tuiapp.core.rundata import RunData
 from tuiapp.core.rundir import attempt_count, duration_s
-from tuiapp.ui.rundata import RunData
 from tuiapp.ui.runstatus import error_log, error_summary, reason_summary, status_of
 
 # the badge's colour per shown status (runstatus.status_view gives the text)

@@ -22,6 +22,7 @@ from textual.worker import get_current_worker
 from tuiapp.core import meta
 from tuiapp.core.metrics import JsonlReader
 from tuiapp.core.recipe import PREFERENCE_KINDS
+from tuiapp.core.rundata import RunData
 from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import actions
@@ -40,7 +41,6 @@ from tuiapp.ui.messages import (
     SystemSampled,
 )
 from tuiapp.ui.run_panes import memory_text, samples_text, speed_text, status_text
-from tuiapp.ui.rundata import RunData
 from tuiapp.ui.widgets.charts import MetricChart
 from tuiapp.ui.widgets.log_tail import LogTail
 from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions

@@ -1,6 +1,6 @@
 """Line charts on textual-plotext that draw a downsampled copy of each series.
 
-`MetricChart` (the run view) holds references to Series (tuiapp.ui.rundata) and, when it renders, downsamples each
+`MetricChart` (the run view) holds references to Series (tuiapp.core.rundata) and, when it renders, downsamples each
 to twice its width (braille has two dots per cell) with min/max per column. The copy is cached
 by the series' version and the width, so a redraw without new data costs only plotext's build.
 `CompareChart` draws the compare screen's lines on a chosen x range with round ticks.
@@ -14,9 +14,9 @@ from typing import Sequence
 
 from textual_plotext import PlotextPlot
 
+from tuiapp.core.rundata import Series
 from tuiapp.ui.comparing import nice_ticks, robust_limits, tick_label
 from tuiapp.ui.downsample import minmax
-from tuiapp.ui.rundata import Series
 
 Y_AXIS_CELLS = 11  # room plotext takes for y tick labels
 
