@@ -352,3 +352,23 @@ def test_data_tab_shows_the_examples_as_the_trainer_sees_them(tmp_path, size):
             assert "every token trained" in text and "(all)" in text and "⟦" not in text.split("— block 1")[1]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+def test_o_opens_the_picker_where_focus_is_not_typing_text(tmp_path, size):
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await open_form(pilot)
+            app.screen.query_one("#method-kind", Select).focus()
+            await pilot.pause()
+            await pilot.press("o")
+            await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the picker from a choice")
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, NewExperimentScreen), what="the form again")
+            await type_into(pilot, "f-description", "o")
+            assert isinstance(app.screen, NewExperimentScreen)
+            assert app.screen.collect()["description"].endswith("o")  # in a text field, o is a letter
+
+    asyncio.run(scenario())

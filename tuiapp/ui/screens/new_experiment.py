@@ -67,6 +67,7 @@ class NewExperimentScreen(Screen):
         Binding("ctrl+r", "launch", "Launch", tooltip="Create the run, start it and follow it"),
         Binding("ctrl+o", "open_recipe", "Open", tooltip="Open a recipe of recipes/ or a preset (fuzzy search) "
                 "into the form"),
+        Binding("o", "open_recipe", "Open", show=False),  # where focus is not typing text (a choice, a tab)
         Binding("ctrl+t", "toggle_side", "Checks", tooltip="Show the checks, estimate, TOML and data panes"),
         Binding("ctrl+n", "next_tab", "Next tab", tooltip="Next of checks / estimate / TOML / data"),
         Binding("escape", "back", "Back", tooltip="Back to the previous screen (asks first when there are edits)"),
