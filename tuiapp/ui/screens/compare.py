@@ -158,10 +158,8 @@ class CompareScreen(PaneDeckActions, Screen):
             if batch and time.monotonic() - posted > 1.0:  # slow reads: show the runs read so far
                 self.post_message(CompareLoaded(batch))
                 batch, posted = [], time.monotonic()
-        self.post_message(CompareLoaded(batch, done=True))
+        self.post_message(CompareLoaded(batch, done=True))  # its handler starts following the runs
         prune_columns_cache(root)
-        if config.live:
-            self.follow_runs()
 
     @work(thread=True, exclusive=True, group="compare-live")
     def follow_runs(self) -> None:
@@ -199,6 +197,8 @@ class CompareScreen(PaneDeckActions, Screen):
         self.runs.sort(key=lambda r: self.run_ids.index(r.id))
         label_runs(self.runs)
         self.loaded = message.done
+        if message.done and self.app.config.live:
+            self.follow_runs()  # here, once every run is in self.runs (not from the loading thread)
         if message.done or len(self.runs) == len(message.runs):  # the last, or the first
             self._redraw()
         elif not self._redraw_pending:  # at most two redraws a second while runs arrive
