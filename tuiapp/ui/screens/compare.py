@@ -526,15 +526,7 @@ class CompareScreen(PaneDeckActions, Screen):
         self._show_config()
         self._show_title()
 
-    def action_pane(self, index: int) -> None:
-        super().action_pane(index)
-        self._after_pane()
-
-    def action_next_pane(self) -> None:
-        super().action_next_pane()
-        self._after_pane()
-
-    def _after_pane(self) -> None:
+    def pane_shown(self) -> None:
         """Tables take the keys when their pane is shown; a chart leaves them to the cursor."""
         active = self.query_one(PaneDeck).active_pane
         tables = list(active.query(DataTable)) if active is not None else []

@@ -361,15 +361,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     def action_chat(self) -> None:
         self.app.open_chat(self.run_id)
 
-    def action_pane(self, index: int) -> None:
-        super().action_pane(index)
-        self._focus_log()
-
-    def action_next_pane(self) -> None:
-        super().action_next_pane()
-        self._focus_log()
-
-    def _focus_log(self) -> None:
+    def pane_shown(self) -> None:
         """The log pane shown: the log takes the keys (home/end, n/N, scrolling)."""
         if self.query_one(PaneDeck).active_id == "pane-log":
             self.query_one("#rv-log", LogTail).focus()

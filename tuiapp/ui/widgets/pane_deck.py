@@ -80,9 +80,14 @@ class PaneDeckActions:
 
     def action_pane(self, index: int) -> None:
         self.query_one(PaneDeck).activate_index(index)
+        self.pane_shown()
 
     def action_next_pane(self) -> None:
         self.query_one(PaneDeck).cycle(1)
+        self.pane_shown()
+
+    def pane_shown(self) -> None:
+        """After a pane key: a screen may hand the keys to what the pane shows."""
 
     def action_zoom(self) -> None:
         if self.maximized is not None:
