@@ -372,3 +372,19 @@ def test_o_opens_the_picker_where_focus_is_not_typing_text(tmp_path, size):
             assert app.screen.collect()["description"].endswith("o")  # in a text field, o is a letter
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("size,width_class", [((80, 24), "-narrow"), ((120, 36), "-wide")], ids=["80x24", "120x36"])
+def test_a_pushed_screen_has_its_width_class_before_its_first_frame(tmp_path, size, width_class):
+    """A real terminal sends no resize when a screen is pushed: the form drew its wide layout at 80 columns."""
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen), what="the history")
+            form = NewExperimentScreen()
+            app.push_screen(form)
+            assert form.has_class(width_class) and not form.has_class({"-narrow": "-wide", "-wide": "-narrow"}[width_class])
+            await wait_for(pilot, lambda: app.screen is form and form.query("#f-name"), what="the form")
+
+    asyncio.run(scenario())

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 from textual.app import App
 from textual.binding import Binding
+from textual.screen import Screen
 
 from tuiapp.core.errors import UserError
 from tuiapp.ui.commands import ActionsProvider
@@ -52,6 +53,23 @@ class LlmtuiApp(App):
 
     def on_mount(self) -> None:
         self.push_screen(HomeScreen())
+
+    def push_screen(self, screen, *args, **kwargs):
+        self._width_classes(screen)
+        return super().push_screen(screen, *args, **kwargs)
+
+    def switch_screen(self, screen):
+        self._width_classes(screen)
+        return super().switch_screen(screen)
+
+    def _width_classes(self, screen) -> None:
+        """The breakpoint class (-narrow / -wide) on a new screen before its first frame: in a real
+        terminal Textual sets it only at the next resize, so a form pushed at 80 columns drew its
+        wide layout."""
+        if isinstance(screen, Screen) and self.size.width:
+            chosen = set(screen._get_breakpoint_classes(self.size.width, self.HORIZONTAL_BREAKPOINTS))
+            for _, name in self.HORIZONTAL_BREAKPOINTS:
+                screen.set_class(name in chosen, name)
 
     # ------------------------------------------------------------ navigation
 
