@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 from manager_fixtures import make_sweep
+from textual.widgets import DataTable
 from ui_fixtures import test_app, wait_for
 
 from tuiapp.core.runs import RunStore
@@ -29,6 +30,14 @@ def _app(runs_root, tmp_path):
 
 async def _home_ready(pilot):
     await wait_for(pilot, lambda: pilot.app.screen.summarized, what="history")
+
+
+async def _compare_ready(pilot):
+    """Compare has its runs, and its tables have measured their rows: a DataTable sizes its
+    columns on its next idle, so a frame taken before that shows columns as wide as their labels."""
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
+    await wait_for(pilot, lambda: not any(t._require_update_dimensions for t in pilot.app.screen.query(DataTable)),
+                   what="the tables' column widths")
 
 
 @pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])
@@ -72,7 +81,7 @@ def test_compare(snap_compare, runs_root, tmp_path, size):
     async def run_before(pilot):
         await _home_ready(pilot)
         pilot.app.push_screen(CompareScreen(ids))
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
+        await _compare_ready(pilot)
 
     assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
 
@@ -84,7 +93,7 @@ def test_compare_config_80x24(snap_compare, runs_root, tmp_path):
     async def run_before(pilot):
         await _home_ready(pilot)
         pilot.app.push_screen(CompareScreen(ids))
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
+        await _compare_ready(pilot)
         await pilot.press("6")
         await pilot.pause()
 
@@ -101,7 +110,7 @@ def test_compare_smoothed_with_cursor(snap_compare, runs_root, tmp_path, size):
     async def run_before(pilot):
         await _home_ready(pilot)
         pilot.app.push_screen(CompareScreen(ids))
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
+        await _compare_ready(pilot)
         await pilot.press("s", "s", *["left"] * 10)
         await pilot.pause()
 
