@@ -33,3 +33,25 @@ def test_import_contracts_hold():
     out = subprocess.run([str(linter), "--no-cache"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "0 broken" in out.stdout
+
+
+def test_the_tui_starts_without_the_schema_or_the_subcommands():
+    """The bare `llmtui` imports what the history's first rows need: not pydantic (the recipe
+    schema, ~0.2 s), the subcommands, sweeps or numpy (bench/bench_ui.py's start-up)."""
+    code = (
+        "import sys, tuiapp.entry, tuiapp.core.runs, tuiapp.core.errors, tuiapp.ui.app;"
+        "print([m for m in ['pydantic', 'tuiapp.core.recipe', 'tuiapp.cli', 'tuiapp.core.sweep',"
+        " 'numpy', 'torch'] if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_bare_command_is_told_from_subcommands():
+    from tuiapp.entry import tui_runs_dir
+
+    assert tui_runs_dir([]) == (True, None)
+    assert tui_runs_dir(["--runs-dir", "r"]) == (True, "r")
+    assert tui_runs_dir(["--runs-dir=r"]) == (True, "r")
+    for argv in (["run", "x.toml"], ["--help"], ["--runs-dir", "r", "ls"], ["--runs-dir"], ["--runs-dir="], ["-h"]):
+        assert tui_runs_dir(argv) == (False, None), argv

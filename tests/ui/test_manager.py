@@ -416,7 +416,7 @@ def test_bell_and_toast_when_a_run_ends_fails_or_hangs_and_when_a_sweep_ends(tmp
             await wait_for(pilot, lambda: "failing: failed: rank 0: RuntimeError: boom" in notes(app), what="failure")
             assert [n.severity for n in app._notifications if n.message.startswith("failing")] == ["error"]
             hanging.update(hang=rundir.Hang(phase="loading model", rank=1, since=FIXED_NOW - 900,
-                                            message="no progress in 'loading model' for 15 min (rank 1)").model_dump())
+                                            message="no progress in 'loading model' for 15 min (rank 1)"))
             await wait_for(pilot, lambda: any("hanging: no progress in 'loading model'" in n for n in notes(app)),
                            what="the hang")
             assert len(rings) == 3

@@ -78,7 +78,7 @@ def test_starting_shows_its_phase_and_a_clock_not_running(store, tmp_path):
     run = starting_run(store, "warming", "loading model", FIXED_NOW - 42)
     hung = starting_run(store, "wedged", "joining ranks", FIXED_NOW - 1000, hang=rundir.Hang(
         phase="joining ranks", rank=1, since=FIXED_NOW - 1000,
-        message="hung in 'joining ranks': rank 1 has made no progress for 1000s").model_dump())
+        message="hung in 'joining ranks': rank 1 has made no progress for 1000s"))
     try:
         async def scenario():
             app = test_app(store.root, tmp_path)

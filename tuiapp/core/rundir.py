@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing_extensions import NotRequired, TypedDict  # pydantic validates these on Python < 3.12
 
 STATUSES = ("created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown")
 ACTIVE = ("created", "queued", "starting", "running", "stopping")
@@ -24,85 +25,86 @@ PHASES = ("launching", "importing", "building ops", "joining ranks", "loading to
 Status = Literal["created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown"]
 
 
-class Attempt(BaseModel):
+# Typed dicts, not pydantic models: the history imports this module at start-up, and only
+# record_of (tests, doctor) needs validation, through a TypeAdapter built on first use.
+
+
+class Attempt(TypedDict):
     """One start of the run's supervisor: the first launch or a resume."""
 
-    model_config = ConfigDict(extra="ignore")
     number: int
     started: float
-    ended: float | None = None
-    outcome: str | None = None
-    reason: str | None = None
-    host: str | None = None
-    resumed: bool = False
+    ended: NotRequired[float | None]
+    outcome: NotRequired[str | None]
+    reason: NotRequired[str | None]
+    host: NotRequired[str | None]
+    resumed: NotRequired[bool]
 
 
-class Hang(BaseModel):
+class Hang(TypedDict):
     """A start-up phase that made no progress within launch.startup_timeout_s."""
 
-    model_config = ConfigDict(extra="ignore")
     phase: str
-    rank: int | None = None
+    rank: int | None
     since: float
     message: str
 
 
-class RunRecord(BaseModel):
-    """run.json. Written by the run store (creation), the run service (before a start) and the
-    run's supervisor (while it lives); read by everything."""
+class RunRecord(TypedDict, total=False):
+    """run.json (every key optional). Written by the run store (creation),
+    the run service (before a start) and the run's supervisor (while it lives); read by everything."""
 
-    model_config = ConfigDict(extra="allow")
-    id: str | None = None
-    name: str | None = None
-    status: Status = "unknown"
-    created: float | None = None
-    host: str | None = None
-    recipe_file: str | None = None
-    method: str | None = None
-    model: str | None = None
-    model_ref: str | None = None
-    dataset: str | None = None
-    trust_remote_code: bool = False
-    recipe: dict | None = None
-    attempts: list[Attempt] | int = []
+    id: str | None
+    name: str | None
+    status: Status
+    created: float | None
+    host: str | None
+    recipe_file: str | None
+    method: str | None
+    model: str | None
+    model_ref: str | None
+    dataset: str | None
+    trust_remote_code: bool
+    recipe: dict | None
+    attempts: list[Attempt] | int
     # the current (or last) attempt
-    pid: int | None = None
-    pgid: int | None = None
-    pid_create_time: float | None = None
-    started: float | None = None
-    ended: float | None = None
-    exit_code: int | None = None
-    reason: str | None = None
-    error: dict | None = None  # the root cause: {rank, type, message, log}
-    phase: str | None = None
-    phase_since: float | None = None
-    hang: Hang | None = None
-    stop_requested: float | None = None
-    queue: dict | None = None  # a queued launch: {priority, slots, enqueued}
-    group: dict | None = None  # a sweep's run: {id, name, index, keys, values}
-    devices: list[int] | None = None  # GPU ids the queue gave this run
-    argv: list[str] | None = None
-    ranks: int | None = None
-    gpus: list[int] | None = None
-    accelerator: str | None = None
-    resumed: bool | None = None
+    pid: int | None
+    pgid: int | None
+    pid_create_time: float | None
+    started: float | None
+    ended: float | None
+    exit_code: int | None
+    reason: str | None
+    error: dict | None  # the root cause: {rank, type, message, log}
+    phase: str | None
+    phase_since: float | None
+    hang: Hang | None
+    stop_requested: float | None
+    queue: dict | None  # a queued launch: {priority, slots, enqueued}
+    group: dict | None  # a sweep's run: {id, name, index, keys, values}
+    devices: list[int] | None  # GPU ids the queue gave this run
+    argv: list[str] | None
+    ranks: int | None
+    gpus: list[int] | None
+    accelerator: str | None
+    resumed: bool | None
     # scale-out (tuiapp.core.cluster, tuiapp.core.slurm)
-    strategy: str | None = None
-    node_mode: str | None = None
-    node_rank: int | None = None
-    nnodes: int | None = None
-    world_size: int | None = None
-    master_addr: str | None = None
-    master_port: int | None = None
-    launcher: str | None = None
-    nodes: list[dict] | None = None
-    slurm: dict | None = None
-    slurm_job: str | None = None
-    slurm_submitted: float | None = None
-    slurm_state: str | None = None
+    strategy: str | None
+    node_mode: str | None
+    node_rank: int | None
+    nnodes: int | None
+    world_size: int | None
+    master_addr: str | None
+    master_port: int | None
+    launcher: str | None
+    nodes: list[dict] | None
+    slurm: dict | None
+    slurm_job: str | None
+    slurm_submitted: float | None
+    slurm_state: str | None
 
 
-RUN_KEYS = frozenset(RunRecord.model_fields)
+RUN_KEYS = frozenset(RunRecord.__annotations__)
 # nodes/K.json: what node K's supervisor records of itself
 NODE_KEYS = frozenset({
     "status", "pid", "pgid", "pid_create_time", "started", "ended", "exit_code", "reason", "argv", "host",
@@ -118,10 +120,20 @@ def check_keys(values: dict, allowed: frozenset = RUN_KEYS) -> None:
         raise KeyError(f"not a run.json key: {', '.join(unknown)} (declare it in tuiapp.core.rundir)")
 
 
+@cache
+def _record_adapter():
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(RunRecord)
+
+
 def record_of(info: dict) -> RunRecord | None:
-    """The typed view of a run.json dict, or None when it does not fit the protocol."""
+    """run.json validated against the protocol (types of the known keys), or None when it does
+    not fit."""
+    from pydantic import ValidationError
+
     try:
-        return RunRecord.model_validate(info)
+        return _record_adapter().validate_python(info)
     except ValidationError:
         return None
 
@@ -174,7 +186,7 @@ def new_attempt(info: dict, host: str, resumed: bool, now: float | None = None) 
     """The attempts list with one more (started now)."""
     attempts = [a for a in attempts_of(info)]
     attempts.append(Attempt(number=len(attempts) + 1, started=time.time() if now is None else now,
-                            host=host, resumed=resumed).model_dump())
+                            ended=None, outcome=None, reason=None, host=host, resumed=resumed))
     return attempts
 
 

@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuiapp.core import runlock, shm, slurm
 from tuiapp.core.errors import RunError
 from tuiapp.core.metrics import atomic_write_text, read_jsonl, summarize
 from tuiapp.core.procs import group_processes, process_alive
-from tuiapp.core.recipe import Recipe, parse_recipe
 from tuiapp.core.rundir import (  # noqa: F401 (ACTIVE, FINAL re-exported)
     ACTIVE,
     FINAL,
@@ -28,6 +28,9 @@ from tuiapp.core.rundir import (  # noqa: F401 (ACTIVE, FINAL re-exported)
 )
 from tuiapp.core.secrets import is_secret_name, redact  # noqa: F401 (re-exported)
 from tuiapp.core.tail import tail_lines
+
+if TYPE_CHECKING:  # the schema (pydantic) is imported where a recipe is read: not at the history's start-up
+    from tuiapp.core.recipe import Recipe
 
 RUNS_ENV = "LLMTUI_RUNS_DIR"
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -257,6 +260,8 @@ class Run:
         self.save()
 
     def recipe(self) -> Recipe:
+        from tuiapp.core.recipe import parse_recipe
+
         path = self.path / "recipe.toml"
         try:
             text = path.read_text(encoding="utf-8")

@@ -290,7 +290,7 @@ class Supervisor:
                         phase=phase, rank=rank, since=since,
                         message=f"hung in '{phase}': rank {rank} has made no progress for {stuck:.0f}s "
                         f"(launch.startup_timeout_s = {self.startup_timeout_s:.0f}). "
-                        f"See its stack with `llmtui doctor {self.run.id}`").model_dump()
+                        f"See its stack with `llmtui doctor {self.run.id}`")
         if values:
             self._record(**values)
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from rich.text import Text
 
-from tuiapp.core import sweep
 from tuiapp.core.rundir import ACTIVE, FINAL
 from tuiapp.ui.history import RunRow
 
@@ -26,6 +25,8 @@ SHADES = "░▒▓█"  # worse → better
 
 def read_groups(runs_root: Path) -> dict[str, dict]:
     """Every sweep's record, by id."""
+    from tuiapp.core import sweep  # imports the recipe schema: kept off the history's start-up
+
     return sweep.list_groups(runs_root)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
-from tuiapp.core import evals, meta, queue, rundir
+from tuiapp.core import evals, meta, rundir
 from tuiapp.core.metrics import (
     PREFERENCE_WINDOW,
     JsonlReader,
@@ -187,6 +187,8 @@ def with_meta(row: RunRow, notes: dict) -> RunRow:
 
 def queue_positions(runs_root: Path) -> dict[str, int]:
     """Every queued run's 1-based place in the device queue (one read of the queue folder)."""
+    from tuiapp.core import queue  # only when a queued run is listed: kept off the start-up
+
     return {entry.run_id: index for index, entry in enumerate(queue.waiting(runs_root), start=1)}
 
 
