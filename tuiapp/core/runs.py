@@ -385,15 +385,16 @@ class RunStore:
             raise
         return run
 
-    def run_dirs(self) -> list[Path]:
+    def run_names(self) -> list[str]:
+        """The run folders' names (ids), oldest first; cheaper than paths for 10,000 runs."""
         try:
-            entries = list(os.scandir(self.root))
+            with os.scandir(self.root) as entries:
+                return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(
-            (Path(e.path) for e in entries if e.is_dir() and not e.name.startswith(".")),
-            key=lambda p: p.name,
-        )
+
+    def run_dirs(self) -> list[Path]:
+        return [self.root / name for name in self.run_names()]
 
     def list(self, refresh: bool = True) -> list[Run]:
         runs = [Run(p).load() for p in self.run_dirs()]

@@ -18,7 +18,8 @@ class UiConfig:
     clock: Callable[[], float] = time.time
     poll_s: float = 0.25  # how often live files are tailed
     history_poll_s: float = 2.0  # how often the runs folder is rescanned
-    batch_size: int = 200  # run.json files per RunsLoaded message
+    batch_size: int = 200  # run.json files per RunsLoaded message (doubling up to 16x)
+    first_batch: int = 50  # the first message: a screenful, drawn before the rest is read
     system_monitor: bool = True  # NVML / psutil sampling in the run view
     hf_cache_dirs: list[Path] | None = None  # None = the usual HF cache folders
     live: bool = True  # False: read once, never poll (snapshots)

@@ -341,20 +341,21 @@ class HistoryLoader:
     def _row(self, path: Path, run: Run) -> RunRow:
         return row_from_info(path, run.info, meta.read_meta(path), self._position(run))
 
-    def scan(self) -> list[Path]:
-        """Run folders not seen before, newest first (ids start with the UTC time)."""
-        fresh = [p for p in self.store.run_dirs() if p.name not in self.known]
+    def scan(self) -> list[str]:
+        """Run folders (ids) not seen before, newest first (ids start with the UTC time)."""
+        fresh = [name for name in self.store.run_names() if name not in self.known]
         fresh.reverse()
         return fresh
 
-    def load_infos(self, paths: list[Path], batch: int, max_batch: int | None = None) -> Iterator[list[RunRow]]:
+    def load_infos(self, names: list[str], batch: int, max_batch: int | None = None) -> Iterator[list[RunRow]]:
         """run.json of each folder, in batches; active runs get their liveness checked. Batches
         double up to max_batch: the first rows show at once, and 10,000 runs take few messages."""
         rows: list[RunRow] = []
         max_batch = max_batch or batch
         self._positions = None
-        for path in paths:
-            self.known[path.name] = _stamp(path)
+        for name in names:
+            path = self.store.root / name
+            self.known[name] = _stamp(path)
             run = Run(path).load()
             if run.status in ACTIVE:
                 run.refresh_truth()

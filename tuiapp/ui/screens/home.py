@@ -8,6 +8,7 @@ the bell (tuiapp.ui.alerts)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 
@@ -79,6 +80,7 @@ class HomeScreen(HistoryManageActions, Screen):
         self._methods: list[str] = []
         self._quiet: set[str] = set()  # runs the user stopped here: no bell when they end
         self._stop_asked: dict[str, str] = {}  # run id -> its status when the user asked for the stop
+        self._first_rows_drawn = threading.Event()  # the loader reads on once the first rows are painted
 
     @property
     def active_bindings(self):
@@ -116,11 +118,14 @@ class HomeScreen(HistoryManageActions, Screen):
         worker = get_current_worker()
         loader = HistoryLoader(config.runs_root)
         rows = []
-        for batch in loader.load_infos(loader.scan(), config.batch_size, max_batch=config.batch_size * 16):
+        batches = loader.load_infos(loader.scan(), config.first_batch, max_batch=config.batch_size * 16)
+        for batch in batches:
             if worker.is_cancelled:
                 return
             rows += batch
             self.post_message(RunsLoaded(batch))
+            if len(rows) == len(batch):  # the first rows: painted before the rest competes for the GIL
+                self._first_rows_drawn.wait(timeout=1.0)
         self.post_message(RunsLoaded([], done=True))
         groups = read_groups(config.runs_root)
         self.post_message(GroupsRead(groups))
@@ -162,6 +167,8 @@ class HomeScreen(HistoryManageActions, Screen):
             self.loaded = True
             self._update_method_options()
         self._show_rows()
+        if not self._first_rows_drawn.is_set():
+            self.call_after_refresh(self._first_rows_drawn.set)
 
     def on_runs_updated(self, message: RunsUpdated) -> None:
         before = {r.id: self.model.rows[r.id] for r in message.rows if r.id in self.model.rows}
