@@ -47,6 +47,17 @@ def test_the_tui_starts_without_the_schema_or_the_subcommands():
     assert out.stdout.strip() == "[]", out.stdout
 
 
+def test_a_run_or_compare_opens_without_the_schema():
+    """The run view and compare import no pydantic either (the recipe schema took ~0.5 s the first
+    time one of them opened)."""
+    code = (
+        "import sys, tuiapp.ui.screens.compare, tuiapp.ui.screens.run_view;"
+        "print([m for m in ['pydantic', 'tuiapp.core.recipe', 'tuiapp.cli'] if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_the_bare_command_is_told_from_subcommands():
     from tuiapp.entry import tui_runs_dir
 

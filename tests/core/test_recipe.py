@@ -187,3 +187,11 @@ def test_validate_cli_exit_codes(tmp_path):
     assert failed.returncode == 2
     assert "bad.toml:2: train.lr: unknown key 'lr'" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def test_preference_kinds_apart_from_the_schema_match_it():
+    """tuiapp.core.kinds (the TUI's views read it without pydantic) names the schema's preference methods."""
+    from tuiapp.core.kinds import PREFERENCE_KINDS
+    from tuiapp.core.recipe import PREFERENCE_MODELS
+
+    assert PREFERENCE_KINDS == {model.model_fields["kind"].default for model in PREFERENCE_MODELS}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 from manager_fixtures import make_sweep
-from textual.widgets import DataTable
 from ui_fixtures import test_app, wait_for
 
 from tuiapp.core.runs import RunStore
@@ -33,11 +32,9 @@ async def _home_ready(pilot):
 
 
 async def _compare_ready(pilot):
-    """Compare has its runs, and its tables have measured their rows: a DataTable sizes its
-    columns on its next idle, so a frame taken before that shows columns as wide as their labels."""
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare")
-    await wait_for(pilot, lambda: not any(t._require_update_dimensions for t in pilot.app.screen.query(DataTable)),
-                   what="the tables' column widths")
+    await wait_for(
+        pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.loaded, what="compare"
+    )
 
 
 @pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from tuiapp.core.errors import RecipeError, RecipeErrors, did_you_mean
 from tuiapp.core.hosts import parse_host_entries
+from tuiapp.core.kinds import PREFERENCE_KINDS
 
 BUNDLED_MODEL = "tiny"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -244,7 +245,6 @@ class RewardMethod(Section):
 
 
 PREFERENCE_MODELS = (DpoMethod, SimpoMethod, CpoMethod, OrpoMethod, KtoMethod, RewardMethod)
-PREFERENCE_KINDS = {"dpo", "simpo", "cpo", "orpo", "kto", "reward"}
 REFERENCE_KINDS = {"dpo", "kto"}  # a frozen reference policy (the base with adapters off, or a copy)
 UNPAIRED_KINDS = {"kto"}  # labelled single answers instead of chosen/rejected pairs
 ADAPTER_CHOICES = ["lora", "dora", "qlora"]  # kinds a [method.adapter] table may name

@@ -358,9 +358,10 @@ def _load_columns(metrics_path: Path, cache_path: Path) -> tuple[RunData, JsonlR
         data = RunData()
         offset = 8 + size
         columns: dict[str, array] = {}
+        view = memoryview(raw)  # slices without copies: each column is copied once, into its array
         for name, count in header["arrays"]:
             values = array("d")
-            values.frombytes(raw[offset : offset + count * 8])
+            values.frombytes(view[offset : offset + count * 8])
             offset += count * 8
             columns[name] = values
         data.steps, data.tokens, data.times = columns["steps"], columns["tokens"], columns["times"]

@@ -100,7 +100,7 @@ def prune_columns_cache(runs_root: Path) -> int:
 def summary_row(row: RunRow, data: RunData) -> RunRow:
     """The row with the summary figures of the run's metrics (those of history.with_metrics)."""
     last = data.last_train
-    speeds = [v for v in data.series["tokens_per_s"].ys]
+    speed = median_low(data.series["tokens_per_s"].ys)
     peaks = [max(s.ys) for s in data.memory.values() if len(s)]
     evaluated = evals.latest(row.path) if row.path else None
     best = {"best_accuracy": None, "best_margin": None}
@@ -116,12 +116,24 @@ def summary_row(row: RunRow, data: RunData) -> RunRow:
         best_eval_loss=data.best_eval(),
         eval_ppl=evals.number(evaluated, "tuned", "perplexity"),
         eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
-        tokens_per_s=statistics.median_low(speeds) if speeds else None,
+        tokens_per_s=speed,
         peak_mem=max(peaks) * 1e9 if peaks else None,
         last_time=_number(last.get("time")),
         summarized=True,
         **best,
     )
+
+
+def median_low(values: array) -> float | None:
+    """statistics.median_low of an array of doubles; numpy's partition when it can (100,000
+    tokens/s values of a long run: ~1 ms instead of ~25 ms)."""
+    if not len(values):
+        return None
+    np = numpy_module()
+    if np is None:
+        return statistics.median_low(values)
+    index = (len(values) - 1) // 2
+    return float(np.partition(np.frombuffer(values, dtype=np.float64), index)[index])
 
 
 def _number(value) -> float | None:

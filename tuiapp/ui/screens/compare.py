@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from rich.cells import cell_len
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
@@ -19,8 +20,9 @@ from textual.widgets import DataTable, Footer, Header, Static, Tabs
 from textual.worker import get_current_worker
 
 from tuiapp.core import meta
+from tuiapp.core.kinds import PREFERENCE_KINDS
 from tuiapp.core.progress import fmt_bytes, fmt_number
-from tuiapp.core.recipe import PREFERENCE_KINDS
+from tuiapp.core.rundata import numpy_module
 from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.ui.comparing import (
     AXES,
@@ -53,6 +55,17 @@ from tuiapp.ui.widgets.charts import CompareChart, Line, View
 from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
 
 CURSOR_STEPS = 60  # left/right move the cursor by 1/60 of the range shown (shift: 1/10)
+
+
+def fill_table(table: DataTable, headers: list[str], rows: list[tuple[str | None, list[str]]]) -> None:
+    """Replace a table's columns and rows, each column as wide as its widest cell: a DataTable
+    left to size its columns measures new rows on its next idle, so the frame drawn before that
+    showed every column cut to its label's width."""
+    table.clear(columns=True)
+    for index, header in enumerate(headers):
+        table.add_column(header, width=max(cell_len(str(cells[index])) for cells in [[*headers], *(r for _, r in rows)]))
+    for key, cells in rows:
+        table.add_row(*cells, key=key)
 
 
 class CompareScreen(PaneDeckActions, Screen):
@@ -148,6 +161,7 @@ class CompareScreen(PaneDeckActions, Screen):
         config = self.app.config
         root = config.runs_root
         worker = get_current_worker()
+        numpy_module()  # here, not in the first chart's render on the UI thread (~0.15 s)
         batch: list[CompareRun] = []
         posted = time.monotonic()
         for run_id in self.run_ids:
@@ -385,32 +399,27 @@ class CompareScreen(PaneDeckActions, Screen):
             f"y {scale} · config: {keys} · {escape(names)}")
 
     def _show_config(self) -> None:
-        table = self.query_one("#cmp-config", DataTable)
-        table.clear(columns=True)
-        table.add_column("key", key="key")
-        for run in self.runs:
-            table.add_column(run.label)
-        rows = config_rows([r.recipe for r in self.runs], self.only_differing)
-        for key, values in rows:
-            table.add_row(key, *[show_value(v) for v in values], key=key)
+        rows = [(key, [key, *[show_value(v) for v in values]])
+                for key, values in config_rows([r.recipe for r in self.runs], self.only_differing)]
         if not rows:
-            table.add_row("(the recipes are identical; a shows all keys)", *["" for _ in self.runs])
+            rows = [(None, ["(the recipes are identical; a shows all keys)", *["" for _ in self.runs]])]
+        fill_table(self.query_one("#cmp-config", DataTable), ["key", *[run.label for run in self.runs]], rows)
 
     def _show_summary(self) -> None:
-        table = self.query_one("#cmp-summary", DataTable)
-        table.clear(columns=True)
-        table.add_columns("run", "status", "best eval", "last loss", "tok/s", "peak mem", "duration", "steps")
+        headers = ["run", "status", "best eval", "last loss", "tok/s", "peak mem", "duration", "steps"]
         if self.preference:
-            table.add_columns("best acc", "best margin")
+            headers += ["best acc", "best margin"]
         now = self.app.config.clock()
+        rows = []
         for run in self.runs:
             row = run.row
-            extra = (fmt_number(row.best_accuracy, ".3f"), fmt_number(row.best_margin, ".3f")) if self.preference else ()
-            table.add_row(
+            extra = [fmt_number(row.best_accuracy, ".3f"), fmt_number(row.best_margin, ".3f")] if self.preference else []
+            rows.append((run.id, [
                 run.label, row.view(now).short, fmt_number(row.best_eval_loss, ".4f"), fmt_number(row.last_loss, ".4f"),
                 fmt_number(row.tokens_per_s, ".0f"), fmt_bytes(row.peak_mem), row.time_text(now) or "-",
-                fmt_number(row.step, ".0f"), *extra, key=run.id,
-            )
+                fmt_number(row.step, ".0f"), *extra,
+            ]))
+        fill_table(self.query_one("#cmp-summary", DataTable), headers, rows)
         self._show_evals()
 
     def _show_evals(self) -> None:

@@ -20,8 +20,8 @@ from textual.widgets import Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core import meta
+from tuiapp.core.kinds import PREFERENCE_KINDS
 from tuiapp.core.metrics import JsonlReader
-from tuiapp.core.recipe import PREFERENCE_KINDS
 from tuiapp.core.rundata import RunData
 from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.core.tail import TextTail, log_sources

@@ -1,0 +1,4 @@
+"""Method kinds by family, apart from the recipe schema: the TUI's views test a run's method
+against these without importing pydantic (~0.5 s the first time a screen opens)."""
+
+PREFERENCE_KINDS = frozenset({"dpo", "simpo", "cpo", "orpo", "kto", "reward"})
