@@ -233,7 +233,6 @@ import asyncio, sys, time
 from pathlib import Path
 from tuiapp.ui.app import LlmtuiApp
 from tuiapp.ui.config import UiConfig
-from tuiapp.ui.screens.compare import CompareScreen
 root = Path(sys.argv[1])
 ids = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
 app = LlmtuiApp(UiConfig(runs_root=root, base_dir=root.parent, system_monitor=False, hf_cache_dirs=[], live=False))
@@ -242,6 +241,7 @@ async def main():
         while not getattr(app.screen, "summarized", False):
             await pilot.pause(0.01)
         start = time.perf_counter()
+        from tuiapp.ui.screens.compare import CompareScreen  # the app imports it on the first open too
         app.push_screen(CompareScreen(ids))
         while not (isinstance(app.screen, CompareScreen) and app.screen.loaded):
             await pilot.pause(0.005)
@@ -250,10 +250,11 @@ asyncio.run(main())
 """
 
 
-def bench_compare_load(tmp: Path, runs: int, points: int, code: Path) -> list[float]:
-    """Seconds to load the compare screen, each in a fresh process: runs without cached columns
-    (made by an older llmtui, or still running: every line parsed), the same runs once finished
-    (the supervisor wrote their columns at the run's end: `rundata.summarise_run`), and a next open."""
+def bench_compare_load(tmp: Path, runs: int, points: int, code: Path, repeats: int = 5) -> list[list[float]]:
+    """Seconds from opening the compare screen (its module's import included, as on a first `c`)
+    to every run loaded, each in a fresh process: runs without cached columns (made by an older
+    llmtui, or still running: every line parsed), then the same runs once finished (the supervisor
+    wrote their columns at the run's end: `rundata.summarise_run`), `repeats` times."""
     import subprocess
 
     root = tmp / f"compare-load-{runs}-{points}"
@@ -272,7 +273,7 @@ def bench_compare_load(tmp: Path, runs: int, points: int, code: Path) -> list[fl
     for path in root.iterdir():
         if not path.name.startswith("."):
             summarise_run(path)
-    return [cold, open_once(), open_once()]
+    return [[cold], [open_once() for _ in range(repeats)]]
 
 
 # A fresh interpreter: from its start (the parent's clock before spawning it) to the history's
@@ -299,8 +300,16 @@ asyncio.run(main())
 """
 
 
-def bench_process_start(tmp: Path, count: int, code: Path, repeats: int = 3) -> dict:
-    """Process start -> first rows of the history with `count` runs (median of `repeats`)."""
+def compile_bytecode(code: Path) -> None:
+    """Both checkouts start from compiled bytecode, as after `make install` (a shell with
+    PYTHONDONTWRITEBYTECODE set would otherwise compile every module in every process)."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(code / "tuiapp")], check=True)
+
+
+def bench_process_start(tmp: Path, count: int, code: Path, repeats: int = 5) -> dict:
+    """Process start -> first rows of the history with `count` runs (each of `repeats` runs)."""
     import subprocess
 
     root = tmp / f"start-{count}"
@@ -314,7 +323,7 @@ def bench_process_start(tmp: Path, count: int, code: Path, repeats: int = 3) -> 
         first, second = map(float, done.stdout.split()[-2:])
         imports.append(first)
         rows.append(second)
-    return {"runs": count, "imports": statistics.median(imports), "first_rows": statistics.median(rows)}
+    return {"runs": count, "imports": imports, "first_rows": rows}
 
 
 def fmt(seconds: float) -> str:
@@ -327,17 +336,26 @@ def side_by_side(tmp: Path, before: Path | None, quick: bool) -> list[str]:
     here = Path(__file__).resolve().parents[1]
     count, points = (1000, 10_000) if quick else (10_000, 100_000)
     trees = [("now", here)] + ([("before", before)] if before else [])
+    for _, code in trees:
+        compile_bytecode(code)
     starts = {name: bench_process_start(tmp, count, code) for name, code in trees}
     loads = {name: bench_compare_load(tmp, 10, points, code) for name, code in trees}
-    head = "| benchmark (fresh process each) | " + " | ".join(name for name, _ in trees) + " |"
+    head = "| benchmark (fresh process each; median, min-max) | " + " | ".join(name for name, _ in trees) + " |"
     lines = [head, "|---|" + "---|" * len(trees)]
-    lines.append(f"| process start -> history's first rows, {count:,} runs (of which imports) | "
-                 + " | ".join(f"{fmt(starts[n]['first_rows'])} ({fmt(starts[n]['imports'])})" for n, _ in trees) + " |")
-    for index, what in enumerate(("first open, no cached columns (runs of an older llmtui, or running)",
-                                  "first open of finished runs (columns written at the run's end)", "next open")):
-        lines.append(f"| compare 10 runs x {points:,} points: load, {what} | "
-                     + " | ".join(fmt(loads[n][index]) for n, _ in trees) + " |")
+    lines.append(f"| process start -> history's first rows, {count:,} runs | "
+                 + " | ".join(spread(starts[n]["first_rows"]) for n, _ in trees) + " |")
+    lines.append("| ... of which imports | " + " | ".join(spread(starts[n]["imports"]) for n, _ in trees) + " |")
+    for index, what in enumerate(("no cached columns (runs of an older llmtui, or running)",
+                                  "finished runs (columns written at the run's end)")):
+        lines.append(f"| compare 10 runs x {points:,} points: open -> every run loaded, {what} | "
+                     + " | ".join(spread(loads[n][index]) for n, _ in trees) + " |")
     return lines
+
+
+def spread(values: list[float]) -> str:
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
 
 
 async def main(quick: bool, before: Path | None, only_side_by_side: bool) -> None:
