@@ -19,7 +19,7 @@ class UiConfig:
     poll_s: float = 0.25  # how often live files are tailed
     history_poll_s: float = 2.0  # how often the runs folder is rescanned
     batch_size: int = 200  # run.json files per RunsLoaded message (doubling up to 16x)
-    first_batch: int = 50  # the first message: a screenful, drawn before the rest is read
+    first_batch: int = 50  # run.json files read before the first frame (a screenful); the worker reads the rest
     system_monitor: bool = True  # NVML / psutil sampling in the run view
     hf_cache_dirs: list[Path] | None = None  # None = the usual HF cache folders
     live: bool = True  # False: read once, never poll (snapshots)

@@ -322,7 +322,8 @@ class PreferenceBest:
 
 
 class HistoryLoader:
-    """Reads the runs folder for the home screen. Owned by one worker thread."""
+    """Reads the runs folder for the home screen: the screen reads the first screenful with it,
+    then one worker thread owns it."""
 
     def __init__(self, root: Path):
         self.store = RunStore(root)
