@@ -1,5 +1,6 @@
 """The CLI and core never import torch, transformers, deepspeed or textual."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -9,22 +10,20 @@ ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = ["torch", "transformers", "deepspeed", "textual", "peft", "datasets"]
 
 
-def test_core_and_cli_import_no_heavy_modules():
-    code = (
-        "import sys, tuiapp.cli, tuiapp.core.checks, tuiapp.core.supervisor, tuiapp.core.launcher;"
-        f"print([m for m in {FORBIDDEN!r} if m in sys.modules])"
-    )
+def imported_of(modules: list[str], unwanted: list[str]) -> list[str]:
+    """Which of `unwanted` a fresh interpreter has loaded after importing `modules`."""
+    code = f"import sys, {', '.join(modules)}; print([m for m in {unwanted!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+    return ast.literal_eval(out.stdout.strip())
+
+
+def test_core_and_cli_import_no_heavy_modules():
+    modules = ["tuiapp.cli", "tuiapp.core.checks", "tuiapp.core.supervisor", "tuiapp.core.launcher"]
+    assert imported_of(modules, FORBIDDEN) == []
 
 
 def test_ui_imports_no_torch():
-    code = (
-        "import sys, tuiapp.ui.app;"
-        "print([m for m in ['torch', 'transformers', 'deepspeed', 'tuiapp.trainer'] if m in sys.modules])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+    assert imported_of(["tuiapp.ui.app"], ["torch", "transformers", "deepspeed", "tuiapp.trainer"]) == []
 
 
 def test_import_contracts_hold():
@@ -38,24 +37,16 @@ def test_import_contracts_hold():
 def test_the_tui_starts_without_the_schema_or_the_subcommands():
     """The bare `llmtui` imports what the history's first rows need: not pydantic (the recipe
     schema, ~0.2 s), the subcommands, sweeps or numpy (bench/bench_ui.py's start-up)."""
-    code = (
-        "import sys, tuiapp.entry, tuiapp.core.runs, tuiapp.core.errors, tuiapp.ui.app;"
-        "print([m for m in ['pydantic', 'tuiapp.core.recipe', 'tuiapp.cli', 'tuiapp.core.sweep',"
-        " 'numpy', 'torch'] if m in sys.modules])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+    modules = ["tuiapp.entry", "tuiapp.core.runs", "tuiapp.core.errors", "tuiapp.ui.app"]
+    unwanted = ["pydantic", "tuiapp.core.recipe", "tuiapp.cli", "tuiapp.core.sweep", "numpy", "torch"]
+    assert imported_of(modules, unwanted) == []
 
 
 def test_a_run_or_compare_opens_without_the_schema():
     """The run view and compare import no pydantic either (the recipe schema took ~0.5 s the first
     time one of them opened)."""
-    code = (
-        "import sys, tuiapp.ui.screens.compare, tuiapp.ui.screens.run_view;"
-        "print([m for m in ['pydantic', 'tuiapp.core.recipe', 'tuiapp.cli'] if m in sys.modules])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+    modules = ["tuiapp.ui.screens.compare", "tuiapp.ui.screens.run_view"]
+    assert imported_of(modules, ["pydantic", "tuiapp.core.recipe", "tuiapp.cli"]) == []
 
 
 def test_the_bare_command_is_told_from_subcommands():
