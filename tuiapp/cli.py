@@ -327,9 +327,9 @@ def cmd_export(args) -> int:
 
 
 def cmd_tui(args) -> int:
-    from tuiapp.ui.app import run_app
+    from tuiapp.entry import open_tui
 
-    return run_app(RunStore(args.runs_dir).root)
+    return open_tui(args.runs_dir)
 
 
 # ------------------------------------------------------------------ parser

@@ -18,6 +18,14 @@ def tui_runs_dir(argv: list[str]) -> tuple[bool, str | None]:
     return False, None
 
 
+def open_tui(runs_dir: str | None) -> int:
+    """The TUI on a runs folder (None: $LLMTUI_RUNS_DIR or ./runs) until the user quits."""
+    from tuiapp.core.runs import RunStore
+    from tuiapp.ui.app import run_app
+
+    return run_app(RunStore(runs_dir).root)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     tui, runs_dir = tui_runs_dir(argv)
@@ -26,11 +34,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return cli_main(argv)
     from tuiapp.core.errors import UserError
-    from tuiapp.core.runs import RunStore
-    from tuiapp.ui.app import run_app
 
     try:
-        return run_app(RunStore(runs_dir).root)
+        return open_tui(runs_dir)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -61,9 +61,12 @@ def fill_table(table: DataTable, headers: list[str], rows: list[tuple[str | None
     """Replace a table's columns and rows, each column as wide as its widest cell: a DataTable
     left to size its columns measures new rows on its next idle, so the frame drawn before that
     showed every column cut to its label's width."""
+    widths = [cell_len(header) for header in headers]
+    for _, cells in rows:
+        widths = [max(width, cell_len(str(cell))) for width, cell in zip(widths, cells, strict=True)]
     table.clear(columns=True)
-    for index, header in enumerate(headers):
-        table.add_column(header, width=max(cell_len(str(cells[index])) for cells in [[*headers], *(r for _, r in rows)]))
+    for header, width in zip(headers, widths, strict=True):
+        table.add_column(header, width=width)
     for key, cells in rows:
         table.add_row(*cells, key=key)
 
