@@ -237,6 +237,45 @@ def test_packed_rows_have_the_same_loss_as_separate_examples(tmp_path, tiny_path
     assert abs(packed - loss_one_by_one(model, features)) < 1e-4
 
 
+def test_training_model_keeps_packed_examples_apart(tmp_path, tiny_path, tokenizer, monkeypatch):
+    """load_model's model, in training mode and called as the Trainer calls it (no use_cache
+    argument): a flattened row runs sdpa once per example and layer, without a mask (the varlen
+    path), and packed rows (eager) get the block mask; both lose what the examples lose apart.
+    With a KV cache transformers skips the packed mask and later examples attend to earlier ones
+    (a difference of ~1e-4 to 1e-3 here)."""
+    from tuiapp.trainer.model import load_model
+
+    packed_recipe = recipe("demo:chat", packing=True)
+    train, _ = build_datasets(packed_recipe, tokenizer, tmp_path)
+    features = [train[i] for i in range(6)]
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counting_sdpa(query, key, value, attn_mask=None, **kwargs):
+        calls.append((query.shape[2], attn_mask is None, kwargs.get("is_causal")))
+        return sdpa(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    for attention in ("sdpa", "eager"):
+        model = load_model(recipe("demo:chat", packing=True).model_copy(
+            update={"model": packed_recipe.model.model_copy(update={"attn_implementation": attention})}),
+            tiny_path, "fp32")
+        reference = loss_one_by_one(model.eval(), features)
+        model.train()
+        varlen = attention == "sdpa"
+        batch = make_collator(packed_recipe, tokenizer, varlen_attention=varlen)(features)
+        calls.clear()
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting_sdpa)
+        with torch.no_grad():
+            packed = model(**batch).loss.item()
+        monkeypatch.undo()
+        assert abs(packed - reference) < 1e-5, attention
+        if varlen:
+            lengths = [len(f["input_ids"]) for f in features]
+            assert calls == [(n, True, True) for _ in range(model.config.num_hidden_layers) for n in lengths]
+        else:
+            assert batch["input_ids"].shape[0] > 1 and not calls
+
+
 def test_pack_rows_first_fit_decreasing():
     assert pack_rows([5, 3, 4, 2], 7) == [[0, 3], [2, 1]]
     assert pack_rows([8], 7) == [[0]]

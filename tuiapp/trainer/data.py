@@ -68,8 +68,9 @@ def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple
 
 
 def make_collator(recipe: Recipe, tokenizer, varlen_attention: bool = False):
-    """Batches: full pretrain blocks as they are; packed SFT in one flattened row with varlen
-    attention kernels (flash-attention), else in rows of at most max_seq_len; unpacked SFT
+    """Batches: full pretrain blocks as they are; packed SFT in one flattened row with its
+    sequence boundaries for varlen attention (flash-attention, or sdpa per example), else (eager)
+    in rows of at most max_seq_len; unpacked SFT
     padded to the longest. Position ids restart per example, so attention stays inside it."""
     if is_pretrain(recipe):
         return default_data_collator
@@ -77,7 +78,7 @@ def make_collator(recipe: Recipe, tokenizer, varlen_attention: bool = False):
         tokenizer.pad_token = tokenizer.eos_token
     if packing_enabled(recipe):
         if varlen_attention:
-            return DataCollatorWithFlattening()
+            return DataCollatorWithFlattening(return_flash_attn_kwargs=True)
         return PackedRowsCollator(recipe.train.max_seq_len, tokenizer.pad_token_id)
     return DataCollatorForSeq2Seq(tokenizer, padding="longest", label_pad_token_id=IGNORE)
 

@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.recipe import Recipe
-from tuiapp.trainer import bottleneck
+from tuiapp.trainer import bottleneck, varlen
 from tuiapp.trainer.tiny import default_cache_dir, resolve_model_path  # noqa: F401 (re-exported)
 
 FINAL_INFO = "llmtui.json"
@@ -70,6 +70,15 @@ def attn_implementation(requested: str, precision: str, cuda: bool | None = None
 
 
 def load_model(recipe: Recipe, path: str, precision: str):
+    """The model to train. Its forward makes no KV cache: with one, transformers does not keep
+    the examples of a packed row apart, and each attends to those before it."""
+    varlen.install()  # sdpa runs a flattened row of packed examples one example at a time
+    model = _load_model(recipe, path, precision)
+    model.config.use_cache = False
+    return model
+
+
+def _load_model(recipe: Recipe, path: str, precision: str):
     trust = recipe.model.trust_remote_code
     dtype = torch_dtype(precision) if recipe.model.dtype == "auto" else getattr(torch, recipe.model.dtype)
     method = recipe.method

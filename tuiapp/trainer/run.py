@@ -16,7 +16,7 @@ from transformers import Trainer, TrainingArguments
 from tuiapp.core import trackers
 from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
-from tuiapp.trainer import bottleneck, checkpoints, phases, strategies
+from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, varlen
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.early_stop import early_stopping
 from tuiapp.trainer.model import (
@@ -213,7 +213,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
 
 def _varlen_attention(model) -> bool:
     """Attention kernels that take packed sequences without a (Σ lengths)² mask."""
-    return "flash_attention" in str(getattr(model.config, "_attn_implementation", "") or "")
+    return varlen.runs_varlen(getattr(model.config, "_attn_implementation", None))
 
 
 def _trim_metrics(run_dir: Path, step: int) -> None:
@@ -344,6 +344,7 @@ def _save_final(trainer: RunTrainer, run_dir: Path, recipe: Recipe, model_path: 
     if _is_main():
         shutil.rmtree(staging, ignore_errors=True)
     _barrier()
+    trainer.model.config.use_cache = True  # trained without a KV cache (load_model); generates with one
     trainer.save_model(str(staging))
     _barrier()
     if _is_main():
