@@ -1,8 +1,8 @@
-"""Packed SFT batches for attention without variable-length kernels.
+"""Packed SFT batches for eager attention, which has no variable-length path.
 
-`DataCollatorWithFlattening` puts a whole micro batch in one row. With flash-attention's varlen
-kernels that is ideal; with sdpa/eager the row gets a block-diagonal mask, and attention costs
-(Σ lengths)² — more than the padding it saves (bench/RESULTS.md). Here the micro batch's examples
+`DataCollatorWithFlattening` puts a whole micro batch in one row; flash-attention's varlen kernels
+and sdpa run once per example (varlen.py) take it as it is. eager would give that row a
+block-diagonal mask, and attention would cost (Σ lengths)². Here the micro batch's examples
 are packed first-fit-decreasing into rows of at most max_seq_len tokens: position_ids restart at
 each example (transformers keeps packed examples apart from them), the first label of each
 example is -100 as with the flattening collator, and rows end with a padding segment.
