@@ -28,15 +28,20 @@ def _boundaries(cu_seq_lens: torch.Tensor) -> list[int]:
     return _bounds_of["list"]
 
 
-def sdpa_per_example(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """transformers' sdpa attention, run per packed example when the batch carries boundaries."""
+def _example_bounds(module, query, key, kwargs) -> list[int] | None:
+    """The packed examples' boundaries in this row, or None where sdpa should run as it is."""
     cu_seq_lens = kwargs.get("cu_seq_lens_q")
     if (cu_seq_lens is None or query.shape[0] != 1 or getattr(module, "sliding_window", None)
             or kwargs.get("position_bias") is not None or kwargs.get("cache") is not None):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return None
     bounds = _boundaries(cu_seq_lens)
-    if bounds[-1] != query.shape[2] or key.shape[2] != query.shape[2]:  # virtual tokens or a prefix cache
+    return bounds if bounds[-1] == query.shape[2] == key.shape[2] else None  # not: virtual tokens, a prefix cache
+
+
+def sdpa_per_example(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """transformers' sdpa attention, run per packed example when the batch carries boundaries."""
+    bounds = _example_bounds(module, query, key, kwargs)
+    if bounds is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     kwargs = {k: v for k, v in kwargs.items() if k not in ("cu_seq_lens_q", "cu_seq_lens_k", "is_causal")}
