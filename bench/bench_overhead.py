@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
-from common import fmt, md_table, median  # noqa: E402
+from common import fmt, md_table, mean, median  # noqa: E402
 
 HEAVY = ("torch", "transformers", "deepspeed", "textual", "datasets", "accelerate", "peft")
 CPU_TARGET_PCT, RSS_TARGET_MB, TTFS_TARGET = 1.0, 150.0, 1.1
@@ -96,8 +96,10 @@ def rank_imports(reps: int) -> dict:
 
 def _callback_worker(rank: int, world: int, port: int, steps: int, queue, before: bool = True) -> None:
     """One gloo rank: `steps` real training steps of the tiny model (one thread), each followed by
-    what llmtui's callbacks and Trainer hooks do at a step with logging_steps = 1: the stop
-    agreement, the per-rank memory file (+ rank 0's metrics row), the token count's reduction."""
+    what llmtui's callbacks and Trainer hooks do at a step with logging_steps = 1: the token count
+    per micro batch, the step agreement (stop flag and token sum on one asynchronous all_reduce),
+    the per-rank memory file and rank 0's metrics row."""
+    import json
     import os
     import tempfile
     from types import SimpleNamespace
@@ -120,12 +122,12 @@ def _callback_worker(rank: int, world: int, port: int, steps: int, queue, before
     batch["labels"] = batch["input_ids"]
     batch["attention_mask"] = torch.ones_like(batch["input_ids"])
     scratch = tempfile.TemporaryDirectory(prefix="llmtui-bench-cb-")
-    args = SimpleNamespace(world_size=world, device=torch.device("cpu"), train_batch_size=8,
-                           include_num_input_tokens_seen="non_padding")
+    args = SimpleNamespace(world_size=world, device=torch.device("cpu"), train_batch_size=8)
     state, control = TrainerState(), TrainerControl()
     state.is_world_process_zero, state.max_steps = rank == 0, steps
-    stopper, recorder = GracefulStop(), RunRecorder(Path(scratch.name), "bench")
-    trainer = SimpleNamespace(args=args, state=state, model=model, processing_class=None, _local_tokens=None)
+    stopper = GracefulStop()
+    recorder = RunRecorder(Path(scratch.name), "bench", agreement=stopper)
+    trainer = SimpleNamespace(args=args, state=state, model=model, processing_class=None, step_agreement=stopper)
     stopper.on_train_begin(args, state, control)
     recorder.on_train_begin(args, state, control, model=model)
     step_s, hooks_s, parts, before_s = [], [], {}, []
@@ -143,16 +145,14 @@ def _callback_worker(rank: int, world: int, port: int, steps: int, queue, before
         state.global_step = step + 1
         ta = time.perf_counter()
         stopper.on_step_end(args, state, control)
-        recorder.on_step_end(args, state, control)
         tb = time.perf_counter()
-        RunTrainerMixin._reduce_tokens(trainer)  # Trainer.log, once per log
-        tc = time.perf_counter()
+        recorder.on_step_end(args, state, control)
         recorder.on_log(args, state, control, logs={"loss": loss.item(), "learning_rate": 1e-3, "grad_norm": 1.0})
         t2 = time.perf_counter()
         step_s.append(t2 - t0)
         hooks_s.append(t2 - t1)
-        for name, value in (("token count", ta - t1), ("stop agreement", tb - ta), ("token reduction", tc - tb),
-                            ("memory file + row", t2 - tc)):
+        for name, value in (("token count", ta - t1), ("step agreement (stop flag + token sum)", tb - ta),
+                            ("memory file + metrics row", t2 - tb)):
             parts.setdefault(name, []).append(value)
         if before:  # what the callbacks did until now, on the same step: three blocking collectives
             t3 = time.perf_counter()
@@ -167,15 +167,24 @@ def _callback_worker(rank: int, world: int, port: int, steps: int, queue, before
             int(sum(pieces))
             before_s.append(time.perf_counter() - t3)
     stopper.on_train_end(args, state, control)
+    recorder.on_train_end(args, state, control)
+    error = None
+    if rank == 0:  # every step's row, with every rank's tokens through it
+        rows = [json.loads(line) for line in (Path(scratch.name) / "metrics.jsonl").read_text().splitlines()]
+        per_step = world * batch["attention_mask"].numel()
+        if [(r["step"], r["tokens"]) for r in rows] != [(s + 1, (s + 1) * per_step) for s in range(steps)]:
+            error = f"the recorder's rows are off: {[(r['step'], r['tokens']) for r in rows]}"
     dist.barrier()
-    queue.put({"rank": rank, "step_s": step_s, "hooks_s": hooks_s, "parts": parts, "before_s": before_s})
+    queue.put({"rank": rank, "error": error, "step_s": step_s, "hooks_s": hooks_s, "parts": parts, "before_s": before_s})
     dist.destroy_process_group()
     scratch.cleanup()
 
 
 def callback_cost(world: int = 2, steps: int = 40) -> dict | None:
     """Per-step cost of llmtui's callbacks and Trainer hooks on `world` gloo CPU ranks, against the
-    step they ride on (medians over the steps after 5 warm-up steps, the slower rank's)."""
+    step they ride on, over the steps after 5 warm-up steps, the slower rank's: the hooks' mean
+    (the agreement and the memory file come every few steps, so a median would miss them) against
+    the median step."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -195,9 +204,12 @@ def callback_cost(world: int = 2, steps: int = 40) -> dict | None:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-    hooks = max(median(r["hooks_s"][5:]) for r in results)
+    errors = [r["error"] for r in results if r["error"]]
+    if errors:
+        raise SystemExit(f"callbacks benchmark: {errors[0]}")
+    hooks = max(mean(r["hooks_s"][5:]) for r in results)
     step = max(median(r["step_s"][5:]) for r in results)
-    parts = {name: max(median(r["parts"][name][5:]) for r in results) * 1e6 for name in results[0]["parts"]}
+    parts = {name: max(mean(r["parts"][name][5:]) for r in results) * 1e6 for name in results[0]["parts"]}
     before = max(median(r["before_s"][5:]) for r in results) if results[0]["before_s"] else None
     return {"world": world, "steps": steps, "hooks_us": hooks * 1e6, "step_ms": step * 1e3,
             "pct": 100 * hooks / step, "parts_us": parts, "before_us": before and before * 1e6,
@@ -208,10 +220,10 @@ def callback_markdown(cost: dict | None) -> str:
     if not cost:
         return "Callbacks' cost per step: not measured (the ranks did not report)."
     verdict = _verdict(cost["pct"] <= CALLBACK_TARGET_PCT)
-    return (f"Callbacks' cost per step ({cost['world']} gloo CPU ranks, logging every step, median of "
-            f"{cost['steps'] - 5} steps): {cost['hooks_us']:,.0f} µs on a {cost['step_ms']:,.0f} ms step of the tiny "
-            f"model = {cost['pct']:.3f}% (target ≤ {CALLBACK_TARGET_PCT}%: {verdict}); per part (µs, median, "
-            f"slower rank): " + ", ".join(f"{k} {v:,.0f}" for k, v in cost["parts_us"].items()) + "."
+    return (f"Callbacks' cost per step ({cost['world']} gloo CPU ranks, logging every step, over "
+            f"{cost['steps'] - 5} steps): {cost['hooks_us']:,.0f} µs (mean) on a {cost['step_ms']:,.0f} ms step of the tiny "
+            f"model = {cost['pct']:.3f}% (target ≤ {CALLBACK_TARGET_PCT}%: {verdict}); per part (µs, "
+            f"slower rank, mean): " + ", ".join(f"{k} {v:,.0f}" for k, v in cost["parts_us"].items()) + "."
             + (f" The earlier callbacks' three blocking collectives (stop all_reduce + item, memory "
                f"all_gather_object, token all_gather), timed on the same steps: {cost['before_us']:,.0f} µs "
                f"({100 * cost['before_us'] / 1e3 / cost['step_ms']:.3f}%)." if cost.get("before_us") else "")

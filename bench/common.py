@@ -82,6 +82,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def mean(values):
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
 def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None

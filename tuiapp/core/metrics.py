@@ -80,11 +80,11 @@ class JsonlWriter:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open(self.path, "ab")
 
     def write(self, record: dict) -> None:
         record = {"time": time.time(), **record}
-        self._file.write(json.dumps(_clean(record), separators=(",", ":")) + "\n")
+        self._file.write(orjson.dumps(_clean(record), option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS))
         self._file.flush()
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import resource
@@ -36,10 +37,24 @@ def _sync_device() -> torch.device:
     return torch.device("cpu")
 
 
+_process: list[psutil.Process] = []
+
+
+@functools.cache
+def _cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def _this_process() -> psutil.Process:
+    if not _process or _process[0].pid != os.getpid():
+        _process[:] = [psutil.Process()]
+    return _process[0]
+
+
 def memory_snapshot() -> dict:
     """This rank's memory: CUDA allocator figures, or process RSS on CPU."""
-    rss = psutil.Process().memory_info().rss
-    if torch.cuda.is_available():
+    rss = _this_process().memory_info().rss
+    if _cuda():
         device = torch.cuda.current_device()
         return {
             "device": f"cuda:{device}",
@@ -65,53 +80,148 @@ def _host_group():
     return _host_group_cache[0]
 
 
-class GracefulStop(TrainerCallback):
-    """SIGTERM asks for a stop; all ranks agree at a step boundary, save, then end training.
+AGREE_EVERY_S = 1.0  # how often the ranks agree on the stop flag and the token counts (at most once a step)
+MAX_STEPS_BETWEEN_AGREEMENTS = 100
 
-    No rank waits for the others to agree: each step end starts an asynchronous all_reduce (MAX)
-    of this rank's flag on a host (gloo) group and reads the one it started a step earlier, done by
-    then. Every rank reads the same agreed flag at the same step, one step after the signal."""
+
+class GracefulStop(TrainerCallback):
+    """SIGTERM asks for a stop; all ranks agree at a step boundary, save, then end training. The
+    same agreement sums the ranks' token counts, so a step makes no other collective of llmtui's.
+
+    No rank waits for the others: at an agreement step every rank starts one asynchronous
+    all_reduce (SUM) of [its stop flag, rank 0's proposed interval, its token count per step since
+    the last agreement] on a host (gloo) group, and reads the one it started at the agreement
+    before, done by then. Agreements come every `_every` steps, which rank 0 sets from the step time
+    (about every AGREE_EVERY_S) and every rank learns from the all_reduce, so all of them stop at the
+    same step, within about two intervals of the signal. `tokens_at` holds the run's token total
+    through each recent step once it is known. CUDA counts reach the host through a pinned copy read
+    an interval later, so nothing waits for the device. `settle` (eval, checkpoint, train end; every
+    rank calls it) folds in everything still on its way. One process agrees with itself every step."""
 
     def __init__(self):
         self.requested = False
         self.stopped = False
+        self.tokens_at: dict[int, int] = {}  # step → tokens through it, every rank's (recent steps)
         self._group = None
-        self._flag = None
-        self._pending = None
+        self._cuda = False
+        self._every = 1  # steps between agreements, the same on every rank
+        self._next_agreement = 0
+        self._agreed_at = None  # (time, step) of the last agreement started
+        self._pending = None  # (work, buffer, first step of its counts)
+        self._local = None  # this rank's tokens counted since the last step end (a tensor)
+        self._counts: list = []  # this rank's count per step since the last agreement
+        self._counts_from = 0  # the step of _counts[0]
+        self._staged = None  # CUDA: (pinned counts, event, first step) of the interval before
+        self._agreed_stop = False
         signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum, frame):
         self.requested = True
 
+    def add_tokens(self, count: torch.Tensor) -> None:
+        """A micro batch's non-padding tokens on this rank; no host sync."""
+        self._local = count if self._local is None else self._local + count.to(self._local.device)
+
     def on_train_begin(self, args, state, control, **kwargs):
+        self._cuda = torch.device(args.device).type == "cuda"
         if _distributed():
             self._group = _host_group()
 
-    def _agreed(self) -> bool:
-        """The flag agreed by the all_reduce started at the previous step end."""
-        if self._pending is None:
-            return False
-        self._pending.wait()
-        self._pending = None
-        return bool(self._flag.item())  # a host tensor: no device sync
+    def _fold(self, state, flag: int, every: int, first: int, counts: list[int]) -> None:
+        self._agreed_stop = self._agreed_stop or flag > 0
+        self._every = every or self._every
+        for offset, count in enumerate(counts):
+            state.num_input_tokens_seen += count
+            self.tokens_at[first + offset] = state.num_input_tokens_seen
+        while len(self.tokens_at) > 2 * MAX_STEPS_BETWEEN_AGREEMENTS + 8:
+            del self.tokens_at[next(iter(self.tokens_at))]
+
+    def _collect(self, state) -> None:
+        """Fold in the all_reduce started at the agreement before (every rank started it)."""
+        if self._pending is not None:
+            work, buffer, first = self._pending
+            self._pending = None
+            work.wait()
+            flag, every, *counts = buffer.tolist()  # a host tensor: no device sync
+            self._fold(state, flag, every, first, counts)
+
+    def _ready_counts(self) -> tuple[int, list[int]]:
+        """(first step, counts) ready on the host: on CPU the steps since the last agreement; on
+        CUDA those are copied to pinned memory now and the interval copied last time is read."""
+        counts, first = self._counts, self._counts_from
+        self._counts = []
+        if not self._cuda:
+            return first, [int(c) for c in counts]
+        ready, self._staged = self._staged, None
+        if counts:
+            device = torch.device("cuda", torch.cuda.current_device())
+            stacked = torch.stack([torch.as_tensor(c, dtype=torch.int64, device=device) for c in counts])
+            host = torch.empty(len(counts), dtype=torch.int64, pin_memory=True)
+            host.copy_(stacked, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self._staged = (host, event, first)
+        if ready is None:
+            return first, []
+        ready[1].synchronize()  # recorded an interval ago
+        return ready[2], ready[0].tolist()
+
+    def _propose_every(self, step: int) -> int:
+        """Rank 0: steps per AGREE_EVERY_S at the step time since the last agreement."""
+        now = time.monotonic()
+        last, self._agreed_at = self._agreed_at, (now, step)
+        if last is None or step <= last[1]:
+            return 1
+        step_s = (now - last[0]) / (step - last[1])
+        return max(1, min(MAX_STEPS_BETWEEN_AGREEMENTS, int(AGREE_EVERY_S / max(step_s, 1e-6))))
 
     def on_step_end(self, args, state, control, **kwargs):
-        if _distributed():
-            agreed = self._agreed()
-            self._flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
-            self._pending = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
-        else:
-            agreed = self.requested
-        if agreed:
+        step = state.global_step
+        if not self._counts:
+            self._counts_from = step
+        local, self._local = self._local, None
+        self._counts.append(local if local is not None else 0)
+        flag = 1 if self.requested else 0
+        if not _distributed():
+            self._fold(state, flag, 1, *self._ready_counts())
+        elif step >= self._next_agreement:
+            self._collect(state)
+            first, counts = self._ready_counts()
+            every = self._propose_every(step) if dist.get_rank() == 0 else 0
+            buffer = torch.tensor([flag, every, *counts], dtype=torch.int64)
+            work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self._group, async_op=True)
+            self._pending = (work, buffer, first)
+            self._next_agreement = step + self._every
+        if self._agreed_stop:
             self.stopped = True
             control.should_save = True
             control.should_training_stop = True
         return control
 
+    def settle(self, state) -> None:
+        """Fold in the agreement in flight and this rank's counts not sent yet (one blocking
+        all_reduce), so state.num_input_tokens_seen counts every step so far. Every rank calls it at
+        the same point."""
+        self._collect(state)
+        counts, first = [], self._counts_from
+        if self._staged is not None:
+            host, event, first = self._staged
+            self._staged = None
+            event.synchronize()
+            counts = host.tolist()
+        counts += [int(c) for c in self._counts]  # a CUDA count waits for the device: rare
+        self._counts = []
+        if counts:
+            buffer = torch.tensor(counts, dtype=torch.int64)
+            if _distributed():
+                dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self._group)
+            self._fold(state, 0, 0, first, buffer.tolist())
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.settle(state)
+
     def on_train_end(self, args, state, control, **kwargs):
-        if self._pending is not None:  # the last step's agreement: every rank started it
-            self._pending.wait()
-            self._pending = None
+        self.settle(state)
 
 
 def preference_metrics(logs: dict, prefix: str = "") -> dict:
@@ -131,24 +241,36 @@ def preference_metrics(logs: dict, prefix: str = "") -> dict:
 
 
 MEMORY_EVERY_S = 2.0  # how often a rank rewrites its ranks/memory-<rank>.json
+MEMORY_SAMPLE_S = 1.0  # how often a rank reads its own memory (a metrics row carries the latest)
 
 
 class RunRecorder(TrainerCallback):
     """Writes metrics.jsonl and events.jsonl (rank 0 only). Each rank writes its own memory to
-    ranks/memory-<rank>.json (at most every MEMORY_EVERY_S, no collective); rank 0's rows carry
-    its fresh figures and the others' latest files. `loss_is_nll`: the loss is a token
-    cross-entropy (eval rows then carry its perplexity); not for preference losses."""
+    ranks/memory-<rank>.json (read at most every MEMORY_SAMPLE_S, written at most every
+    MEMORY_EVERY_S, no collective); rank 0's rows carry its latest figures and the others' files. `loss_is_nll`: the loss is a token
+    cross-entropy (eval rows then carry its perplexity); not for preference losses.
 
-    def __init__(self, run_dir: Path, host: str, loss_is_nll: bool = True):
+    With an `agreement` (GracefulStop, which sums the ranks' tokens) a train row is held until its
+    step's token total has arrived (on several ranks, an agreement or two later: about a second);
+    without one the state's count is current and rows are written at once."""
+
+    def __init__(self, run_dir: Path, host: str, loss_is_nll: bool = True, agreement: GracefulStop | None = None):
         self.run_dir = Path(run_dir)
         self.host = host
         self.loss_is_nll = loss_is_nll
+        self.agreement = agreement
+        self._held: list[tuple[TrainRow, float]] = []  # rows waiting for their step's token total
+        self._samples_per_step = 0
         self.metrics = None
         self.events = None
         self._last_time = None
         self._last_tokens = 0
         self._last_step = 0
         self._memory_written = 0.0
+        self._memory_sampled = 0.0
+        self._memory: dict = {}
+        # node rank: DeepSpeed's launcher sets CROSS_RANK, torchrun GROUP_RANK
+        self._node = int(os.environ.get("CROSS_RANK") or os.environ.get("GROUP_RANK") or 0)
         self._others: dict = {}  # rank 0: the other ranks' latest memory files
         self.rank = int(os.environ.get("RANK", "0"))
         self.samples: list[dict] = []
@@ -188,27 +310,28 @@ class RunRecorder(TrainerCallback):
         self._last_step = state.global_step
 
     def _rank_memory(self, force: bool = False) -> dict:
-        """This rank's memory, written to its file when MEMORY_EVERY_S passed; on rank 0 every
-        rank's latest figures as a row's `mem` (its own fresh)."""
-        mine = memory_snapshot()
-        mine["host"] = self.host
-        # node rank: DeepSpeed's launcher sets CROSS_RANK, torchrun GROUP_RANK
-        mine["node"] = int(os.environ.get("CROSS_RANK") or os.environ.get("GROUP_RANK") or 0)
+        """This rank's memory, sampled at most every MEMORY_SAMPLE_S and written to its file at most
+        every MEMORY_EVERY_S; on rank 0 every rank's latest figures as a row's `mem`."""
         now = time.monotonic()
+        if force or now - self._memory_sampled >= MEMORY_SAMPLE_S:
+            self._memory_sampled = now
+            self._memory = {**memory_snapshot(), "host": self.host, "node": self._node}
         if force or now - self._memory_written >= MEMORY_EVERY_S:
             self._memory_written = now
             try:
-                write_rank_memory(self.run_dir, self.rank, mine)
+                write_rank_memory(self.run_dir, self.rank, self._memory)
             except OSError:
                 pass  # a full disk must not end training; the memory column just lags
             if self.rank == 0 and _distributed():
                 self._others = read_rank_memory(self.run_dir)
         if self.rank != 0:
             return {}
-        memory = {**self._others, f"rank{self.rank}": mine}
+        memory = {**self._others, f"rank{self.rank}": self._memory}
         return dict(sorted(memory.items(), key=lambda item: int(item[0][4:])))
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self._held:
+            self._write_rows(state)
         if not getattr(self, "_first", False):
             self._first = True
             phases.enter("training")
@@ -222,10 +345,6 @@ class RunRecorder(TrainerCallback):
             return
         if "loss" not in logs or "train_loss" in logs:
             return  # eval rows are written in on_evaluate; the final summary is not a step
-        now = time.time()
-        tokens = state.num_input_tokens_seen
-        dt = max(now - (self._last_time or now), 1e-9)
-        steps = state.global_step - self._last_step
         row: TrainRow = {
             "step": state.global_step,
             "max_steps": state.max_steps,
@@ -233,22 +352,47 @@ class RunRecorder(TrainerCallback):
             "loss": logs.pop("loss", None),
             "lr": logs.pop("learning_rate", None),
             "grad_norm": logs.pop("grad_norm", None),
-            "tokens": tokens,
-            "tokens_per_s": (tokens - self._last_tokens) / dt if steps > 0 else None,
-            "samples_per_s": steps * args.train_batch_size * max(1, args.world_size) / dt if steps > 0 else None,
-            "step_time": dt / steps if steps > 0 else None,
             "mem": memory,
         }
         for key in ("num_input_tokens_seen", "train_runtime", "train_tokens_per_second"):
             logs.pop(key, None)
         row.update({k: v for k, v in logs.items() if isinstance(v, (int, float))})
         row.update(preference_metrics(logs))
-        self.metrics.write(row)
-        self._last_time, self._last_tokens, self._last_step = now, tokens, state.global_step
+        self._samples_per_step = args.train_batch_size * max(1, args.world_size)
+        self._held.append((row, time.time()))
+        self._write_rows(state)
+
+    def _write_rows(self, state, flush: bool = False) -> None:
+        """Writes the held rows whose step's token total is known (all of them on `flush`, once
+        the agreement settled), with tokens/s, samples/s and step time since the last row."""
+        totals = self.agreement.tokens_at if self.agreement is not None else {}
+        while self._held:
+            row, now = self._held[0]
+            tokens = totals.get(row["step"])
+            if tokens is None and (self.agreement is None or flush):
+                tokens = state.num_input_tokens_seen
+            elif tokens is None:
+                break
+            self._held.pop(0)
+            dt = max(now - (self._last_time or now), 1e-9)
+            steps = row["step"] - self._last_step
+            row.update({
+                "tokens": tokens,
+                "tokens_per_s": (tokens - self._last_tokens) / dt if steps > 0 else None,
+                "samples_per_s": steps * self._samples_per_step / dt if steps > 0 else None,
+                "step_time": dt / steps if steps > 0 else None,
+            })
+            self.metrics.write(row)
+            self._last_time, self._last_tokens, self._last_step = now, tokens, row["step"]
+
+    def _flush(self, state) -> None:
+        if self.metrics is not None and self._held:
+            self._write_rows(state, flush=True)
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if not self._is_writer(state) or self.metrics is None:
             return
+        self._flush(state)  # the agreement settled in its own on_evaluate, called first
         loss = (metrics or {}).get("eval_loss")
         row: EvalRow = {"split": "eval", "step": state.global_step, "epoch": state.epoch, "eval_loss": loss}
         if isinstance(loss, (int, float)) and math.isfinite(loss) and self.loss_is_nll:
@@ -261,7 +405,12 @@ class RunRecorder(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         if self._is_writer(state) and self.events is not None:
+            self._flush(state)  # the agreement settled before the checkpoint was written
             self.events.write({"event": "checkpoint", "step": state.global_step})
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._is_writer(state):
+            self._flush(state)  # the agreement settled in its own on_train_end, called first
 
     def event(self, state, record: dict) -> None:
         if self._is_writer(state) and self.events is not None:

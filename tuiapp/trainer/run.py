@@ -70,7 +70,7 @@ class RunTrainerMixin:
 
     method_kind: str = ""
     base_model: str = ""
-    _local_tokens = None  # non-padding tokens this rank counted since the last log (a tensor)
+    step_agreement: GracefulStop | None = None  # sums the ranks' token counts
     _grad_norm_kept = False
 
     def training_step(self, model, *args, **kwargs):
@@ -80,12 +80,12 @@ class RunTrainerMixin:
         return super().training_step(model, *args, **kwargs)
 
     def _track_num_input_tokens(self, inputs):
-        """Non-padding tokens counted on this rank without a collective or a host sync; summed
-        over the ranks once per log (_reduce_tokens). The Trainer's own count gathers them and
-        waits for the device every micro batch."""
+        """Non-padding tokens counted on this rank without a collective or a host sync, handed to
+        the step agreement (GracefulStop), which sums the ranks' counts on the all_reduce it makes
+        anyway. The Trainer's own count gathers them and waits for the device every micro batch."""
         name = getattr(self.model, "main_input_name", "input_ids")
-        if name not in inputs:
-            return super()._track_num_input_tokens(inputs)  # warns, as it always did
+        if self.step_agreement is None or name not in inputs:
+            return super()._track_num_input_tokens(inputs)
         pad = getattr(self.processing_class, "pad_token_id", None)
         if "attention_mask" in inputs:
             tokens = inputs["attention_mask"].sum()
@@ -93,25 +93,7 @@ class RunTrainerMixin:
             tokens = (inputs[name] != pad).sum()
         else:
             tokens = torch.tensor(inputs[name].numel())
-        tokens = tokens.to(torch.int64)
-        self._local_tokens = tokens if self._local_tokens is None else self._local_tokens + tokens.to(
-            self._local_tokens.device)
-
-    def _reduce_tokens(self) -> None:
-        """Add every rank's tokens since the last call to state.num_input_tokens_seen (one
-        all_reduce: every rank calls it at the same points, with zero when it counted none)."""
-        if self.args.include_num_input_tokens_seen == "no":
-            return
-        local = self._local_tokens if self._local_tokens is not None else torch.zeros((), dtype=torch.int64)
-        self._local_tokens = None
-        local = local.to(self.args.device)
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(local)
-        self.state.num_input_tokens_seen += int(local.item())
-
-    def log(self, logs, *args, **kwargs):
-        self._reduce_tokens()
-        return super().log(logs, *args, **kwargs)
+        self.step_agreement.add_tokens(tokens.to(torch.int64))
 
     token_budget = 0  # train.batching = "tokens": the token budget of a micro batch
 
@@ -136,7 +118,8 @@ class RunTrainerMixin:
         return loader
 
     def _save_checkpoint(self, model, trial):
-        self._reduce_tokens()  # the saved state carries the count
+        if self.step_agreement is not None:
+            self.step_agreement.settle(self.state)  # the saved state carries the count
         root = Path(self.args.output_dir)
         staging = root / checkpoints.STAGING
         name = f"checkpoint-{self.state.global_step}"
@@ -202,7 +185,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         **trackers.training_kwargs(recipe.train.report_to, run_dir),  # tensorboard/wandb/mlflow, offline
         disable_tqdm=True,
         remove_unused_columns=False,
-        include_num_input_tokens_seen="non_padding",
+        include_num_input_tokens_seen="no",  # counted by RunTrainerMixin and GracefulStop instead
         use_liger_kernel=train.liger_kernel,  # preflight: CUDA and the liger-kernel package
         torch_compile=train.torch_compile,
         dataloader_num_workers=0,
@@ -258,7 +241,7 @@ def train(run_dir: Path, resume: bool) -> int:
     if not strategies.joined_early(recipe):
         phases.enter("joining ranks")  # the process group starts with the training arguments
     args = _training_args(recipe, run_dir, precision, eval_set is not None)
-    recorder = RunRecorder(run_dir, socket.gethostname())
+    recorder = RunRecorder(run_dir, socket.gethostname(), agreement=stopper)
     callbacks = [stopper]
     if eval_set is not None and recipe.train.sample_prompts:
         callbacks.append(
@@ -276,6 +259,7 @@ def train(run_dir: Path, resume: bool) -> int:
         callbacks=callbacks,
     )
     trainer.method_kind = recipe.method.kind
+    trainer.step_agreement = stopper
     if recipe.train.batching == "tokens":
         trainer.token_budget = tokens_per_batch(recipe)
     return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
@@ -290,7 +274,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
     if not strategies.joined_early(recipe):
         phases.enter("joining ranks")
     kwargs = training_kwargs(recipe, run_dir, precision, eval_set is not None)
-    recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False)
+    recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False, agreement=stopper)
     callbacks = [stopper]
     if eval_set is not None and recipe.train.sample_prompts and recipe.method.kind != "reward":
         callbacks.append(
@@ -303,6 +287,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
         mixins=(strategies.StrategyMixin, RunTrainerMixin),
     )
     trainer.method_kind = recipe.method.kind
+    trainer.step_agreement = stopper
     if _is_main():  # before the first step, so a stop at any time finds it
         with JsonlWriter(run_dir / "events.jsonl") as events:
             events.write(preference.reference_event(trainer))
