@@ -111,3 +111,30 @@ def test_failure_reason_explains_a_killed_rank(tmp_path):
     assert failure_reason(tmp_path).startswith("rank 1: killed by signal 9")
     (tmp_path / "stdout.log").write_text("[INFO] step\n")
     assert failure_reason(tmp_path).startswith("[20260101000000_rank0.log] Traceback")
+
+
+def test_a_run_folder_appears_only_with_its_run_json(tmp_path):
+    """Another process listing the runs (the TUI, `llmtui runs`, the queue) never sees a run
+    folder without its run.json, and a taken run id is refused without touching that run."""
+    store = RunStore(tmp_path / "runs")
+    recipe = parse_recipe('name = "a"\n[method]\nkind = "lora"\n')
+    watcher = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\n"
+        "root, seen, bad = sys.argv[1], 0, []\n"
+        "end = time.time() + 60\n"
+        "while time.time() < end and not os.path.exists(root + '.done'):\n"
+        "    for name in (os.listdir(root) if os.path.isdir(root) else []):\n"
+        "        if not name.startswith('.'):\n"
+        "            seen += 1\n"
+        "            if not os.path.exists(os.path.join(root, name, 'run.json')): bad.append(name)\n"
+        "print(seen, len(bad))\n"), str(store.root)], stdout=subprocess.PIPE, text=True)
+    for k in range(150):
+        store.create(recipe, run_id=f"run-{k:03d}")
+    (tmp_path / "runs.done").touch()
+    seen, bad = map(int, watcher.communicate(timeout=90)[0].split())
+    assert seen > 0 and bad == 0
+    with pytest.raises(RunError, match="already exists"):
+        store.create(recipe, run_id="run-007")
+    assert json.loads((store.root / "run-007" / "run.json").read_text())["id"] == "run-007"
+    assert sorted(store.run_names()) == [f"run-{k:03d}" for k in range(150)]
+    assert not [p for p in store.root.iterdir() if p.name.startswith(".creating-")]

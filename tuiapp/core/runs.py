@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import secrets
 import shutil
 import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -335,35 +337,19 @@ class RunStore:
                model_ref: str | None = None, lock: bool = False) -> Run:
         """A new run folder; `run_id` picks its name (multi-node runs: every node passes it). With
         `lock`, the run's lock is held by this process (run.lock_fd) until it hands it to the
-        supervisor it starts, so the run is never seen without a live owner."""
+        supervisor it starts, so the run is never seen without a live owner. The folder is made
+        under a hidden name and renamed into place with its run.json, so no reader sees it half made."""
         self.root.mkdir(parents=True, exist_ok=True)
-        if run_id is not None:
-            if not ID_PATTERN.match(run_id) or ".." in run_id:
-                raise RunError(message=f"'{run_id}' is not a valid run id",
-                               fix="use letters, digits, '.', '_' and '-' (at most 128)")
-            path = self.root / run_id
-            try:
-                path.mkdir()
-            except FileExistsError:
-                raise RunError(message=f"run '{run_id}' already exists in {self.root}",
-                               fix="choose a new --run-id (resume that run with `llmtui resume`)") from None
-        for _ in range(5 if run_id is None else 0):
-            path = self.root / new_run_id(recipe.name)
-            try:
-                path.mkdir()
-                break
-            except FileExistsError:
-                continue
-        else:
-            if run_id is None:
-                raise RunError(message="could not create a unique run folder", file=str(self.root))
-        run = Run(path)
+        if run_id is not None and (not ID_PATTERN.match(run_id) or ".." in run_id):
+            raise RunError(message=f"'{run_id}' is not a valid run id",
+                           fix="use letters, digits, '.', '_' and '-' (at most 128)")
+        staging = Path(tempfile.mkdtemp(prefix=".creating-", dir=self.root))
+        run = Run(staging)
         try:
             if lock:
-                run.lock_fd = runlock.acquire(runlock.lock_path(path))
-            (path / "recipe.toml").write_text(recipe.to_toml(), encoding="utf-8")
+                run.lock_fd = runlock.acquire(runlock.lock_path(staging))
+            (staging / "recipe.toml").write_text(recipe.to_toml(), encoding="utf-8")
             run.info = {
-                "id": run.id,
                 "name": recipe.name,
                 "status": "created",
                 "created": time.time(),
@@ -378,10 +364,28 @@ class RunStore:
             }
             if model_ref and model_ref != recipe.model.name:
                 run.info["model_ref"] = model_ref
-            run.save()
+            for _ in range(5 if run_id is None else 1):
+                path = self.root / (run_id or new_run_id(recipe.name))
+                run.info["id"] = path.name
+                run.save()
+                if path.exists():
+                    continue
+                try:
+                    os.rename(staging, path)  # a run folder of the same name is never empty: refused
+                except OSError as exc:
+                    if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                        continue
+                    raise
+                run.path = path
+                break
+            else:
+                if run_id is not None:
+                    raise RunError(message=f"run '{run_id}' already exists in {self.root}",
+                                   fix="choose a new --run-id (resume that run with `llmtui resume`)")
+                raise RunError(message="could not create a unique run folder", file=str(self.root))
         except BaseException:
             run.release_lock()
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)
             raise
         return run
 
