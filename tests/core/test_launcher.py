@@ -7,12 +7,47 @@ from tuiapp.core.launcher import deepspeed_argv, plan_ranks, supervisor_argv
 from tuiapp.core.recipe import LaunchSpec
 
 
+def _world(argv):
+    import base64
+    import json
+
+    (arg,) = [a for a in argv if a.startswith("--world_info=")]
+    return json.loads(base64.urlsafe_b64decode(arg.split("=", 1)[1]))
+
+
 def test_deepspeed_argv_golden():
+    """DeepSpeed's per-node launcher, as the `deepspeed` command would start it on one node."""
     argv = deepspeed_argv(Path("/r/run1"), 2, None, 29555, python="/py")
-    assert argv == ["/py", "-m", "deepspeed.launcher.runner", "--master_port", "29555", "--num_gpus", "2",
-                    "--enable_each_rank_log", "/r/run1/ranks", "--module", "tuiapp.trainer", "--run-dir", "/r/run1"]
+    assert argv == ["/py", "-u", "-m", "deepspeed.launcher.launch", "--world_info=eyJsb2NhbGhvc3QiOiBbMCwgMV19",
+                    "--master_addr=127.0.0.1", "--master_port=29555", "--module",
+                    "--enable_each_rank_log=/r/run1/ranks", "--log_level=info", "tuiapp.trainer",
+                    "--run-dir", "/r/run1"]
+    assert _world(argv) == {"localhost": [0, 1]}
     argv = deepspeed_argv(Path("/r/run1"), 2, [1, 3], 29555, resume=True, python="/py")
-    assert argv[5:7] == ["--include", "localhost:1,3"] and argv[-1] == "--resume"
+    assert _world(argv) == {"localhost": [1, 3]} and argv[-1] == "--resume"
+
+
+def test_the_launch_command_is_the_one_deepspeeds_runner_builds(tmp_path):
+    """The same argv as `deepspeed --num_gpus 2 --master_port P --enable_each_rank_log D --module M`
+    hands to deepspeed.launcher.launch on one node (its runner logs the command it starts)."""
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "pkg"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "deepspeed.launcher.runner", "--master_port", "29555",
+                          "--num_gpus", "2", "--enable_each_rank_log", str(tmp_path / "ranks"), "--module", "pkg"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    started = [line.split("cmd = ", 1)[1].split() for line in (out.stdout + out.stderr).splitlines()
+               if "cmd = " in line]
+    assert started, out.stdout + out.stderr
+    from tuiapp.core.launcher import local_launch_argv
+
+    assert started[0] == local_launch_argv("pkg", 2, None, 29555, rank_logs=tmp_path / "ranks")
 
 
 def test_supervisor_argv_golden():
@@ -39,5 +74,6 @@ def test_master_port_of_a_recorded_command():
     from tuiapp.core.launcher import master_port_of
 
     assert master_port_of(["python", "-m", "deepspeed.launcher.runner", "--master_port", "29501"]) == "29501"
+    assert master_port_of(deepspeed_argv(Path("/r"), 1, None, 29502)) == "29502"
     assert master_port_of(["--master_port=7"]) == "7"
     assert master_port_of(None) is None and master_port_of(["--master_port"]) is None

@@ -151,8 +151,8 @@ def test_bad_schedule_names_the_key():
 def test_pipeline_ranks_start_through_the_deepspeed_launcher(tmp_path):
     launch = pipeline_recipe().launch
     built = cluster.build_launch(tmp_path / "run", launch, 0, port=29555)
-    assert built.argv[1:3] == ["-m", "deepspeed.launcher.runner"] and "--num_gpus" in built.argv
-    assert built.argv[built.argv.index("--num_gpus") + 1] == "2"
+    assert built.argv[1:4] == ["-u", "-m", "deepspeed.launcher.launch"]
+    assert "--world_info=eyJsb2NhbGhvc3QiOiBbMCwgMV19" in built.argv  # {"localhost": [0, 1]}
     assert not cluster.is_scaled(launch)
 
 

@@ -114,11 +114,11 @@ def test_kto_rule_copes_with_auto():
 
 def test_the_probing_rank_runs_through_the_deepspeed_launcher(tmp_path):
     argv = probe.rank_argv(tmp_path / "r.toml", tmp_path, [1, 2, 4], 29555, limit_bytes=123, headroom=0.2)
-    assert argv[1:3] == ["-m", "deepspeed.launcher.runner"] and "--num_gpus" in argv
-    assert argv[argv.index("--module") + 1] == "tuiapp.trainer.probe"
+    assert argv[1:4] == ["-u", "-m", "deepspeed.launcher.launch"] and "--world_info=eyJsb2NhbGhvc3QiOiBbMF19" in argv
+    assert argv[argv.index("--log_level=info") + 1] == "tuiapp.trainer.probe"
     assert argv[argv.index("--sizes") + 1] == "1,2,4" and argv[argv.index("--limit") + 1] == "123"
     gpu = probe.rank_argv(tmp_path / "r.toml", tmp_path, [1], 29555, gpu_id=3)
-    assert gpu[gpu.index("--include") + 1] == "localhost:3"
+    assert "--world_info=eyJsb2NhbGhvc3QiOiBbM119" in gpu  # {"localhost": [3]}
 
 
 def test_default_limit_follows_the_environment(monkeypatch):

@@ -67,7 +67,7 @@ def test_dry_run_prints_the_command_and_creates_nothing(tmp_path):
     runs = tmp_path / "runs"
     result = llmtui("run", "recipes/quickstart.toml", "--dry-run", runs_dir=runs)
     assert result.returncode == 0, result.stderr
-    assert "deepspeed.launcher.runner" in result.stdout and "--num_gpus 2" in result.stdout
+    assert "deepspeed.launcher.launch" in result.stdout and '{"localhost": [0, 1]}' in result.stdout
     assert not runs.exists() or not any(runs.iterdir())
 
 

@@ -157,7 +157,7 @@ def test_build_launch_hosts_mode_plans_hostfile_and_env(tmp_path, monkeypatch):
 
 def test_build_launch_single_node_strategies(tmp_path):
     ds = cluster.build_launch(tmp_path, launch(gpus=2), 0, port=1234, python="/py")
-    assert ds.argv[2] == "deepspeed.launcher.runner" and ds.fields == {}
+    assert ds.argv[3] == "deepspeed.launcher.launch" and ds.fields == {}
     ddp = cluster.build_launch(tmp_path, launch(gpus=2, strategy="ddp"), 0, port=1234, python="/py")
     assert ddp.argv[2] == "torch.distributed.run" and ddp.fields["world_size"] == 2
     node = cluster.build_launch(tmp_path, launch(strategy="fsdp"), 0, port=1234,

@@ -2,13 +2,16 @@
 supervisor commands.
 
 A run is a supervisor process (tuiapp.core.supervisor) that leads its own session and process
-group; it starts the real `deepspeed` launcher, which starts the ranks, all in that group.
+group; it starts DeepSpeed's real launcher, which starts the ranks, all in that group (on one
+node its per-node launcher directly, as the `deepspeed` command would; across nodes the runner).
 Never a shell, never a pipe to the caller: the run outlives whatever started it. Starting,
 stopping and resuming live in tuiapp.core.service.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import socket
@@ -69,6 +72,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def local_launch_argv(module: str, ranks: int, gpu_ids: list[int] | None, master_port: int, *,
+                      rank_logs: Path | None = None, python: str | None = None) -> list[str]:
+    """DeepSpeed's per-node launcher (deepspeed.launcher.launch) for ranks on this machine, started
+    directly. On one node the `deepspeed` command (deepspeed.launcher.runner) only works out this
+    same command and starts it: one process less, whose imports cost seconds before a rank starts.
+    `--world_info` is {"localhost": device ids} in base64 JSON, as the runner encodes it."""
+    ids = list(gpu_ids) if gpu_ids is not None else list(range(ranks))
+    world = base64.urlsafe_b64encode(json.dumps({"localhost": ids}).encode()).decode()
+    argv = [python or sys.executable, "-u", "-m", "deepspeed.launcher.launch", f"--world_info={world}",
+            "--master_addr=127.0.0.1", f"--master_port={master_port}", "--module"]
+    if rank_logs is not None:
+        argv.append(f"--enable_each_rank_log={rank_logs}")
+    return argv + ["--log_level=info", module]
+
+
 def deepspeed_argv(
     run_dir: Path,
     ranks: int,
@@ -77,13 +95,10 @@ def deepspeed_argv(
     resume: bool = False,
     python: str | None = None,
 ) -> list[str]:
-    """The exact command of the DeepSpeed launcher for one node."""
-    argv = [python or sys.executable, "-m", "deepspeed.launcher.runner", "--master_port", str(master_port)]
-    if gpu_ids is not None:
-        argv += ["--include", "localhost:" + ",".join(str(i) for i in gpu_ids)]
-    else:
-        argv += ["--num_gpus", str(ranks)]
-    argv += ["--enable_each_rank_log", str(run_dir / "ranks"), "--module", "tuiapp.trainer", "--run-dir", str(run_dir)]
+    """The exact command of the DeepSpeed launcher for one node: each rank logs to ranks/."""
+    argv = local_launch_argv("tuiapp.trainer", ranks, gpu_ids, master_port, rank_logs=run_dir / "ranks",
+                             python=python)
+    argv += ["--run-dir", str(run_dir)]
     if resume:
         argv.append("--resume")
     return argv

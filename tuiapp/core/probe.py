@@ -15,7 +15,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -97,9 +96,9 @@ def rank_argv(recipe_file: Path, out_dir: Path, sizes: list[int], port: int, *, 
               steps: int = STEPS, limit_bytes: int | None = None, headroom: float = 0.1,
               python: str | None = None) -> list[str]:
     """One rank of tuiapp.trainer.probe through the DeepSpeed launcher (its own port)."""
-    argv = [python or sys.executable, "-m", "deepspeed.launcher.runner", "--master_port", str(port)]
-    argv += ["--include", f"localhost:{gpu_id}"] if gpu_id is not None else ["--num_gpus", "1"]
-    argv += ["--module", "tuiapp.trainer.probe", "--recipe", str(recipe_file), "--out", str(out_dir),
+    argv = launcher.local_launch_argv("tuiapp.trainer.probe", 1, [gpu_id] if gpu_id is not None else None, port,
+                             python=python)
+    argv += ["--recipe", str(recipe_file), "--out", str(out_dir),
              "--sizes", ",".join(str(s) for s in sizes), "--steps", str(steps), "--headroom", str(headroom)]
     if limit_bytes:
         argv += ["--limit", str(int(limit_bytes))]

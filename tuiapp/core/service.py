@@ -102,7 +102,12 @@ class LaunchPlan:
             join = cluster.join_command(self.options.recipe_file or "RECIPE", run_id, self.launch.plan,
                                         self.options.runs_dir, self.options.overrides)
             return [f"would run on node 0: {argv}", f"then on every other node: {join}"]
-        return [f"would run: {argv}"]
+        lines = [f"would run: {argv}"]
+        if "deepspeed.launcher.launch" in self.launch.argv:
+            devices = self.launch.gpu_ids if self.launch.gpu_ids is not None else range(self.launch.ranks)
+            lines.append(f"  ({self.launch.ranks} rank(s) on this machine; --world_info = "
+                         f"{{\"localhost\": [{', '.join(str(d) for d in devices)}]}}, device ids)")
+        return lines
 
 
 # ---------------------------------------------------------------- check and plan

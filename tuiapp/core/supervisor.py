@@ -330,8 +330,8 @@ class Supervisor:
             self._on_stop_signal(signal.SIGTERM, None)
 
     def _ranks_finished_and_gone(self) -> bool:
-        """A local run whose ranks recorded `finished` and have all exited: DeepSpeed's two launcher
-        processes then spend seconds polling and tearing down before the run could be recorded."""
+        """A local run whose ranks recorded `finished` and have all exited: DeepSpeed's launcher
+        then spends seconds polling and tearing down before the run could be recorded."""
         if self.node is not None or self.launch is None or self.launch.plan is not None \
                 or cluster.uses_hosts(self.recipe.launch):
             return False
