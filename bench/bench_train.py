@@ -11,7 +11,7 @@ baseline pads to the longest sequence in the batch (the HF docs' collators).
 
 Reported: non-padding tokens/s (after a warm-up), time to first optimizer step (from the
 command's invocation), wall time, loss curves, and a profile of the steps of each data layout
-(compute only, no framework) plus the per-step cost of llmtui's callback collectives.
+(compute only, no framework). The callbacks' per-step cost is bench_overhead.py's (`--callbacks`).
 
 Why the tiny model: it is what llmtui bundles and what trains here (2 CPU cores) fast enough for
 3 repetitions × 2 tools × 2 tasks in the time budget; a bigger model would only shrink the
@@ -330,79 +330,11 @@ def binpack_collator(max_len: int, pad_id: int):
     return collate
 
 
-def _collective_worker(rank: int, world: int, port: int, iters: int, queue) -> None:
-    import tempfile
-
-    import torch
-    import torch.distributed as dist
-    from transformers import TrainerControl, TrainerState
-
-    from tuiapp.trainer.callbacks import GracefulStop, RunRecorder
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    stopper = GracefulStop()
-    scratch = tempfile.TemporaryDirectory(prefix="llmtui-bench-cb-")
-    recorder = RunRecorder(Path(scratch.name), "bench")
-    state, control = TrainerState(), TrainerControl()
-    out = {}
-
-    def timed(name, fn):
-        for _ in range(5):
-            fn()
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        out[name] = 1e6 * (time.perf_counter() - t0) / iters
-
-    timed("GracefulStop.on_step_end (all_reduce + item)", lambda: stopper.on_step_end(None, state, control))
-    timed("RunRecorder._rank_memory (psutil + all_gather_object)", recorder._rank_memory)
-    scalar = torch.tensor(4096, dtype=torch.int64)
-
-    def gather_tokens():
-        parts = [torch.zeros_like(scalar) for _ in range(world)]
-        dist.all_gather(parts, scalar)
-        return int(sum(parts))
-
-    timed("token count gather (include_num_input_tokens_seen)", gather_tokens)
-    dist.barrier()
-    if rank == 0:
-        queue.put(out)
-    dist.destroy_process_group()
-    scratch.cleanup()
-
-
-def callback_collectives(world: int = 2, iters: int = 200) -> dict | None:
-    """Microseconds per call of the per-step collectives of llmtui's callbacks, `world` gloo ranks."""
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = common.free_port()
-    procs = [ctx.Process(target=_collective_worker, args=(r, world, port, iters, queue)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        result = queue.get(timeout=180)
-    except Exception:
-        result = None
-    for p in procs:
-        p.join(timeout=30)
-        if p.is_alive():
-            p.kill()
-    return result
-
-
-# ------------------------------------------------------------------ report
-
-
 def ratio(a, b):
     return a / b if (a is not None and b) else None
 
 
-def markdown(runs: list[dict], settings: dict, collectives: dict | None = None) -> str:
+def markdown(runs: list[dict], settings: dict) -> str:
     out = []
     model = next((r["model"] for r in runs if r.get("model")), "the bundled tiny model")
     out.append(f"Model: {model} — what trains on a 2-core CPU in seconds, so several repetitions fit in "
@@ -510,12 +442,6 @@ def markdown(runs: list[dict], settings: dict, collectives: dict | None = None) 
             out.append("The layouts run interleaved in one process, one model each: compare the rows "
                        "with each other, not with the step times of the runs above.")
             out.append("")
-    if collectives:
-        out.append("### Per-step collectives of llmtui's callbacks (2 gloo ranks, CPU)")
-        out.append("")
-        out.append(md_table(["call (every optimizer step with logging_steps = 1)", "µs per call"],
-                            [[k, fmt(v, ",.0f")] for k, v in collectives.items()]))
-        out.append("")
     out.append("Commands (exactly what ran; RECIPE is written to a temp folder, shown below):")
     out.append("")
     for run in runs:
@@ -547,7 +473,7 @@ def _rel(arg: str) -> str:
 
 
 def run_all(quick: bool = False, reps: int | None = None, steps: int | None = None, tasks=None,
-            profile: bool = True, collectives: bool = True, log=print) -> dict:
+            profile: bool = True, log=print) -> dict:
     settings = dict(QUICK if quick else FULL)
     if reps:
         settings["reps"] = reps
@@ -576,12 +502,7 @@ def run_all(quick: bool = False, reps: int | None = None, steps: int | None = No
         finally:
             common.remove(work)
         runs.append(run)
-    coll = None
-    if collectives:
-        log("  callback collectives: 2 gloo ranks")
-        coll = callback_collectives()
-    return {"settings": settings, "runs": runs, "collectives": coll,
-            "markdown": markdown(runs, settings, coll)}
+    return {"settings": settings, "runs": runs, "markdown": markdown(runs, settings)}
 
 
 def main(argv=None) -> int:
@@ -595,7 +516,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
     result = run_all(args.quick, args.reps, args.steps, [t for t in args.tasks.split(",") if t],
-                     profile=not args.no_profile, collectives=not args.no_profile,
+                     profile=not args.no_profile,
                      log=lambda m: print(m, file=sys.stderr, flush=True))
     print(result["markdown"])
     if args.json_out:

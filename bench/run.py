@@ -187,7 +187,7 @@ def findings(train: dict, overhead: dict, data: dict) -> str:
                              "block-diagonal sdpa mask costs (Σ lengths)² in attention. ")
             if r is not None and r < target and compute_ratio is not None and compute_ratio >= target:
                 text += (f"The data layout alone gives {compute_ratio:.2f}×, so the end-to-end gap is per-step "
-                         "cost outside the model (Trainer, DeepSpeed, callbacks: see the collectives below) or load "
+                         "cost outside the model (Trainer, DeepSpeed, callbacks: see their cost in section 2) or load "
                          "from other processes (see the rank CPU use); profile that first.")
         out.append(text)
     pre = _summary(train, "pretrain")
@@ -203,29 +203,6 @@ def findings(train: dict, overhead: dict, data: dict) -> str:
                    f"(final {fmt(a['final_loss'], '.3f')} vs {fmt(b['final_loss'], '.3f')}), not identical: the "
                    f"token streams differ (whole corpus in blocks vs the first {pre['task']['max_seq_len']} tokens "
                    f"of each document, which the baseline repeats after one pass over 300 documents).")
-    coll = train.get("collectives")
-    if coll:
-        step = None
-        for run in train["runs"]:
-            if "skipped" not in run and run["summary"]["llmtui"]["step_s"]:
-                step = min(step or 1e9, run["summary"]["llmtui"]["step_s"])
-        total_us = sum(coll.values())
-        share = f" ({100 * total_us / 1e6 / step:.1f}% of the fastest measured llmtui step, {1000 * step:.0f} ms)" if step else ""
-        out.append(
-            f"**Per-step collectives of the callbacks.** With 2 CPU ranks llmtui adds {total_us / 1000:.1f} ms per "
-            f"optimizer step{share} when logging every step (its default): "
-            + "; ".join(f"{k} {v:,.0f} µs" for k, v in coll.items())
-            + ". With 1 rank they are no-ops. On GPUs each of them also ends in a host-device sync "
-              "(`.item()`, NCCL object gather through CUDA tensors), which stalls the kernel queue every step "
-              "(not measured here: no GPU). Fixes in `tuiapp/trainer/callbacks.py` and `run.py`: "
-              "(1) `GracefulStop.on_step_end`: agree on the stop flag only every N steps or asynchronously "
-              "(`dist.all_reduce(flag, async_op=True)`, wait for the handle at the next step_end: one step of "
-              "latency, no stall); (2) `RunRecorder._rank_memory`: no per-log `all_gather_object` — each rank "
-              "appends its own line to `ranks/rank{N}.jsonl` (the run dir already has ranks/), or gather a "
-              "fixed int64 tensor [rss, peak, allocated, reserved] every ~10 s; (3) "
-              "`include_num_input_tokens_seen=\"non_padding\"` makes the Trainer gather + `.item()` the token "
-              "count every micro batch: count non-padding tokens locally (labels/attention mask on the host, "
-              "in the collator) and reduce once per log instead.")
     ttfs = overhead["analysis"]["ttfs"]
     if ttfs:
         parts = []
