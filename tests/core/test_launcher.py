@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from tuiapp.core.errors import RunError
-from tuiapp.core.launcher import deepspeed_argv, plan_ranks, supervisor_argv
+from tuiapp.core.launcher import deepspeed_argv, plan_ranks, supervisor_argv, world_note
 from tuiapp.core.recipe import LaunchSpec
 
 
@@ -23,6 +23,7 @@ def test_deepspeed_argv_golden():
                     "--enable_each_rank_log=/r/run1/ranks", "--log_level=info", "tuiapp.trainer",
                     "--run-dir", "/r/run1"]
     assert _world(argv) == {"localhost": [0, 1]}
+    assert '{"localhost": [0, 1]}' in world_note(argv) and world_note(["--num_gpus", "2"]) is None
     argv = deepspeed_argv(Path("/r/run1"), 2, [1, 3], 29555, resume=True, python="/py")
     assert _world(argv) == {"localhost": [1, 3]} and argv[-1] == "--resume"
 

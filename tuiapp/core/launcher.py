@@ -87,6 +87,18 @@ def local_launch_argv(module: str, ranks: int, gpu_ids: list[int] | None, master
     return argv + ["--log_level=info", module]
 
 
+def world_note(argv: list | None) -> str | None:
+    """What the opaque --world_info of a per-node launch command says, for people reading it."""
+    for arg in argv or []:
+        if str(arg).startswith("--world_info="):
+            try:
+                world = json.loads(base64.urlsafe_b64decode(str(arg).split("=", 1)[1]))
+            except ValueError:
+                return None
+            return "  (--world_info = " + json.dumps(world) + ": the device ids of each host's ranks)"
+    return None
+
+
 def deepspeed_argv(
     run_dir: Path,
     ranks: int,

@@ -30,6 +30,7 @@ from tuiapp.core.launcher import (
     plan_ranks,
     signal_group,
     supervisor_argv,
+    world_note,
 )
 from tuiapp.core.procs import group_processes, process_alive
 from tuiapp.core.recipe import Recipe
@@ -102,12 +103,8 @@ class LaunchPlan:
             join = cluster.join_command(self.options.recipe_file or "RECIPE", run_id, self.launch.plan,
                                         self.options.runs_dir, self.options.overrides)
             return [f"would run on node 0: {argv}", f"then on every other node: {join}"]
-        lines = [f"would run: {argv}"]
-        if "deepspeed.launcher.launch" in self.launch.argv:
-            devices = self.launch.gpu_ids if self.launch.gpu_ids is not None else range(self.launch.ranks)
-            lines.append(f"  ({self.launch.ranks} rank(s) on this machine; --world_info = "
-                         f"{{\"localhost\": [{', '.join(str(d) for d in devices)}]}}, device ids)")
-        return lines
+        note = world_note(self.launch.argv)
+        return [f"would run: {argv}", *([note] if note else [])]
 
 
 # ---------------------------------------------------------------- check and plan
@@ -225,6 +222,9 @@ def launch(plan: LaunchPlan, store: RunStore, say: Say = _quiet) -> Run:
         run.load()
         if run.info.get("argv"):
             say("command: " + " ".join(run.info["argv"]))
+            note = world_note(run.info["argv"])
+            if note:
+                say(note)
         return run
     finally:
         run.release_lock()
