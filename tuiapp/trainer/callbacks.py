@@ -93,7 +93,9 @@ class GracefulStop(TrainerCallback):
     the last agreement] on a host (gloo) group, and reads the one it started at the agreement
     before, done by then. Agreements come every `_every` steps, which rank 0 sets from the step time
     (about every AGREE_EVERY_S) and every rank learns from the all_reduce, so all of them stop at the
-    same step, within about two intervals of the signal. `tokens_at` holds the run's token total
+    same step, within about two intervals of the signal. When steps take AGREE_EVERY_S or more
+    (`_every` 1) the ranks wait for the all_reduce at once: a fraction of a millisecond per long
+    step, and a stop or a row is never held back a whole step. `tokens_at` holds the run's token total
     through each recent step once it is known. CUDA counts reach the host through a pinned copy read
     an interval later, so nothing waits for the device. `settle` (eval, checkpoint, train end; every
     rank calls it) folds in everything still on its way. One process agrees with itself every step."""
@@ -145,14 +147,22 @@ class GracefulStop(TrainerCallback):
             flag, every, *counts = buffer.tolist()  # a host tensor: no device sync
             self._fold(state, flag, every, first, counts)
 
-    def _ready_counts(self) -> tuple[int, list[int]]:
+    def _ready_counts(self, now: bool = False) -> tuple[int, list[int]]:
         """(first step, counts) ready on the host: on CPU the steps since the last agreement; on
-        CUDA those are copied to pinned memory now and the interval copied last time is read."""
+        CUDA those are copied to pinned memory now and the interval copied last time is read, or
+        with `now` (steps of a second or more, where a device sync per agreement costs nothing
+        worth saving) every count so far, read at once."""
         counts, first = self._counts, self._counts_from
         self._counts = []
         if not self._cuda:
             return first, [int(c) for c in counts]
         ready, self._staged = self._staged, None
+        if now:
+            earlier = []
+            if ready is not None:
+                ready[1].synchronize()
+                earlier, first = ready[0].tolist(), ready[2]
+            return first, earlier + [int(c) for c in counts]
         if counts:
             device = torch.device("cuda", torch.cuda.current_device())
             stacked = torch.stack([torch.as_tensor(c, dtype=torch.int64, device=device) for c in counts])
@@ -186,11 +196,14 @@ class GracefulStop(TrainerCallback):
             self._fold(state, flag, 1, *self._ready_counts())
         elif step >= self._next_agreement:
             self._collect(state)
-            first, counts = self._ready_counts()
+            at_once = self._every == 1  # steps of AGREE_EVERY_S or more: waiting costs nothing
+            first, counts = self._ready_counts(now=at_once)
             every = self._propose_every(step) if dist.get_rank() == 0 else 0
             buffer = torch.tensor([flag, every, *counts], dtype=torch.int64)
             work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self._group, async_op=True)
             self._pending = (work, buffer, first)
+            if at_once:  # the flag and the counts now: rows are not held back a long step
+                self._collect(state)
             self._next_agreement = step + self._every
         if self._agreed_stop:
             self.stopped = True
@@ -251,8 +264,9 @@ class RunRecorder(TrainerCallback):
     cross-entropy (eval rows then carry its perplexity); not for preference losses.
 
     With an `agreement` (GracefulStop, which sums the ranks' tokens) a train row is held until its
-    step's token total has arrived (on several ranks, an agreement or two later: about a second);
-    without one the state's count is current and rows are written at once."""
+    step's token total has arrived (on several ranks, an agreement or two later: about a second, or
+    at once when steps take longer); without one the state's count is current and rows are written
+    at once."""
 
     def __init__(self, run_dir: Path, host: str, loss_is_nll: bool = True, agreement: GracefulStop | None = None):
         self.run_dir = Path(run_dir)
