@@ -96,3 +96,26 @@ def test_two_ranks_agree_on_the_stop_step_and_every_rows_token_total(tmp_path, s
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["tokens"]) for r in rows] == [(s, total(s)) for s in range(1, stop + 1)]
     assert all(r["tokens_per_s"] > 0 for r in rows[1:])
+
+
+def test_one_process_writes_each_row_at_once_with_its_tokens(tmp_path):
+    import torch
+    from transformers import TrainerControl, TrainerState
+
+    from tuiapp.trainer import callbacks
+
+    args = SimpleNamespace(world_size=1, device=torch.device("cpu"), train_batch_size=1)
+    state, control = TrainerState(), TrainerControl()
+    state.is_world_process_zero, state.max_steps = True, 5
+    stopper = callbacks.GracefulStop()
+    recorder = callbacks.RunRecorder(tmp_path, "test", agreement=stopper)
+    stopper.on_train_begin(args, state, control)
+    recorder.on_train_begin(args, state, control, model=torch.nn.Linear(2, 2))
+    for step in range(1, 6):
+        stopper.add_tokens(torch.tensor(10 * step))
+        state.global_step = step
+        stopper.on_step_end(args, state, control)
+        recorder.on_step_end(args, state, control)
+        recorder.on_log(args, state, control, logs={"loss": 1.0})
+        rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+        assert [(r["step"], r["tokens"]) for r in rows] == [(s, 5 * s * (s + 1)) for s in range(1, step + 1)]

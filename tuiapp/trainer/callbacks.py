@@ -98,7 +98,8 @@ class GracefulStop(TrainerCallback):
     step, and a stop or a row is never held back a whole step. `tokens_at` holds the run's token total
     through each recent step once it is known. CUDA counts reach the host through a pinned copy read
     an interval later, so nothing waits for the device. `settle` (eval, checkpoint, train end; every
-    rank calls it) folds in everything still on its way. One process agrees with itself every step."""
+    rank calls it) folds in everything still on its way. One process agrees with itself every step
+    (a CUDA count, read an interval later, holds its rows back only when steps are short)."""
 
     def __init__(self):
         self.requested = False
@@ -192,8 +193,9 @@ class GracefulStop(TrainerCallback):
         local, self._local = self._local, None
         self._counts.append(local if local is not None else 0)
         flag = 1 if self.requested else 0
-        if not _distributed():
-            self._fold(state, flag, 1, *self._ready_counts())
+        if not _distributed():  # no all_reduce; the interval only decides how a CUDA count is read
+            at_once = self._every == 1
+            self._fold(state, flag, self._propose_every(step), *self._ready_counts(now=at_once))
         elif step >= self._next_agreement:
             self._collect(state)
             at_once = self._every == 1  # steps of AGREE_EVERY_S or more: waiting costs nothing
