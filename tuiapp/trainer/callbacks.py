@@ -107,6 +107,7 @@ class GracefulStop(TrainerCallback):
         self.tokens_at: dict[int, int] = {}  # step → tokens through it, every rank's (recent steps)
         self._group = None
         self._cuda = False
+        self._several = False  # more than one rank: they agree through an all_reduce
         self._every = 1  # steps between agreements, the same on every rank
         self._next_agreement = 0
         self._agreed_at = None  # (time, step) of the last agreement started
@@ -127,7 +128,8 @@ class GracefulStop(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._cuda = torch.device(args.device).type == "cuda"
-        if _distributed():
+        self._several = _distributed() and dist.get_world_size() > 1  # one rank agrees with itself
+        if self._several:
             self._group = _host_group()
 
     def _fold(self, state, flag: int, every: int, first: int, counts: list[int]) -> None:
@@ -193,7 +195,7 @@ class GracefulStop(TrainerCallback):
         local, self._local = self._local, None
         self._counts.append(local if local is not None else 0)
         flag = 1 if self.requested else 0
-        if not _distributed():  # no all_reduce; the interval only decides how a CUDA count is read
+        if not self._several:  # no all_reduce; the interval only decides how a CUDA count is read
             at_once = self._every == 1
             self._fold(state, flag, self._propose_every(step), *self._ready_counts(now=at_once))
         elif step >= self._next_agreement:
@@ -228,7 +230,7 @@ class GracefulStop(TrainerCallback):
         self._counts = []
         if counts:
             buffer = torch.tensor(counts, dtype=torch.int64)
-            if _distributed():
+            if self._several:
                 dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self._group)
             self._fold(state, 0, 0, first, buffer.tolist())
 
