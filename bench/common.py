@@ -83,7 +83,7 @@ def free_port() -> int:
 
 
 def mean(values):
-    values = list(values)
+    values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None
 
 

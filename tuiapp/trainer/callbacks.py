@@ -160,12 +160,12 @@ class GracefulStop(TrainerCallback):
         if not self._cuda:
             return first, [int(c) for c in counts]
         ready, self._staged = self._staged, None
+        earlier, earlier_from = [], first
+        if ready is not None:
+            ready[1].synchronize()  # recorded an interval ago
+            earlier, earlier_from = ready[0].tolist(), ready[2]
         if now:
-            earlier = []
-            if ready is not None:
-                ready[1].synchronize()
-                earlier, first = ready[0].tolist(), ready[2]
-            return first, earlier + [int(c) for c in counts]
+            return earlier_from, earlier + [int(c) for c in counts]
         if counts:
             device = torch.device("cuda", torch.cuda.current_device())
             stacked = torch.stack([torch.as_tensor(c, dtype=torch.int64, device=device) for c in counts])
@@ -174,10 +174,7 @@ class GracefulStop(TrainerCallback):
             event = torch.cuda.Event()
             event.record()
             self._staged = (host, event, first)
-        if ready is None:
-            return first, []
-        ready[1].synchronize()  # recorded an interval ago
-        return ready[2], ready[0].tolist()
+        return earlier_from, earlier
 
     def _propose_every(self, step: int) -> int:
         """Rank 0: steps per AGREE_EVERY_S at the step time since the last agreement."""
@@ -220,14 +217,7 @@ class GracefulStop(TrainerCallback):
         all_reduce), so state.num_input_tokens_seen counts every step so far. Every rank calls it at
         the same point."""
         self._collect(state)
-        counts, first = [], self._counts_from
-        if self._staged is not None:
-            host, event, first = self._staged
-            self._staged = None
-            event.synchronize()
-            counts = host.tolist()
-        counts += [int(c) for c in self._counts]  # a CUDA count waits for the device: rare
-        self._counts = []
+        first, counts = self._ready_counts(now=True)  # a CUDA count waits for the device: rare
         if counts:
             buffer = torch.tensor(counts, dtype=torch.int64)
             if self._several:
@@ -264,8 +254,9 @@ MEMORY_SAMPLE_S = 1.0  # how often a rank reads its own memory (a metrics row ca
 class RunRecorder(TrainerCallback):
     """Writes metrics.jsonl and events.jsonl (rank 0 only). Each rank writes its own memory to
     ranks/memory-<rank>.json (read at most every MEMORY_SAMPLE_S, written at most every
-    MEMORY_EVERY_S, no collective); rank 0's rows carry its latest figures and the others' files. `loss_is_nll`: the loss is a token
-    cross-entropy (eval rows then carry its perplexity); not for preference losses.
+    MEMORY_EVERY_S, no collective); rank 0's rows carry its latest figures and the others' files.
+    `loss_is_nll`: the loss is a token cross-entropy (eval rows then carry its perplexity); not for
+    preference losses.
 
     With an `agreement` (GracefulStop, which sums the ranks' tokens) a train row is held until its
     step's token total has arrived (on several ranks, an agreement or two later: about a second, or
@@ -323,6 +314,7 @@ class RunRecorder(TrainerCallback):
                 "trainable_params": trainable,
                 "device": str(args.device),
             })
+        self._samples_per_step = args.train_batch_size * max(1, args.world_size)
         self._last_time = time.time()
         self._last_tokens = state.num_input_tokens_seen
         self._last_step = state.global_step
@@ -376,7 +368,6 @@ class RunRecorder(TrainerCallback):
             logs.pop(key, None)
         row.update({k: v for k, v in logs.items() if isinstance(v, (int, float))})
         row.update(preference_metrics(logs))
-        self._samples_per_step = args.train_batch_size * max(1, args.world_size)
         self._held.append((row, time.time()))
         self._write_rows(state)
 
