@@ -16,7 +16,7 @@ from transformers import Trainer, TrainingArguments
 from tuiapp.core import trackers
 from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
-from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, varlen
+from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, trained_logits, varlen
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.early_stop import early_stopping
 from tuiapp.trainer.model import (
@@ -94,6 +94,13 @@ class RunTrainerMixin:
         else:
             tokens = torch.tensor(inputs[name].numel())
         self.step_agreement.add_tokens(tokens.to(torch.int64))
+
+    trained_logits_only = False  # set where trained_logits.applies: training batches skip the prompts' logits
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        if self.trained_logits_only and model.training:
+            inputs = trained_logits.narrowed(inputs)
+        return super().compute_loss(model, inputs, *args, **kwargs)
 
     token_budget = 0  # train.batching = "tokens": the token budget of a micro batch
 
@@ -260,6 +267,7 @@ def train(run_dir: Path, resume: bool) -> int:
     )
     trainer.method_kind = recipe.method.kind
     trainer.step_agreement = stopper
+    trainer.trained_logits_only = trained_logits.applies(model, recipe.method.kind, recipe.train.liger_kernel)
     if recipe.train.batching == "tokens":
         trainer.token_budget = tokens_per_batch(recipe)
     return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
