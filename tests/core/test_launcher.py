@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,53 @@ def test_the_launch_command_is_the_one_deepspeeds_runner_builds(tmp_path):
     from tuiapp.core.launcher import local_launch_argv
 
     assert started[0] == local_launch_argv("pkg", 2, None, 29555, rank_logs=tmp_path / "ranks")
+
+
+def test_a_single_rank_starts_as_deepspeeds_launcher_would_start_it(tmp_path):
+    """One rank without the launcher: the same environment and arguments as the rank DeepSpeed's
+    per-node launcher starts (each run records what its rank saw)."""
+    import os
+    import subprocess
+    import sys
+
+    from tuiapp.core.launcher import local_launch_argv, single_rank_argv
+
+    fake = tmp_path / "pkg"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(
+        "import json, os, sys\n"
+        "out = os.environ['SEEN']\n"
+        "json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, open(out, 'w'))\n")
+    base = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    base.pop("CUDA_VISIBLE_DEVICES", None)
+    run_dir = tmp_path / "run"
+    launched = local_launch_argv("pkg", 1, None, 29555, python=sys.executable) + ["--run-dir", str(run_dir)]
+    direct = single_rank_argv("pkg", None, 29555, python=sys.executable) + ["--run-dir", str(run_dir)]
+    seen = {}
+    for name, argv in (("launcher", launched), ("direct", direct)):
+        subprocess.run(argv, env={**base, "SEEN": str(tmp_path / name)}, cwd=tmp_path, timeout=300, check=True,
+                       capture_output=True)
+        seen[name] = json.loads((tmp_path / name).read_text())
+        seen[name]["env"].pop("SEEN")
+        seen[name]["env"].pop("_", None)  # the program a shell would have run
+    assert seen["direct"]["argv"] == seen["launcher"]["argv"] == ["--local_rank=0", "--run-dir", str(run_dir)]
+    launcher_env, direct_env = seen["launcher"]["env"], seen["direct"]["env"]
+    assert {k: v for k, v in launcher_env.items() if base.get(k) != v} == \
+        {k: v for k, v in direct_env.items() if base.get(k) != v}
+    assert direct_env["RANK"] == "0" and direct_env["WORLD_SIZE"] == "1" and direct_env["MASTER_PORT"] == "29555"
+
+
+def test_single_rank_argv_golden(monkeypatch):
+    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
+    from tuiapp.core.launcher import master_port_of
+
+    argv = deepspeed_argv(Path("/r/run1"), 1, [3], 29555, resume=True, python="/py")
+    assert argv == ["env", "CUDA_VISIBLE_DEVICES=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29555", "WORLD_SIZE=1",
+                    "CROSS_RANK=0", "CROSS_SIZE=1", "LOCAL_SIZE=1", "RANK=0", "LOCAL_RANK=0",
+                    "PYTORCH_NVML_BASED_CUDA_CHECK=1", "/py", "-u", "-m",
+                    "tuiapp.trainer", "--local_rank=0", "--run-dir", "/r/run1", "--resume"]
+    assert master_port_of(argv) == "29555"
 
 
 def test_supervisor_argv_golden():

@@ -36,7 +36,7 @@ def test_stop_saves_a_checkpoint_and_leaves_no_process(runs_dir):
     wait_for(lambda: started(run_dir, 3), what="training steps")
     pgid = run_info(run_dir)["pgid"]
     pids = group_pids(pgid)
-    assert len(pids) >= 3  # supervisor, deepspeed runner/launcher, rank
+    assert len(pids) >= 2  # supervisor, rank (one rank: no DeepSpeed launcher between them)
     result = llmtui("stop", run_dir.name, runs_dir=runs_dir, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     info = run_info(run_dir)
@@ -172,8 +172,33 @@ def test_stalled_ranks_are_flagged(runs_dir, monkeypatch):
     assert llmtui("stop", run_dir.name, runs_dir=runs_dir, timeout=180).returncode == 0
 
 
-def test_launcher_killed_marks_failed_and_leaves_no_orphan(runs_dir):
+def test_a_single_rank_runs_without_a_launcher_and_its_kill_is_the_reason(runs_dir):
+    """One rank is started by the supervisor itself: no DeepSpeed launcher process, the rank's log
+    where a launcher would put it, and a kill of the rank named as the cause."""
     llmtui("run", "recipes/tiny-sft.toml", *LONG, "--detach", runs_dir=runs_dir, check=True)
+    run_dir = only_run(runs_dir)
+    wait_for(lambda: started(run_dir, 2), what="training steps")
+    info = run_info(run_dir)
+    pgid = info["pgid"]
+    assert info["argv"][0] == "env" and "deepspeed.launcher.launch" not in info["argv"]
+    group = [psutil.Process(p) for p in group_pids(pgid)]
+    assert not [p for p in group if any("deepspeed.launcher" in c for c in p.cmdline())]
+    ranks = rank_pids(run_dir)
+    assert len(ranks) == 1 and psutil.Process(ranks[0]).ppid() == info["pid"]  # the supervisor's own child
+    (log,) = (run_dir / "ranks").glob("*_rank0.log")
+    wait_for(lambda: log.stat().st_size > 0, what="the rank's log")
+    os.kill(ranks[0], signal.SIGKILL)
+    wait_for(lambda: run_info(run_dir)["status"] == "failed", timeout=90, what="failed status")
+    info = run_info(run_dir)
+    assert info["error"]["rank"] == 0 and info["error"]["type"] == "signal 9", info["reason"]
+    assert info["reason"].startswith("rank 0: killed by signal 9 (SIGKILL"), info["reason"]
+    assert info["exit_code"] == -9
+    wait_for(lambda: not group_pids(pgid), timeout=30, what="every process of the run to exit")
+
+
+def test_launcher_killed_marks_failed_and_leaves_no_orphan(runs_dir):
+    llmtui("run", "recipes/tiny-sft.toml", *LONG, "--set", "launch.gpus=2", "--detach", runs_dir=runs_dir,
+           check=True)
     run_dir = only_run(runs_dir)
     wait_for(lambda: started(run_dir, 2), what="training steps")
     pgid = run_info(run_dir)["pgid"]

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.e2e.helpers import llmtui, run_info, spawn_llmtui, wait_for
-from tuiapp.core import rundir
+from tuiapp.core import rundir, sweep
 
 pytestmark = pytest.mark.slow
 
@@ -119,7 +119,8 @@ def test_a_queued_run_waits_for_a_run_outside_the_queue(runs_dir):
 
 def test_successive_halving_stops_the_worse_runs(runs_dir):
     # learning rates far apart: at step 4 the tiny rates have barely moved the loss
-    result = llmtui("sweep", "recipes/tiny-lora.toml", *SHORT, "--set", "train.max_steps=8",
+    # 40 steps: the stop (decided within a second of step 4) lands long before the run would end
+    result = llmtui("sweep", "recipes/tiny-lora.toml", *SHORT, "--set", "train.max_steps=40",
                     "--set", "sweep.halving_step=4", "--set", "train.warmup_ratio=0",
                     "--grid", "train.learning_rate=3e-2,1e-6", "--slots", "1", runs_dir=runs_dir, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -128,6 +129,20 @@ def test_successive_halving_stops_the_worse_runs(runs_dir):
     assert statuses[3e-2]["status"] == "succeeded"
     assert statuses[1e-6]["status"] == "stopped"
     assert "halving rule at step 4" in statuses[1e-6]["reason"]
+
+
+def test_a_run_that_ends_at_the_halving_step_still_records_its_loss_there(runs_dir):
+    """A run can end within a watch of its halving step (its rank exits at once); the sweep's later
+    runs are still compared with it."""
+    result = llmtui("sweep", "recipes/tiny-lora.toml", *SHORT, "--set", "train.max_steps=4",
+                    "--set", "sweep.halving_step=4", "--grid", "train.learning_rate=3e-2,1e-3", "--slots", "1",
+                    runs_dir=runs_dir, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    wait_for(lambda: _all_final(runs_dir), timeout=600, interval=1, what="the sweep to end")
+    runs = _runs(runs_dir)
+    group = run_info(runs[0])["group"]["id"]
+    assert sorted(sweep.halving_values(runs_dir, group)) == sorted(p.name for p in runs)
+    assert run_info(runs[0])["status"] == "succeeded"  # the second may be stopped if a watch sees step 4 first
 
 
 def test_killing_the_process_that_follows_a_queued_run_leaves_it_queued(runs_dir):

@@ -423,6 +423,7 @@ class Launch:
     env: dict = field(default_factory=dict)
     fields: dict = field(default_factory=dict)  # for run.json (node 0) or nodes/<k>.json
     files: dict = field(default_factory=dict)  # path -> (text, mode or None): written by write_files
+    rank_log: Path | None = None  # the command is the one rank itself (no launcher); its output goes here
 
     @property
     def owner(self) -> bool:
@@ -511,7 +512,8 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
     master_port = port or launch.master_port or launcher.free_port()
     if strategy in DEEPSPEED_LAUNCHED:
         argv = launcher.deepspeed_argv(run_dir, ranks, gpu_ids, master_port, resume=resume, python=python)
-        return Launch(argv, ranks, gpu_ids, master_port)
+        return Launch(argv, ranks, gpu_ids, master_port,
+                      rank_log=launcher.rank_log_path(run_dir) if ranks == 1 else None)
     plan = NodePlan(1, 0, "127.0.0.1", master_port, ranks, gpu_ids, [socket.gethostname()], True)
     if gpu_ids is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)

@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 from tuiapp.core.errors import RunError
@@ -87,6 +88,27 @@ def local_launch_argv(module: str, ranks: int, gpu_ids: list[int] | None, master
     return argv + ["--log_level=info", module]
 
 
+def single_rank_argv(module: str, gpu_ids: list[int] | None, master_port: int, *,
+                     python: str | None = None) -> list[str]:
+    """One rank on this machine, started the way DeepSpeed's per-node launcher starts it (the same
+    environment and arguments) but without that launcher: for one rank it would only wait on it,
+    after importing torch and DeepSpeed for seconds first. `env` sets the variables and execs Python
+    in the same process, so the recorded command is complete and can be run by hand."""
+    ids = list(gpu_ids) if gpu_ids else [0]
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in ids), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(master_port), "WORLD_SIZE": "1", "CROSS_RANK": "0", "CROSS_SIZE": "1",
+           "LOCAL_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0",
+           # `import deepspeed` sets this default in the launcher, and its ranks inherit it
+           "PYTORCH_NVML_BASED_CUDA_CHECK": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK", "1")}
+    return ["env", *(f"{key}={value}" for key, value in env.items()), python or sys.executable, "-u", "-m", module,
+            "--local_rank=0"]
+
+
+def rank_log_path(run_dir: Path, rank: int = 0) -> Path:
+    """ranks/<start time>_rank<N>.log, the name DeepSpeed's launcher gives each rank's log."""
+    return Path(run_dir) / "ranks" / f"{time.strftime('%Y%m%d%H%M%S', time.localtime())}_rank{rank}.log"
+
+
 def world_note(argv: list | None) -> str | None:
     """What the opaque --world_info of a per-node launch command says, for people reading it."""
     for arg in argv or []:
@@ -107,9 +129,13 @@ def deepspeed_argv(
     resume: bool = False,
     python: str | None = None,
 ) -> list[str]:
-    """The exact command of the DeepSpeed launcher for one node: each rank logs to ranks/."""
-    argv = local_launch_argv("tuiapp.trainer", ranks, gpu_ids, master_port, rank_logs=run_dir / "ranks",
-                             python=python)
+    """The exact command of the DeepSpeed launcher for one node: each rank logs to ranks/. One rank
+    is started without the launcher (`single_rank_argv`); the supervisor sends its output to ranks/."""
+    if ranks == 1:
+        argv = single_rank_argv("tuiapp.trainer", gpu_ids, master_port, python=python)
+    else:
+        argv = local_launch_argv("tuiapp.trainer", ranks, gpu_ids, master_port, rank_logs=run_dir / "ranks",
+                                 python=python)
     argv += ["--run-dir", str(run_dir)]
     if resume:
         argv.append("--resume")
@@ -139,6 +165,6 @@ def master_port_of(argv: list | None) -> str | None:
     for i, arg in enumerate(argv):
         if arg == "--master_port" and i + 1 < len(argv):
             return argv[i + 1]
-        if arg.startswith("--master_port="):
+        if arg.startswith(("--master_port=", "MASTER_PORT=")):
             return arg.split("=", 1)[1]
     return None

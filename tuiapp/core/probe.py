@@ -1,7 +1,8 @@
 """Micro-batch by probing: which sizes to try, which one to keep, and what was recorded.
 
 `llmtui probe RECIPE` and a run with `train.micro_batch = "auto"` launch one rank of
-`tuiapp.trainer.probe` through the real DeepSpeed launcher. That rank trains a few steps at each
+`tuiapp.trainer.probe` as a real DeepSpeed rank (with the environment DeepSpeed's launcher gives
+one, started without it: `launcher.single_rank_argv`). That rank trains a few steps at each
 size (1, 2, 4, ... up to train.max_micro_batch) on the longest examples, and writes one row per
 size: peak memory (the CUDA allocator's peak, or the process's peak RSS on CPU) and tokens/s.
 This module plans that launch, keeps the largest size whose peak stays under the device's memory
@@ -76,7 +77,7 @@ def rules(recipe: Recipe) -> list[Finding]:
         out.append(Finding("error", key, f"'auto' probes the causal-LM trainer; {recipe.method.kind} pairs "
                            "are not probed", "set train.micro_batch to a number (e.g. 4)"))
     if recipe.launch.strategy != "deepspeed":
-        out.append(Finding("error", key, f"'auto' probes through the DeepSpeed launcher; strategy "
+        out.append(Finding("error", key, f"'auto' probes one DeepSpeed rank; strategy "
                            f"'{recipe.launch.strategy}' is not probed", "set train.micro_batch to a number, or "
                            "launch.strategy = 'deepspeed'"))
     if recipe.launch.hosts or recipe.launch.nodes > 1:
@@ -95,9 +96,9 @@ def rules(recipe: Recipe) -> list[Finding]:
 def rank_argv(recipe_file: Path, out_dir: Path, sizes: list[int], port: int, *, gpu_id: int | None = None,
               steps: int = STEPS, limit_bytes: int | None = None, headroom: float = 0.1,
               python: str | None = None) -> list[str]:
-    """One rank of tuiapp.trainer.probe through the DeepSpeed launcher (its own port)."""
-    argv = launcher.local_launch_argv("tuiapp.trainer.probe", 1, [gpu_id] if gpu_id is not None else None, port,
-                             python=python)
+    """One rank of tuiapp.trainer.probe, started as DeepSpeed's launcher would start it (its own port)."""
+    argv = launcher.single_rank_argv("tuiapp.trainer.probe", [gpu_id] if gpu_id is not None else None, port,
+                                     python=python)
     argv += ["--recipe", str(recipe_file), "--out", str(out_dir),
              "--sizes", ",".join(str(s) for s in sizes), "--steps", str(steps), "--headroom", str(headroom)]
     if limit_bytes:
@@ -127,7 +128,7 @@ def default_limit(recipe: Recipe, cuda: int) -> int | None:
 def start(recipe: Recipe, recipe_file: Path, out_dir: Path, port: int, *, gpu_id: int | None = None,
           limit_bytes: int | None = None, max_size: int | None = None, steps: int = STEPS,
           new_session: bool = False) -> subprocess.Popen:
-    """Start the probing rank; its launcher's output goes to out_dir/probe/launcher.log. A
+    """Start the probing rank; its output goes to out_dir/probe/launcher.log. A
     supervisor keeps it in its own process group; the CLI gives it a session of its own."""
     probe_dir = Path(out_dir) / PROBE_DIR
     probe_dir.mkdir(parents=True, exist_ok=True)

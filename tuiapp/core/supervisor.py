@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import psutil
@@ -143,13 +144,20 @@ class Supervisor:
                 events.write({"event": "launched", "resume": self.resume, "ranks": ranks})
         plan.log_path(run.path).parent.mkdir(parents=True, exist_ok=True)
         with open(plan.log_path(run.path), "ab") as log:
-            log.write(f"$ {' '.join(redact(argv))}\n".encode())
+            command = " ".join(redact(argv))
+            log.write(f"$ {command}\n".encode())
             log.flush()
-            self.child = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**self._rank_env(ranks), **plan.env}, cwd=os.getcwd(),
-            )
-            code = self._wait()
+            if plan.rank_log is not None:  # the rank itself: its output goes to its own log, as a launcher's rank's
+                plan.rank_log.parent.mkdir(parents=True, exist_ok=True)
+            with open(plan.rank_log, "ab") if plan.rank_log is not None else nullcontext(log) as output:
+                self.child = subprocess.Popen(
+                    argv, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env={**self._rank_env(ranks), **plan.env}, cwd=os.getcwd(),
+                )
+                code = self._wait()
+            if plan.rank_log is not None and code != 0:  # the line DeepSpeed's launcher writes for a rank's exit
+                log.write(f"{command} exits with return code = {code}\n".encode())
+        self._watch_sweep(ended=True)
         self._kill_leftovers()
         if self.claims:
             queue.release(self.runs_root, run.id)
@@ -333,7 +341,7 @@ class Supervisor:
         """A local run whose ranks recorded `finished` and have all exited: DeepSpeed's launcher
         then spends seconds polling and tearing down before the run could be recorded."""
         if self.node is not None or self.launch is None or self.launch.plan is not None \
-                or cluster.uses_hosts(self.recipe.launch):
+                or self.launch.rank_log is not None or cluster.uses_hosts(self.recipe.launch):
             return False
         events = read_jsonl(self.run.events_path)
         if not any(e.get("event") == "finished" and (e.get("time") or 0) >= self.started for e in events):
@@ -384,7 +392,7 @@ class Supervisor:
             known = cluster.explain_run(run.path, self.launch) if self.launch and not cause else None
             if known:
                 reason = known + "\n" + reason
-            if code < 0:
+            if code < 0 and (self.launch is None or self.launch.rank_log is None):  # a rank's own code is explained
                 reason = f"killed by signal {-code}. " + reason
         if summary.get("nonfinite_loss"):
             reason = ((reason + " ") if reason else "") + "The loss became NaN/inf."
@@ -420,11 +428,13 @@ class Supervisor:
         group = self.run.info.get("group")
         return group if isinstance(group, dict) and group.get("id") else None
 
-    def _watch_sweep(self) -> None:
+    def _watch_sweep(self, ended: bool = False) -> None:
         """Successive halving: at the sweep's halving step, a run in the worse half of the sweep's
-        runs that got there so far stops itself (checkpoint first)."""
+        runs that got there so far stops itself (checkpoint first). A run that `ended` before a
+        watch saw its halving step still records its loss there, for the runs after it."""
         group = self._group()
-        if self.halving_done or group is None or self.status != "running" or self.stop_requested_at is not None:
+        if self.halving_done or group is None or self.stop_requested_at is not None \
+                or (self.status != "running" and not ended):
             return
         record = sweep.read_group(self.runs_root, group["id"]) or {}
         step = int(record.get("halving_step") or 0)
@@ -440,6 +450,8 @@ class Supervisor:
         self.halving_done = True
         mine = float(reached[0]["loss"])
         sweep.record_halving(self.runs_root, group["id"], self.run.id, mine)
+        if ended:
+            return
         worse, median = sweep.in_worse_half(mine, sweep.halving_values(self.runs_root, group["id"]))
         if worse:
             self.halted = (f"stopped by the sweep's halving rule at step {step}: loss {mine:.4f} is in the worse half "
