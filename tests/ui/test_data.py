@@ -184,6 +184,10 @@ def test_log_sources(tmp_path):
     labels = [label for label, _ in log_sources(run.path)]
     assert labels[0] == "stdout" and len(labels) == 3
     assert labels[1].startswith(f"ranks/{stamp}") and labels[1].endswith("_rank0.log") and labels[2].endswith("_rank1.log")
+    for name in ("phase-0.json", "memory-0.json", "stack-0.txt"):  # what a live rank writes beside its log
+        (run.path / "ranks" / name).write_text("{}")
+    labels = [label for label, _ in log_sources(run.path)]
+    assert len(labels) == 4 and labels[-1] == "ranks/stack-0.txt"
 
 
 def test_synthetic_rows_match_the_real_trainer_format(tmp_path):

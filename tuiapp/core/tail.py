@@ -56,11 +56,13 @@ class TextTail:
 
 
 def log_sources(run_path: Path) -> list[tuple[str, Path]]:
-    """(label, path) of every log of a run: stdout.log first, then ranks/* and nodes/* (if present)."""
+    """(label, path) of every log of a run: stdout.log first, then ranks/*.log and stack dumps, and
+    nodes/*.log (if present)."""
     sources = [("stdout", run_path / "stdout.log")]
     ranks = run_path / "ranks"
     try:
-        names = sorted(e.name for e in os.scandir(ranks) if e.is_file())
+        # rank logs and stack dumps; not the ranks' phase and memory records (JSON)
+        names = sorted(e.name for e in os.scandir(ranks) if e.is_file() and e.name.endswith((".log", ".txt")))
     except OSError:
         names = []
     for name in names:
