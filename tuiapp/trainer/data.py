@@ -36,12 +36,11 @@ from tuiapp.core.datasets import (
 )
 from tuiapp.core.errors import DatasetError
 from tuiapp.core.recipe import DatasetSpec, Recipe, packing_enabled
-from tuiapp.trainer.packing import PackedRowsCollator
+from tuiapp.trainer.packing import IGNORE, PackedRowsCollator
 from tuiapp.trainer.tiny import CHATML_TEMPLATE
 
 log = logging.getLogger("llmtui.data")
 PIPELINE_VERSION = "1"  # bump when tokenization changes, to invalidate cached datasets
-IGNORE = -100
 DOCS_PER_BLOCK_BATCH = 1000  # pretrain: documents concatenated together before cutting blocks
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 

@@ -17,7 +17,7 @@ import random
 
 import torch
 
-IGNORE = -100
+IGNORE = -100  # the label of a position no loss is taken at (transformers' ignore_index)
 
 
 def pack_rows(lengths: list[int], capacity: int) -> list[list[int]]:

@@ -15,8 +15,7 @@ from torch import nn
 from transformers.masking_utils import create_causal_mask
 
 from tuiapp.core.pipeline_plan import Stage, split_layers
-
-IGNORE = -100
+from tuiapp.trainer.packing import IGNORE
 
 
 class DecoderStage(nn.Module):

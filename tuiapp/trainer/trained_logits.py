@@ -16,7 +16,8 @@ import inspect
 
 import torch.nn.functional as F
 
-IGNORE = -100
+from tuiapp.trainer.packing import IGNORE
+
 VIRTUAL_TOKEN_KINDS = {"prefix", "prompt", "ptuning"}
 
 
