@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from tests.e2e.helpers import ROOT, llmtui, only_run, run_info, wait_for
+from tests.e2e.helpers import ROOT, group_pids, llmtui, only_run, run_info, train_steps, wait_for
 from tuiapp.core import rundir, runlock, service, shm
 from tuiapp.core.procs import group_processes
 from tuiapp.core.runs import Run
@@ -193,3 +193,34 @@ def test_supervisor_started_by_hand_refuses_a_live_run(runs_dir):
                             capture_output=True, text=True, timeout=60)
     assert second.returncode == 2 and "already has a live supervisor" in second.stderr
     assert run_info(run_dir)["status"] in ("starting", "running")
+
+
+def test_a_stop_that_lands_after_the_last_step_still_says_succeeded(runs_dir):
+    """A stop request that reaches the supervisor once the ranks trained every step and saved the
+    final model (a sweep's halving watch can ask that late) must not turn the run into `stopped`.
+    The supervisor is paused while the rank finishes, then gets SIGTERM and resumes: the request
+    is seen before the rank's exit, as when it lands during the final save."""
+    llmtui("run", "recipes/tiny-sft.toml", "--set", "train.max_steps=40", "--set", "train.save_steps=0",
+           "--set", "train.eval_steps=0", "--detach", runs_dir=runs_dir, check=True)
+    run_dir = only_run(runs_dir)
+    wait_for(lambda: run_info(run_dir)["status"] == "running", timeout=180, interval=0.1, what="running")
+    info = run_info(run_dir)
+    supervisor = info["pid"]
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        wait_for(lambda: any(json.loads(line).get("event") == "finished"
+                             for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()),
+                 timeout=180, interval=0.1, what="the trainer's finished event")
+        wait_for(lambda: group_pids(info["pgid"]) == [supervisor], timeout=60, interval=0.1,
+                 what="the rank's exit")
+        os.kill(supervisor, signal.SIGTERM)
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    wait_for(lambda: run_info(run_dir)["status"] not in ("running", "stopping"), timeout=60, interval=0.1,
+             what="the outcome")
+    info = run_info(run_dir)
+    assert info["status"] == "succeeded", info.get("reason")
+    assert "before the stop request took effect" in info["reason"]
+    assert (run_dir / "final").is_dir()
+    assert train_steps(run_dir)[-1] == 40
+    assert not group_pids(info["pgid"])

@@ -382,10 +382,12 @@ class Supervisor:
         cause = failure_cause(run.path, log, self.started) if owner else None
         if self.fail_reason:
             status, reason = ("failed" if owner else "stopped"), self.fail_reason
-        elif self.stop_requested_at is not None:
+        elif self.stop_requested_at is not None and not (code == 0 and finished):
             status, reason = "stopped", self.halted or "stopped on request"
         elif code == 0 and (finished or not owner):
             status, reason = "succeeded", self._early_stop_reason()
+            if self.stop_requested_at is not None:  # the request came after the last step: it trained and saved all
+                reason = "every step trained and the final model saved before the stop request took effect"
         else:
             status = "failed"
             reason = failure_reason(run.path, log, since=self.started) or f"the launcher exited with code {code}"
