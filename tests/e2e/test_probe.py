@@ -15,8 +15,17 @@ import sys
 import pytest
 
 from tests.e2e.helpers import ROOT, llmtui, metrics, only_run, run_info
+from tuiapp.core import launcher, probe, shm
 
 pytestmark = pytest.mark.slow
+
+
+def probe_buffers(folder) -> list:
+    """The probing rank's DeepSpeed all-reduce buffers still in /dev/shm (its port is in its log's command)."""
+    command = (folder / probe.PROBE_DIR / "launcher.log").read_text().splitlines()[0].split()
+    port = launcher.master_port_of(command)
+    assert port, command
+    return shm.buffers(port)
 WORDS = "the quick brown fox jumps over a lazy dog while seven tall trees sway in warm wind".split()
 
 
@@ -52,6 +61,7 @@ def test_probe_picks_a_micro_batch_and_an_auto_run_trains_with_it(tmp_path, runs
     assert rows[8]["predicted_bytes"] > rows[4]["predicted_bytes"]
     folders = list((runs_dir / ".probes").iterdir())
     assert len(folders) == 1 and json.loads((folders[0] / "probe.json").read_text())["chosen"] == 8
+    assert not probe_buffers(folders[0])
 
     # a cap halfway between the peaks of 4 and 8: the run keeps 4 and trains with it
     cap = (rows[4]["peak_bytes"] + rows[8]["peak_bytes"]) // 2
@@ -67,6 +77,7 @@ def test_probe_picks_a_micro_batch_and_an_auto_run_trains_with_it(tmp_path, runs
     assert probed["chosen"] == 4 and probed["limit_bytes"] == cap, probed
     assert probed["predicted_bytes"] > 0 and probed["measured_bytes"] > 0
     assert 'micro_batch = 4' in (run_dir / "recipe.toml").read_text()
+    assert not probe_buffers(run_dir)
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert any(e.get("event") == "probed" and e["micro_batch"] == 4 for e in events)
     steps = [r for r in metrics(run_dir) if r.get("split", "train") == "train" and r.get("samples_per_s")]
