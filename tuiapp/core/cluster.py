@@ -513,7 +513,7 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
     if strategy in DEEPSPEED_LAUNCHED:
         argv = launcher.deepspeed_argv(run_dir, ranks, gpu_ids, master_port, resume=resume, python=python)
         return Launch(argv, ranks, gpu_ids, master_port,
-                      rank_log=launcher.rank_log_path(run_dir) if ranks == 1 else None)
+                      rank_log=launcher.rank_log_path(run_dir) if launcher.starts_rank_directly(ranks) else None)
     plan = NodePlan(1, 0, "127.0.0.1", master_port, ranks, gpu_ids, [socket.gethostname()], True)
     if gpu_ids is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)

@@ -121,6 +121,11 @@ def world_note(argv: list | None) -> str | None:
     return None
 
 
+def starts_rank_directly(ranks: int) -> bool:
+    """One local rank needs no launcher: the supervisor starts it and logs its output to ranks/."""
+    return ranks == 1
+
+
 def deepspeed_argv(
     run_dir: Path,
     ranks: int,
@@ -131,7 +136,7 @@ def deepspeed_argv(
 ) -> list[str]:
     """The exact command of the DeepSpeed launcher for one node: each rank logs to ranks/. One rank
     is started without the launcher (`single_rank_argv`); the supervisor sends its output to ranks/."""
-    if ranks == 1:
+    if starts_rank_directly(ranks):
         argv = single_rank_argv("tuiapp.trainer", gpu_ids, master_port, python=python)
     else:
         argv = local_launch_argv("tuiapp.trainer", ranks, gpu_ids, master_port, rank_logs=run_dir / "ranks",
