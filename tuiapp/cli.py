@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tuiapp import cli_after, cli_manage, cli_probe, cli_scale
 from tuiapp.core import checks, launcher, meta, queue, service
-from tuiapp.core.errors import UserError
+from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError, exit_code
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
 from tuiapp.core.metrics import JsonlReader, dedupe_steps, train_rows
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, progress_line
@@ -24,7 +24,6 @@ from tuiapp.core.recipe import batching_label, json_schema, load_recipe
 from tuiapp.core.rundir import ACTIVE, FINAL, attempt_count, duration_s, first_started
 from tuiapp.core.runs import RunStore
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 OUTCOME_EXIT = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_INTERRUPTED}
 
 
@@ -417,15 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "runs_dir", None):
         args.runs_dir = None
     func = getattr(args, "func", cmd_tui)
-    try:
-        return func(args)
-    except UserError as exc:
-        _print_err(str(exc))
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        return EXIT_OK
+    return exit_code(lambda: func(args))
 
 
 if __name__ == "__main__":

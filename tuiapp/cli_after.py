@@ -14,14 +14,13 @@ from pathlib import Path
 from tuiapp.core import evals
 from tuiapp.core.chat import ChatSession, check_overrides
 from tuiapp.core.datasets import FORMATS, load_records, resolve_source
-from tuiapp.core.errors import DatasetError, RunError, UserError
+from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, DatasetError, RunError, UserError
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
 from tuiapp.core.model_check import hub_offline
 from tuiapp.core.recipe import DatasetSpec
 from tuiapp.core.runs import RunStore
 from tuiapp.core.targets import model_target
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_COMMANDS = ("/quit", "/exit")
 
 

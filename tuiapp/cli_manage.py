@@ -9,12 +9,10 @@ import time
 from pathlib import Path
 
 from tuiapp.core import meta, queue, service, sweep
-from tuiapp.core.errors import RunError, UserError
+from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, RunError, UserError
 from tuiapp.core.progress import fmt_duration
 from tuiapp.core.recipe import read_recipe_data
 from tuiapp.core.runs import Run, RunStore
-
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
 
 def add_queue_arguments(p) -> None:

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 from tuiapp.core import checks, launcher, probe, shm
+from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK
 from tuiapp.core.recipe import load_recipe
 from tuiapp.core.runs import RunStore
 
-EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_NOTHING_FITS = 1  # no size fit under the memory limit
 
 
 def add_command(add) -> None:

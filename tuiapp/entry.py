@@ -33,12 +33,6 @@ def main(argv: list[str] | None = None) -> int:
         from tuiapp.cli import main as cli_main
 
         return cli_main(argv)
-    from tuiapp.core.errors import UserError
+    from tuiapp.core.errors import exit_code
 
-    try:
-        return open_tui(runs_dir)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return exit_code(lambda: open_tui(runs_dir))

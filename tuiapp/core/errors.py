@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130  # the `llmtui` commands' exit codes
 
 
 @dataclass
@@ -59,3 +63,17 @@ def did_you_mean(word: str, choices) -> str | None:
     """A 'did you mean' hint for an unknown name, or None."""
     matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean '{matches[0]}'?" if matches else None
+
+
+def exit_code(command: Callable[[], int]) -> int:
+    """A command's exit code: a UserError is printed without a traceback (2), Ctrl-C gives 130,
+    and a reader that closed the pipe (`llmtui runs | head`) is no error."""
+    try:
+        return command()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
