@@ -8,6 +8,7 @@ import asyncio
 import math
 
 import pytest
+from textual.widgets import DataTable
 from ui_fixtures import FIXED_NOW, real_rows, screen_text, test_app, wait_for
 
 from tuiapp.core.metrics import JsonlWriter
@@ -163,6 +164,26 @@ def test_a_running_run_grows_and_finishes_while_compared(runs_root, tmp_path):
             await pilot.press("7")  # the summary pane
             await pilot.pause()
             assert "succeeded" in screen_text(app)
+
+    asyncio.run(scenario())
+
+
+def test_summary_flags_a_stalled_run_and_one_that_stalls_while_compared(runs_root, tmp_path):
+    """The summary's status is the history's: `stuck` (its rank frozen) says stalled, and `live`
+    turns stalled when no step comes for minutes, though nothing in its folder changes."""
+    now = [FIXED_NOW]
+
+    def statuses(screen) -> dict[str, str]:
+        table = screen.query_one("#cmp-summary", DataTable)
+        return {run.label: str(table.get_row(run.id)[1]) for run in screen.runs}
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, clock=lambda: now[0])
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_compare(pilot, runs_root, ["live", "stuck"])
+            assert statuses(screen) == {"live": "running", "stuck": "stalled"}
+            now[0] += 600
+            await wait_for(pilot, lambda: statuses(screen)["live"] == "stalled", what="live flagged stalled")
 
     asyncio.run(scenario())
 

@@ -119,6 +119,7 @@ def summary_row(row: RunRow, data: RunData) -> RunRow:
         tokens_per_s=speed,
         peak_mem=max(peaks) * 1e9 if peaks else None,
         last_time=_number(last.get("time")),
+        step_times=[t for t in data.times[-20:] if not math.isnan(t)],  # the stall check, as in the history
         summarized=True,
         **best,
     )

@@ -116,6 +116,7 @@ class CompareScreen(PaneDeckActions, Screen):
         self.only_differing = True
         self.loaded = False
         self._redraw_pending = False
+        self._shown_statuses: tuple[str, ...] = ()
         self._smoothed: dict[tuple, tuple[int, list[float]]] = {}
         self._x_cache: dict[tuple, tuple[int, list[float]]] = {}
         self._lines: dict[tuple[str, str], Line] = {}
@@ -156,6 +157,8 @@ class CompareScreen(PaneDeckActions, Screen):
         self.set_focus(None)
         self._show_title()
         self.load_runs()
+        if self.app.config.live:
+            self.set_interval(1.0, self._tick_status)  # a run whose steps stop turns stalled with no new line
 
     # ------------------------------------------------------------ workers
 
@@ -408,11 +411,19 @@ class CompareScreen(PaneDeckActions, Screen):
             rows = [(None, ["(the recipes are identical; a shows all keys)", *["" for _ in self.runs]])]
         fill_table(self.query_one("#cmp-config", DataTable), ["key", *[run.label for run in self.runs]], rows)
 
+    def _statuses(self, now: float) -> tuple[str, ...]:
+        return tuple(run.row.view(now).key for run in self.runs)
+
+    def _tick_status(self) -> None:
+        if self.runs and self._statuses(self.app.config.clock()) != self._shown_statuses:
+            self._show_summary()
+
     def _show_summary(self) -> None:
         headers = ["run", "status", "best eval", "last loss", "tok/s", "peak mem", "duration", "steps"]
         if self.preference:
             headers += ["best acc", "best margin"]
         now = self.app.config.clock()
+        self._shown_statuses = self._statuses(now)
         rows = []
         for run in self.runs:
             row = run.row
