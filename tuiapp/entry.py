@@ -36,3 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from tuiapp.core.errors import exit_code
 
     return exit_code(lambda: open_tui(runs_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
