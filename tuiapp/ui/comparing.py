@@ -22,7 +22,7 @@ from tuiapp.core.rundata import RunData, Series, columns_cache, read_run_data
 from tuiapp.core.runs import Run
 from tuiapp.ui.downsample import numpy_module
 from tuiapp.ui.groups import compare_labels
-from tuiapp.ui.history import RunRow, row_from_info
+from tuiapp.ui.history import STALL_WINDOW, RunRow, row_from_info
 
 # metric id -> (title, where it lives)
 METRICS = {
@@ -119,7 +119,7 @@ def summary_row(row: RunRow, data: RunData) -> RunRow:
         tokens_per_s=speed,
         peak_mem=max(peaks) * 1e9 if peaks else None,
         last_time=_number(last.get("time")),
-        step_times=[t for t in data.times[-20:] if not math.isnan(t)],  # the stall check, as in the history
+        step_times=[t for t in data.times[-STALL_WINDOW:] if not math.isnan(t)],  # the stall check, as in the history
         summarized=True,
         **best,
     )

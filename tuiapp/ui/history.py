@@ -26,6 +26,7 @@ from tuiapp.core.runs import ACTIVE, Run, RunStore
 from tuiapp.ui.runstatus import StatusView, error_log, status_view, why_text
 
 SPARK_POINTS = 48  # losses kept per row for the sparkline
+STALL_WINDOW = 20  # the last train rows' times the stall check reads (RunRow.step_times)
 STATUSES = rundir.STATUSES  # created, starting, running, stopping, stopped, succeeded, failed, unknown
 
 
@@ -199,7 +200,7 @@ def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
     train = dedupe_steps(train_rows(records))
     losses = [as_number(r.get("loss")) for r in train]
     finite = [v for v in losses if v is not None and math.isfinite(v)]
-    times = [as_number(r.get("time")) for r in train[-20:]]
+    times = [as_number(r.get("time")) for r in train[-STALL_WINDOW:]]
     return replace(
         row,
         step=summary["step"],
@@ -239,7 +240,7 @@ class LiveSummary:
         self.losses: list[float] = []
         self.stride = 1
         self.seen = 0
-        self.times: deque[float] = deque(maxlen=20)
+        self.times: deque[float] = deque(maxlen=STALL_WINDOW)
         self.preference = PreferenceBest()
 
     def add(self, records: list[dict]) -> None:
