@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp.core import checks, launcher, probe, shm
+from tuiapp.core import checks, launcher, probe
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK
 from tuiapp.core.recipe import load_recipe
 from tuiapp.core.runs import RunStore
@@ -80,15 +80,12 @@ def cmd_probe(args) -> int:
         print(f"probing micro_batch {', '.join(map(str, sizes))} on {'cuda' if cuda else 'cpu'}, {args.steps} steps "
               f"each (folder {out_dir})", flush=True)
     started = time.time()
-    port = launcher.free_port()
-    child = probe.start(recipe, out_dir / "recipe.toml", out_dir, port, gpu_id=0 if cuda else None,
-                        limit_bytes=limit, steps=args.steps, new_session=True)
     try:
-        code = _wait(child, out_dir, quiet=args.json)
+        with probe.running(recipe, out_dir / "recipe.toml", out_dir, gpu_id=0 if cuda else None, limit_bytes=limit,
+                           steps=args.steps, new_session=True) as child:
+            code = _wait(child, out_dir, quiet=args.json)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    finally:
-        shm.reclaim(port)  # the probing rank's DeepSpeed all-reduce buffer
     result = probe.finish(recipe, out_dir, code, started, base_dir=Path.cwd(), limit_bytes=limit)
     if args.json:
         print(json.dumps(result.to_json(), indent=1))

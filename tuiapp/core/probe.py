@@ -17,12 +17,14 @@ import os
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
 
-from tuiapp.core import estimate, launcher
+from tuiapp.core import estimate, launcher, shm
 from tuiapp.core.errors import RecipeError, UserError
 from tuiapp.core.findings import Finding
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe
@@ -125,9 +127,22 @@ def default_limit(recipe: Recipe, cuda: int) -> int | None:
     return psutil.virtual_memory().total // max(1, ranks)
 
 
-def start(recipe: Recipe, recipe_file: Path, out_dir: Path, port: int, *, gpu_id: int | None = None,
-          limit_bytes: int | None = None, max_size: int | None = None, steps: int = STEPS,
-          new_session: bool = False) -> subprocess.Popen:
+@contextmanager
+def running(recipe: Recipe, recipe_file: Path, out_dir: Path, *, gpu_id: int | None = None,
+            limit_bytes: int | None = None, max_size: int | None = None, steps: int = STEPS,
+            new_session: bool = False) -> Iterator[subprocess.Popen]:
+    """The probing rank, on a free port of its own, for the block that waits for it; when the block
+    ends (the rank gone), its DeepSpeed all-reduce buffer in /dev/shm is freed."""
+    port = launcher.free_port()
+    try:
+        yield _start(recipe, recipe_file, out_dir, port, gpu_id=gpu_id, limit_bytes=limit_bytes, max_size=max_size,
+                     steps=steps, new_session=new_session)
+    finally:
+        shm.reclaim(port)
+
+
+def _start(recipe: Recipe, recipe_file: Path, out_dir: Path, port: int, *, gpu_id: int | None,
+           limit_bytes: int | None, max_size: int | None, steps: int, new_session: bool) -> subprocess.Popen:
     """Start the probing rank; its output goes to out_dir/probe/launcher.log. A
     supervisor keeps it in its own process group; the CLI gives it a session of its own."""
     probe_dir = Path(out_dir) / PROBE_DIR

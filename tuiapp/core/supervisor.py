@@ -174,12 +174,10 @@ class Supervisor:
                      stop_requested=None, pid=me.pid, pgid=os.getpgid(0), pid_create_time=me.create_time(),
                      started=self.started, ended=None, exit_code=None, reason=None)
         limit = probe.default_limit(recipe, cuda)
-        port = launcher.free_port()
-        self.child = probe.start(recipe, self.run.path / "recipe.toml", self.run.path, port,
-                                 gpu_id=(devices[0] if devices else 0) if cuda else None, limit_bytes=limit)
-        code = self._wait_probe()
-        self._kill_leftovers()
-        shm.reclaim(port)  # the probing rank's DeepSpeed all-reduce buffer
+        with probe.running(recipe, self.run.path / "recipe.toml", self.run.path,
+                           gpu_id=(devices[0] if devices else 0) if cuda else None, limit_bytes=limit) as self.child:
+            code = self._wait_probe()
+            self._kill_leftovers()
         if self.stop_requested_at is not None:
             if self.claims:
                 queue.release(self.runs_root, self.run.id)
