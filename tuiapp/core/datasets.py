@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuiapp.core import datafiles
+from tuiapp.core.datafiles import Row
 from tuiapp.core.demo_data import DEMO_DATASETS, DEMO_VERSION, demo_records
 from tuiapp.core.errors import DatasetError, did_you_mean
 from tuiapp.core.recipe import DatasetSpec
@@ -83,16 +85,8 @@ class DatasetInfo:
     skipped: int = 0  # records dropped for empty content
     is_hub: bool = False
     kind: str = ""  # one of RECORD_KINDS ("" for hub datasets not yet loaded)
-
-
-@dataclass
-class Row:
-    """One raw record and where it came from, for error messages."""
-
-    data: object
-    file: str | None
-    line: int | None
-    index: int
+    size: int = 0  # bytes of the local files
+    sampled: bool = False  # a file over datafiles.WHOLE_BYTES was read by a bounded sample: count is estimated
 
 
 class _Problem(Exception):
@@ -179,6 +173,26 @@ def read_rows(source: Source) -> list[Row]:
     return [row for path in source.files for row in _read_file(path)]
 
 
+def sample_rows(source: Source) -> tuple[list[Row], int, int, bool]:
+    """(rows, records, bytes, sampled): small files whole, larger ones by a bounded sample
+    (datafiles.sample_file); records is then an estimate."""
+    if source.kind != "file" and source.kind != "folder":
+        rows = read_rows(source)
+        return rows, len(rows), 0, False
+    rows, records, size, sampled = [], 0, 0, False
+    for path in source.files:
+        if path.stat().st_size <= datafiles.WHOLE_BYTES:
+            part = _read_file(path)
+            records += len(part)
+        else:
+            sample = datafiles.sample_file(path)
+            part, sampled = sample.rows, True
+            records += sample.records
+        size += path.stat().st_size
+        rows += part
+    return rows, records, size, sampled
+
+
 def _read_file(path: Path) -> list[Row]:
     suffix = path.suffix.lower()
     if suffix == ".parquet":
@@ -203,33 +217,14 @@ def _read_file(path: Path) -> list[Row]:
 
 
 def _decode(path: Path) -> str:
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(
-            message=f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
-            file=str(path), line=raw[: exc.start].count(b"\n") + 1,
-            fix="save the file as UTF-8, e.g. iconv -f latin1 -t utf-8 in > out",
-        ) from None
+    text = datafiles.check_text(path.read_bytes(), path)  # NUL bytes and non-UTF-8 refused
     if not text.strip():
         raise DatasetError(message="file is empty", file=str(path), fix="add records to it")
     return text
 
 
 def _json_lines(text: str, path: Path) -> list[Row]:
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(Row(json.loads(line), str(path), number, 0))
-        except json.JSONDecodeError as exc:
-            raise DatasetError(
-                message=f"not valid JSON: {exc.msg} (column {exc.colno})", file=str(path), line=number,
-                fix="fix or remove that line; JSON lines hold one complete JSON object per line",
-            ) from None
-    return rows
+    return datafiles.json_lines(text, path, 1, 0)
 
 
 def _json_document(text: str, path: Path) -> list[Row]:
@@ -377,7 +372,8 @@ def normalise_rows(rows: list[Row], spec: DatasetSpec, where: str) -> tuple[list
 
 
 def _row_error(row: Row, where: str, problem: _Problem) -> DatasetError:
-    at = "" if row.line else f"record {row.index}: "
+    at = "" if row.line else f"the record at byte offset {row.offset}: " if row.offset is not None \
+        else f"record {row.index}: "
     key = "dataset.columns" if problem.key else None  # the message names the column itself
     return DatasetError(message=at + problem.message, file=row.file or where, line=row.line,
                         key=key, fix=problem.fix)
@@ -593,23 +589,30 @@ def load_records(spec: DatasetSpec, base_dir: str | Path | None = None) -> list[
 
 
 def inspect_dataset(spec: DatasetSpec, base_dir: str | Path | None = None, limit: int = 5) -> DatasetInfo:
-    """Describe a dataset: source, format, size, and its first canonical records."""
+    """Describe a dataset: source, format, size, and its first canonical records. Reads what it
+    needs: files over datafiles.WHOLE_BYTES by a bounded sample (format, columns, binary content),
+    their records counted from their size."""
     source = resolve_source(spec, base_dir)
     if source.kind == "hub":
         return DatasetInfo(source.describe(), spec.format, None, [], list(spec.columns.values()), is_hub=True)
-    records, fmt, skipped, columns = _records(source, spec, with_columns=True)
-    return DatasetInfo(source.describe(), fmt, len(records), records[:limit], columns, skipped,
-                       kind=record_kind(records[0]))
+    rows, total, size, sampled = sample_rows(source)
+    records, fmt, skipped = normalise_rows(rows, spec, source.name)
+    if not sampled:
+        records = limit_records(records, spec, source.name)
+        count = len(records)
+    else:
+        limit_records(records, spec, source.name)  # none at all in the sample: an error
+        count = round(total * len(records) / max(len(rows), 1))
+        count = min(count, spec.max_samples) if spec.max_samples else count
+    columns = sorted({k for r in rows[:DETECT_ROWS] if isinstance(r.data, dict) for k in r.data})
+    return DatasetInfo(source.describe(), fmt, count, records[:limit], columns, skipped,
+                       kind=record_kind(records[0]), size=size, sampled=sampled)
 
 
-def _records(source: Source, spec: DatasetSpec, with_columns: bool = False):
+def _records(source: Source, spec: DatasetSpec):
     rows = read_rows(source)
     records, fmt, skipped = normalise_rows(rows, spec, source.name)
-    records = limit_records(records, spec, source.name)
-    if not with_columns:
-        return records, fmt, skipped
-    columns = sorted({k for r in rows[:DETECT_ROWS] if isinstance(r.data, dict) for k in r.data})
-    return records, fmt, skipped, columns
+    return limit_records(records, spec, source.name), fmt, skipped
 
 
 def limit_records(records: list[dict], spec: DatasetSpec, where: str) -> list[dict]:
