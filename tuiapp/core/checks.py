@@ -8,7 +8,7 @@ import statistics
 import time
 from pathlib import Path
 
-from tuiapp.core import datasets, estimate, model_check, preference, preflight, probe
+from tuiapp.core import datasets, estimate, model_check, preference, preflight, probe, rl
 from tuiapp.core.errors import UserError
 from tuiapp.core.findings import Finding, format_findings, has_errors  # noqa: F401 (callers use checks.*)
 from tuiapp.core.metrics import dedupe_steps, train_rows
@@ -23,6 +23,7 @@ def resolve_recipe(recipe: Recipe, store: RunStore) -> tuple[Recipe, str]:
     """Resolve 'run:NAME' into the earlier run's final folder; returns (recipe, original name)."""
     ref = recipe.model.name
     path = store.resolve_model(ref)
+    recipe = rl.resolve_reward_models(recipe, store)  # grpo/rloo: `run:NAME` reward models
     if path == ref:
         return recipe, ref
     resolved = recipe.model_copy(deep=True)
@@ -31,6 +32,8 @@ def resolve_recipe(recipe: Recipe, store: RunStore) -> tuple[Recipe, str]:
 
 
 def _dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
+    if recipe.method.kind in rl.RL_KINDS:  # prompts only, and the columns the rewards read
+        return rl.data_findings(recipe, base_dir)
     try:
         info = datasets.inspect_dataset(recipe.dataset, base_dir=base_dir)
     except UserError as exc:
@@ -70,6 +73,7 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
         return [Finding("error", exc.key or "model.name", exc.message, exc.fix or "")]
     findings = preflight.recipe_rules(recipe)
     findings += preference.rules(recipe)
+    findings += rl.rules(recipe)
     findings += probe.rules(recipe)
     findings += _dataset_findings(recipe, base_dir)
     label = f"{ref} ({recipe.model.name})" if ref != recipe.model.name else None

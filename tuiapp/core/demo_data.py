@@ -316,6 +316,32 @@ def feedback_records(count: int = 600) -> list[dict]:
     return records
 
 
+ARITH_NAMES = ["Tom", "Anna", "Sam", "Mia", "Leo", "Zoe", "Ben", "Ivy", "Max", "Eva"]
+ARITH_THINGS = ["apples", "books", "coins", "stickers", "pencils", "marbles", "cookies", "cards", "shells", "stamps"]
+
+
+def arith_records(count: int = 1000) -> list[dict]:
+    """Arithmetic word problems with their answers, for online RL (grpo/rloo): {"prompt": text,
+    "answer": "12"}; sums, differences and products of small numbers."""
+    rng = random.Random(2468)
+    records = []
+    for _ in range(count):
+        name, thing = rng.choice(ARITH_NAMES), rng.choice(ARITH_THINGS)
+        op = rng.choice(("add", "sub", "mul"))
+        if op == "add":
+            a, b = rng.randint(1, 50), rng.randint(1, 50)
+            question, answer = f"{name} has {a} {thing} and gets {b} more. How many {thing} does {name} have now?", a + b
+        elif op == "sub":
+            a = rng.randint(2, 60)
+            b = rng.randint(1, a - 1)
+            question, answer = f"{name} has {a} {thing} and gives {b} away. How many {thing} are left?", a - b
+        else:
+            a, b = rng.randint(2, 9), rng.randint(2, 9)
+            question, answer = f"{name} buys {a} bags with {b} {thing} in each. How many {thing} is that?", a * b
+        records.append({"prompt": f"{question} Answer with the number only.", "answer": str(answer)})
+    return records
+
+
 DEMO_DATASETS = {
     "demo:facts": "~1500 alpaca instructions about capitals, animal sounds, colours and words.",
     "demo:chat": "800 multi-turn chats (messages format) about the same facts, some with a system prompt.",
@@ -323,6 +349,7 @@ DEMO_DATASETS = {
     "demo:prefs": "600 preference pairs (messages + chosen/rejected): the fact vs a worse answer (a wrong "
                   "value, an evasion or another topic), for dpo/simpo/cpo/orpo/reward.",
     "demo:feedback": "600 answers labelled good (the fact) or bad (a worse answer), messages + label, for kto.",
+    "demo:arith": "1000 arithmetic word problems (prompt + answer) for online RL (grpo/rloo).",
     "demo:facts-heldout": "alpaca questions about the demo facts in phrasings never trained on, for `llmtui eval`.",
 }
 
@@ -334,7 +361,7 @@ def facts_heldout_records() -> list[dict]:
 
 _BUILDERS = {"demo:facts": facts_records, "demo:chat": chat_records, "demo:text": text_records,
              "demo:prefs": preference_records, "demo:feedback": feedback_records,
-             "demo:facts-heldout": facts_heldout_records}
+             "demo:facts-heldout": facts_heldout_records, "demo:arith": arith_records}
 
 
 def demo_records(name: str) -> list[dict]:

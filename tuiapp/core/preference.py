@@ -6,6 +6,7 @@ from __future__ import annotations
 from tuiapp.core import preflight
 from tuiapp.core.findings import Finding
 from tuiapp.core.gpus import cuda_available
+from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import PREFERENCE_KINDS, UNPAIRED_KINDS, Recipe, weights_method
 
 PAIR_EXAMPLE = ("records with a prompt and two answers: sharegpt {conversations, chosen, rejected}, messages "
@@ -65,7 +66,7 @@ def rules(recipe: Recipe) -> list[Finding]:
 def adapter_findings(recipe: Recipe, model_config: dict | None, cuda: bool | None = None) -> list[Finding]:
     """The checks of the [method.adapter] table's own method (qlora needs CUDA and bitsandbytes,
     target_modules must match the model), reported under method.adapter."""
-    if recipe.method.kind not in PREFERENCE_KINDS or recipe.method.adapter is None:
+    if recipe.method.kind not in PREFERENCE_KINDS | RL_KINDS or recipe.method.adapter is None:
         return []
     view = recipe.model_copy(update={"method": recipe.method.adapter})
     found = preflight.machine_rules(view, cuda=cuda_available() if cuda is None else cuda)

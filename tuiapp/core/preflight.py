@@ -29,6 +29,7 @@ from tuiapp.core.estimate import (
 )
 from tuiapp.core.findings import Finding
 from tuiapp.core.gpus import GpuInfo, cuda_available, detect_gpus
+from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import NO_PACKING_KINDS, PREFERENCE_KINDS, Recipe
 
 
@@ -102,7 +103,7 @@ def batching_rules(recipe: Recipe) -> list[Finding]:
     train, kind = recipe.train, recipe.method.kind
     if train.batching != "tokens":
         return []
-    if kind == "pretrain" or kind in PREFERENCE_KINDS or kind in NO_PACKING_KINDS:
+    if kind == "pretrain" or kind in PREFERENCE_KINDS | RL_KINDS or kind in NO_PACKING_KINDS:
         return [Finding("error", "train.batching", f"token budgets pack examples into rows; {kind} batches "
                         "cannot be packed (pretrain blocks are full already)", "set train.batching = 'examples'")]
     if train.packing is False:

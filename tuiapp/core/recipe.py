@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from tuiapp.core.errors import RecipeError, RecipeErrors, did_you_mean
 from tuiapp.core.hosts import parse_host_entries
-from tuiapp.core.kinds import PREFERENCE_KINDS
+from tuiapp.core.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.rewards import REWARD_KINDS, REWARD_MODELS, RewardSpec, check_labels
 
 BUNDLED_MODEL = "tiny"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -245,6 +246,70 @@ class RewardMethod(Section):
 
 
 PREFERENCE_MODELS = (DpoMethod, SimpoMethod, CpoMethod, OrpoMethod, KtoMethod, RewardMethod)
+
+
+# ---- online RL (TRL's GRPOTrainer / RLOOTrainer): completions sampled while training, scored by rewards
+
+
+class _OnlineRl(Section):
+    rewards: list[RewardSpec] = Field(
+        default_factory=list, validate_default=True, description="Reward functions, each a [[method.rewards]] table with a kind ("
+        + ", ".join(REWARD_KINDS) + ") and a weight; their weighted sum is the completion's reward.",
+    )
+    num_generations: int = Field(8, ge=2, le=1024, description="Completions sampled per prompt (the group whose "
+                                 "rewards are compared); micro_batch x ranks x grad_accum must be a multiple of it.")
+    max_completion_length: int = Field(256, ge=1, le=131072, description="Most tokens generated per completion.")
+    temperature: float = Field(1.0, gt=0, le=5, description="Sampling temperature of the completions.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the completions (1 = off).")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="Clipping range of the policy ratio (PPO-style), lower side.")
+    epsilon_high: float = Field(0.0, ge=0, le=10, description="Upper clipping range (DAPO recommends 0.28); "
+                                "0 = the same as epsilon.")
+    num_iterations: int = Field(1, ge=1, le=64, description="Optimisation passes over each batch of completions (mu).")
+    mask_truncated_completions: bool = Field(False, description="Leave completions cut at max_completion_length "
+                                             "out of the loss (DAPO).")
+    generation_backend: Literal["transformers", "vllm"] = Field(
+        "transformers", description="'transformers' = model.generate in each rank (any machine); 'vllm' = vLLM "
+        "colocated on the rank's GPU (CUDA and the vllm package).")
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="generation_backend 'vllm': the "
+                                               "share of each GPU's memory vLLM takes (weights + KV cache).")
+    log_completions: bool = Field(True, description="Append every completion with its rewards to the run "
+                                  "folder's completions.jsonl.")
+    adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)
+
+    @field_validator("rewards")
+    @classmethod
+    def _rewards(cls, value: list) -> list:
+        return check_labels(value)
+
+
+class GrpoMethod(_OnlineRl):
+    kind: Literal["grpo"] = Field(
+        "grpo", description="GRPO: completions sampled per prompt, each advantage its reward against its group's.",
+    )
+    beta: float = Field(0.0, ge=0, le=10, description="KL penalty against the frozen start (0 = none, no "
+                        "reference model kept; DeepSeek-R1 used 0.001).")
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = Field(
+        "dapo", description="Loss aggregation: 'grpo' (per-sequence mean: length bias), 'dr_grpo' (a constant), "
+        "'dapo' (tokens of the whole batch), 'bnpo' (tokens of the local batch), 'cispo' (clipped importance "
+        "weights), 'sapo' (soft gate instead of clipping).",
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="Advantages divided by the reward std of the 'group', of the 'batch', or 'none' "
+        "(Dr. GRPO).",
+    )
+
+
+class RlooMethod(_OnlineRl):
+    kind: Literal["rloo"] = Field(
+        "rloo", description="RLOO: each completion's advantage is its reward minus the mean of the others' "
+        "(leave one out).",
+    )
+    beta: float = Field(0.05, ge=0, le=10, description="KL penalty folded into the reward, against the frozen "
+                        "start (0 = none, no reference model kept).")
+    normalize_advantages: bool = Field(False, description="Scale the advantages of each batch to mean 0, std 1.")
+
+
+RL_MODELS = (GrpoMethod, RlooMethod)
 REFERENCE_KINDS = {"dpo", "kto"}  # a frozen reference policy (the base with adapters off, or a copy)
 UNPAIRED_KINDS = {"kto"}  # labelled single answers instead of chosen/rejected pairs
 ADAPTER_CHOICES = ["lora", "dora", "qlora"]  # kinds a [method.adapter] table may name
@@ -269,14 +334,16 @@ Method = Annotated[
         OrpoMethod,
         KtoMethod,
         RewardMethod,
+        GrpoMethod,
+        RlooMethod,
     ],
     Field(discriminator="kind"),
 ]
 METHOD_KINDS = [
     "pretrain", "sft", "lora", "qlora", "dora", "prefix", "prompt", "ptuning", "ia3", "adapter",
-    "llama-adapter", "dpo", "simpo", "cpo", "orpo", "kto", "reward",
+    "llama-adapter", "dpo", "simpo", "cpo", "orpo", "kto", "reward", "grpo", "rloo",
 ]
-ADAPTER_KINDS = set(METHOD_KINDS) - {"pretrain", "sft"} - PREFERENCE_KINDS
+ADAPTER_KINDS = set(METHOD_KINDS) - {"pretrain", "sft"} - PREFERENCE_KINDS - RL_KINDS
 
 
 class TrainSpec(Section):
@@ -555,6 +622,8 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
     # drop the discriminator tag pydantic inserts for the method union
     if len(loc) >= 2 and loc[0] == "method" and loc[1] in METHOD_KINDS:
         loc.pop(1)
+    if len(loc) >= 4 and loc[:2] == ["method", "rewards"] and loc[3] in REWARD_KINDS:
+        loc.pop(3)  # and the one of each [[method.rewards]] table
     if len(loc) >= 3 and loc[:2] == ["method", "adapter"] and loc[2] in ADAPTER_CHOICES:
         loc.pop(2)  # and the one of the [method.adapter] union
     loc = [p for p in loc if not _is_type_tag(p)]
@@ -570,6 +639,11 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
             f"set kind = one of: {', '.join(ADAPTER_CHOICES)} (or remove [method.adapter] to train every weight)")
         key = "method.adapter.kind"
         line = key_line(text, ("method", "adapter", "kind")) or key_line(text, ("method", "adapter"))
+    elif loc[:2] == ["method", "rewards"] and kind in ("union_tag_invalid", "union_tag_not_found"):
+        given = item["input"].get("kind", "") if isinstance(item.get("input"), dict) else ""
+        message = f"unknown reward kind '{given}'" if given else "missing: the reward's kind"
+        fix = (did_you_mean(str(given), REWARD_KINDS) if given else None) or f"set kind = one of: {', '.join(REWARD_KINDS)}"
+        key = ".".join(str(p) for p in loc[:3]) + ".kind"
     elif kind == "extra_forbidden":
         field = str(loc[-1])
         parent = _model_at(loc[:-1], item)
@@ -635,6 +709,9 @@ def _model_at(loc: list, item: dict):
         if model is None:
             return None
         if part == "method":
+            if loc[1:2] == ["rewards"] and len(loc) == 3:  # a [[method.rewards]] table: the model of its kind
+                tags = [p for p in item["loc"][4:5] if p in REWARD_MODELS]
+                return REWARD_MODELS[tags[0]] if tags else None
             if loc[1:] == ["adapter"]:
                 tags = [p for p in item["loc"][3:4] if p in ADAPTER_CHOICES]
                 return METHOD_MODELS[tags[0]] if tags else LoraMethod
@@ -680,6 +757,7 @@ METHOD_MODELS = {
     for cls in (
         PretrainMethod, SftMethod, LoraMethod, QloraMethod, DoraMethod, PrefixMethod,
         PromptMethod, PtuningMethod, Ia3Method, AdapterMethod, LlamaAdapterMethod, *PREFERENCE_MODELS,
+        *RL_MODELS,
     )
 }
 
@@ -790,7 +868,7 @@ NO_PACKING_KINDS = {"prefix", "prompt", "ptuning", "llama-adapter"}
 def packing_enabled(recipe: Recipe) -> bool:
     """Whether batches are packed; 'auto' packs where the method keeps examples apart.
     Preference pairs are never packed (each batch holds chosen and rejected side by side)."""
-    if recipe.method.kind in PREFERENCE_KINDS:
+    if recipe.method.kind in PREFERENCE_KINDS | RL_KINDS:
         return False
     if recipe.train.packing == "auto":
         return recipe.method.kind not in NO_PACKING_KINDS
@@ -821,6 +899,6 @@ def uses_adapter(recipe: Recipe) -> bool:
 def weights_method(method):
     """The method model that says which weights train: a preference method's adapter, every
     weight (an `sft` model) for a preference method without one, else the method itself."""
-    if method.kind not in PREFERENCE_KINDS:
+    if method.kind not in PREFERENCE_KINDS | RL_KINDS:
         return method
     return method.adapter if method.adapter is not None else SftMethod()

@@ -15,6 +15,7 @@ from transformers import Trainer, TrainingArguments
 
 from tuiapp.core import trackers
 from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
+from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
 from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, trained_logits, varlen
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
@@ -230,6 +231,9 @@ def train(run_dir: Path, resume: bool) -> int:
         model_path if not (Path(model_path) / "adapter_config.json").exists() else model_path,
         recipe.model.trust_remote_code,
     )
+    if recipe.method.kind in RL_KINDS:  # TRL's GRPO/RLOO: prompts in, completions generated while training
+        trainer, recorder, eval_set = _rl_trainer(recipe, run_dir, model_path, precision, tokenizer, stopper)
+        return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
     from tuiapp.trainer.data import build_datasets, make_collator
 
     phases.enter("tokenizing")
@@ -271,6 +275,29 @@ def train(run_dir: Path, resume: bool) -> int:
     if recipe.train.batching == "tokens":
         trainer.token_budget = tokens_per_batch(recipe)
     return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+
+
+def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
+    from tuiapp.trainer import rl
+
+    phases.enter("tokenizing")
+    train_set, eval_set = rl.build_datasets(recipe, Path.cwd())
+    transformers.set_seed(recipe.train.seed)
+    phases.enter("loading model")
+    model, peft_config = rl.load_policy(recipe, model_path, precision)
+    if not strategies.joined_early(recipe):
+        phases.enter("joining ranks")
+    kwargs = training_kwargs(recipe, run_dir, precision, eval_set is not None)
+    recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False, agreement=stopper)
+    callbacks = [stopper, *early_stopping(recipe, recorder), recorder]
+    trainer = rl.build_trainer(recipe, run_dir, model, peft_config, kwargs, train_set, eval_set, tokenizer, callbacks,
+                               mixins=(strategies.StrategyMixin, RunTrainerMixin))
+    trainer.method_kind = recipe.method.kind
+    trainer.step_agreement = stopper
+    if _is_main():
+        with JsonlWriter(run_dir / "events.jsonl") as events:
+            events.write(rl.generation_event(recipe))
+    return trainer, recorder, eval_set
 
 
 def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, train_set,

@@ -1,0 +1,315 @@
+"""Online RL on TRL's trainers: grpo (GRPOTrainer) and rloo (RLOOTrainer).
+
+Prompts come from `tuiapp.core.rl.prompt_records` (one reading of the data for pre-flight and the
+ranks); the completions are generated in each rank with transformers' `generate` (or vLLM,
+colocated, on CUDA) and scored by the recipe's rewards: the built-in ones of `tuiapp.core.rewards`,
+the user's `FILE.py:NAME` (imported here, in the ranks only), or a sequence-classification model.
+
+Every generation is appended to the run folder's completions.jsonl by rank 0 (step, prompt,
+completion, each reward, the weighted total, the advantage, its token count); TRL's metrics
+(rewards/NAME/mean and std, reward, completions/*, kl, entropy, clip_ratio/*) reach metrics.jsonl
+through the run's RunRecorder like any other logged value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import traceback
+from pathlib import Path
+
+import torch
+
+from tuiapp.core import rewards as builtin
+from tuiapp.core import rl as core_rl
+from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
+from tuiapp.core.recipe import Recipe, weights_method
+from tuiapp.trainer.model import load_model, lora_config
+
+COMPLETIONS_FILE = "completions.jsonl"
+TRL_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
+
+
+class RewardFunctionError(RuntimeError):
+    """A user's reward function raised: the message names its file and line."""
+
+
+# ---------------------------------------------------------------- data
+
+
+def build_datasets(recipe: Recipe, base_dir: Path):
+    """(train, eval or None) as datasets.Dataset of {"prompt": turns, **columns}."""
+    from datasets import Dataset, load_dataset
+
+    from tuiapp.core import datasets as data
+
+    spec = recipe.dataset
+    if data.is_hub_dataset(spec, base_dir):
+        rows = list(load_dataset(spec.name, split=spec.split))
+        records = core_rl.prompt_records_of(rows, spec, spec.name)
+    else:
+        records = core_rl.prompt_records(spec, base_dir)
+    eval_spec = data.eval_file_spec(spec)
+    evals = recipe.train.eval_steps > 0 or bool(recipe.train.sample_prompts)
+    train_set, eval_set = Dataset.from_list(records), None
+    if eval_spec is not None and evals:
+        eval_set = Dataset.from_list(core_rl.prompt_records(eval_spec, base_dir))
+    elif data.eval_fraction(spec) > 0 and evals:
+        parts = train_set.train_test_split(test_size=data.eval_fraction(spec), seed=recipe.train.seed)
+        train_set, eval_set = parts["train"], parts["test"]
+    return train_set, eval_set
+
+
+# ---------------------------------------------------------------- models
+
+
+def load_policy(recipe: Recipe, path: str, precision: str):
+    """(policy, peft config or None): every weight, or the [method.adapter] TRL wraps."""
+    weights = weights_method(recipe.method)
+    policy = load_model(recipe.model_copy(update={"method": weights}), path, precision)
+    policy.config.use_cache = True  # no packed rows here; generation keeps its KV cache
+    if weights.kind == "qlora":
+        import peft
+
+        policy = peft.prepare_model_for_kbit_training(
+            policy, use_gradient_checkpointing=recipe.train.gradient_checkpointing)
+    peft_config = lora_config(weights, "CAUSAL_LM") if weights.kind in ("lora", "dora", "qlora") else None
+    return policy, peft_config
+
+
+def _reward_model(spec, trust_remote_code: bool):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = Path(spec.model)
+    if (folder / "adapter_config.json").exists():  # a `reward` run trained with an adapter
+        from peft import AutoPeftModelForSequenceClassification
+
+        model = AutoPeftModelForSequenceClassification.from_pretrained(spec.model, num_labels=1).merge_and_unload()
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(spec.model, num_labels=1,
+                                                                   trust_remote_code=trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(spec.model, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.requires_grad_(False)
+    model.eval()
+    return model, tokenizer
+
+
+# ---------------------------------------------------------------- rewards
+
+
+def _text(completion) -> str:
+    if isinstance(completion, list):  # conversational: [{"role": "assistant", "content": ...}]
+        return "".join(str(turn.get("content", "")) for turn in completion if isinstance(turn, dict))
+    return str(completion)
+
+
+def _columns(kwargs: dict) -> dict:
+    return {k: v for k, v in kwargs.items() if k not in TRL_KWARGS}
+
+
+def _builtin_reward(spec, base_dir: Path):
+    score = builtin.scorer(spec, base_dir)
+
+    def reward(prompts, completions, completion_ids, **kwargs):
+        texts = [_text(c) for c in completions]
+        columns = {k: v for k, v in _columns(kwargs).items() if isinstance(v, list) and len(v) == len(texts)}
+        rows = [{k: v[i] for k, v in columns.items()} for i in range(len(texts))]
+        return score(texts, rows, [len(ids) for ids in completion_ids])
+
+    reward.__name__ = spec.label()
+    return reward
+
+
+def load_user_function(function: str, base_dir: Path):
+    path, name = core_rl.function_path(function, base_dir)
+    module_name = "llmtui_rewards_" + hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    func = getattr(module, name, None)
+    if not callable(func):
+        raise RewardFunctionError(f"{path} has no function '{name}'")
+    return path, func
+
+
+def _python_reward(spec, base_dir: Path, trainer_ref: list):
+    path, func = load_user_function(spec.function, base_dir)
+
+    def reward(prompts, completions, completion_ids, **kwargs):
+        texts = [_text(c) for c in completions]
+        try:
+            return func(prompts=prompts, completions=texts, completion_ids=completion_ids, **_columns(kwargs))
+        except Exception as exc:
+            frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path]
+            where = f"{path}:{frames[-1].lineno}" if frames else str(path)
+            trainer = trainer_ref[0] if trainer_ref else None
+            step = trainer.state.global_step + 1 if trainer is not None else "?"
+            trace = "".join(traceback.format_exception(exc, limit=-3)).rstrip()
+            raise RewardFunctionError(f"reward function {spec.function} raised {type(exc).__name__}: {exc} at "
+                                      f"{where} (step {step})\n{trace}") from exc
+
+    reward.__name__ = spec.label()
+    return reward
+
+
+def reward_functions(recipe: Recipe, base_dir: Path, trainer_ref: list):
+    """(reward funcs or models, their processing classes, weights) in the recipe's order."""
+    funcs, classes, weights = [], [], []
+    for spec in recipe.method.rewards:
+        tokenizer = None
+        if spec.kind == "python":
+            func = _python_reward(spec, base_dir, trainer_ref)
+        elif spec.kind == "model":
+            func, tokenizer = _reward_model(spec, recipe.model.trust_remote_code)
+        else:
+            func = _builtin_reward(spec, base_dir)
+        funcs.append(func)
+        classes.append(tokenizer)
+        weights.append(spec.weight)
+    return funcs, classes, weights
+
+
+# ---------------------------------------------------------------- trainer
+
+
+def trainer_config(recipe: Recipe, kwargs: dict):
+    method = recipe.method
+    common = dict(
+        kwargs, num_generations=method.num_generations, max_completion_length=method.max_completion_length,
+        temperature=method.temperature, top_p=method.top_p, beta=method.beta, epsilon=method.epsilon,
+        epsilon_high=method.epsilon_high or None, num_iterations=method.num_iterations,
+        mask_truncated_completions=method.mask_truncated_completions,
+        reward_weights=[r.weight for r in method.rewards], disable_dropout=True, log_completions=False,
+        use_vllm=method.generation_backend == "vllm", vllm_mode="colocate",
+        vllm_gpu_memory_utilization=method.vllm_gpu_memory_utilization,
+    )
+    if method.kind == "grpo":
+        from trl import GRPOConfig
+
+        return GRPOConfig(**common, loss_type=method.loss_type, scale_rewards=method.scale_rewards)
+    from trl import RLOOConfig
+
+    return RLOOConfig(**common, normalize_advantages=method.normalize_advantages)
+
+
+class _OnlineRun:
+    """Writes each generation to completions.jsonl (rank 0), counts the tokens of the step, and on
+    resume drops completions past the checkpoint."""
+
+    run_dir: Path | None = None
+    reward_labels: list[str] = []
+    _completions = None
+
+    def _send_telemetry(self):
+        return None
+
+    def create_model_card(self, *args, **kwargs):
+        return None
+
+    def _track_num_input_tokens(self, inputs):
+        return None  # counted per generation below (the inputs here are raw prompt rows)
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        if resume_from_checkpoint and self.run_dir is not None and self.accelerator.is_main_process:
+            step = int(Path(resume_from_checkpoint).name.rsplit("-", 1)[-1])
+            trim_completions(self.run_dir, step)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _generate_and_score_completions(self, inputs):
+        from accelerate.utils import gather_object
+
+        output = super()._generate_and_score_completions(inputs)
+        tokens = output["prompt_mask"].sum() + output["completion_mask"].sum()
+        agreement = getattr(self, "step_agreement", None)
+        if agreement is not None and self.model.training:
+            agreement.add_tokens(tokens.detach().to("cpu", torch.int64))
+        lengths = gather_object(output["completion_mask"].sum(dim=1).tolist())
+        if self.run_dir is not None and self.log_completions_file and self.accelerator.is_main_process:
+            self._write_completions(lengths)
+        return output
+
+    log_completions_file = True
+
+    def _write_completions(self, lengths: list[int]) -> None:
+        count = len(lengths)
+        logs = self._logs
+        prompts = list(logs["prompt"])[-count:]
+        completions = list(logs["completion"])[-count:]
+        advantages = list(logs["advantages"])[-count:]
+        scores = {name: list(values)[-count:] for name, values in logs["rewards"].items()}
+        weights = [float(w) for w in self.reward_weights.tolist()]
+        if self._completions is None:
+            self._completions = JsonlWriter(self.run_dir / COMPLETIONS_FILE)
+        training = self.model.training
+        step = self.state.global_step + 1 if training else self.state.global_step
+        limit = self.args.max_completion_length
+        for i in range(len(completions)):
+            each = {name: _finite(values[i]) for name, values in scores.items()}
+            total = sum(w * v for w, v in zip(weights, each.values(), strict=False) if v is not None)
+            record = {"step": step, "prompt": _prompt_text(prompts[i]), "completion": _text(completions[i]),
+                      "rewards": each, "reward": total, "advantage": _finite(advantages[i]),
+                      "tokens": int(lengths[i]), "clipped": int(lengths[i]) >= limit}
+            if not training:
+                record["split"] = "eval"
+            self._completions.write(record)
+
+
+def _finite(value):
+    value = float(value)
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _prompt_text(prompt) -> str:
+    if isinstance(prompt, list):
+        users = [t.get("content", "") for t in prompt if isinstance(t, dict) and t.get("role") == "user"]
+        return str(users[-1]) if users else json.dumps(prompt)
+    return str(prompt)
+
+
+def trim_completions(run_dir: Path, step: int) -> None:
+    """On resume: drop completions of steps past the checkpoint, so none is counted twice."""
+    path = Path(run_dir) / COMPLETIONS_FILE
+    if not path.exists():
+        return
+    kept = [r for r in read_jsonl(path) if (r.get("step") or 0) <= step]
+    atomic_write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
+
+
+def trainer_class(kind: str, mixins: tuple = ()):
+    if kind == "grpo":
+        from trl import GRPOTrainer as base
+    else:
+        from trl import RLOOTrainer as base
+    return type(f"{kind.capitalize()}RunTrainer", (*mixins, _OnlineRun, base), {})
+
+
+def build_trainer(recipe: Recipe, run_dir: Path, model, peft_config, kwargs: dict, train_set, eval_set, tokenizer,
+                  callbacks: list, mixins: tuple = ()):
+    base_dir = Path(os.getcwd())
+    tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
+    trainer_ref: list = []
+    funcs, classes, _ = reward_functions(recipe, base_dir, trainer_ref)
+    config = trainer_config(recipe, kwargs)
+    cls = trainer_class(recipe.method.kind, mixins)
+    trainer = cls(model=model, reward_funcs=funcs, args=config, train_dataset=train_set, eval_dataset=eval_set,
+                  processing_class=tokenizer, reward_processing_classes=classes, callbacks=callbacks,
+                  peft_config=peft_config)
+    trainer_ref.append(trainer)
+    trainer.run_dir = Path(run_dir)
+    trainer.log_completions_file = recipe.method.log_completions
+    return trainer
+
+
+def generation_event(recipe: Recipe) -> dict:
+    """Which backend generates the completions, for events.jsonl."""
+    method = recipe.method
+    event = {"event": "generation", "backend": method.generation_backend, "num_generations": method.num_generations,
+             "max_completion_length": method.max_completion_length,
+             "rewards": [{"name": r.label(), "kind": r.kind, "weight": r.weight} for r in method.rewards]}
+    if method.generation_backend == "vllm":
+        event.update(vllm_mode="colocate", vllm_gpu_memory_utilization=method.vllm_gpu_memory_utilization)
+    return event
