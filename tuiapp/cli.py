@@ -108,6 +108,7 @@ def cmd_run(args) -> int:
 def follow(run, store) -> int:
     """Print start-up phases and progress lines until the run ends; Ctrl-C stops the run cleanly."""
     reader = JsonlReader(run.metrics_path)
+    events = JsonlReader(run.events_path)  # eval_progress: `eval 120/400` while the ranks evaluate
     rows: list[dict] = []
     interrupted = False
     shown: tuple = ()
@@ -139,10 +140,17 @@ def follow(run, store) -> int:
                         phase += " (DeepSpeed's CPU comm op: compiled on the first launch in this Python " \
                                  "environment, 1-2 min, then cached)"
                     print(f"starting: {phase}" + (f" — ! {hang}" if hang else ""), flush=True)
+            for event in events.read_new():
+                if event.get("event") == "eval_progress":
+                    total = event.get("total")
+                    print(f"eval {event.get('done')}/{total if total else '?'}  step {event.get('step')}  "
+                          f"{fmt_duration(event.get('elapsed_s'))}", flush=True)
             for row in reader.read_new():
                 if row.get("split", "train") == "train" and "step" in row:
                     rows.append(row)
                     print(progress_line(row, rows), flush=True)
+                elif row.get("split") == "eval":
+                    print(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}", flush=True)
             if run.status in FINAL:
                 for row in reader.read_new():
                     if row.get("split") == "eval":

@@ -25,6 +25,7 @@ BUNDLED_MODEL = "tiny"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 NAME_RULE = "letters, digits, '.', '_' or '-', starting with a letter or digit, at most 64 characters"
 AUTO_EVAL_SPLIT = 0.05  # held out when evals are asked for (eval_steps, sample_prompts) and eval_split is 0
+EVAL_MAX_SAMPLES = 500  # train.eval_max_samples: examples (pretrain: blocks) one evaluation reads by default
 
 
 class Section(BaseModel):
@@ -393,7 +394,10 @@ class TrainSpec(Section):
         "auto", description="'auto' = bf16 on CUDA that supports it, else fp16 on CUDA, fp32 on CPU."
     )
     logging_steps: int = Field(1, ge=1, description="Write a metrics line every N steps.")
-    eval_steps: int = Field(0, ge=0, description="Evaluate every N steps (0 = only at the end).")
+    eval_steps: int = Field(0, ge=0, description="Evaluate every N steps and after the last one (0 = no "
+                            "evaluation, but for one at the end when sample_prompts asks for answers).")
+    eval_max_samples: int = Field(EVAL_MAX_SAMPLES, ge=0, description="Examples an evaluation reads at most: a "
+                                  "fixed random subset of the held-out data, the same at every eval (0 = all).")
     save_steps: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     save_total_limit: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted.")
     sample_prompts: list[str] = Field(

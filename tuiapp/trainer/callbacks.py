@@ -249,6 +249,7 @@ def preference_metrics(logs: dict, prefix: str = "") -> dict:
 
 MEMORY_EVERY_S = 2.0  # how often a rank rewrites its ranks/memory-<rank>.json
 MEMORY_SAMPLE_S = 1.0  # how often a rank reads its own memory (a metrics row carries the latest)
+EVAL_PROGRESS_EVERY_S = 1.0  # how often rank 0 writes an eval_progress event while it evaluates
 
 
 class RunRecorder(TrainerCallback):
@@ -283,6 +284,8 @@ class RunRecorder(TrainerCallback):
         self._others: dict = {}  # rank 0: the other ranks' latest memory files
         self.rank = int(os.environ.get("RANK", "0"))
         self.samples: list[dict] = []
+        self._eval_batches = 0  # batches of the evaluation under way, and when its progress was written
+        self._eval_started = self._eval_written = 0.0
 
     def _is_writer(self, state) -> bool:
         return state.is_world_process_zero
@@ -398,7 +401,28 @@ class RunRecorder(TrainerCallback):
         if self.metrics is not None and self._held:
             self._write_rows(state, flush=True)
 
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        """An eval batch is done: `eval_progress` events (examples done of the total, seconds so far)
+        on the first batch, the last, and at most every EVAL_PROGRESS_EVERY_S between."""
+        if not self._is_writer(state) or self.events is None:
+            return
+        now = time.monotonic()
+        self._eval_batches += 1
+        if self._eval_batches == 1:
+            self._eval_started = now
+        batches = _length(eval_dataloader)
+        last = batches is not None and self._eval_batches >= batches
+        if self._eval_batches > 1 and not last and now - self._eval_written < EVAL_PROGRESS_EVERY_S:
+            return
+        self._eval_written = now
+        total = _length(getattr(eval_dataloader, "dataset", None))
+        done = self._eval_batches * args.eval_batch_size * max(1, args.world_size)
+        self.events.write({"event": "eval_progress", "step": state.global_step,
+                           "done": min(done, total) if total else done, "total": total,
+                           "elapsed_s": round(now - self._eval_started, 3)})
+
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self._eval_batches = 0
         if not self._is_writer(state) or self.metrics is None:
             return
         self._flush(state)  # the agreement settled in its own on_evaluate, called first
@@ -424,6 +448,13 @@ class RunRecorder(TrainerCallback):
     def event(self, state, record: dict) -> None:
         if self._is_writer(state) and self.events is not None:
             self.events.write(record)
+
+
+def _length(sized) -> int | None:
+    try:
+        return len(sized)
+    except TypeError:  # an iterable (streaming) dataset or loader has no length
+        return None
 
 
 class EvalSamples(TrainerCallback):

@@ -54,7 +54,8 @@ def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple
     train = _cached_tokenized(spec, recipe, tokenizer, Path(cache_dir), base_dir)
     eval_spec = eval_file_spec(spec)
     if eval_spec is not None:
-        return train, _cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir)
+        held_out = _cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir)
+        return train, bounded_eval(held_out, recipe, shuffle=True)
     fraction = eval_fraction(spec)
     if not fraction:
         return train, None
@@ -63,7 +64,19 @@ def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple
                            key="dataset.eval_split", fix="set eval_split = 0 or add records")
     # datasets writes the split's index files next to the cached data, via temp file + rename
     parts = train.train_test_split(test_size=fraction, seed=recipe.train.seed)
-    return parts["train"], parts["test"]
+    return parts["train"], bounded_eval(parts["test"], recipe, shuffle=False)
+
+
+def bounded_eval(held_out: Dataset, recipe: Recipe, shuffle: bool) -> Dataset:
+    """At most train.eval_max_samples held-out examples, the same ones at every eval: the first of
+    a split (already in random order) or a seeded random subset of an eval file."""
+    cap = recipe.train.eval_max_samples
+    if not cap or len(held_out) <= cap:
+        return held_out
+    if shuffle:
+        held_out = held_out.shuffle(seed=recipe.train.seed)
+    log.info("evaluating on %d of %d held-out examples (train.eval_max_samples)", cap, len(held_out))
+    return held_out.select(range(cap))
 
 
 def make_collator(recipe: Recipe, tokenizer, varlen_attention: bool = False):

@@ -238,6 +238,8 @@ def train(run_dir: Path, resume: bool) -> int:
 
     phases.enter("tokenizing")
     train_set, eval_set = build_datasets(recipe, tokenizer, cache_dir())
+    if not (recipe.train.eval_steps or recipe.train.sample_prompts):
+        eval_set = None  # train.eval_steps = 0: no evaluation, not even after the last step
     transformers.set_seed(recipe.train.seed)  # adapters are initialised before the Trainer seeds
     if recipe.method.kind in PREFERENCE_KINDS:  # TRL's trainers: dpo, simpo, cpo, orpo, kto, reward
         trainer, recorder = _preference_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,
@@ -352,7 +354,7 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
         recorder.event(trainer.state, {"event": "stop_checkpoint", "step": trainer.state.global_step})
         return 0
     if eval_set is not None and not recipe.train.eval_steps:
-        trainer.evaluate()
+        trainer.evaluate()  # eval_steps 0 with sample_prompts: one evaluation to answer them
     _save_final(trainer, run_dir, recipe, model_path)
     recorder.event(trainer.state, {"event": "finished", "step": trainer.state.global_step})
     return 0
