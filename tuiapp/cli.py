@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp import cli_after, cli_manage, cli_probe, cli_scale, cli_serve
+from tuiapp import cli_after, cli_manage, cli_probe, cli_scale, cli_serve, cli_ship
 from tuiapp.core import checks, launcher, meta, queue, service
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError, exit_code
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
@@ -416,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_after.add_commands(add)  # chat, eval, export-metrics
     cli_probe.add_command(add)
     cli_serve.add_command(add)
+    cli_ship.add_commands(add)  # serve
     return parser
 
 

@@ -163,4 +163,7 @@ def generate(loaded: Loaded, messages: list[dict], settings: GenerateSpec,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=stop_ids(model, tokenizer))
     new = out[0, enc["input_ids"].shape[1]:]
     answer = tokenizer.decode(new, skip_special_tokens=True)
-    return {"text": answer.strip(), "tokens": int(new.shape[0]), "seconds": time.perf_counter() - started}
+    ended = bool(new.shape[0]) and int(new[-1]) in stop_ids(model, tokenizer)
+    return {"text": answer.strip(), "tokens": int(new.shape[0]), "seconds": time.perf_counter() - started,
+            "prompt_tokens": int(enc["input_ids"].shape[1]),
+            "finish_reason": "stop" if ended or new.shape[0] < settings.max_new_tokens else "length"}

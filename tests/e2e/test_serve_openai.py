@@ -1,0 +1,162 @@
+"""`llmtui serve`: a finished tiny run's model behind the OpenAI-compatible endpoint, started
+detached through the real CLI, asked by the official `openai` client (streamed and not) and by
+plain HTTP, a wrong token refused, a busy port refused before anything starts, and stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.after_runs import sft_run
+from tests.e2e.helpers import llmtui
+from tuiapp.core import served
+
+pytestmark = pytest.mark.slow
+TOKEN = "s3cret-token-for-tests"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def run(tmp_path_factory, tmp_path):
+    """A private copy of the finished tiny SFT run (the server writes serve.json and serve.log into it)."""
+    source = sft_run(tmp_path_factory)
+    root = tmp_path / "runs"
+    root.mkdir()
+    shutil.copytree(source, root / source.name)
+    path = root / source.name
+    yield path
+    served.stop(path, grace_s=5)
+
+
+def _serve(run, *args: str, env: dict | None = None):
+    old = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        return llmtui("serve", run.name, *args, runs_dir=run.parent, timeout=300)
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _post(url: str, body: dict, token: str | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {token}"} if token else {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_openai_client_streamed_and_not_wrong_token_busy_port_and_stop(run):
+    import openai
+
+    port = _free_port()
+    started = _serve(run, "--port", str(port), env={served.TOKEN_ENV: TOKEN})
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert f"serving {run.name} on http://localhost:{port}/v1" in started.stdout
+    record = served.read_record(run)
+    assert record["auth"] is True and TOKEN not in json.dumps(record)  # the token never reaches the record
+    assert served.state(record) == served.SERVING
+    assert os.getpgid(record["pid"]) == record["pid"] != os.getpgid(0)  # its own session, like a run
+
+    status = llmtui("serve", "--status", runs_dir=run.parent)
+    assert f"{run.name}: serving  http://localhost:{port}/v1" in status.stdout
+
+    client = openai.OpenAI(base_url=f"http://localhost:{port}/v1", api_key=TOKEN, max_retries=0)
+    assert [m.id for m in client.models.list().data] == [run.name]
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    reply = client.chat.completions.create(model=run.name, messages=messages, temperature=0, max_tokens=12)
+    text = reply.choices[0].message.content
+    assert reply.choices[0].finish_reason in ("stop", "length") and reply.usage.completion_tokens >= 1
+    assert reply.usage.prompt_tokens > 5 and text
+
+    # streamed: the same greedy answer, in pieces
+    pieces = []
+    finish = None
+    for chunk in client.chat.completions.create(model=run.name, messages=messages, temperature=0, max_tokens=12,
+                                                stream=True):
+        if chunk.choices:
+            pieces.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+    assert "".join(pieces).strip() == text and len([p for p in pieces if p]) >= 2
+    assert finish == reply.choices[0].finish_reason
+
+    # a wrong token, no token, an unknown model: refused with OpenAI's error shapes
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"http://localhost:{port}/v1", api_key="wrong-token", max_retries=0).models.list()
+    code, body = _post(f"http://localhost:{port}/v1/chat/completions", {"model": run.name, "messages": messages})
+    assert code == 401 and body["error"]["code"] == "invalid_api_key"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+    code, body = _post(f"http://localhost:{port}/v1/chat/completions",
+                       {"model": run.name, "messages": messages, "temperature": 9}, TOKEN)
+    assert code == 400 and body["error"]["param"] == "temperature"
+
+    # a second server on the same run, or anything on a busy port, is refused before it starts
+    again = _serve(run, "--port", str(_free_port()))
+    assert again.returncode == 2 and "already served" in again.stderr
+    other = run.parent / "copy"
+    shutil.copytree(run, other)
+    (other / served.SERVE_JSON).unlink()
+    busy = llmtui("serve", "copy", "--port", str(port), runs_dir=run.parent)
+    assert busy.returncode == 2 and f"cannot listen on localhost:{port}" in busy.stderr
+    assert not (other / served.SERVE_JSON).exists()
+    # beyond loopback without a token: refused
+    wide = llmtui("serve", "copy", "--host", "0.0.0.0", "--port", str(_free_port()), runs_dir=run.parent)
+    assert wide.returncode == 2 and "no token is set" in wide.stderr
+
+    stopped = _serve(run, "--stop")
+    assert stopped.returncode == 0 and "stopped serving" in stopped.stdout
+    assert served.state(served.read_record(run)) == served.STOPPED
+    assert "loaded in" in served.log_path(run).read_text()
+    with pytest.raises(openai.APIConnectionError):
+        client.models.list()
+
+
+def test_plain_http_without_token_and_stop_strings(run):
+    port = _free_port()
+    started = _serve(run, "--port", str(port), env={served.TOKEN_ENV: ""})
+    assert started.returncode == 0, started.stderr
+    base = f"http://127.0.0.1:{port}/v1"
+    messages = [{"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": [{"type": "text", "text": "Who are you?"}]}]
+    code, full = _post(f"{base}/chat/completions", {"model": run.name, "messages": messages, "max_tokens": 16,
+                                                     "temperature": 0})
+    assert code == 200 and full["object"] == "chat.completion", full
+    text = full["choices"][0]["message"]["content"]
+    assert full["usage"]["total_tokens"] == full["usage"]["prompt_tokens"] + full["usage"]["completion_tokens"]
+    if len(text) > 3:  # a stop string cuts the answer where it first appears
+        stop = text[2:4]
+        code, cut = _post(f"{base}/chat/completions", {"model": run.name, "messages": messages, "max_tokens": 16,
+                                                        "temperature": 0, "stop": [stop]})
+        assert code == 200 and cut["choices"][0]["message"]["content"] == text[:text.find(stop)].strip()
+        assert cut["choices"][0]["finish_reason"] == "stop"
+    # SSE by hand: data lines of chat.completion.chunk, then [DONE]
+    request = urllib.request.Request(f"{base}/chat/completions", method="POST", headers={"Content-Type":
+                                     "application/json"}, data=json.dumps({"model": run.name, "messages": messages,
+                                                                           "max_tokens": 16, "temperature": 0,
+                                                                           "stream": True}).encode())
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        assert answer.headers["Content-Type"] == "text/event-stream"
+        lines = [ln for ln in answer.read().decode().splitlines() if ln]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(ln[len("data: "):]) for ln in lines[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks).strip() == text
+    assert served.stop(run)

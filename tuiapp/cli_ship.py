@@ -1,0 +1,175 @@
+"""`llmtui serve`: a run's model behind an OpenAI-compatible endpoint, started detached and
+supervised like a run (tuiapp.core.served: the record, the state, stop). The server itself is
+tuiapp.trainer.openai_server (transformers), or vLLM's when asked for and present; this process
+never imports torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from tuiapp.core import served
+from tuiapp.core.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
+from tuiapp.core.gpus import cuda_available
+from tuiapp.core.runs import RunStore
+from tuiapp.core.targets import model_target
+
+READY_TIMEOUT_S = 600.0
+VLLM_ADAPTERS = ("lora", "qlora", "dpo", "simpo", "cpo", "orpo", "kto")  # their adapters are LoRA
+
+
+def add_commands(add) -> None:
+    p = add("serve", cmd_serve, "an OpenAI-compatible chat endpoint for a run's model (detached; --stop, --status)")
+    p.add_argument("run", nargs="?", default=None, help="the run (omit with --status to list every served model)")
+    p.add_argument("--port", type=int, default=8001, help="port (default: 8001)")
+    p.add_argument("--host", default="localhost",
+                   help="address to listen on (default: localhost); anything else needs a token")
+    p.add_argument("--token", default=None, help=f"API key clients must send (default: ${served.TOKEN_ENV}; "
+                   "none on localhost)")
+    p.add_argument("--checkpoint", type=int, default=None, metavar="N", help="checkpoint-N instead of final/")
+    p.add_argument("--backend", choices=served.BACKENDS, default="auto",
+                   help="transformers, or vllm (CUDA + the vllm package); auto: vllm when both are here")
+    p.add_argument("--no-wait", action="store_true", help="return once started, before the model has loaded")
+    p.add_argument("--stop", action="store_true", help="stop the run's server")
+    p.add_argument("--status", action="store_true", help="the run's server (or every served model) and its state")
+    p.add_argument("--json", action="store_true", help="with --status: one JSON document")
+
+
+def _vllm_ready() -> str | None:
+    """Why vLLM cannot serve here, or None."""
+    if importlib.util.find_spec("vllm") is None:
+        return "the vllm package is not installed"
+    if not cuda_available():
+        return "vLLM needs a CUDA GPU, and none is visible"
+    return None
+
+
+def _backend(choice: str, target) -> str:
+    if choice == "transformers":
+        return "transformers"
+    why = _vllm_ready()
+    if why is None and target.kind != "full" and (target.kind != "peft" or target.method not in VLLM_ADAPTERS):
+        why = f"vLLM serves full models and LoRA adapters, and this run trained a {target.method} adapter"
+    if choice == "vllm" and why:
+        raise UserError(message=f"--backend vllm: {why}",
+                        fix="use --backend transformers (the default here)" if "adapter" not in why else
+                            "use --backend transformers, or export the model merged and serve that")
+    return "vllm" if why is None else "transformers"
+
+
+def _argv(backend: str, run, target, args) -> list[str]:
+    if backend == "transformers":
+        return served.server_argv(run.path, args.port, args.host, run.id, args.checkpoint)
+    if target.kind == "full":
+        return served.vllm_argv(target.path, args.port, args.host, run.id)
+    return served.vllm_argv(target.base, args.port, args.host, run.id, adapter=target.path)
+
+
+def start(run, args, token: str | None) -> dict:
+    """Checks, then the server in its own session; its record."""
+    target = model_target(run.path, args.checkpoint, purpose="be served")
+    served.check_token(args.host, token)
+    served.check_not_served(run.path)
+    served.check_free(args.host, args.port)
+    backend = _backend(args.backend, target)
+    argv = _argv(backend, run, target, args)
+    env = dict(os.environ)
+    env.pop(served.TOKEN_ENV, None)
+    if token:
+        env[served.TOKEN_ENV if backend == "transformers" else "VLLM_API_KEY"] = token
+    log = served.log_path(run.path)
+    with open(log, "ab") as out:
+        out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, cwd=Path.cwd())
+    import psutil
+
+    try:
+        created = psutil.Process(proc.pid).create_time()
+    except psutil.Error:
+        created = None
+    record = {"pid": proc.pid, "pgid": proc.pid, "create_time": created, "host": args.host, "port": args.port,
+              "backend": backend, "model": run.id, "target": target.label, "argv": argv, "auth": bool(token),
+              "started": time.time(), "log": str(log)}
+    served.write_record(run.path, record)
+    return record
+
+
+def wait_ready(run_dir: Path, record: dict, timeout: float = READY_TIMEOUT_S) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = served.state(record)
+        if now in (served.SERVING, served.EXITED, served.STOPPED):
+            return now
+        time.sleep(0.3)
+    return served.LOADING
+
+
+def _status_line(run_dir: Path, record: dict) -> str:
+    now = served.state(record)
+    where = served.url_of(record) if record else ""
+    extra = f"  pid {record.get('pid')}  {record.get('backend')}  {record.get('target')}" if record else ""
+    auth = "  token required" if record.get("auth") else ""
+    return f"{run_dir.name}: {now}" + (f"  {where}{extra}{auth}" if now in (served.LOADING, served.SERVING) else "")
+
+
+def _status_document(run_dir: Path, record: dict) -> dict:
+    now = served.state(record)
+    return {"run": run_dir.name, "state": now, "url": served.url_of(record) if record else None,
+            **{k: record.get(k) for k in ("pid", "host", "port", "backend", "model", "target", "auth", "started",
+                                          "stopped_at", "log")}}
+
+
+def cmd_serve(args) -> int:
+    store = RunStore(args.runs_dir)
+    if args.run is None:
+        if not args.status:
+            raise UserError(message="which run? `llmtui serve RUN` serves one",
+                            fix="llmtui serve RUN [--port P], or llmtui serve --status to list served models")
+        dirs = [d for d in store.run_dirs() if served.record_path(d).is_file()]
+        rows = [(d, served.read_record(d)) for d in dirs]
+        if args.json:
+            print(json.dumps([_status_document(d, r) for d, r in rows], indent=2))
+        else:
+            live = [(d, r) for d, r in rows if served.state(r) in (served.LOADING, served.SERVING)]
+            print("\n".join(_status_line(d, r) for d, r in live) or "no model is served")
+        return EXIT_OK
+    run = store.get(args.run)
+    if args.stop:
+        record = served.read_record(run.path)
+        if not record or not served.alive(record):
+            print(f"{run.id}: not served")
+            return EXIT_OK
+        gone = served.stop(run.path)
+        print(f"{run.id}: stopped serving on {served.url_of(record)}" if gone
+              else f"{run.id}: some processes of the server could not be killed (pgid {record.get('pgid')})")
+        return EXIT_OK if gone else EXIT_FAILED
+    if args.status:
+        record = served.read_record(run.path)
+        print(json.dumps(_status_document(run.path, record), indent=2) if args.json else _status_line(run.path, record))
+        return EXIT_OK
+    token = args.token if args.token is not None else (os.environ.get(served.TOKEN_ENV) or None)
+    record = start(run, args, token)
+    print(f"starting the {record['backend']} server of {run.id} ({record['target']}) on {served.url_of(record)}; "
+          f"log {record['log']}", flush=True)
+    if args.no_wait:
+        print(f"check with `llmtui serve {run.id} --status`; stop with `llmtui serve {run.id} --stop`")
+        return EXIT_OK
+    now = wait_ready(run.path, record)
+    if now != served.SERVING:
+        if now == served.LOADING:
+            raise RunError(message=f"the server of {run.id} is still loading after {READY_TIMEOUT_S:.0f}s",
+                           fix=f"see {record['log']}; `llmtui serve {run.id} --status`, or --stop")
+        raise RunError(message=f"the server of {run.id} exited while starting: "
+                               f"{served.log_error(run.path) or 'see its log'}", fix=f"see {record['log']}")
+    print(f"serving {run.id} on {served.url_of(record)} (model \"{run.id}\""
+          + (", token required" if record["auth"] else "") + ")")
+    print(f"  try: curl {served.url_of(record)}/chat/completions -H 'Content-Type: application/json' "
+          f"-d '{{\"model\": \"{run.id}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hi\"}}]}}'")
+    print(f"  stop: llmtui serve {run.id} --stop")
+    return EXIT_OK
