@@ -76,6 +76,7 @@ def cmd_run(args) -> int:
     store = RunStore(args.runs_dir)
     recipe = load_recipe(args.recipe, args.set)
     options = cli_scale.launch_options(args)
+    options.oversubscribe = args.oversubscribe
     if options.node_rank:  # node K joins the run node 0 started
         joining = service.plan_join(recipe, store, Path.cwd(), options, say=_say)
         if args.dry_run:
@@ -358,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe key")
     p.add_argument("--dry-run", action="store_true", help="validate and print the command; create nothing")
     p.add_argument("--detach", action="store_true", help="return at once; the run goes on")
+    p.add_argument("--oversubscribe", action="store_true", help="launch even when the memory estimate is over twice "
+                   "what this machine has, or launch.gpus asks for more CPU ranks than it has cores")
     cli_manage.add_queue_arguments(p)
     cli_scale.add_run_arguments(p)
 
@@ -415,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_after.add_commands(add)  # chat, eval, export-metrics
     cli_probe.add_command(add)
+    cli_model.add_command(add)
     cli_serve.add_command(add)
     cli_ship.add_commands(add)  # serve
     return parser

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from tuiapp.core import checks, launcher, probe
-from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK
+from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, UserError
+from tuiapp.core.jsonout import error_document, write_document
 from tuiapp.core.recipe import load_recipe
 from tuiapp.core.runs import RunStore
 
@@ -55,23 +56,51 @@ def _wait(child, out_dir: Path, quiet: bool) -> int:
         raise
 
 
-def cmd_probe(args) -> int:
+class Refused(UserError):
+    """Pre-flight errors: printed as the findings; as JSON the first error and every finding."""
+
+    def __init__(self, findings: list, file: str):
+        self.findings = findings
+        first = next(f for f in findings if f.level == "error")
+        super().__init__(message=first.message, file=file, key=first.key, fix=first.fix)
+
+    def __str__(self) -> str:
+        return checks.format_findings(self.findings)
+
+    def document(self) -> dict:
+        document = error_document(self)
+        document["findings"] = [vars(f) for f in self.findings]
+        return document
+
+
+def _checked(args, store: RunStore):
+    """The recipe to probe, with its checks passed, and the memory limit; a UserError otherwise."""
     overrides = list(args.set or [])
     if args.max is not None:
         overrides.append(f"train.max_micro_batch={args.max}")
     if args.headroom is not None:
         overrides.append(f"train.memory_headroom={args.headroom}")
     recipe = load_recipe(args.recipe, overrides)
-    store = RunStore(args.runs_dir)
     findings = checks.static_findings(recipe, store, base_dir=Path.cwd())
     findings += [f for f in probe.rules(recipe.model_copy(update={"train": recipe.train.model_copy(
         update={"micro_batch": "auto"})})) if f.level == "error"]
     if checks.has_errors(findings):
-        print(checks.format_findings(findings), file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise Refused(findings, str(args.recipe))
     recipe, _ = checks.resolve_recipe(recipe, store)
     cuda = launcher.cuda_device_count()
     limit = probe.parse_bytes(args.memory_limit) if args.memory_limit else probe.default_limit(recipe, cuda)
+    return recipe, cuda, limit
+
+
+def cmd_probe(args) -> int:
+    store = RunStore(args.runs_dir)
+    try:
+        recipe, cuda, limit = _checked(args, store)
+    except UserError as exc:
+        print(str(exc) if isinstance(exc, Refused) else f"error: {exc}", file=sys.stderr)
+        if args.json:  # the one document a --json command prints, errors too
+            write_document(sys.stdout, exc.document() if isinstance(exc, Refused) else error_document(exc))
+        return EXIT_BAD_INPUT
     out_dir = store.root / probe.PROBES_DIR / (time.strftime("%Y%m%d-%H%M%S") + f"-{recipe.name or 'probe'}")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "recipe.toml").write_text(recipe.to_toml(), encoding="utf-8")

@@ -148,13 +148,15 @@ def test_force_cpu_env(monkeypatch):
 # ---------------------------------------------------------------- memory
 
 
-def test_memory_that_does_not_fit_is_a_warning():
+def test_memory_that_does_not_fit_is_a_warning_and_far_beyond_an_error():
     big = recipe(method={"kind": "sft"}, train={"max_seq_len": 2048, "micro_batch": 8},
                  launch={"gpus": 1})
-    config = PRESET_CONFIGS["meta-llama/Llama-3.1-8B"]
-    findings = check_memory(big, config, cuda=True, gpus=[gpu(0, total=24 * 10**9)])
+    config = PRESET_CONFIGS["meta-llama/Llama-3.1-8B"]  # about 255 GB
+    findings = check_memory(big, config, cuda=True, gpus=[gpu(0, total=160 * 10**9)])
     assert [f.level for f in findings] == ["warning"]
     assert "needs" in findings[0].message and findings[0].fix.startswith("try ")
+    far = check_memory(big, config, cuda=True, gpus=[gpu(0, total=24 * 10**9)])  # over 2x: an error
+    assert [f.level for f in far] == ["error"] and "--oversubscribe" in far[0].fix
     ok = check_memory(recipe(method={"kind": "lora"}), TINY_CONFIG, cuda=True, gpus=[gpu(0)])
     assert [f.level for f in ok] == ["info"]
 
@@ -163,14 +165,17 @@ def test_memory_held_by_others_counts_against_capacity():
     lora = recipe(model={"name": "Qwen/Qwen2.5-1.5B"}, method={"kind": "lora"}, launch={"gpus": 1})
     config = PRESET_CONFIGS["Qwen/Qwen2.5-1.5B"]
     assert check_memory(lora, config, cuda=True, gpus=[gpu(0)])[0].level == "info"
-    crowded = gpu(0, others=[GpuProcess(7, 78 * 10**9)])
+    crowded = gpu(0, others=[GpuProcess(7, 70 * 10**9)])  # 10 GB left of 80
     assert check_memory(lora, config, cuda=True, gpus=[crowded])[0].level == "warning"
+    full = gpu(0, others=[GpuProcess(7, 78 * 10**9)])  # 2 GB left: over 2x short
+    assert check_memory(lora, config, cuda=True, gpus=[full])[0].level == "error"
 
 
 def test_cpu_ranks_against_ram():
     two = recipe(method={"kind": "sft"}, launch={"gpus": 2})
     assert check_memory(two, TINY_CONFIG, cuda=False, gpus=[], ram_available=10**12)[0].level == "info"
-    assert check_memory(two, TINY_CONFIG, cuda=False, gpus=[], ram_available=10**6)[0].level == "warning"
+    assert check_memory(two, TINY_CONFIG, cuda=False, gpus=[], ram_available=2 * 10**8)[0].level == "warning"
+    assert check_memory(two, TINY_CONFIG, cuda=False, gpus=[], ram_available=10**6)[0].level == "error"
 
 
 def test_preflight_and_the_estimate_see_the_same_world(tmp_path):

@@ -153,3 +153,104 @@ def test_json_errors_are_one_document_too(tmp_path):
         assert result.returncode == 2, (args, result.stderr)
         assert document["error"]["key"] == key and document["error"]["message"], args
         assert "error:" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow  # four CLI processes: 14 s here
+def test_show_and_probe_json_errors_are_one_document(tmp_path):
+    empty = write(tmp_path / "empty.toml", "")
+    bad_data = write(tmp_path / "bad-data.toml", f'[dataset]\nname = "{tmp_path / "nope.jsonl"}"\n[method]\nkind = "lora"\n')
+    for args, key in [
+        (["show", "no-such-run", "--json"], None),
+        (["probe", str(empty), "--json"], "method.kind"),
+        (["probe", str(bad_data), "--json"], "dataset.name"),
+        (["probe", "recipes/tiny-lora.toml", "--memory-limit", "12XB", "--json"], None),
+    ]:
+        result, document = llmtui_json(tmp_path, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert document["error"]["key"] == key and document["error"]["message"], (args, document)
+        assert "Traceback" not in result.stderr and result.stderr.strip(), args
+    assert document["error"]["fix"] and "12XB" in document["error"]["message"]
+
+
+# ---------------------------------------------------------------- preflight bounds (issue: pass, then fail in a rank)
+# In-process: the same `llmtui` main, without a process start per case.
+
+
+def cli(capsys, runs, *args) -> tuple[int, str, str]:
+    from tuiapp.cli import main
+
+    code = main(["--runs-dir", str(runs), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_refused(code, out, err, runs, *needles):
+    assert code == 2, out + err
+    assert "Traceback" not in out + err
+    for needle in needles:
+        assert needle in err, err
+    assert not runs.exists() or not [p for p in runs.iterdir() if not p.name.startswith(".")]
+
+
+TINY_LORA = str(ROOT / "recipes/tiny-lora.toml")
+
+
+@pytest.mark.parametrize("override, needles", [
+    ("train.max_steps=99999999999999999999", ["train.max_steps", "99999999999999999999", "at most 2147483647"]),
+    ("train.epochs=inf", ["train.epochs", "not a finite number", "fix:"]),
+    ("train.seed=4294967296", ["train.seed", "at most 2147483647"]),
+    ("launch.gpus=[0, 99999999999]", ["launch.gpus", "99999999999"]),
+    ("dataset.name=", ["dataset.name", "is empty", "fix:"]),
+    ("model.name=''", ["model.name", "is empty"]),
+])
+def test_values_no_trainer_takes_are_refused_with_key_and_fix(tmp_path, capsys, override, needles):
+    runs = tmp_path / "runs"
+    assert_refused(*cli(capsys, runs, "run", TINY_LORA, "--set", override), runs, *needles)
+
+
+def test_each_fix_line_is_printed_once(tmp_path, capsys):
+    recipe = write(tmp_path / "r.toml", f'[dataset]\nname = "{tmp_path / "missing.jsonl"}"\n[method]\nkind = "lora"\n')
+    for command in ("validate", "run"):
+        code, out, err = cli(capsys, tmp_path / "runs", command, str(recipe))
+        assert code == 2 and (out + err).count("fix: check the path") == 1, out + err
+        assert (out + err).count("dataset.name") == 1, out + err
+
+
+def test_far_more_memory_than_the_machine_has_is_an_error_unless_oversubscribed(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    huge = ["--set", "train.micro_batch=1000000000", "--dry-run"]
+    code, out, err = cli(capsys, runs, "run", TINY_LORA, *huge)
+    assert_refused(code, out, err, runs, "memory:", "over 2x", "--oversubscribe")
+    assert err.split("memory:")[0].splitlines()[-1].startswith("error")
+    code, out, err = cli(capsys, runs, "run", TINY_LORA, *huge, "--oversubscribe")
+    assert code == 0 and "warning" in err and "dry run" in out, err
+
+
+def test_more_cpu_ranks_than_cores_is_an_error_unless_oversubscribed(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    cores = len(os.sched_getaffinity(0))
+    code, out, err = cli(capsys, runs, "run", TINY_LORA, "--set", f"launch.gpus={cores + 1}", "--dry-run")
+    assert_refused(code, out, err, runs, "launch.gpus", f"asks for {cores + 1} CPU ranks", f"{cores} CPU cores",
+                   f"launch.gpus = {cores} or fewer")
+    assert_refused(*cli(capsys, runs, "run", TINY_LORA, "--set", "launch.gpus=1000"), runs, "asks for 1000 CPU ranks")
+    code, out, err = cli(capsys, runs, "run", TINY_LORA, "--set", f"launch.gpus={cores + 1}", "--dry-run",
+                         "--oversubscribe")
+    assert code == 0, err
+    code, out, err = cli(capsys, runs, "run", TINY_LORA, "--set", f"launch.gpus={cores}", "--dry-run")
+    assert code == 0 and "CPU ranks" not in err, err
+
+
+def test_rename_note_and_tag_refuse_escape_sequences(tmp_path, capsys):
+    from tuiapp.core.recipe import recipe_from_dict
+    from tuiapp.core.runs import RunStore
+
+    runs = tmp_path / "runs"
+    run = RunStore(runs).create(recipe_from_dict({"name": "plain", "method": {"kind": "lora"}}))
+    for args in (["rename", run.id, "x\x1b[2J"], ["note", run.id, "hi\x1b]0;owned\x07"], ["tag", run.id, "+a\x1b[31m"],
+                 ["rename", run.id, "a\u202ereversed"]):
+        code, out, err = cli(capsys, runs, *args)
+        assert code == 2, (args, out)
+        assert "\x1b" not in out + err and "control characters" in err, args
+    code, out, _ = cli(capsys, runs, "runs")
+    assert "\x1b" not in out and run.id in out
+    assert cli(capsys, runs, "rename", run.id, "fine name ✓")[0] == 0

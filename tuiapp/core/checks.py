@@ -37,7 +37,8 @@ def _dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     try:
         info = datasets.inspect_dataset(recipe.dataset, base_dir=base_dir)
     except UserError as exc:
-        return [Finding("error", exc.key or "dataset.name", str(exc), exc.fix or "")]
+        where = f"{exc.file}{f':{exc.line}' if exc.line else ''}: " if exc.file else ""  # key and fix: their own places
+        return [Finding("error", exc.key or "dataset.name", where + exc.message, exc.fix or "")]
     if info.count == 0:
         return [Finding("error", "dataset.name", "the dataset has no records", "check the file or max_samples")]
     if info.kind and (recipe.method.kind in PREFERENCE_KINDS or info.kind in ("pairs", "unpaired")):

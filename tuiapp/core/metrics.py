@@ -285,13 +285,17 @@ def write_rank_memory(run_dir: str | Path, rank: int, memory: RankMemory) -> Non
     """A rank's memory figures, replaced atomically (no fsync: a crash only loses a reading)."""
     path = rank_memory_path(run_dir, rank)
     tmp = path.with_name(f".{path.name}.tmp")
+    text = json.dumps(memory, separators=(",", ":"))
     try:
-        tmp.write_text(json.dumps(memory, separators=(",", ":")), encoding="utf-8")
+        try:
+            tmp.write_text(text, encoding="utf-8")
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(memory, separators=(",", ":")), encoding="utf-8")
-        os.replace(tmp, path)
+    except OSError:  # a full disk (ENOSPC): no half-written temp file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_rank_memory(run_dir: str | Path) -> dict[str, RankMemory]:
@@ -312,8 +316,12 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     """Write a file so readers never see it half-written."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError:  # a full disk (ENOSPC): no half-written temp file is left behind
+        tmp.unlink(missing_ok=True)
+        raise

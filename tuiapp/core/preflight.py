@@ -8,6 +8,7 @@ NVML (nvidia-ml-py) when it loads, else /proc/driver/nvidia/gpus; LLMTUI_FORCE_C
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,11 +282,50 @@ def memory_estimate(recipe: Recipe, model_config: dict, *, gpus: list[GpuInfo] |
 # ---------------------------------------------------------------- memory and disk
 
 
+OVERSUBSCRIBE_FLAG = "--oversubscribe"
+OVER_MARGIN = 2.0  # a need this many times what the machine has is an error, not a warning
+
+
+def oversubscribe(findings: list[Finding]) -> list[Finding]:
+    """`llmtui run --oversubscribe`: the machine-size errors (memory far beyond it, more CPU ranks
+    than cores) become warnings; every other error stays."""
+    return [Finding("warning", f.key, f.message, f"{OVERSUBSCRIBE_FLAG} given: launching anyway")
+            if f.level == "error" and OVERSUBSCRIBE_FLAG in (f.fix or "") else f for f in findings]
+
+
+def cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def check_cpu_ranks(recipe: Recipe, cores: int | None = None) -> list[Finding]:
+    """A local launch without CUDA runs launch.gpus CPU ranks on this machine: no more than its
+    cores (nodes and SLURM check where their ranks start)."""
+    launch = recipe.launch
+    if uses_hosts(launch) or launch.nodes > 1:
+        return []
+    ranks, cores = cpu_ranks(recipe), cores or cpu_cores()
+    if ranks <= cores:
+        return []
+    return [Finding("error", "launch.gpus", f"asks for {ranks} CPU ranks; this machine has {cores} CPU cores "
+                    "(and no CUDA GPU)", f"set launch.gpus = {cores} or fewer, or pass {OVERSUBSCRIBE_FLAG} "
+                    "to launch anyway")]
+
+
 def check_memory(recipe: Recipe, model_config: dict, *, cuda: bool, gpus: list[GpuInfo],
                  ram_available: int | None = None, base_dir: Path | None = None) -> list[Finding]:
-    """The memory estimate against the requested GPUs (or RAM for CPU ranks)."""
+    """The memory estimate against the requested GPUs (or RAM for CPU ranks): a warning when it
+    does not fit, an error beyond OVER_MARGIN times what there is."""
     est = memory_estimate(recipe, model_config, gpus=gpus, cuda=cuda, base_dir=base_dir)
     if cuda:
+        capacity = est.gpu_memory_bytes
+        if capacity and est.total > OVER_MARGIN * capacity:
+            _, _, advice = (est.warning or "").partition(": try ")
+            return [Finding("error", None, f"memory: about {size_text(est.total)} per GPU, over {OVER_MARGIN:.0f}x "
+                            f"the {size_text(capacity)} free", (f"try {advice}, " if advice else "")
+                            + f"or pass {OVERSUBSCRIBE_FLAG} to launch anyway")]
         if est.fits is False:
             need, _, advice = est.warning.partition(": try ")
             return [Finding("warning", None, f"memory: {need}", f"try {advice}" if advice else None)]
@@ -297,6 +337,11 @@ def check_memory(recipe: Recipe, model_config: dict, *, cuda: bool, gpus: list[G
     need = est.total * ranks + est.memory.cpu_offload_total
     if ram_available is None:
         ram_available = psutil.virtual_memory().available
+    if need > OVER_MARGIN * ram_available:
+        return [Finding("error", "launch.gpus", f"memory: {ranks} CPU rank(s) need about {size_text(need)} of RAM, "
+                        f"over {OVER_MARGIN:.0f}x the {size_text(ram_available)} available",
+                        "use fewer ranks (launch.gpus), a smaller micro_batch or max_seq_len, or "
+                        f"gradient_checkpointing = true; or pass {OVERSUBSCRIBE_FLAG} to launch anyway")]
     if need > ram_available * USABLE_FRACTION:
         return [Finding("warning", "launch.gpus", f"memory: {ranks} CPU rank(s) need about "
                         f"{need / GB:.1f} GB of RAM; {ram_available / GB:.1f} GB is available",
@@ -317,17 +362,26 @@ def disk_needed_bytes(recipe: Recipe, model_config: dict, *, cuda: bool) -> int:
     return (recipe.train.save_total_limit + 1) * checkpoint
 
 
+def size_text(n: float) -> str:
+    """Bytes in the unit that shows them: '3.2 GB', '412 MB', '96 KB', '0 bytes' (never '0.0 GB')."""
+    for unit, scale in (("TB", GB * 1000), ("GB", GB), ("MB", GB / 1e3), ("KB", GB / 1e6)):
+        if abs(n) >= scale:
+            value = n / scale
+            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{int(n)} bytes"
+
+
 def check_disk(recipe: Recipe, model_config: dict, free_bytes: int, *, cuda: bool) -> list[Finding]:
     """Checkpoints against the free space at the runs dir (computed by the caller)."""
     need = disk_needed_bytes(recipe, model_config, cuda=cuda)
     fix = "free disk space, lower train.save_total_limit, or use a runs folder on a larger disk"
     limit = recipe.train.save_total_limit
     if need > free_bytes:
-        return [Finding("error", "train.save_total_limit", f"checkpoints need about {need / GB:.1f} GB "
-                        f"({limit} kept + 1 being written); only {free_bytes / GB:.1f} GB is free", fix)]
+        return [Finding("error", "train.save_total_limit", f"checkpoints need about {size_text(need)} "
+                        f"({limit} kept + 1 being written); only {size_text(free_bytes)} is free", fix)]
     if 2 * need > free_bytes:
-        return [Finding("warning", "train.save_total_limit", f"checkpoints need about {need / GB:.1f} GB "
-                        f"of the {free_bytes / GB:.1f} GB free (less than 2x margin)", fix)]
+        return [Finding("warning", "train.save_total_limit", f"checkpoints need about {size_text(need)} "
+                        f"of the {size_text(free_bytes)} free (less than 2x margin)", fix)]
     return []
 
 
@@ -353,6 +407,8 @@ def run_preflight(
     findings = check_rules(recipe, cuda=cuda)
     if cuda:
         findings += check_gpus(recipe, gpus)
+    else:
+        findings += check_cpu_ranks(recipe)
     if model_config is None:
         findings.append(Finding("info", "model.name", "no model config: memory and disk not checked"))
         return findings

@@ -5,9 +5,10 @@ Files under <runs>/.queue/:
   lock              flock held while a supervisor decides and claims (a few ms)
   waiting/<id>.json  a queued run: {priority, order, enqueued, slots, devices}; order is FIFO
                      (the enqueue time) unless `llmtui queue move` changed it
-  claims/<id>.json   devices a started run holds: {devices, slots, host, pid, pid_create_time}
-Every started run claims (queued or not), so runs outside the queue count too. A claim or a
-waiting entry whose supervisor is gone is ignored and removed.
+  claims/<id>.json   devices a started run holds: {devices, slots, host, pid, pid_create_time, pgid}
+Every started run claims (queued or not), so runs outside the queue count too. A waiting entry
+whose supervisor is gone is ignored and removed; so is a claim, once no process of the
+supervisor's group (its ranks, which can outlive it) is left.
 
 Devices are GPU ids with CUDA; without CUDA each run takes one of `slots` slots (default 1,
 LLMTUI_QUEUE_SLOTS or --slots).
@@ -27,7 +28,7 @@ from pathlib import Path
 from tuiapp.core import runlock
 from tuiapp.core.gpus import GpuInfo
 from tuiapp.core.metrics import atomic_write_text
-from tuiapp.core.procs import process_alive
+from tuiapp.core.procs import group_processes, process_alive
 
 QUEUE_DIR = ".queue"
 SLOTS_ENV = "LLMTUI_QUEUE_SLOTS"
@@ -178,7 +179,8 @@ def claims(runs_root: Path, host: str | None = None) -> dict[str, dict]:
             continue
         if record.get("host") != host:
             continue
-        if not process_alive(record.get("pid"), record.get("pid_create_time")):
+        if not process_alive(record.get("pid"), record.get("pid_create_time")) \
+                and not group_processes(record.get("pgid")):  # ranks outliving their supervisor hold on
             path.unlink(missing_ok=True)
             continue
         out[path.stem] = record
@@ -210,9 +212,16 @@ def fit(want: int | list[int], *, cuda_gpus: list[GpuInfo], live: dict[str, dict
     return free[:want] if len(free) >= want else None
 
 
-def write_claim(runs_root: Path, run_id: str, devices: list[int], pid: int, pid_create_time: float) -> None:
+def write_claim(runs_root: Path, run_id: str, devices: list[int], pid: int, pid_create_time: float,
+                pgid: int | None = None) -> None:
+    if pgid is None:
+        try:
+            pgid = os.getpgid(pid)  # the supervisor's group: its ranks', which may outlive it
+        except ProcessLookupError:
+            pgid = None
     _write(claim_path(runs_root, run_id), {"devices": devices, "slots_used": 1, "host": socket.gethostname(),
-                                           "pid": pid, "pid_create_time": pid_create_time, "since": time.time()})
+                                           "pid": pid, "pid_create_time": pid_create_time, "pgid": pgid,
+                                           "since": time.time()})
 
 
 def try_start(runs_root: Path, run_id: str, *, want: int | list[int], slots: int, queued: bool,

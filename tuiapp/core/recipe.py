@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Union
 import tomli_w
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from tuiapp.core.errors import RecipeError, RecipeErrors, did_you_mean
 from tuiapp.core.hosts import parse_host_entries
@@ -28,8 +29,31 @@ AUTO_EVAL_SPLIT = 0.05  # held out when evals are asked for (eval_steps, sample_
 EVAL_MAX_SAMPLES = 500  # train.eval_max_samples: examples (pretrain: blocks) one evaluation reads by default
 
 
+NUMBER_LIMIT = 2**31 - 1  # the largest number a recipe key takes: counts and sizes the trainer, torch and
+#                           DeepSpeed hold in 32-bit integers (steps, batch sizes, seeds), and no float beyond
+
+
+def _bounded(value):
+    """Refuse a number no trainer could take (99999999999999999999 steps, inf epochs) at parse
+    time, instead of an overflow inside a rank."""
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            continue
+        if isinstance(item, float) and not math.isfinite(item):
+            raise PydanticCustomError("finite_number", "{value} is not a finite number", {"value": item})
+        if abs(item) > NUMBER_LIMIT:
+            raise PydanticCustomError("too_large", "{value} is more than the trainer can take (at most {limit})",
+                                      {"value": item, "limit": NUMBER_LIMIT})
+    return value
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _numbers_in_range(cls, value):
+        return _bounded(value)
 
 
 class ModelSpec(Section):
@@ -49,6 +73,13 @@ class ModelSpec(Section):
         "installed and CUDA is there (packed batches then run its variable-length kernel), else sdpa. "
         "flash_attention_2 needs CUDA, flash_attn and bf16/fp16.",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():  # an empty name would read the current folder as the model
+            raise PydanticCustomError("empty", "the model name is empty")
+        return value
 
 
 class DatasetSpec(Section):
@@ -80,6 +111,13 @@ class DatasetSpec(Section):
     @property
     def eval_split_auto(self) -> bool:
         return self._eval_split_auto
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():  # an empty name would read the current folder as the dataset
+            raise PydanticCustomError("empty", "the dataset name is empty")
+        return value
 
     @field_validator("columns")
     @classmethod
@@ -677,6 +715,10 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
         fix = f"use {NAME_RULE}"
     elif kind in ("missing",):
         fix = "add this key"
+    elif kind in ("too_large", "finite_number"):
+        description = _description_of(loc)
+        fix = (f"use a number of at most {NUMBER_LIMIT} (in size)" if kind == "too_large" else "use a finite "
+               "number") + (f"; {description}" if description else "")
     else:
         description = _description_of(loc)
         if description:

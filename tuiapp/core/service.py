@@ -20,7 +20,7 @@ from typing import Callable
 
 import psutil
 
-from tuiapp.core import checks, cluster, cluster_checks, queue, runlock, shm, slurm
+from tuiapp.core import checks, cluster, cluster_checks, preflight, queue, runlock, shm, slurm
 from tuiapp.core.errors import RunError, UserError
 from tuiapp.core.findings import Finding
 from tuiapp.core.launcher import (
@@ -78,6 +78,7 @@ class LaunchOptions:
     priority: int = 0
     slots: int | None = None  # CPU slots of this machine, as this run sees them (default LLMTUI_QUEUE_SLOTS or 1)
     group: dict | None = None  # a sweep's run: {id, name, index, keys, values}
+    oversubscribe: bool = False  # launch even when the memory need or the CPU ranks are far beyond this machine
 
 
 @dataclass
@@ -150,6 +151,8 @@ def plan_launch(recipe: Recipe, store: RunStore, base_dir: Path, options: Launch
     launch = resolved.launch
     cuda = cuda_device_count()
     findings = checks.before_launch(resolved, store, base_dir=base_dir)
+    if options.oversubscribe:
+        findings = preflight.oversubscribe(findings)
     if options.queue and (options.node_rank is not None or cluster.uses_hosts(launch)):
         raise UserError(message="--queue waits for this machine's devices; it does not apply to a run that spans "
                         "nodes", fix="leave out --queue (or launch.hosts), or use --slurm: SLURM queues jobs itself")
