@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from tuiapp import cli_after, cli_manage, cli_probe, cli_scale, cli_serve, cli_ship
-from tuiapp.core import checks, launcher, meta, queue, service
+from tuiapp.core import checks, launcher, meta, queue, rl, service
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError, exit_code
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
 from tuiapp.core.metrics import JsonlReader, dedupe_steps, train_rows
@@ -256,6 +256,9 @@ def cmd_show(args) -> int:
     if row["best_reward_accuracy"] is not None:
         print(f"  rewards   best accuracy {fmt_number(row['best_reward_accuracy'], '.3f')} · "
               f"best margin {fmt_number(row['best_reward_margin'], '.3f')}")
+    online = rl.reward_summary(rows)  # grpo/rloo: rewards and completion length, first step -> last
+    if online:
+        print(f"  rewards   {online}")
     for line in cli_scale.show_lines(run):  # strategy, nodes, SLURM job
         print(line)
     if run.info.get("trust_remote_code"):

@@ -292,7 +292,7 @@ PREFERENCE_MODELS = (DpoMethod, SimpoMethod, CpoMethod, OrpoMethod, KtoMethod, R
 
 class _OnlineRl(Section):
     rewards: list[RewardSpec] = Field(
-        default_factory=list, validate_default=True, description="Reward functions, each a [[method.rewards]] table with a kind ("
+        default_factory=list, description="Reward functions, each a [[method.rewards]] table with a kind ("
         + ", ".join(REWARD_KINDS) + ") and a weight; their weighted sum is the completion's reward.",
     )
     num_generations: int = Field(8, ge=2, le=1024, description="Completions sampled per prompt (the group whose "

@@ -141,6 +141,10 @@ def rules(recipe: Recipe, ranks: int | None = None, cuda: bool | None = None,
     if method.kind not in RL_KINDS:
         return []
     out: list[Finding] = []
+    if not method.rewards:
+        out.append(Finding("error", "method.rewards", f"{method.kind} needs reward functions to score its "
+                           "completions, and the recipe has none", "add a [[method.rewards]] table, e.g. kind = "
+                           "'format' with a pattern, or kind = 'answer' with the column of right answers"))
     group = method.num_generations
     if train.micro_batch == "auto":
         out.append(Finding("error", "train.micro_batch", f"{method.kind} batches are groups of num_generations "
@@ -308,3 +312,24 @@ def resolve_reward_models(recipe: Recipe, store) -> Recipe:
                 raise UserError(message=f"reward model {reward.model}: {exc.message}",
                                 key=f"method.rewards.{index}.model", fix=exc.fix) from None
     return resolved
+
+
+def reward_summary(rows: list[dict]) -> str | None:
+    """`llmtui show`'s line for a grpo/rloo run, from its train rows: the total reward and each reward
+    function's mean, first logged step -> last, and the completions' length."""
+    scored = [r for r in rows if isinstance(r.get("reward"), (int, float))]
+    if not scored:
+        return None
+    first, last = scored[0], scored[-1]
+    names = [k[len("rewards/"):-len("/mean")] for k in last if k.startswith("rewards/") and k.endswith("/mean")]
+    parts = [f"reward {first['reward']:.3f} -> {last['reward']:.3f}"]
+    parts += [f"{n} {first.get(f'rewards/{n}/mean', float('nan')):.3f} -> {last[f'rewards/{n}/mean']:.3f}"
+              for n in names if isinstance(last.get(f"rewards/{n}/mean"), (int, float))]
+    length = last.get("completions/mean_length")
+    if isinstance(length, (int, float)):
+        clipped = last.get("completions/clipped_ratio")
+        parts.append(f"length {length:.1f}" + (f" ({clipped:.0%} clipped)" if isinstance(clipped, (int, float))
+                                                 else ""))
+    if isinstance(last.get("kl"), (int, float)):
+        parts.append(f"kl {last['kl']:.4f}")
+    return " · ".join(parts)

@@ -8,6 +8,7 @@ import sys
 
 from tuiapp.core.errors import UserError
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
+from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import load_recipe
 
 MASK = -100
@@ -84,6 +85,11 @@ def _show(args, out) -> int:
         from tuiapp.trainer.model import load_tokenizer, resolve_model_path
 
         tokenizer = load_tokenizer(resolve_model_path(recipe.model.name), recipe.model.trust_remote_code)
+        if recipe.method.kind in RL_KINDS:  # prompts only: the policy writes the completions
+            from tuiapp.trainer import rl
+
+            rl.preview(recipe, tokenizer, args.show, args.json, out)
+            return 0
         examples = preview_examples(recipe, tokenizer, args.show)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -299,6 +299,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, model, peft_config, kwargs: dic
                   processing_class=tokenizer, reward_processing_classes=classes, callbacks=callbacks,
                   peft_config=peft_config)
     trainer_ref.append(trainer)
+    trainer.reward_func_names = [r.label() for r in recipe.method.rewards]  # TRL names a model by its folder
     trainer.run_dir = Path(run_dir)
     trainer.log_completions_file = recipe.method.log_completions
     return trainer
@@ -313,3 +314,24 @@ def generation_event(recipe: Recipe) -> dict:
     if method.generation_backend == "vllm":
         event.update(vllm_mode="colocate", vllm_gpu_memory_utilization=method.vllm_gpu_memory_utilization)
     return event
+
+
+def preview(recipe: Recipe, tokenizer, count: int, as_json: bool, out) -> None:
+    """`llmtui data` of a grpo/rloo recipe: each prompt as the policy sees it (chat template and
+    generation prompt), and the columns its rewards read; the completions come from the policy."""
+    records = core_rl.prompt_records(recipe.dataset, Path.cwd())[:count]
+    names = ", ".join(r.label() for r in recipe.method.rewards) or "no reward yet"
+    shown = []
+    for index, record in enumerate(records):
+        text = tokenizer.apply_chat_template(record["prompt"], add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        columns = {k: v for k, v in record.items() if k != "prompt"}
+        if as_json:
+            shown.append(json.dumps({"index": index, "input_ids": ids, "text": text, "columns": columns},
+                                    ensure_ascii=False, default=str))
+            continue
+        out.write(f"── example {index}: prompt of {len(ids)} tokens; the policy writes {recipe.method.num_generations} "
+                  f"completions, scored by {names} ──\n{text}\n")
+        out.write("columns: " + (", ".join(f"{k}={v!r}" for k, v in columns.items()) or "none") + "\n")
+    if as_json:
+        out.write("[\n" + ",\n".join(shown) + ("\n]\n" if shown else "]\n"))
