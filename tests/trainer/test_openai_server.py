@@ -1,0 +1,44 @@
+"""The OpenAI server's request handling that needs no model: stop strings cut across streamed
+pieces, request validation with OpenAI's error shapes, the bearer token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tuiapp.trainer.openai_server import ApiError, Endpoint, StopFilter
+
+
+def _stream(stops, pieces):
+    cut = StopFilter(stops)
+    out = [cut.feed(p) for p in pieces]
+    return "".join(out) + cut.flush(), cut.hit
+
+
+def test_stop_strings_cut_even_across_pieces():
+    assert _stream(["END"], ["Hello ", "wor", "ld"]) == ("Hello world", False)
+    assert _stream(["END"], ["Hello E", "N", "D and more"]) == ("Hello ", True)
+    assert _stream(["\n\n", "###"], ["a\n", "b##", "#c"]) == ("a\nb", True)
+    cut = StopFilter(["stop"])
+    assert cut.feed("go st") == "go " and cut.feed("ay") == "stay"  # held back only while it may be a stop
+
+
+def test_requests_are_checked_with_openai_error_shapes():
+    endpoint = Endpoint(Path("runs/x"), None, "run-1", token="secret-token")
+    assert endpoint.authorized("Bearer secret-token") and endpoint.authorized("bearer secret-token")
+    assert not endpoint.authorized("Bearer wrong") and not endpoint.authorized(None)
+    assert Endpoint(Path("runs/x"), None, "run-1", token=None).authorized(None)
+    messages = [{"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "image_url"}]}]
+    assert endpoint.check({"model": "run-1", "messages": messages, "stop": "x"}) == (
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], ["x"])
+    for body, status, param in (({"model": "gpt-4o", "messages": messages}, 404, "model"),
+                                ({"model": "run-1", "messages": []}, 400, "messages"),
+                                ({"model": "run-1", "messages": [{"content": "no role"}]}, 400, "messages"),
+                                ({"model": "run-1", "messages": messages, "n": 2}, 400, "n"),
+                                ({"model": "run-1", "messages": messages, "stop": [1]}, 400, "stop")):
+        with pytest.raises(ApiError) as caught:
+            endpoint.check(body)
+        assert caught.value.status == status and caught.value.body()["error"]["param"] == param
+    assert ApiError(401, "no").body()["error"]["type"] == "authentication_error"
