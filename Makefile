@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test test-fast install bench
+.PHONY: quickstart test test-fast install bench gpu-check wheelhouse install-offline
 
 $(BIN)/llmtui: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,3 +29,22 @@ test-fast: install
 
 bench: install
 	$(BIN)/python bench/run.py
+
+# The GPU acceptance check (bench/gpu_check.py, docs/gpu.md): every GPU path through `llmtui run`,
+# writes bench/GPU_RESULTS.md; without CUDA it says nothing ran and exits 0. ARGS='--cpu-smoke' on CPU.
+gpu-check: install
+	$(BIN)/python bench/gpu_check.py $(ARGS)
+
+# Offline install (README "Offline install"): every wheel for a target into $(WHEELS), then on the
+# server without an index: make install-offline WHEELS=DIR. PY/PLATFORM/EXTRAS/TORCH_INDEX pick the target.
+WHEELS ?= wheelhouse
+PY ?= $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+PLATFORM ?= manylinux_2_28_x86_64
+EXTRAS ?=
+TORCH_INDEX ?=
+wheelhouse:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) tools/wheelhouse.py build $(WHEELS) --python $(PY) \
+		--platform $(PLATFORM) $(if $(EXTRAS),--extras $(EXTRAS)) $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX))
+
+install-offline:
+	$(PYTHON) tools/wheelhouse.py install $(WHEELS) --venv $(VENV)

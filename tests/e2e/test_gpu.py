@@ -77,3 +77,95 @@ def test_a_queued_run_waits_for_the_gpu_another_run_holds(tmp_path):
     holder, waiter = run_info(runs["holder"]), run_info(runs["waiter"])
     assert waiter["status"] == "succeeded" and waiter["devices"] == [0]
     assert waiter["attempts"][0]["started"] >= holder["attempts"][0]["ended"] - 1
+
+
+# ------------------------------------------------------------------ what `make gpu-check` covers, at tiny size
+
+
+def _packed_losses(tmp_path, name: str, *sets: str) -> list[float]:
+    args = ["run", "recipes/tiny-sft.toml", "--set", "train.max_steps=8", "--set", "train.precision='bf16'",
+            "--set", "train.packing=true", "--set", "train.eval_steps=0", "--set", "train.save_steps=0",
+            "--set", "train.sample_prompts=[]", "--set", "dataset.eval_split=0.0", "--set", f"name={name}"]
+    for item in sets:
+        args += ["--set", item]
+    runs = tmp_path / name
+    result = llmtui(*args, runs_dir=runs)
+    run_dir = only_run(runs)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [r for r in metrics(run_dir) if r.get("split", "train") == "train"]
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    return [r["loss"] for r in rows]
+
+
+@needs_cuda
+@pytest.mark.parametrize("impl", [
+    "eager",
+    pytest.param("flash_attention_2", marks=pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None,
+                                                               reason="needs flash_attn")),
+])
+def test_attention_implementations_agree_on_packed_batches(tmp_path, impl):
+    """The same packed batches through sdpa (one example at a time) and eager (block mask) or
+    flash-attention's varlen kernel: the same losses within bf16's tolerance (gpu-check's 2 %)."""
+    reference = _packed_losses(tmp_path, "sdpa", "model.attn_implementation='sdpa'")
+    losses = _packed_losses(tmp_path, impl.replace("_", "-"), f"model.attn_implementation='{impl}'")
+    assert max(abs(a - b) / b for a, b in zip(losses, reference, strict=True)) <= 0.02, (losses, reference)
+
+
+@needs_cuda
+@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None, reason="needs liger-kernel")
+def test_liger_kernels_keep_the_loss(tmp_path):
+    reference = _packed_losses(tmp_path, "plain")
+    losses = _packed_losses(tmp_path, "liger", "train.liger_kernel=true")
+    assert max(abs(a - b) / b for a, b in zip(losses, reference, strict=True)) <= 0.02, (losses, reference)
+
+
+@needs_cuda
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_with_cpu_optimizer_offload_on_one_gpu(tmp_path, stage):
+    losses = _packed_losses(tmp_path, f"zero{stage}", f"launch.zero_stage={stage}", "launch.offload_optimizer='cpu'")
+    assert all(loss == loss and loss < 100 for loss in losses)  # finite
+
+
+@needs_cuda
+def test_nvml_sees_at_least_what_torch_reserved(tmp_path):
+    """While a run trains, NVML's figure for the GPU covers torch's reserved memory (gpu-check compares
+    the same per run, with the CUDA context on top)."""
+    import threading
+
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    before = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+    seen, stop = [], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            seen.append(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+            stop.wait(0.1)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        _packed_losses(tmp_path, "nvml")
+    finally:
+        stop.set()
+        thread.join()
+        pynvml.nvmlShutdown()
+    run_dir = only_run(tmp_path / "nvml")
+    reserved = max(r["mem"]["rank0"]["reserved"] for r in metrics(run_dir) if r.get("mem"))
+    assert max(seen) - before >= 0.98 * reserved
+
+
+@needs_cuda
+def test_gpu_check_stages_pass_here(tmp_path):
+    """bench/gpu_check.py itself on this GPU: the attention and ZeRO stages on the 0.5 B model (a few minutes)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "GPU_RESULTS.md"
+    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--stages", "attention,zero", "--out", str(out)],
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    report = out.read_text()
+    assert "every check passed" in report and "## NVML" in report

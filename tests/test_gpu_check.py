@@ -1,0 +1,138 @@
+"""bench/gpu_check.py (`make gpu-check`): its no-CUDA branch, its recipes and figures, and its CPU smoke
+(every stage that does not need CUDA, for real, at tiny sizes). The GPU branch itself: tests/e2e/test_gpu.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuiapp.core.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "gpu_check.py"
+RESULTS = ROOT / "bench" / "GPU_RESULTS.md"
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    """The script as a module; bench/common.py rewrites a few variables of os.environ on import
+    (its private caches), which must not leak into the other tests of the session."""
+    saved = dict(os.environ)
+    try:
+        spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault("gpu_check", module)  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return module
+
+
+def script(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def results_state():
+    return RESULTS.read_bytes() if RESULTS.exists() else None
+
+
+def test_without_cuda_it_says_nothing_ran_and_exits_0():
+    before = results_state()
+    done = script(env={"LLMTUI_FORCE_CPU": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "nothing ran" in done.stdout and "CUDA" in done.stdout and "--cpu-smoke" in done.stdout
+    assert "Traceback" not in done.stderr
+    assert results_state() == before  # bench/GPU_RESULTS.md untouched
+
+
+def test_an_unknown_stage_or_method_is_refused_with_exit_2():
+    done = script("--stages", "methods,warp", "--methods", "sft,lorra", env={"LLMTUI_FORCE_CPU": "1"})
+    assert done.returncode == 2
+    assert "warp" in done.stderr and "lorra" in done.stderr and "fix:" in done.stderr
+
+
+def test_every_method_of_the_schema_is_checked_from_its_preset(gpu_check, tmp_path):
+    """A method added to the recipe schema is in the check by itself: each kind has a tiny-<kind> preset
+    (qlora: tiny-lora's), and the recipe the check writes for it is valid."""
+    import tomli_w
+
+    kinds = gpu_check.method_kinds()
+    assert {"pretrain", "sft", "lora", "qlora", "dpo", "kto", "reward"} <= set(kinds)
+    for kind in kinds:
+        data = gpu_check.method_recipe(kind, Path("tiny"), gpu_check.GPU)
+        path = tmp_path / f"{kind}.toml"
+        path.write_text(tomli_w.dumps(data))
+        recipe = load_recipe(path)
+        assert recipe.method.kind == kind
+        assert recipe.train.max_steps == 20 and recipe.train.precision == "bf16" and recipe.launch.gpus == 1
+        assert recipe.dataset.eval_split == 0.0 and recipe.train.eval_steps == 0
+    qlora = load_recipe(tmp_path / "qlora.toml").method
+    assert qlora.quant_type == "nf4" and qlora.double_quant
+
+
+def test_the_stage_recipes_are_valid(gpu_check, tmp_path):
+    import tomli_w
+
+    variants = {
+        "eager": dict(attention="eager"), "flash": dict(attention="flash_attention_2"),
+        "liger": dict(liger=True), "zero3": dict(zero=3, offload="cpu"), "zero2": dict(zero=2, offload="cpu"),
+        "mfu": dict(steps=40, seq_len=2048, micro_batch=16),
+    }
+    for name, kwargs in variants.items():
+        data = gpu_check.sft_recipe(f"x-{name}", Path("tiny"), tmp_path / "sft.jsonl", gpu_check.GPU, **kwargs)
+        (tmp_path / f"{name}.toml").write_text(tomli_w.dumps(data))
+        recipe = load_recipe(tmp_path / f"{name}.toml")
+        assert recipe.train.packing is True and recipe.method.kind == "sft"
+    assert load_recipe(tmp_path / "zero3.toml").launch.offload_optimizer == "cpu"
+    assert load_recipe(tmp_path / "flash.toml").model.attn_implementation == "flash_attention_2"
+
+
+def test_mfu_and_the_peak_of_known_gpus(gpu_check):
+    assert gpu_check.peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12
+    assert gpu_check.peak_flops("NVIDIA H100 PCIe") == 756.5e12
+    assert gpu_check.peak_flops("NVIDIA GH200 480GB") == 989.4e12
+    assert gpu_check.peak_flops("NVIDIA L40S") == 362.05e12 and gpu_check.peak_flops("NVIDIA L4") == 121.0e12
+    assert gpu_check.peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert gpu_check.peak_flops("Some Future GPU") is None
+    # 1.1 B parameters at 60k tokens/s on an H100: 6 * 1.1e9 * 6e4 / 989.4e12 = 40 %
+    assert math.isclose(gpu_check.mfu(6e4, 1_100_000_000, 989.4e12), 0.4002, rel_tol=1e-3)
+    assert gpu_check.mfu(None, 10, 1e12) is None and gpu_check.mfu(1.0, 10, None) is None
+
+
+def test_loss_parity_and_estimate_error(gpu_check):
+    assert gpu_check.loss_gap([2.0, 1.0], [2.0, 1.01]) == pytest.approx(0.01 / 1.01)
+    assert gpu_check.loss_gap([2.0, None], [2.02, 1.0]) == pytest.approx(0.02 / 2.02)
+    assert gpu_check.loss_gap([], [1.0]) is None
+    assert gpu_check.error_pct(110, 100) == pytest.approx(10.0)
+    assert gpu_check.error_pct(None, 100) is None
+
+
+@pytest.mark.slow
+def test_cpu_smoke_runs_the_stages_for_real(tmp_path):
+    """--cpu-smoke: two attention implementations on the same packed batches and the MFU stage with its
+    plain-Trainer baseline, through the real `llmtui run` and bench/baseline_train.py, 2-3 steps each."""
+    before = results_state()
+    out = tmp_path / "GPU_RESULTS.md"
+    done = script("--cpu-smoke", "--stages", "attention,mfu", "--out", str(out), "--work", str(tmp_path / "work"),
+                  timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    report = out.read_text()
+    assert "CPU smoke run" in report and "every check passed" in report
+    for line in ("| attention | sdpa trains on packed batches | pass |",
+                 "| attention | eager trains on packed batches | pass |",
+                 "| attention | eager loss matches sdpa | pass |",
+                 "| mfu | the plain Trainer baseline trains | pass |"):
+        assert line in report, report
+    assert "flash_attention_2: needs CUDA" in report and "NVML readings: needs an NVIDIA GPU" in report
+    assert "llmtui / plain Trainer: **" in report and "**—×**" not in report
+    recipes = sorted(p.name for p in (tmp_path / "work" / "recipes").iterdir())
+    assert recipes == ["attention-eager.toml", "attention-sdpa.toml", "mfu-llmtui.toml"]
+    assert results_state() == before
