@@ -10,7 +10,8 @@ import pytest
 
 from tuiapp.core import checks, rl
 from tuiapp.core.errors import RecipeError, RecipeErrors, UserError
-from tuiapp.core.recipe import DatasetSpec, parse_recipe
+from tuiapp.core.gpus import cuda_available
+from tuiapp.core.recipe import DatasetSpec, load_recipe, parse_recipe
 from tuiapp.core.rewards import (
     AnswerReward,
     FormatReward,
@@ -324,3 +325,16 @@ def test_show_summarises_rewards_first_to_last():
     assert rl.reward_summary(rows) == ("reward 0.100 -> 0.900 · format 0.100 -> 0.800 · answer 0.000 -> 0.100 · "
                                        "length 6.5 (25% clipped) · kl 0.0100")
     assert rl.reward_summary([{"step": 1, "loss": 2.0}]) is None  # not an online RL run
+
+
+def test_the_gpu_grpo_preset_generates_with_vllm():
+    r = load_recipe(ROOT / "recipes" / "gpu-qwen-0.5b-grpo-lora.toml")
+    assert r.method.generation_backend == "vllm" and r.method.adapter.kind == "lora"
+    assert "method.generation_backend" in keys(rl.rules(r, ranks=1, cuda=False))  # refused on CPU, with the fix
+    assert not keys(rl.rules(r, ranks=1, cuda=True, vllm_installed=True))
+
+
+@pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+def test_the_gpu_grpo_preset_passes_its_rules_on_this_gpu():
+    pytest.importorskip("vllm")
+    assert not keys(rl.rules(load_recipe(ROOT / "recipes" / "gpu-qwen-0.5b-grpo-lora.toml")))
