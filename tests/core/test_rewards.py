@@ -338,3 +338,14 @@ def test_the_gpu_grpo_preset_generates_with_vllm():
 def test_the_gpu_grpo_preset_passes_its_rules_on_this_gpu():
     pytest.importorskip("vllm")
     assert not keys(rl.rules(load_recipe(ROOT / "recipes" / "gpu-qwen-0.5b-grpo-lora.toml")))
+
+
+def test_the_estimate_counts_a_frozen_start_only_for_a_kl_penalty_on_every_weight():
+    from tuiapp.core.estimate import TINY_CONFIG, estimate_recipe
+
+    def reference(method, adapter=""):
+        r = recipe(method=method, rewards=adapter)
+        return estimate_recipe(r, dict(TINY_CONFIG), 1, 1, cuda=False).memory.reference
+
+    assert reference("beta = 0.0") == 0 and reference("beta = 0.04") > 0
+    assert reference("beta = 0.04", "[method.adapter]\nkind = 'lora'") == 0  # the base, adapter off

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tuiapp.core.errors import RecipeError
+from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import (
     METHOD_MODELS,
     PREFERENCE_KINDS,
@@ -533,7 +534,8 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
     # preference batches hold two sequences per example: chosen + rejected (KTO: answer + KL answer)
     sequences = 2 if knobs.method.kind in PREFERENCE_KINDS else 1
     reference, reference_cpu = 0, 0
-    if full and knobs.method.kind in REFERENCE_KINDS:  # with an adapter the reference is the base, adapters off
+    online_kl = knobs.method.kind in RL_KINDS and knobs.method.beta > 0  # grpo/rloo keep a frozen start for KL
+    if full and (knobs.method.kind in REFERENCE_KINDS or online_kl):  # with an adapter: the base, adapters off
         reference, reference_cpu = reference_bytes(base, knobs.zero_stage, world, knobs.offload_params, precision)
         states = dataclasses.replace(states, reference=reference,
                                      cpu_offload_total=states.cpu_offload_total + reference_cpu * per_node)
@@ -571,7 +573,7 @@ def _candidates(knobs: Knobs, world: int, grad_accum: int) -> list[tuple[str, Kn
             if batch % smaller == 0:
                 text += f", grad_accum={batch // smaller}"
             out.append((text, dataclasses.replace(knobs, micro_batch=smaller)))
-    if kind in ("pretrain", "sft") and knobs.method.kind in PREFERENCE_KINDS:
+    if kind in ("pretrain", "sft") and knobs.method.kind in PREFERENCE_KINDS | RL_KINDS:
         lora = knobs.method.model_copy(update={"adapter": LoraMethod()})
         out.append(("[method.adapter] kind='lora'", dataclasses.replace(knobs, method=lora)))
     elif kind in ("pretrain", "sft"):
