@@ -14,14 +14,14 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp import cli_after, cli_manage, cli_probe, cli_scale, cli_serve, cli_ship
+from tuiapp import cli_after, cli_cache, cli_manage, cli_probe, cli_scale, cli_serve, cli_ship
 from tuiapp.core import checks, launcher, meta, queue, rl, service
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError, exit_code
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
 from tuiapp.core.metrics import JsonlReader, dedupe_steps, train_rows
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, progress_line
 from tuiapp.core.recipe import batching_label, json_schema, load_recipe
-from tuiapp.core.rundir import ACTIVE, FINAL, attempt_count, duration_s, first_started
+from tuiapp.core.rundir import ACTIVE, FINAL, attempt_count, duration_s, first_started, read_phases
 from tuiapp.core.runs import RunStore
 
 OUTCOME_EXIT = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_INTERRUPTED}
@@ -113,6 +113,7 @@ def follow(run, store) -> int:
     rows: list[dict] = []
     interrupted = False
     shown: tuple = ()
+    shown_figure: dict | None = None
 
     def on_interrupt(signum, frame):
         nonlocal interrupted
@@ -141,6 +142,12 @@ def follow(run, store) -> int:
                         phase += " (DeepSpeed's CPU comm op: compiled on the first launch in this Python " \
                                  "environment, 1-2 min, then cached)"
                     print(f"starting: {phase}" + (f" — ! {hang}" if hang else ""), flush=True)
+                figure = (read_phases(run.path).get(0) or {}).get("progress")
+                if isinstance(figure, dict) and figure.get("total") and figure != shown_figure:
+                    shown_figure = figure  # rank 0 tokenizing: documents, throughput, ETA
+                    print(f"tokenizing {figure.get('done', 0):,}/{figure['total']:,} docs  "
+                          f"{figure.get('docs_per_s') or 0:,.0f} docs/s  {figure.get('mb_per_s') or 0:.1f} MB/s  "
+                          f"ETA {fmt_duration(figure.get('eta_s'))}", flush=True)
             for event in events.read_new():
                 if event.get("event") == "eval_progress":
                     total = event.get("total")
@@ -421,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_after.add_commands(add)  # chat, eval, export-metrics
     cli_probe.add_command(add)
+    cli_cache.add_command(add)  # cache list, prune
     cli_model.add_command(add)
     cli_serve.add_command(add)
     cli_ship.add_commands(add)  # serve

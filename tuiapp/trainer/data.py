@@ -14,10 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 from datasets import Dataset, load_dataset, load_from_disk
@@ -36,6 +33,7 @@ from tuiapp.core.datasets import (
 )
 from tuiapp.core.errors import DatasetError
 from tuiapp.core.recipe import DatasetSpec, Recipe, packing_enabled
+from tuiapp.trainer import tokenize_cache
 from tuiapp.trainer.packing import IGNORE, PackedRowsCollator
 from tuiapp.trainer.tiny import CHATML_TEMPLATE
 
@@ -321,12 +319,18 @@ def _eos_id(tokenizer) -> int:
 
 
 def _cached_tokenized(spec: DatasetSpec, recipe: Recipe, tokenizer, cache_dir: Path, base_dir) -> Dataset:
+    """Built once (by one rank, in parallel workers for a large corpus) into a memory-mapped Arrow
+    entry of the cache that every rank and later run with the same key loads (tokenize_cache)."""
     folder = cache_dir / "data" / cache_key(spec, recipe, tokenizer, base_dir)
-    if folder.is_dir():
-        log.info("tokenized dataset loaded from cache %s", folder)
-        return load_from_disk(str(folder))
+    return tokenize_cache.shared_entry(folder, lambda: _build(spec, recipe, tokenizer, base_dir, folder.name),
+                                       lambda path: load_from_disk(str(path)))
+
+
+def _build(spec: DatasetSpec, recipe: Recipe, tokenizer, base_dir, key: str) -> tuple[Dataset, dict]:
     records = _canonical_records(spec, base_dir)
-    dataset = _tokenize(Dataset.from_list(records), recipe, tokenizer, folder.name)
+    source = source_fingerprint(spec, base_dir)
+    size = sum(entry[1] for entry in source.get("files", []))
+    dataset = _tokenize(Dataset.from_list(records), recipe, tokenizer, key, size)
     dropped = len(records) - len(dataset) if not is_pretrain(recipe) else 0
     if dropped:
         log.warning("dropped %d of %d examples with no trained token left after truncation "
@@ -336,31 +340,41 @@ def _cached_tokenized(spec: DatasetSpec, recipe: Recipe, tokenizer, cache_dir: P
         raise DatasetError(message=f"no training {what} of max_seq_len={recipe.train.max_seq_len}",
                            file=spec.name, key="train.max_seq_len",
                            fix="raise train.max_seq_len or use more data")
-    _save_atomically(dataset, folder)
-    return load_from_disk(str(folder))
+    info = {"source": spec.name, "format": spec.format, "method": recipe.method.kind,
+            "max_seq_len": recipe.train.max_seq_len, "tokenizer": getattr(tokenizer, "name_or_path", ""),
+            "documents": len(records), "bytes": size}
+    return dataset, info
 
 
-def _tokenize(dataset: Dataset, recipe: Recipe, tokenizer, fingerprint: str) -> Dataset:
-    return dataset.map(
-        _tokenize_batch, fn_kwargs={"recipe": recipe, "tokenizer": tokenizer}, batched=True,
-        batch_size=DOCS_PER_BLOCK_BATCH, remove_columns=dataset.column_names,
-        new_fingerprint=fingerprint, desc="tokenizing",
-    )
+def _tokenize(dataset: Dataset, recipe: Recipe, tokenizer, fingerprint: str, source_bytes: int = 0) -> Dataset:
+    """In tokenize_cache.workers processes for a large corpus. Pretraining tokenizes the documents
+    in parallel, then cuts the blocks in one process, batch by batch of DOCS_PER_BLOCK_BATCH
+    documents: the same blocks whatever the number of workers."""
+    procs = tokenize_cache.workers(len(dataset))
+    mapping = {"batched": True, "batch_size": DOCS_PER_BLOCK_BATCH, "remove_columns": dataset.column_names,
+               "desc": "tokenizing", "num_proc": procs if procs > 1 else None}
+    with tokenize_cache.Progress(len(dataset), source_bytes, procs):
+        if not is_pretrain(recipe):
+            return dataset.map(_tokenize_batch, fn_kwargs={"recipe": recipe, "tokenizer": tokenizer},
+                               new_fingerprint=fingerprint, **mapping)
+        ids = dataset.map(_document_ids, fn_kwargs={"tokenizer": tokenizer}, new_fingerprint=f"{fingerprint}-ids",
+                          **mapping)
+    return ids.map(_blocks, fn_kwargs={"block": recipe.train.max_seq_len}, batched=True,
+                   batch_size=DOCS_PER_BLOCK_BATCH, remove_columns=["ids"], new_fingerprint=fingerprint,
+                   desc="cutting blocks")
 
 
-def _save_atomically(dataset: Dataset, folder: Path) -> None:
-    """Write to a temporary folder, then rename: a racing rank sees all of it or nothing."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        dataset.save_to_disk(str(building))
-        try:
-            os.rename(building, folder)
-        except OSError:
-            if not folder.is_dir():
-                raise  # a real error, not another rank that finished first
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
+def _document_ids(batch: dict[str, list], tokenizer) -> dict[str, list]:
+    """Each document's token ids and eos (pretraining, before the blocks are cut)."""
+    eos = _eos_id(tokenizer)
+    ids = tokenizer(_documents(batch, tokenizer), add_special_tokens=False, verbose=False)["input_ids"]
+    return {"ids": [[*doc, eos] for doc in ids]}
+
+
+def _blocks(batch: dict[str, list], block: int) -> dict[str, list]:
+    stream = [token for doc in batch["ids"] for token in doc]
+    blocks = [stream[i : i + block] for i in range(0, len(stream) - block + 1, block)]
+    return {"input_ids": blocks, "labels": [list(b) for b in blocks]}
 
 
 def cache_key(spec: DatasetSpec, recipe: Recipe, tokenizer, base_dir=None) -> str:

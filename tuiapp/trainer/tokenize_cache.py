@@ -1,0 +1,174 @@
+"""Tokenized datasets on disk: built once, by one rank, in parallel, and shared.
+
+An entry is cache_dir/data/<key>/ (key: a hash of the data, tokenizer, template and settings; see
+tuiapp.trainer.data.cache_key): datasets' Arrow files, memory-mapped when loaded, and llmtui.json
+(what it holds, when it was built and last used; `llmtui cache list|prune` read it). Ranks and runs
+that need the same key share it: the first takes the entry's lock (flock) and builds it; the others
+wait on the lock, then load it. While it builds, the rank's phase record carries the progress
+(documents done of the total, documents and MB per second, ETA) for `llmtui run` and the TUI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tuiapp.core import rundir
+from tuiapp.trainer import phases
+
+log = logging.getLogger("llmtui.data")
+ENTRY_INFO = "llmtui.json"
+PROGRESS_EVERY_S = 2.0  # how often the phase record's progress is rewritten
+PARALLEL_FROM = 20_000  # documents: fewer are tokenized in the rank itself (workers cost a second to start)
+MAX_WORKERS = 8
+
+
+def workers(documents: int) -> int:
+    """Tokenizing processes for this many documents: LLMTUI_TOKENIZE_WORKERS, else every core (at
+    most MAX_WORKERS) for a large corpus and none (in the rank itself) for a small one."""
+    forced = os.environ.get("LLMTUI_TOKENIZE_WORKERS")
+    if forced:
+        return max(1, int(forced))
+    if documents < PARALLEL_FROM:
+        return 1
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
+
+
+def shared_entry(folder: Path, build, load):
+    """The entry at `folder`, built by `build() -> (dataset, info)` once across ranks and runs
+    (under the entry's lock), then `load(folder)`."""
+    if folder.is_dir():
+        touch(folder)
+        log.info("tokenized dataset loaded from cache %s", folder)
+        return load(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    locks = folder.parent.parent / "locks"  # beside the entries: `data/` holds entries only
+    locks.mkdir(exist_ok=True)
+    with _locked(locks / f"{folder.parent.name}-{folder.name}.lock"):
+        if not folder.is_dir():  # another rank or run may have built it while this one waited
+            dataset, info = build()
+            save_atomically(dataset, folder, info)
+        else:
+            touch(folder)
+            log.info("tokenized dataset loaded from cache %s (built while this rank waited)", folder)
+    return load(folder)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive flock; a rank waiting for it reports so in its phase record every few seconds
+    (the hang watchdog sees it alive)."""
+    with open(path, "a+") as handle:
+        waited = 0.0
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if waited % PROGRESS_EVERY_S < 0.25:
+                    report({"waiting": "another rank or run is tokenizing this data"})
+                time.sleep(0.25)
+                waited += 0.25
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def save_atomically(dataset, folder: Path, info: dict) -> None:
+    """Write to a temporary folder, then rename: a reader sees all of it or nothing."""
+    building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        dataset.save_to_disk(str(building))
+        now = time.time()
+        (building / ENTRY_INFO).write_text(json.dumps({**info, "rows": len(dataset), "built": now, "used": now}))
+        try:
+            os.rename(building, folder)
+        except OSError:
+            if not folder.is_dir():
+                raise  # a real error, not another process that finished first
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def touch(folder: Path) -> None:
+    """Record that a run used the entry (prune keeps recently used ones)."""
+    path = folder / ENTRY_INFO
+    try:
+        info = json.loads(path.read_text())
+        info["used"] = time.time()
+        tmp = path.with_name(f".{ENTRY_INFO}.{os.getpid()}")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        pass  # an entry from before llmtui.json, or a read-only cache: nothing to record
+
+
+def report(progress: dict) -> None:
+    """This rank's phase record (ranks/phase-<rank>.json) gets `progress`."""
+    run_dir, phase = phases._state["run_dir"], phases.current()
+    if run_dir is None or phase is None:
+        return
+    try:
+        rundir.write_phase(run_dir, phases._state["rank"], phase, progress=progress)
+    except OSError:
+        pass  # a full disk must not end the run; the figure just lags
+
+
+class Progress(threading.Thread):
+    """Watches the `tokenizing` progress bar that datasets' map keeps in this process (its count
+    arrives from the worker processes) and reports documents done of the total, documents and MB
+    per second and the ETA, every PROGRESS_EVERY_S."""
+
+    def __init__(self, documents: int, source_bytes: int, workers: int):
+        super().__init__(daemon=True, name="tokenize-progress")
+        self.documents, self.source_bytes, self.workers = documents, source_bytes, workers
+        self.started = time.monotonic()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(PROGRESS_EVERY_S):
+            count = _bar_count("tokenizing")
+            if count is not None:
+                report(self.figure(count))
+
+    def figure(self, count: int) -> dict:
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        share = count / self.documents if self.documents else 0.0
+        rate = count / elapsed
+        return {"done": count, "total": self.documents, "docs_per_s": round(rate, 1),
+                "mb_per_s": round(self.source_bytes * share / elapsed / 1e6, 2), "workers": self.workers,
+                "eta_s": round((self.documents - count) / rate, 1) if rate > 0 else None}
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.join(timeout=5)
+
+
+def _bar_count(desc: str) -> int | None:
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", [])):
+        if str(getattr(bar, "desc", "")).startswith(desc):
+            return int(bar.n)
+    return None
+
+
+def entry_info(folder: Path) -> dict:
+    try:
+        return json.loads((folder / ENTRY_INFO).read_text())
+    except (OSError, ValueError):
+        return {}
