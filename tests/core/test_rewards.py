@@ -349,3 +349,21 @@ def test_the_estimate_counts_a_frozen_start_only_for_a_kl_penalty_on_every_weigh
 
     assert reference("beta = 0.0") == 0 and reference("beta = 0.04") > 0
     assert reference("beta = 0.04", "[method.adapter]\nkind = 'lora'") == 0  # the base, adapter off
+
+
+def test_a_reward_model_must_be_a_reward_runs_model(tmp_path):
+    sft = tmp_path / "sft-final"
+    sft.mkdir()
+    (sft / "config.json").write_text("{}")
+    (sft / "llmtui.json").write_text('{"method": "sft"}')
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for model, words in ((str(sft), "final model of a sft run"), (str(empty), "no config.json"),
+                         ("no/such/folder", "not found")):
+        r = recipe(rewards=f"[[method.rewards]]\nkind = 'model'\nmodel = '{model}'")
+        found = checks.static_findings(r, RunStore(tmp_path / "runs"), base_dir=tmp_path)
+        assert any(f.key == "method.rewards.1.model" and words in f.message for f in found), found
+    (sft / "llmtui.json").write_text('{"method": "reward"}')
+    r = recipe(rewards=f"[[method.rewards]]\nkind = 'model'\nmodel = '{sft}'")
+    assert "method.rewards.1.model" not in keys(checks.static_findings(r, RunStore(tmp_path / "runs"),
+                                                                         base_dir=tmp_path))

@@ -123,7 +123,28 @@ def data_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
                                "['tool_name', ...] or method.rewards.{index}.column"))
         if reward.kind == "python":
             out += check_python_reward(reward.function, records[:CHECK_ROWS], base_dir, key + ".function")
+        if reward.kind == "model":
+            out += _reward_model_findings(reward.model, base_dir, key + ".model")
     return out
+
+
+def _reward_model_findings(name: str, base_dir: Path, key: str) -> list[Finding]:
+    """A local reward model folder exists and, when llmtui trained it, is a `reward` run's model."""
+    folder = Path(name).expanduser()
+    folder = folder if folder.is_absolute() else Path(base_dir) / folder
+    if not folder.is_dir():
+        if data.HUB_ID.match(name):
+            return []  # a hub id: loaded (or refused) by the ranks
+        return [Finding("error", key, f"reward model {name} not found", "a sequence-classification model folder, "
+                        "'run:NAME' of a `reward` run, or a hub id")]
+    info = folder / "llmtui.json"
+    method = json.loads(info.read_text()).get("method") if info.is_file() else "reward"
+    if method != "reward":
+        return [Finding("error", key, f"{name} is the final model of a {method} run, not a reward model",
+                        "train one with method.kind = 'reward' and use 'run:NAME' of that run")]
+    if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
+        return [Finding("error", key, f"{name} holds no model (no config.json)", "point it at a model folder")]
+    return []
 
 
 # ---------------------------------------------------------------- rules
