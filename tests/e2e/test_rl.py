@@ -1,5 +1,5 @@
 """Online RL end to end (issue 27) through `llmtui run`, the real launcher and TRL's GRPO/RLOO trainers on a
-CPU rank: tiny-grpo learns its format reward on demo:arith; RLOO with a LoRA adapter is driven by a user's
+CPU rank: tiny-grpo learns its format reward on demo:arith, the curve going on after a stop and resume; RLOO with a LoRA adapter is driven by a user's
 reward function and a reward model from a `reward` run, and the function's exception at step 3 fails the
 run naming its file and line; a broken reward file is refused before anything launches."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import llmtui, metrics, only_run, run_info
+from tests.e2e.helpers import kill_group, llmtui, metrics, only_run, run_info, steps_reached, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -34,10 +34,21 @@ def said(result, run_dir: Path | None = None) -> str:
     return result.stdout[-3000:] + result.stderr[-3000:] + log
 
 
-def test_tiny_grpo_learns_the_format_reward(runs_dir, one_thread):
-    result = llmtui("run", "recipes/tiny-grpo.toml", runs_dir=runs_dir, timeout=900)
+def test_tiny_grpo_learns_the_format_reward_across_a_stop_and_resume(runs_dir, one_thread):
+    llmtui("run", "recipes/tiny-grpo.toml", "--detach", runs_dir=runs_dir, check=True)
     run = only_run(runs_dir)
-    assert result.returncode == 0, said(result, run)
+    try:
+        wait_for(lambda: steps_reached(run, 4), timeout=600, what="4 steps")
+        stopped = llmtui("stop", run.name, runs_dir=runs_dir, timeout=300)
+        assert stopped.returncode == 0 and run_info(run)["status"] == "stopped", stopped.stdout + stopped.stderr
+        [checkpoint] = (run / "checkpoints").glob("checkpoint-*")
+        step = int(checkpoint.name.split("-")[1])
+        assert 4 <= step < 16
+        result = llmtui("resume", run.name, runs_dir=runs_dir, timeout=900)
+        assert result.returncode == 0, said(result, run)
+    finally:
+        kill_group(run)
+    assert run_info(run)["status"] == "succeeded"
     rows = [r for r in metrics(run) if r.get("split", "train") == "train"]
     assert [r["step"] for r in rows] == list(range(1, 17))
     fmt = [r["rewards/format/mean"] for r in rows]
@@ -48,7 +59,7 @@ def test_tiny_grpo_learns_the_format_reward(runs_dir, one_thread):
                 "completions/clipped_ratio", "entropy", "tokens"):
         assert key in rows[-1], key
     done = lines(run / "completions.jsonl")
-    assert len(done) == 16 * 16 and {d["step"] for d in done} == set(range(1, 17))
+    assert len(done) == 16 * 16 and {d["step"] for d in done} == set(range(1, 17))  # none twice after the resume
     assert set(done[0]["rewards"]) == {"format", "answer"} and "number only" in done[0]["prompt"]
     assert all(d["tokens"] <= 12 and isinstance(d["completion"], str) for d in done)
     assert sum(d["rewards"]["format"] for d in done[-16:]) / 16 == pytest.approx(fmt[-1], abs=1e-6)
