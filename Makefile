@@ -48,3 +48,4 @@ wheelhouse:
 
 install-offline:
 	$(PYTHON) tools/wheelhouse.py install $(WHEELS) --venv $(VENV)
+	touch $(BIN)/llmtui

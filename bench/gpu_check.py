@@ -113,8 +113,9 @@ GPU = Profile(
     big=dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=16,
              num_key_value_heads=4, vocab_size=32000, tie_word_embeddings=False, max_position_embeddings=4096,
              rope_theta=10000.0, rms_norm_eps=1e-5),
-    seq_len=1024, micro_batch=8, mfu_seq_len=2048, mfu_micro_batch=16, mfu_steps=40, mfu_warmup=10,
-    records=1200, words=(80, 1100), parallel=3, loss_rtol=0.02, timeout=600,
+    # mfu: 8 examples of ~900 tokens a step; the padded baseline stays well inside 80 GB
+    seq_len=1024, micro_batch=8, mfu_seq_len=2048, mfu_micro_batch=8, mfu_steps=40, mfu_warmup=10,
+    records=1200, words=(80, 1100), parallel=4, loss_rtol=0.02, timeout=600,
 )
 SMOKE = Profile(
     name="cpu-smoke", cuda=False, precision="fp32", steps=2,
@@ -137,7 +138,7 @@ def log(message: str) -> None:
 
 
 def cuda_state() -> tuple[bool, str]:
-    """Whether runs here get CUDA, and why not: NVML first (no torch), then torch's own answer."""
+    """Whether runs here get CUDA, and why not (or torch's CUDA version): NVML first (no torch), then torch."""
     from tuiapp.core.launcher import cuda_device_count
 
     if cuda_device_count() == 0:
@@ -149,7 +150,7 @@ def cuda_state() -> tuple[bool, str]:
     version, cuda, available = out.stdout.split()[-3:]
     if available != "True":
         return False, f"NVML sees a GPU but torch {version} (CUDA {cuda}) cannot use it: install a CUDA build of torch"
-    return True, ""
+    return True, cuda
 
 
 def has_package(name: str) -> bool:
@@ -198,35 +199,43 @@ def error_pct(predicted: float | None, measured: float | None) -> float | None:
 # ------------------------------------------------------------------ model folders and data
 
 
-def build_model(folder: Path, shape: dict, cache: Path, device: str, dtype: str) -> dict:
-    """A random-weight Qwen2 model with the bundled tiny model's tokenizer (run in a child process)."""
+# Methods whose library supports only some architectures: peft's adaption prompt takes llama, mistral
+# and gpt2 (llmtui's preflight refuses it on Qwen2 with that message), so it trains a Llama of the same shape.
+ARCHITECTURE = {"llama-adapter": "llama"}
+
+
+def build_model(folder: Path, shape: dict, cache: Path, device: str, dtype: str, arch: str = "qwen2") -> dict:
+    """A random-weight Qwen2 (or Llama) model with the bundled tiny model's tokenizer (run in a child process)."""
     import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     from tuiapp.trainer.tiny import IM_END, ensure_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_model(cache))
     if len(tokenizer) > shape["vocab_size"]:
         raise SystemExit(f"vocab_size {shape['vocab_size']} is under the tokenizer's {len(tokenizer)} tokens")
-    config = Qwen2Config(**shape, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id)
+    config_class, model_class = (LlamaConfig, LlamaForCausalLM) if arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    config = config_class(**shape, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+                          pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
     with torch.device(device):
-        model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
+        model = model_class(config).to(getattr(torch, dtype))
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(IM_END)]
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     params = sum(p.numel() for p in model.parameters())
-    info = {"parameters": params, "embedding": model.get_input_embeddings().weight.numel(), "shape": shape}
+    info = {"parameters": params, "embedding": model.get_input_embeddings().weight.numel(), "shape": shape,
+            "architecture": arch}
     (folder / "gpu_check_model.json").write_text(json.dumps(info) + "\n")
     return info
 
 
-def ensure_model(folder: Path, shape: dict, cache: Path, env: dict, cuda: bool, precision: str) -> dict:
+def ensure_model(folder: Path, shape: dict, cache: Path, env: dict, cuda: bool, precision: str,
+                 arch: str = "qwen2") -> dict:
     marker = folder / "gpu_check_model.json"
     if not marker.exists():
         spec = {"folder": str(folder), "shape": shape, "cache": str(cache), "device": "cuda" if cuda else "cpu",
-                "dtype": "bfloat16" if precision == "bf16" else "float32"}
+                "dtype": "bfloat16" if precision == "bf16" else "float32", "arch": arch}
         out = subprocess.run([common.PYTHON, __file__, "--build-model", json.dumps(spec)], cwd=ROOT, env=env,
                              capture_output=True, text=True)
         if out.returncode != 0:
@@ -300,14 +309,17 @@ def sft_recipe(name: str, model: Path, data_file: Path, profile: Profile, *, ste
 
 
 class Nvml:
-    """NVML readings of device 0, sampled in a thread while runs train."""
+    """NVML readings of the runs' device (the first of CUDA_VISIBLE_DEVICES, else 0), sampled in a
+    thread while runs train."""
 
     def __init__(self):
         import pynvml
 
         pynvml.nvmlInit()
         self.nvml = pynvml
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        self.index = int(first) if first.isdigit() else 0
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
         name = pynvml.nvmlDeviceGetName(self.handle)
         self.name = name.decode() if isinstance(name, bytes) else str(name)
         self.total = int(pynvml.nvmlDeviceGetMemoryInfo(self.handle).total)
@@ -335,7 +347,7 @@ class Nvml:
         return out
 
     def project_readers(self) -> dict:
-        """Device 0's used memory as llmtui's own readers see it: the run view's sampler and core.gpus."""
+        """The device's used memory as llmtui's own readers see it: the run view's sampler and core.gpus."""
         out = {"direct": self.read()["used"]}
         try:
             from tuiapp.ui.system import SystemSampler
@@ -343,14 +355,14 @@ class Nvml:
             sampler = SystemSampler()
             gpus = sampler.sample().gpus
             sampler.close()
-            out["ui"] = int(gpus[0].used) if gpus else None
+            out["ui"] = next((int(g.used) for g in gpus if g.index == self.index), None)
         except Exception as exc:  # a renamed reader is reported, not fatal
             out["ui_error"] = repr(exc)
         try:
             from tuiapp.core.gpus import detect_gpus
 
             gpus = detect_gpus()
-            out["core"] = gpus[0].used_bytes if gpus else None
+            out["core"] = next((g.used_bytes for g in gpus if g.index == self.index), None)
         except Exception as exc:
             out["core_error"] = repr(exc)
         return out
@@ -421,12 +433,17 @@ class Run:
     def peak(self) -> int | None:  # torch's max_memory_allocated on CUDA, peak RSS on CPU
         return self.memory("peak")
 
-    def nvml_peak(self) -> int | None:
-        """The rank's own NVML figure (by pid), else the device's rise over its start when it ran alone."""
+    def nvml_own_peak(self) -> int | None:
+        """The rank's own NVML figure, by pid (None where NVML sees other pids, as in some containers)."""
         own = [sum(m for pid, m in s["procs"].items() if pid in self.rank_pids) for s in self.nvml]
         own = [v for v in own if v]
+        return max(own) if own else None
+
+    def nvml_peak(self) -> int | None:
+        """The rank's own NVML figure (by pid), else the device's rise over its start when it ran alone."""
+        own = self.nvml_own_peak()
         if own:
-            return max(own)
+            return own
         if self.alone and self.baseline_used is not None and self.nvml:
             return max(s["used"] for s in self.nvml) - self.baseline_used
         return None
@@ -618,6 +635,11 @@ class Check:
         log(f"building the models ({p.name}) and data in {self.work}")
         self.small_dir, self.big_dir = self.work / "model-small", self.work / "model-big"
         self.small = ensure_model(self.small_dir, p.small, cache, self.env, p.cuda, p.precision)
+        self.arch_dirs = {}
+        for arch in sorted({ARCHITECTURE[m] for m in self.methods if m in ARCHITECTURE} if "methods" in self.stages
+                           else ()):
+            self.arch_dirs[arch] = self.work / f"model-small-{arch}"
+            ensure_model(self.arch_dirs[arch], p.small, cache, self.env, p.cuda, p.precision, arch)
         if "mfu" in self.stages:
             self.big = ensure_model(self.big_dir, p.big, cache, self.env, p.cuda, p.precision)
         self.data = write_sft_data(self.work / "sft.jsonl", p.records, p.words)
@@ -633,7 +655,10 @@ class Check:
         p = self.profile
         runs = []
         for kind in self.methods:
-            run = Run(f"method-{kind}", "methods", method_recipe(kind, self.small_dir, p))
+            model = self.arch_dirs.get(ARCHITECTURE.get(kind), self.small_dir)
+            run = Run(f"method-{kind}", "methods", method_recipe(kind, model, p))
+            if kind in ARCHITECTURE:
+                run.extra["note"] = f"a {ARCHITECTURE[kind]} model of the same shape"
             if kind == "qlora" and not p.cuda:
                 run.skipped = "needs CUDA and bitsandbytes"
             elif kind == "qlora" and not has_package("bitsandbytes"):
@@ -766,7 +791,7 @@ class Check:
             if not run.ok or not run.nvml:
                 continue
             reserved, seen = run.memory("reserved"), run.nvml_peak()
-            if reserved and seen is not None and run.alone:
+            if reserved and seen is not None and (run.alone or run.nvml_own_peak()):
                 extra = seen - reserved
                 self.verdict("nvml", f"{run.name}: NVML memory covers torch's reserved memory",
                              -0.02 * reserved <= extra <= NVML_EXTRA_MAX,
@@ -900,10 +925,10 @@ class Check:
         m = self.info.get("mfu")
         if m:
             value = self.mfu_rows[0]["mfu"] if self.mfu_rows else None
-            rows.append([f"MFU of the 1 B SFT (packing, {self.mfu_rows[0]['what'].split(': ')[-1]})",
+            rows.append([f"MFU of the 1 B SFT ({self.mfu_rows[0]['what'].split(': ')[-1]})",
                          f"≥ {MFU_GOAL:.0%}", _pct(value), _met(value is not None and value >= MFU_GOAL, value)])
         errors = [r.extra["estimate_error"] for r in self.runs if r.extra.get("estimate_error") is not None]
-        if errors:
+        if errors and self.profile.cuda:  # on a CPU the peak is the process's RSS: no estimate of it
             worst = max(errors, key=abs)
             rows.append(["memory estimate error, worst run", f"≤ {ESTIMATE_GOAL:.0%}", f"{worst:+.1f}%",
                          _met(abs(worst) <= 100 * ESTIMATE_GOAL, worst)])
@@ -949,7 +974,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.build_model:
         spec = json.loads(args.build_model)
-        build_model(Path(spec["folder"]), spec["shape"], Path(spec["cache"]), spec["device"], spec["dtype"])
+        build_model(Path(spec["folder"]), spec["shape"], Path(spec["cache"]), spec["device"], spec["dtype"],
+                    spec.get("arch", "qwen2"))
         return EXIT_OK
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     kinds = method_kinds()
@@ -959,8 +985,10 @@ def main(argv=None) -> int:
         print(f"error: unknown stage or method {', '.join(bad)}\n  fix: stages are {', '.join(STAGES)}; "
               f"methods are {', '.join(kinds)}", file=sys.stderr)
         return EXIT_BAD_ARGS
+    torch_cuda = None
     if not args.cpu_smoke:
         ok, why = cuda_state()
+        torch_cuda = why
         if not ok:
             print(f"gpu-check: nothing ran: {why}. It needs a CUDA GPU; bench/GPU_RESULTS.md is unchanged. "
                   "(`--cpu-smoke` runs its plumbing on this CPU.)")
@@ -976,11 +1004,17 @@ def main(argv=None) -> int:
     if args.cpu_smoke:
         env["LLMTUI_FORCE_CPU"] = "1"
     check = Check(profile, work, env, methods, stages, peak_tflops=args.peak_tflops)
+    check.info["torch_cuda"] = torch_cuda
     check.info["argv"] = ["bench/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]
     common.exit_on_sigterm()
     started = time.time()
+    check.info["load"] = os.getloadavg() if hasattr(os, "getloadavg") else ()
     try:
-        check.prepare()
+        try:
+            check.prepare()
+        except (RuntimeError, OSError) as exc:
+            print(f"gpu-check: failed before any run: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         for stage in STAGES:
             if stage in stages:
                 log(f"stage {stage}")
@@ -990,10 +1024,7 @@ def main(argv=None) -> int:
         check.check_nvml()
         check.check_estimates()
         check.info["seconds"] = time.time() - started
-        machine = common.machine_info()
-        if check.nvml is not None:
-            machine["driver"] = check.nvml.driver
-        machine.update(_optional_versions())
+        machine = machine_info(check)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(check.results(machine), encoding="utf-8")
         print(f"gpu-check: {'FAILED' if check.failed else 'passed'}: {sum(f[2] for f in check.findings)}/"
@@ -1012,16 +1043,32 @@ def _default_extensions() -> str:
     return torch_extensions_dir(env)
 
 
-def _optional_versions() -> dict:
+def machine_info(check: Check) -> dict:
+    """bench/common.py's machine table, with the versions read from the installed metadata (importing
+    torch, transformers and deepspeed to ask them takes a minute on a busy machine)."""
+    import platform
     from importlib import metadata
 
-    out = {}
-    for name in ("bitsandbytes", "flash-attn", "liger-kernel", "peft", "trl"):
+    import psutil
+
+    info = {
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": platform.node(),
+        "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+        "cpu": common.cpu_model(), "cores": f"{psutil.cpu_count(logical=False)} physical / {psutil.cpu_count()} logical",
+        "ram": f"{psutil.virtual_memory().total / GIB:.1f} GiB", "gpu": common.gpu_info(),
+        "load average at start": " ".join(f"{x:.2f}" for x in check.info.get("load", ())),
+    }
+    if check.nvml is not None:
+        info["driver"] = check.nvml.driver
+    if check.info.get("torch_cuda"):
+        info["torch CUDA"] = check.info["torch_cuda"]
+    for name in ("torch", "transformers", "deepspeed", "accelerate", "peft", "trl", "datasets", "bitsandbytes",
+                 "flash-attn", "liger-kernel"):
         try:
-            out[name] = metadata.version(name)
+            info[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
+            info[name] = "not installed"
+    return info
 
 
 if __name__ == "__main__":
