@@ -91,21 +91,78 @@ def test_a_run_whose_creator_died_before_starting_it_fails_with_that_reason(tmp_
     assert run.status == "failed" and "exited before starting it" in run.info["reason"]
 
 
-def test_processes_that_outlive_their_supervisor_are_not_called_failed(tmp_path):
+# a rank as the trainer behaves: SIGTERM -> a stop checkpoint recorded, then exit
+STOPPING_RANK = ("import signal, sys, time\n"
+                 "from tuiapp.core.metrics import JsonlWriter\n"
+                 "def stop(*_):\n"
+                 "    with JsonlWriter(sys.argv[1]) as events: events.write({'event': 'stop_checkpoint', 'step': 7})\n"
+                 "    sys.exit(0)\n"
+                 "signal.signal(signal.SIGTERM, stop)\n"
+                 "time.sleep(60)\n")
+
+
+@pytest.mark.parametrize("checkpoints", [False, True])
+def test_processes_that_outlive_their_supervisor_are_not_called_failed(tmp_path, checkpoints):
     store = RunStore(tmp_path)
     run = store.create(recipe_from_dict(RECIPE), lock=True)
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    code = STOPPING_RANK if checkpoints else "import time; time.sleep(60)"
+    orphan = subprocess.Popen([sys.executable, "-c", code, str(run.events_path)], start_new_session=True)
     try:
-        run.update(status="running", pgid=orphan.pid, attempts=rundir.new_attempt({}, "h", False))
+        time.sleep(0.5 if checkpoints else 0)  # its SIGTERM handler is in place
+        run.update(status="running", pgid=orphan.pid, started=time.time() - 5,
+                   attempts=rundir.new_attempt({}, "h", False))
         run.release_lock()  # the supervisor died; its rank (the orphan's group) lives on
         fresh = Run(run.path).load().refresh_truth()
         assert fresh.status == "running" and fresh.info.get("orphans") is True
-        assert service.stop(fresh, grace_s=1) is True  # stop ends what is left
+        assert service.stop(fresh, grace_s=5) is True  # stop ends what is left
     finally:
         if orphan.poll() is None:
             _kill(orphan)
-    assert orphan.wait(5) == -signal.SIGTERM
-    assert Run(run.path).load().refresh_truth().status == "failed"
+    assert orphan.wait(5) == (0 if checkpoints else -signal.SIGTERM)
+    ended = Run(run.path).load().refresh_truth()
+    assert ended.status == "stopped", ended.info["reason"]  # a stop request, not a failure
+    wanted = "stopped at step 7 with a checkpoint" if checkpoints else "before a checkpoint was saved"
+    assert wanted in ended.info["reason"] and rundir.attempts_of(ended.info)[-1]["outcome"] == "stopped"
+
+
+def test_orphans_that_finish_and_save_the_final_model_succeed(tmp_path):
+    store = RunStore(tmp_path)
+    run = store.create(recipe_from_dict(RECIPE), lock=True)
+    finishing = ("import sys, os\nfrom tuiapp.core.metrics import JsonlWriter\n"
+                 "os.makedirs(sys.argv[2])\n"
+                 "with JsonlWriter(sys.argv[1]) as events: events.write({'event': 'finished', 'step': 9})\n")
+    run.update(status="running", pgid=os.getpid() + 10**7, started=time.time() - 5,
+               attempts=rundir.new_attempt({}, "h", False))
+    (run.path / "stdout.log").write_text("$ env RANK=0 python -m tuiapp.trainer --run-dir x\n"
+                                         "[INFO] [launch.py:351:main] Process 123 exits successfully.\n")
+    run.release_lock()  # the supervisor died; its rank then finished alone
+    subprocess.run([sys.executable, "-c", finishing, str(run.events_path), str(run.final_path)], check=True)
+    ended = Run(run.path).load().refresh_truth()
+    assert ended.status == "succeeded" and "final model saved" in ended.info["reason"]
+    assert "INFO" not in ended.info["reason"] and "$ " not in ended.info["reason"]
+
+
+def test_orphans_that_end_without_a_trace_fail_without_quoting_the_launcher(tmp_path):
+    store = RunStore(tmp_path)
+    run = store.create(recipe_from_dict(RECIPE), lock=True)
+    run.update(status="running", pgid=os.getpid() + 10**7, started=time.time() - 5,
+               attempts=rundir.new_attempt({}, "h", False))
+    (run.path / "stdout.log").write_text("$ env HF_TOKEN=*** RANK=0 python -m tuiapp.trainer --run-dir x\n"
+                                         "[INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator\n")
+    run.release_lock()
+    ended = Run(run.path).load().refresh_truth()
+    assert ended.status == "failed" and "supervisor is gone" in ended.info["reason"]
+    assert "INFO" not in ended.info["reason"] and "RANK=0" not in ended.info["reason"], ended.info["reason"]
+
+
+def test_a_queued_run_whose_supervisor_died_never_started(tmp_path):
+    store = RunStore(tmp_path)
+    run = store.create(recipe_from_dict(RECIPE), lock=True)
+    run.update(status="queued", pid=os.getpid() + 10**7, attempts=[])
+    run.release_lock()
+    ended = Run(run.path).load().refresh_truth()
+    assert ended.status == "failed" and "waited in the queue" in ended.info["reason"]
+    assert "resume" in ended.info["reason"]
 
 
 def test_resume_of_a_live_run_is_refused(tmp_path):

@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 
+import psutil
 import pytest
 
 from tests.e2e.helpers import llmtui, run_info, spawn_llmtui, wait_for
@@ -154,3 +155,63 @@ def test_killing_the_process_that_follows_a_queued_run_leaves_it_queued(runs_dir
     follower.wait()
     wait_for(lambda: _all_final(runs_dir), timeout=300, what="the run to end")
     assert run_info(_runs(runs_dir)[0])["status"] == "succeeded"
+
+
+class Training(threading.Thread):
+    """Samples which runs of a folder have live trainer ranks (the processes, not run.json)."""
+
+    def __init__(self, runs_dir):
+        super().__init__(daemon=True)
+        self.runs_dir = str(runs_dir)
+        self.most = 0
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            training = set()
+            for process in psutil.process_iter(["cmdline"]):
+                cmd = process.info.get("cmdline") or []
+                if "tuiapp.trainer" in cmd and "--run-dir" in cmd:
+                    run_dir = cmd[cmd.index("--run-dir") + 1]
+                    if run_dir.startswith(self.runs_dir):
+                        training.add(run_dir)
+            self.most = max(self.most, len(training))
+            time.sleep(0.2)
+
+
+def test_resume_of_queued_runs_goes_back_through_the_queue(runs_dir):
+    """3 runs on 1 slot: the running one's group is killed, a waiting one's supervisor is killed, the
+    third starts; resuming the first two queues them (priority and slots kept) behind it."""
+    long = [*SHORT, "--set", "train.max_steps=100000"]
+    watch = Training(runs_dir)
+    watch.start()
+    try:
+        for name, priority in (("first", "0"), ("second", "0"), ("third", "0")):
+            llmtui("run", "recipes/tiny-lora.toml", *long, "--set", f"name={name}", "--queue", "--slots", "1",
+                   "--priority", priority, "--detach", runs_dir=runs_dir, check=True)
+        first, second, third = _runs(runs_dir)
+        wait_for(lambda: run_info(first)["status"] == "running", timeout=300, what="the first run to train")
+        assert [run_info(p)["status"] for p in (second, third)] == ["queued", "queued"]
+        os.killpg(run_info(first)["pgid"], signal.SIGKILL)  # the running job: supervisor and ranks
+        os.kill(run_info(second)["pid"], signal.SIGKILL)  # a waiting job's supervisor
+        wait_for(lambda: run_info(third)["status"] == "running", timeout=300, what="the third run to train")
+        for run in (first, second):
+            result = llmtui("resume", run.name, "--detach", runs_dir=runs_dir, timeout=60)
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert "once the queue lets it start" in result.stdout
+            assert run_info(run)["status"] == "queued" and run_info(run)["queue"]["slots"] == 1
+        listed = json.loads(llmtui("queue", "--json", runs_dir=runs_dir, check=True).stdout)
+        assert [row["id"] for row in listed] == [first.name, second.name]
+        time.sleep(3)
+        assert run_info(third)["status"] == "running" and watch.most == 1
+        assert llmtui("stop", third.name, runs_dir=runs_dir, timeout=120).returncode == 0
+        wait_for(lambda: run_info(first)["status"] == "running", timeout=300, what="the resumed first run to train")
+        assert run_info(second)["status"] == "queued"
+        for run in (second, first):
+            assert llmtui("stop", run.name, runs_dir=runs_dir, timeout=120).returncode == 0
+    finally:
+        watch.done.set()
+        watch.join()
+    assert watch.most == 1
+    assert run_info(second)["status"] == "stopped" and "cancelled while queued" in run_info(second)["reason"]
+    assert rundir.attempts_of(run_info(first))[-1]["outcome"] == "stopped"

@@ -192,6 +192,55 @@ def failure_reason(run_dir: Path, log: Path | None = None, since: float | None =
     return "\n".join([explain_rank_exit(lines) or "", *lines]).strip()
 
 
+SUPERVISOR_GONE = "the run's supervisor is gone (killed, or the machine rebooted)"
+LAUNCHER_LINE = re.compile(r"^\$ |\[(INFO|WARNING|DEBUG)\]|^\s*(env )?\S*python\S* ")  # a command or launcher chatter
+
+
+def logged_errors(run_dir: Path) -> str | None:
+    """The error lines (a traceback's end, a rank's exit in llmtui's words) of the first log that
+    holds one; never the launcher's INFO lines or a command line."""
+    for log in [*rank_logs(run_dir), Path(run_dir) / "stdout.log"]:
+        found, lines = error_lines(log)
+        if not found:
+            continue
+        explained = explain_rank_exit(lines)
+        kept = [line for line in lines if not LAUNCHER_LINE.search(line)]
+        text = "\n".join(([explained] if explained else []) + kept).strip()
+        if text:
+            return (f"[{log.name}] " if log.name != "stdout.log" else "") + text
+    return None
+
+
+def unsupervised_outcome(run_dir: Path, info: dict) -> tuple[str, str]:
+    """The status and reason of an attempt that ended without its supervisor, from what its ranks
+    recorded (their exit codes are lost with it): `succeeded` when they finished and saved final/,
+    `stopped` after a stop checkpoint or a stop request, else `failed` with the rank's own root
+    cause. Never the launcher's output lines or its command."""
+    run_dir = Path(run_dir)
+    started = info.get("started")
+    if info.get("status") == "queued":
+        return "failed", (f"{SUPERVISOR_GONE} while the run waited in the queue; it never started "
+                          "(`llmtui resume` puts it back in the queue)")
+    events = [e for e in read_jsonl(run_dir / "events.jsonl")
+              if started is None or (e.get("time") or 0) >= started - 1]
+    kinds = {e.get("event"): e for e in events}
+    if "finished" in kinds and (run_dir / "final").is_dir():
+        return "succeeded", f"every step trained and the final model saved; {SUPERVISOR_GONE}, so no exit code"
+    if "stop_checkpoint" in kinds:
+        step = kinds["stop_checkpoint"].get("step")
+        return "stopped", f"stopped at step {step} with a checkpoint ({SUPERVISOR_GONE})"
+    if info.get("stop_requested"):
+        return "stopped", f"stopped on request before a checkpoint was saved ({SUPERVISOR_GONE})"
+    cause = failure_cause(run_dir, since=started)
+    if cause:
+        return "failed", f"{cause_text(cause)}\n({SUPERVISOR_GONE})"
+    errors = logged_errors(run_dir)
+    if errors:
+        return "failed", f"{SUPERVISOR_GONE}; the logs' last errors:\n{errors}"
+    return "failed", (f"{SUPERVISOR_GONE}, and its ranks ended without finishing, a stop checkpoint or an error "
+                      f"of their own (killed?); the rank logs are in {run_dir / 'ranks'}")
+
+
 @dataclass
 class Run:
     """One run directory."""
@@ -288,9 +337,10 @@ class Run:
             return process_alive(self.info.get("pid"), self.info.get("pid_create_time"))
         return held
 
-    def refresh_truth(self, persist: bool = True) -> "Run":
-        """An active run whose supervisor is gone has failed: say so, with the reason. While any
-        process of the run lives, it is not called failed."""
+    def refresh_truth(self, persist: bool = True, supervisor: bool | None = None) -> "Run":
+        """An active run whose supervisor is gone has ended: say how (unsupervised_outcome). While
+        any process of the run lives, it is not called ended. `supervisor=False`: the caller holds
+        the run's lock itself, so no supervisor lives (None: the lock says)."""
         if self.status not in ACTIVE:
             return self
         if self.info.get("slurm_job"):
@@ -300,28 +350,27 @@ class Run:
             return self  # its supervisor runs on another machine (multi-node): a lock here means nothing
         if self.info.get("node_mode") == "slurm":
             return self  # submitted, not yet given a job id by the submitting process
-        if self.supervisor_alive():
+        if supervisor is None and self.supervisor_alive():
             return self
         if runlock.held(runlock.lock_path(self.path)) is None and not self.info.get("pid"):
             return self  # no lock and no pid: nothing to judge by (made by hand or by an older llmtui)
         self.load()  # the supervisor may have just written the final status
-        if self.status not in ACTIVE or self.supervisor_alive():
+        if self.status not in ACTIVE or (supervisor is None and self.supervisor_alive()):
             return self
         if group_processes(self.info.get("pgid")):
             self.info["orphans"] = True  # ranks outlived their supervisor: `llmtui stop` ends them
             return self
         if self.status == "created" and not attempts_of(self.info):
-            reason = "the process that created the run exited before starting it"
+            status, reason = "failed", "the process that created the run exited before starting it"
         else:
-            reason = "the run's supervisor is gone (killed or the machine rebooted). " + (
-                failure_reason(self.path, since=self.info.get("started")) or "")
+            status, reason = unsupervised_outcome(self.path, self.info)
         shm.reclaim(self.info.get("master_port"))  # no rank is left to use its shared memory
         now = time.time()
-        self.info.update(status="failed", ended=now, reason=reason.strip(),
-                         attempts=close_attempt(self.info, "failed", reason.strip(), now))
+        self.info.update(status=status, ended=now, reason=reason,
+                         attempts=close_attempt(self.info, status, reason, now))
         if persist:
             try:
-                self.update(status="failed", ended=now, reason=self.info["reason"], attempts=self.info["attempts"])
+                self.update(status=status, ended=now, reason=reason, attempts=self.info["attempts"])
             except OSError:
                 pass
         return self

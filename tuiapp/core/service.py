@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import time
@@ -244,7 +245,8 @@ def _enqueue(run: Run, plan: LaunchPlan, store: RunStore) -> None:
 
 
 def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
-                     node: cluster.NodeArgs | None = None, wait_s: float = 10.0, queued: bool = False) -> int:
+                     node: cluster.NodeArgs | None = None, wait_s: float = 10.0, queued: bool = False,
+                     adopt: bool = False) -> int:
     """Start the run's (or one node's) supervisor in its own session, handing it the run's lock,
     so no second supervisor can start between this check and its life. Returns its pid."""
     node_rank = node.node_rank if node else None
@@ -260,9 +262,11 @@ def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
         argv += ["--node-rank", str(node.node_rank), "--nnodes", str(node.nnodes), "--master-addr", node.master_addr]
     if queued:
         argv.append("--queued")
+    if adopt:
+        argv.append("--adopt")  # the ranks of a dead supervisor live on: follow them, start nothing
     owner = not node_rank
     try:
-        if owner:
+        if owner and not adopt:
             run.update(status="queued" if queued else "starting", phase=None if queued else "launching",
                        phase_since=time.time(), reason=None, error=None, hang=None, ended=None, exit_code=None,
                        stop_requested=None)
@@ -417,7 +421,10 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
         run.refresh_truth()
         return True
     supervisor_up = run.supervisor_alive()
+    if not supervisor_up and run.status in ACTIVE and group_processes(pgid):
+        run.update(status="stopping", stop_requested=time.time())  # orphaned ranks: the outcome says stopped
     signal_group(pgid)
+    _signal_adopter(run, pgid)
     if not wait:
         return False
     deadline = time.monotonic() + grace_s + 15.0
@@ -441,13 +448,28 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
     return not group_processes(pgid)
 
 
+def _signal_adopter(run: Run, pgid: int) -> None:
+    """A supervisor that adopted orphaned ranks lives outside their group: it hears of the stop
+    too (it records `stopping` and enforces the grace period)."""
+    pid = run.info.get("pid")
+    if not pid or not process_alive(pid, run.info.get("pid_create_time")):
+        return
+    try:
+        if os.getpgid(pid) != pgid:
+            os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 # ---------------------------------------------------------------- resume
 
 
-def _check_resumable(run: Run) -> None:
-    run.refresh_truth()
+def _check_resumable(run: Run, holding_lock: bool = False) -> None:
+    """`holding_lock`: this process holds the run's lock, so no supervisor of it lives."""
+    run.refresh_truth(supervisor=False if holding_lock else None)
     if run.status in ACTIVE:
-        live = "its supervisor is alive" if run.supervisor_alive() else "processes of the run are still alive"
+        alive = not holding_lock and run.supervisor_alive()
+        live = "its supervisor is alive" if alive else "processes of the run are still alive"
         raise RunError(message=f"{run.id} is still {run.status} ({live})",
                        fix=f"follow it with `llmtui show {run.id}`, or stop it first with `llmtui stop {run.id}`")
     if run.status == "succeeded":
@@ -472,12 +494,35 @@ def resume(run: Run, options: LaunchOptions | None = None, say: Say = _quiet) ->
                        fix=f"follow it with `llmtui show {run.id}`, or stop it first with `llmtui stop {run.id}`")
     run.lock_fd = fd
     try:
-        _check_resumable(run)
-        say(f"resuming {run.id} from its last complete checkpoint")
-        start_supervisor(run, resume=True)
+        run.load()
+        if run.status in ACTIVE and run.info.get("host") in (None, socket.gethostname()) \
+                and group_processes(run.info.get("pgid")):
+            say(f"{run.id}: its supervisor was gone, but its ranks still train; a new supervisor adopts them "
+                "and records how they end")
+            start_supervisor(run, adopt=True)
+            return run.load()
+        _check_resumable(run, holding_lock=True)
+        queued = _requeue(run)
+        say(f"resuming {run.id} from its last complete checkpoint"
+            + (f" once the queue lets it start (#{queue.position(run.path.parent, run.id) or '?'} in line, "
+               f"priority {run.info['queue'].get('priority', 0)})" if queued else ""))
+        start_supervisor(run, resume=True, queued=queued)
     finally:
         run.release_lock()
     return run.load()
+
+
+def _requeue(run: Run) -> bool:
+    """A run that went through the queue goes back through it on resume, with its priority and
+    slots: it waits its turn like any queued run (True), instead of starting beside the runs
+    that hold the devices."""
+    recorded = run.info.get("queue")
+    if not isinstance(recorded, dict):
+        return False
+    entry = queue.enqueue(run.path.parent, run.id, priority=int(recorded.get("priority") or 0),
+                          slots=int(recorded.get("slots") or 0) or None, devices=recorded.get("devices") or 1)
+    run.update(queue={**recorded, "enqueued": entry.enqueued})
+    return True
 
 
 def _resume_node(run: Run, options: LaunchOptions, say: Say) -> Run:

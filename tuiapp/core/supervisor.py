@@ -26,7 +26,16 @@ from tuiapp.core.errors import UserError
 from tuiapp.core.gpus import detect_gpus
 from tuiapp.core.metrics import JsonlWriter, read_jsonl, summarize
 from tuiapp.core.procs import group_processes
-from tuiapp.core.runs import Run, cause_text, failure_cause, failure_reason, redact, root_cause
+from tuiapp.core.runs import (
+    SUPERVISOR_GONE,
+    Run,
+    cause_text,
+    failure_cause,
+    failure_reason,
+    redact,
+    root_cause,
+    unsupervised_outcome,
+)
 
 POLL_S = 0.2
 WATCH_S = 1.0  # phases, hangs and errors are read this often
@@ -62,6 +71,7 @@ class Supervisor:
         self.error_seen = False
         self.launcher_tearing_down = False  # the ranks finished and exited; only the launcher is left
         self._next_watch = 0.0
+        self.ranks_group: int | None = None  # adopt(): the dead supervisor's group, where its ranks live on
 
     def _on_stop_signal(self, signum, frame) -> None:
         if self.stop_requested_at is None:
@@ -70,7 +80,7 @@ class Supervisor:
 
     def _signal_group(self, signum: int) -> None:
         me = os.getpid()
-        for process in group_processes(os.getpgid(0)):
+        for process in group_processes(self.ranks_group or os.getpgid(0)):
             if process.pid == me:
                 continue
             try:
@@ -163,6 +173,58 @@ class Supervisor:
             queue.release(self.runs_root, run.id)
         shm.reclaim(plan.port)  # DeepSpeed's CPU all-reduce buffers of this run's ranks
         self._record_outcome(code)
+        return 0
+
+    def adopt(self) -> int:
+        """Follow the ranks of a supervisor that died (they live on in its process group): hold
+        the run's lock and its queue claim again, watch phases, errors and stop requests as
+        execute() does, and when the last of them exits record how the run ended, from what the
+        ranks wrote (runs.unsupervised_outcome: their exit codes died with the old supervisor)."""
+        signal.signal(signal.SIGTERM, self._on_stop_signal)
+        signal.signal(signal.SIGINT, self._on_stop_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        run = self.run
+        info = run.info
+        self.ranks_group = int(info["pgid"])
+        self.recipe = run.recipe()
+        self.started = float(info.get("started") or time.time())
+        self.world = int(info.get("world_size") or info.get("ranks") or 1)
+        self.startup_timeout_s = float(self.recipe.launch.startup_timeout_s)
+        self.status = str(info.get("status"))
+        me = psutil.Process()
+        self.claims = self.node is None and not cluster.uses_hosts(self.recipe.launch)
+        if self.claims:  # the dead supervisor's claim went with its pid: the ranks still hold the devices
+            with queue.decision_lock(self.runs_root):
+                queue.write_claim(self.runs_root, run.id, list(info.get("gpus") or []) if info.get("accelerator")
+                                  == "cuda" else [], me.pid, me.create_time(), pgid=self.ranks_group)
+        self._record(pid=me.pid, pid_create_time=me.create_time())
+        if info.get("stop_requested"):
+            self.stop_requested_at = time.monotonic()
+            self.stop_recorded = True
+        while group_processes(self.ranks_group):
+            if self.stop_requested_at is not None and not self.stop_recorded:
+                self.stop_recorded = True
+                self.status = "stopping"
+                self._record(status="stopping", stop_requested=time.time())
+            if time.monotonic() >= self._next_watch:
+                self._next_watch = time.monotonic() + WATCH_S
+                self._watch_ranks()
+            if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > self.grace_s:
+                self._signal_group(signal.SIGKILL)
+            time.sleep(POLL_S)
+        if self.claims:
+            queue.release(self.runs_root, run.id)
+        shm.reclaim(info.get("master_port"))
+        status, reason = unsupervised_outcome(run.path, run.load().info)
+        reason = reason.replace(SUPERVISOR_GONE, "the run's first supervisor died; a second one followed its ranks")
+        now = time.time()
+        self._record(status=status, ended=now, reason=reason, hang=None,
+                     attempts=rundir.close_attempt(self._own_record(), status, reason, now))
+        with JsonlWriter(run.events_path) as events:
+            events.write({"event": status, "exit_code": None, "reason": reason})
+        self._notify(status, status, reason)
+        self._notify_sweep_end()
+        rundata.summarise_run(run.path)
         return 0
 
     def _probe_micro_batch(self, recipe, cuda: int, devices: list[int] | None):
@@ -489,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master-addr", default=None, help="address of node 0 (multi-node runs)")
     parser.add_argument("--slurm", action="store_true", help="started by the run's sbatch script")
     parser.add_argument("--queued", action="store_true", help="wait for a turn in the device queue first")
+    parser.add_argument("--adopt", action="store_true", help="follow the live ranks of a supervisor that died")
     parser.add_argument("--lock-fd", type=int, default=None, help="the run's lock, taken by the process that started this")
     parser.add_argument("--grace", type=float, default=float(os.environ.get("LLMTUI_STOP_GRACE_S", launcher.STOP_GRACE_S)))
     args = parser.parse_args(argv)
@@ -504,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     os.set_inheritable(lock, False)  # held by this process alone; released by the kernel when it ends
     supervisor = Supervisor(args.run_dir, args.resume, args.grace, args.master_port, node, queued=args.queued)
     try:
-        return supervisor.execute()
+        return supervisor.adopt() if args.adopt else supervisor.execute()
     except UserError as exc:
         supervisor.fail(str(exc))
         return 2
