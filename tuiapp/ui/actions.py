@@ -6,6 +6,8 @@ service refuses; the workers report it through tuiapp.ui.worker_errors."""
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +26,29 @@ class FormReport:
     findings: str = ""
     has_errors: bool = False
     estimate: str = ""
+    finding_errors: int = 0  # preflight findings of level error
+    on_cpu: bool = False  # no CUDA on this machine: the estimate speaks of CPU ranks
+
+
+@functools.lru_cache(maxsize=1)
+def machine_on_cpu() -> bool:
+    """No CUDA device here (judged once, without torch): runs get CPU ranks."""
+    from tuiapp.core.gpus import cuda_available
+
+    return not cuda_available()
+
+
+def rank_wording(estimate: str, on_cpu: bool) -> str:
+    """The estimate's setup line without its echo: `1 GPU (world size 1)` says `1 GPU`, and on a
+    machine without CUDA `1 CPU rank` (memory per rank, not per GPU). Several nodes keep theirs."""
+    def setup(match: re.Match) -> str:
+        count = int(match.group(1))
+        if on_cpu:
+            return f"{count} CPU rank{'s' if count != 1 else ''}"
+        return f"{count} GPU{'s' if count != 1 else ''}"
+
+    text = re.sub(r"\b(\d+) GPUs? \(world size \1\)", setup, estimate)
+    return text.replace("per GPU ", "per rank").replace("per GPU", "per rank") if on_cpu else text
 
 
 def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Path) -> FormReport:
@@ -42,8 +67,10 @@ def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Pat
         findings = checks.static_findings(check.recipe, store, base_dir)
         report.findings = checks.format_findings(findings)
         report.has_errors = checks.has_errors(findings)
+        report.finding_errors = sum(f.level == "error" for f in findings)
+        report.on_cpu = machine_on_cpu()
         try:
-            report.estimate = checks.estimate_report(check.recipe, store, base_dir)["text"]
+            report.estimate = rank_wording(checks.estimate_report(check.recipe, store, base_dir)["text"], report.on_cpu)
         except UserError as exc:
             report.estimate = f"no estimate:\n{exc}"
     except ImportError as exc:  # core checks mid-rewrite: say so, keep the form usable

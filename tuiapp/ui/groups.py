@@ -154,7 +154,7 @@ class GroupRow:
             if count:
                 parts.append(f"{count} {word}")
         parts.append(self.best_text())
-        parts.append("enter opens · g " + ("folds" if self.expanded else "unfolds"))
+        parts.append("enter opens · f " + ("folds" if self.expanded else "unfolds"))
         return " · ".join(parts)
 
 

@@ -23,7 +23,7 @@ from tuiapp.core.metrics import (
 )
 from tuiapp.core.progress import fmt_duration
 from tuiapp.core.runs import ACTIVE, Run, RunStore
-from tuiapp.ui.runstatus import StatusView, error_log, status_view, why_text
+from tuiapp.ui.runstatus import StatusView, error_log, status_view, steps_counting, why_text
 
 SPARK_POINTS = 48  # losses kept per row for the sparkline
 STALL_WINDOW = 20  # the last train rows' times the stall check reads (RunRow.step_times)
@@ -107,6 +107,8 @@ class RunRow:
         return fmt_duration(seconds) + (f" ×{self.attempt_count}" if self.attempt_count > 1 else "")
 
     def view(self, now: float) -> StatusView:
+        if steps_counting(self.status, {"attempts": self.attempts, "started": self.started}, self.step_times):
+            return status_view("running", now, orphans=self.orphans, step_times=self.step_times)
         return status_view(self.status, now, phase=self.phase, phase_since=self.phase_since, hang=self.hang,
                            orphans=self.orphans, stop_requested=self.stop_requested, step_times=self.step_times,
                            queue_position=self.queue_position)

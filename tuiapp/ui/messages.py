@@ -113,8 +113,11 @@ class DoctorReported(Message):
 class RecipeChecked(Message):
     """The form was validated: recipe errors, static findings and the memory estimate."""
 
-    def __init__(self, generation: int, check: Any, findings_text: str, has_errors: bool, estimate: str) -> None:
+    def __init__(self, generation: int, check: Any, findings_text: str, has_errors: bool, estimate: str,
+                 finding_errors: int = 0, on_cpu: bool = False) -> None:
         super().__init__()
+        self.finding_errors = finding_errors  # preflight findings of level error (the Checks pane counts them)
+        self.on_cpu = on_cpu  # no CUDA here: the ranks are CPU processes
         self.generation = generation
         self.check = check
         self.findings_text = findings_text

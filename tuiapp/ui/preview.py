@@ -40,6 +40,8 @@ def dataset_preview(name: str, info, error: str | None) -> str:
         lines.append(f"\n— example {index}")
         if isinstance(example, dict):
             for key, value in example.items():
+                if value is None:  # a column this record leaves empty (`tools` of a chat without tools)
+                    continue
                 if key == "messages" and isinstance(value, list):
                     for turn in value:
                         if isinstance(turn, dict):

@@ -10,6 +10,7 @@ from tuiapp.core.metrics import as_number
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number
 from tuiapp.core.rundata import RunData
 from tuiapp.core.rundir import attempt_count, duration_s
+from tuiapp.ui.footer_keys import plural
 from tuiapp.ui.runstatus import error_log, error_summary, reason_summary, status_of
 
 # the badge's colour per shown status (runstatus.status_view gives the text)
@@ -55,8 +56,8 @@ def status_text(info: dict, data: RunData, now: float, stopping: bool = False, r
         parts.append(("elapsed " if status in ("starting", "running", "stopping") else "took ") + fmt_duration(spent) + over)
     if view.key == "running":
         parts.append(f"ETA {fmt_duration(data.eta_seconds())}")
-    if info.get("ranks"):
-        parts.append(f"{info['ranks']} rank(s) on {escape(str(info.get('accelerator', '?')))}")
+    if isinstance(info.get("ranks"), int) and info["ranks"]:
+        parts.append(f"{plural(info['ranks'], 'rank')} on {escape(str(info.get('accelerator', '?')))}")
     lines = [head, " · ".join(parts) or "no metrics yet"]
     nodes = info.get("nodes")
     if isinstance(nodes, list) and nodes:
@@ -85,7 +86,7 @@ def node_text(node: dict) -> str:
     """'node 1 gpu-b: running, 8 ranks' for one entry of run.json's `nodes`."""
     ranks = node.get("ranks")
     text = f"node {node.get('node_rank', '?')} {escape(str(node.get('host') or '?'))}: {escape(str(node.get('status', '?')))}"
-    return text + (f", {ranks} rank(s)" if ranks else "")
+    return text + (f", {plural(ranks, 'rank')}" if isinstance(ranks, int) and ranks else "")
 
 
 def memory_text(data: RunData, system, monitor: bool) -> str:

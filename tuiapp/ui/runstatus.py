@@ -93,15 +93,32 @@ def status_view(status: str, now: float, *, phase: str | None = None, phase_sinc
 
 
 def status_of(info: dict, now: float, step_times: list[float] | tuple = (), stopping: bool = False) -> StatusView:
-    """status_view of a run.json dict."""
+    """status_view of a run.json dict. A `starting` run whose steps are already counting in this
+    attempt (the supervisor records `running` at its next look) shows as running, not as the
+    start-up phase it last wrote (`loading model` while the steps of a resumed run went on)."""
     hang = info.get("hang")
-    return status_view(str(info.get("status") or "unknown"), now, phase=info.get("phase"),
+    status = str(info.get("status") or "unknown")
+    if steps_counting(status, info, step_times):
+        status, hang = "running", None
+    return status_view(status, now, phase=info.get("phase"),
                        phase_since=info.get("phase_since"), hang=hang if isinstance(hang, dict) else None,
                        orphans=bool(info.get("orphans")), stop_requested=info.get("stop_requested"),
                        step_times=step_times, stopping=stopping)
 
 
 # ---------------------------------------------------------------- attempts, time and reasons
+
+
+def steps_counting(status: str, info: dict, step_times: list[float] | tuple) -> bool:
+    """A `starting` run whose latest attempt already writes steps: it trains."""
+    started = attempt_started(info)
+    return status == "starting" and bool(step_times) and started is not None and step_times[-1] >= started
+
+
+def attempt_started(info: dict) -> float | None:
+    """When the run's latest attempt started (a resume starts a new one)."""
+    attempts = rundir.attempts_of(info)
+    return as_number(attempts[-1].get("started")) if attempts else as_number(info.get("started"))
 
 
 def error_summary(error: dict | None) -> str | None:

@@ -289,8 +289,8 @@ class HomeScreen(HistoryManageActions, Screen):
         parts = [f"{shown} of {plural(total, 'run')}" if shown != total else plural(total, "run")]
         if not self.loaded:
             parts[0] += " (loading…)"
-        elif not model.rows:
-            parts[0] += f" in {self.app.config.runs_root}"
+        elif not model.rows:  # nothing yet: where the runs would be, and how to start one
+            parts = [f"no runs in {self.app.config.runs_root.resolve()}"]
         for status in ("running", "starting", "stopping", "queued", FLAGGED):
             if counts.get(status):
                 parts.append(f"{counts[status]} {status}")

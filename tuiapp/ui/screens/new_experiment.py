@@ -33,7 +33,7 @@ from tuiapp.ui.candidates import (
     model_candidates,
     recipe_choices,
 )
-from tuiapp.ui.footer_keys import footer_by_priority
+from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.messages import ActionFailed, DatasetInspected, ModelsFound, RecipeChecked, RunLaunched
 from tuiapp.ui.preview import dataset_preview, read_trainer_view, trainer_view_text
 from tuiapp.ui.widgets.form import FieldRow, FormSection, field_help, read_value, set_value
@@ -256,7 +256,8 @@ class NewExperimentScreen(Screen):
     def check_recipe(self, values: dict[str, str], kind: str, generation: int) -> None:
         config = self.app.config
         report = actions.check_form(values, kind, config.runs_root, config.base_dir)
-        self.post_message(RecipeChecked(generation, report.check, report.findings, report.has_errors, report.estimate))
+        self.post_message(RecipeChecked(generation, report.check, report.findings, report.has_errors, report.estimate,
+                                        finding_errors=report.finding_errors, on_cpu=report.on_cpu))
 
     def on_recipe_checked(self, message: RecipeChecked) -> None:
         if message.generation != self.generation:
@@ -278,13 +279,13 @@ class NewExperimentScreen(Screen):
             for widget in self.query(f"#{spec.widget_id}"):
                 widget.set_class(key in bad, "-invalid")
         verdict = self.query_one("#ne-verdict", Static)
-        errors = len(check.errors) + message.findings_text.count("error")
+        errors = len(check.errors) + message.finding_errors  # as the Checks pane counts them
         if message.has_errors:
             first = str(check.errors[0]).splitlines()[0] if check.errors else message.findings_text.splitlines()[0]
-            verdict.update(f"✗ {max(errors, 1)} problem(s): {first}")
+            verdict.update(f"✗ {plural(max(errors, 1), 'error')}: {first}")
         else:
             total = next((line.split()[-1] for line in message.estimate.splitlines() if line.strip().startswith("total")), None)
-            memory = f" · estimate {total} GB per GPU" if total else ""
+            memory = f" · estimate {total} GB per {'rank' if message.on_cpu else 'GPU'}" if total else ""
             held = ""
             if check.recipe is not None and check.recipe.dataset.eval_split_auto:
                 held = f" · {check.recipe.dataset.eval_split:.0%} held out for eval"

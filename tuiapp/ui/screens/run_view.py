@@ -26,6 +26,7 @@ from tuiapp.core.rundata import RunData
 from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import actions
+from tuiapp.ui.footer_keys import footer_by_priority
 from tuiapp.ui.manage_keys import META_BINDINGS, RunMetaActions, Target
 from tuiapp.ui.messages import (
     ActionFailed,
@@ -65,12 +66,28 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         Binding("slash", "search_log", "Search log", tooltip="Search the log (n / N: next / previous match, end: follow)"),
         Binding("d", "doctor", "Doctor", tooltip="Every rank's phase, state and Python stack, and which rank is behind"),
         Binding("C", "chat", "Chat", tooltip="Talk to the final model (ctrl+b there: its base beside)"),
-        Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one)"),
+        Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one; 7 Rewards of a preference run)"),
         Binding("z", "zoom", "Zoom", tooltip="Maximize the current pane, or restore"),
         Binding("escape", "back", "Back", tooltip="Back to the history"),
         *META_BINDINGS,
-        *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 7)],
+        *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 8)],  # 7: Rewards
     ]
+
+    # the footer's keys, most important first, as many as fit (the help screen and palette list all);
+    # stop leads while the run lives, resume once it stopped or failed; then the log's own keys
+    # while it has the focus
+    FOOTER_PRIORITY = ["follow", "find(1)", "find(-1)", "back", "next_pane", "zoom", "clone", "chat", "search_log", "next_log", "help", "doctor",
+                       "tag", "note", "rename"]
+
+    @property
+    def active_bindings(self):
+        status = self.info.get("status")
+        first = ["stop"] if status in ACTIVE else ["resume"] if status in RESUMABLE else []
+        priority = first + self.FOOTER_PRIORITY + [a for a in ("stop", "resume") if a not in first]
+        return footer_by_priority(self.app, super().active_bindings, priority, self.size.width)
+
+    def on_resize(self) -> None:
+        self.refresh_bindings()
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
@@ -92,10 +109,10 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         yield Header()
         yield Static("", id="rv-status")
         yield PaneDeck(
-            Pane("Loss", MetricChart("loss (train, eval)", id="chart-loss"), id="pane-loss"),
-            Pane("LR", MetricChart("learning rate", id="chart-lr"), MetricChart("grad norm", id="chart-grad"), id="pane-lr"),
+            Pane("Loss", MetricChart("loss", id="chart-loss"), id="pane-loss"),
+            Pane("LR", MetricChart("learning rate", id="chart-lr"), MetricChart("grad norm", robust=True, id="chart-grad"), id="pane-lr"),
             Pane("Memory", MetricChart("memory GB per rank", id="chart-mem"), Static("", id="rv-mem"), id="pane-mem"),
-            Pane("Speed", MetricChart("tokens/s", id="chart-speed"), Static("", id="rv-speed"), id="pane-speed"),
+            Pane("Speed", MetricChart("tokens/s", robust=True, id="chart-speed"), Static("", id="rv-speed"), id="pane-speed"),
             Pane("Log", Static("", id="rv-log-source"), LogTail(id="rv-log"),
                  Input(placeholder="search the log (enter; n / N next / previous)", id="rv-log-search"), id="pane-log"),
             Pane("Samples", VerticalScroll(Static("", id="rv-samples", markup=False)), id="pane-samples"),
@@ -110,8 +127,8 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         method = Run(self.run_path).load().info.get("method")
         if method not in PREFERENCE_KINDS:
             return []
-        return [Pane("Rewards", MetricChart("rewards (chosen, rejected, margin)", id="chart-rewards"),
-                     MetricChart("reward accuracy (and KL)", id="chart-accuracy"), id="pane-rewards")]
+        return [Pane("Rewards", MetricChart("rewards", id="chart-rewards"),
+                     MetricChart("reward accuracy", id="chart-accuracy"), id="pane-rewards")]
 
     def on_mount(self) -> None:
         run = Run(self.run_path).load()
@@ -245,7 +262,12 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     def on_run_stopped(self, message: RunStopped) -> None:
         self.stopping = False
-        self.info = {**self.info, "status": message.status}
+        # run.json as the stop left it (ended, the closed attempt): a status alone would count the
+        # attempt as not ended and say `took 0s` until the next read
+        info = Run(self.run_path).load().info
+        if info.get("status") in ACTIVE:  # not recorded yet: end the attempt here
+            info = {**self.info, "status": message.status, "ended": self.info.get("ended") or self.app.config.clock()}
+        self.info = info
         self._show_status()
         self.refresh_bindings()
         note = "" if message.clean else " (some processes had to be killed)"

@@ -1,15 +1,17 @@
 """Line charts on textual-plotext that draw a downsampled copy of each series.
 
-`MetricChart` (the run view) holds references to Series (tuiapp.core.rundata) and, when it renders, downsamples each
-to twice its width (braille has two dots per cell) with min/max per column. The copy is cached
-by the series' version and the width, so a redraw without new data costs only plotext's build.
-`CompareChart` draws the compare screen's lines on a chosen x range with round ticks.
+One drawing for the run view and compare: `CompareChart` draws lines on a chosen x range with
+round ticks, y limits from percentiles where one spike would flatten the curves, and no legend on
+the plot (compare shows a table beside it). `MetricChart` (the run view) is the same chart over
+live Series (tuiapp.core.rundata): each line downsampled to twice the plot's width (braille has
+two dots per cell) with min/max per column, cached by the series' version and the width, eval
+series drawn as marked points, and its legend on the title line, beside the plot.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from textual_plotext import PlotextPlot
@@ -43,69 +45,6 @@ class CachedPlot(PlotextPlot):
         return self._frame
 
 
-class MetricChart(CachedPlot):
-    DEFAULT_CSS = """
-    MetricChart { height: 1fr; min-height: 6; }
-    """
-
-    def __init__(self, title: str = "", x_label: str = "step", log_y: bool = False, *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(id=id, classes=classes)
-        self.title_text = title
-        self.x_label = x_label
-        self.log_y = log_y
-        self.series: list[tuple[str, Series]] = []
-        self._cache: dict[int, tuple[int, int, tuple[list[float], list[float]]]] = {}
-        self.points_drawn = 0
-
-    def set_series(self, series: list[tuple[str, Series]], x_label: str | None = None) -> None:
-        self.series = list(series)
-        if x_label is not None:
-            self.x_label = x_label
-        self._cache = {k: v for k, v in self._cache.items() if any(id(s) == k for _, s in self.series)}
-        self.refresh()
-
-    def data_changed(self) -> None:
-        self.refresh()
-
-    def downsampled(self, series: Series, width: int) -> tuple[list[float], list[float]]:
-        buckets = max(4, width * 2)
-        cached = self._cache.get(id(series))
-        if cached and cached[0] == series.version and cached[1] == buckets:
-            return cached[2]
-        result = minmax(series.xs, series.ys, buckets)
-        self._cache[id(series)] = (series.version, buckets, result)
-        return result
-
-    def frame_key(self) -> tuple:
-        return (
-            self.size, self.app.theme, self.theme, self.title_text, self.x_label, self.log_y,
-            tuple((label, id(series), series.version) for label, series in self.series),
-        )
-
-    def _build(self):
-        plt = self.plt
-        plt.clear_figure()
-        width = max(4, self.size.width - Y_AXIS_CELLS)
-        drawn = 0
-        labelled = len(self.series) > 1
-        for label, series in self.series:
-            if not len(series):
-                continue
-            xs, ys = self.downsampled(series, width)
-            if labelled:
-                plt.plot(xs, ys, marker="braille", label=label)
-            else:
-                plt.plot(xs, ys, marker="braille")
-            drawn += len(xs)
-        self.points_drawn = drawn
-        if self.log_y and drawn:
-            plt.yscale("log")
-        plt.title(self.title_text if drawn else f"{self.title_text} (no data yet)")
-        if self.x_label and self.size.height > 8:
-            plt.xlabel(self.x_label)
-        return PlotextPlot.render(self)
-
-
 @dataclass
 class Line:
     """One run's curve as the compare chart draws it (x already on the chosen axis)."""
@@ -116,6 +55,7 @@ class Line:
     marker: str = "braille"
     color: str | None = None
     key: tuple = ()  # what the downsampled copy is cached by (the line's data and smoothing)
+    points: bool = False  # marked points (evals), not a curve
 
     def __len__(self) -> int:
         return len(self.ys)
@@ -141,6 +81,9 @@ class CompareChart(CachedPlot):
     DEFAULT_CSS = """
     CompareChart { height: 1fr; min-height: 6; }
     """
+    X_TICK_CELLS = 8  # about one x tick per this many cells
+    Y_TICK_ROWS = 3  # and one y tick per this many rows
+    MIN_Y_TICKS = 2
 
     def __init__(self, title: str = "", *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -202,7 +145,10 @@ class CompareChart(CachedPlot):
                 inside += [y for x, y in zip(xs, ys, strict=True) if view.x_range[0] <= x <= view.x_range[1]]
             else:
                 inside += ys
-            plt.plot(xs, ys, marker=line.marker, color=line.color)
+            if line.points:
+                plt.scatter(xs, ys, marker=line.marker, color=line.color)
+            else:
+                plt.plot(xs, ys, marker=line.marker, color=line.color)
             drawn += len(xs)
         self.points_drawn = drawn
         title = self.title_text if drawn else f"{self.title_text} (no data yet)"
@@ -215,7 +161,7 @@ class CompareChart(CachedPlot):
         else:
             low, high = min(min(self.visible(line, width)[0] or [0.0]) for line in self.lines), max(
                 max(self.visible(line, width)[0] or [0.0]) for line in self.lines)
-        self.x_ticks = nice_ticks(low, high, max(2, width // 8), integer=view.integer_x)
+        self.x_ticks = nice_ticks(low, high, max(2, width // self.X_TICK_CELLS), integer=view.integer_x)
         spacing = self.x_ticks[1] - self.x_ticks[0] if len(self.x_ticks) > 1 else 0.0
         plt.xticks(self.x_ticks, [tick_label(t, spacing) for t in self.x_ticks])
         if view.log_y:
@@ -225,7 +171,7 @@ class CompareChart(CachedPlot):
             self.y_limits = robust_limits(inside, view.robust)
             if self.y_limits is not None:
                 plt.ylim(*self.y_limits)
-                ticks = nice_ticks(*self.y_limits, max(2, (self.size.height - 4) // 3))
+                ticks = nice_ticks(*self.y_limits, max(self.MIN_Y_TICKS, int((self.size.height - 4) / self.Y_TICK_ROWS)))
                 spacing = ticks[1] - ticks[0] if len(ticks) > 1 else 0.0
                 plt.yticks(ticks, [tick_label(t, spacing) for t in ticks])
         if view.cursor is not None:
@@ -233,3 +179,55 @@ class CompareChart(CachedPlot):
         if view.x_label and self.size.height > 8:
             plt.xlabel(view.x_label)
         return PlotextPlot.render(self)
+
+
+LINE_MARKERS = ("braille", "•", "x", "+", "o", "*")  # the first line is a braille curve, the others glyphs
+LEGEND_GLYPH = {"braille": "⠤"}
+LINE_COLORS = ("cyan", "orange", "green", "magenta", "yellow", "red")
+
+
+class MetricChart(CompareChart):
+    """The run view's chart of live series: `set_series([(label, Series)])`, then `data_changed()`
+    as rows arrive. Series whose label starts with `eval` are points (one per eval), not a curve.
+    Its panes are small (a third of the screen, or a tab at 80x24): ticks sit closer than compare's."""
+
+    X_TICK_CELLS = 6
+    Y_TICK_ROWS = 1.5
+    MIN_Y_TICKS = 3
+
+    def __init__(self, title: str = "", x_label: str = "step", log_y: bool = False, robust: bool = False, *,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(title, id=id, classes=classes)
+        self.base_title = title
+        self.metric_series: list[tuple[str, Series]] = []
+        self.view = View(log_y=log_y, robust=robust, x_label=x_label)
+
+    @property
+    def series(self) -> list[tuple[str, Series]]:
+        return self.metric_series
+
+    @property
+    def log_y(self) -> bool:
+        return self.view.log_y
+
+    def set_series(self, series: list[tuple[str, Series]], x_label: str | None = None) -> None:
+        self.metric_series = list(series)
+        if x_label is not None:
+            self.view = replace(self.view, x_label=x_label)
+        self.data_changed()
+
+    def data_changed(self) -> None:
+        lines, legend = [], []
+        shown = [(label, s) for label, s in self.metric_series if len(s)]
+        for index, (label, series) in enumerate(self.metric_series):
+            points = label.startswith("eval")
+            marker = "•" if points and index else LINE_MARKERS[index % len(LINE_MARKERS)]
+            color = LINE_COLORS[index % len(LINE_COLORS)]
+            lines.append(Line(label, series.xs, series.ys, marker=marker, color=color, key=(id(series), series.version),
+                              points=points))
+            if len(series) and len(shown) > 1:
+                legend.append(f"{LEGEND_GLYPH.get(marker, marker)} {label}")
+        self.title_text = self.base_title + (f"  {'  '.join(legend)}" if legend else "")
+        self.lines = lines
+        self.refresh()
+

@@ -222,7 +222,8 @@ class RunsTable(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if y == 0:
-            return self._line(self._header_cells(), self.get_component_rich_style("runs-table--header"), width)
+            style = self.get_component_rich_style("runs-table--header")
+            return self._arrows(self._line(self._header_cells(), style, width), style, width)
         index = int(self.scroll_offset.y) + y - 1
         if not self.rows and y == 2:
             style = self.get_component_rich_style("runs-table--empty")
@@ -294,7 +295,41 @@ class RunsTable(ScrollView, can_focus=True):
             strip = Strip.join([strip, tail])
         return strip.adjust_cell_length(width, base)
 
+    def _arrows(self, header: Strip, style: Style, width: int) -> Strip:
+        """The header with `◂` where columns are scrolled off to the left and `▸` where more lie to
+        the right (the table has no horizontal scrollbar: ← / → move by whole columns)."""
+        scroll_x, edge = int(self.scroll_offset.x), self._fixed_width - 1
+        if width <= self._fixed_width + 2:
+            return header
+        if scroll_x > 0:
+            header = Strip.join([header.crop(0, edge), Strip([Segment("◂", style)]), header.crop(edge + 1, width)])
+        if scroll_x < self.max_scroll_x:
+            header = Strip.join([header.crop(0, width - 1), Strip([Segment("▸", style)])])
+        return header
+
     # ------------------------------------------------------------ moving
+
+    def column_edges(self) -> list[int]:
+        """Where each scrolling column starts (the sideways offsets the arrow keys stop at)."""
+        edges, x = [], 0
+        for column in COLUMNS:
+            edges.append(x)
+            x += column.width
+        return edges
+
+    def action_scroll_right(self) -> None:
+        """One whole column to the right (the last stop shows the last column whole)."""
+        x, last = int(self.scroll_offset.x), int(self.max_scroll_x)
+        stop = next((edge for edge in self.column_edges() if edge > x), last)
+        self.scroll_to(x=min(stop, last), animate=False)
+        self.refresh()
+
+    def action_scroll_left(self) -> None:
+        """One whole column to the left."""
+        x = int(self.scroll_offset.x)
+        stops = [edge for edge in self.column_edges() if edge < x]
+        self.scroll_to(x=stops[-1] if stops else 0, animate=False)
+        self.refresh()
 
     def _move_to(self, index: int) -> None:
         if not self.rows:
