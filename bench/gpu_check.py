@@ -230,17 +230,17 @@ def build_model(folder: Path, shape: dict, cache: Path, device: str, dtype: str,
     return info
 
 
-def ensure_model(folder: Path, shape: dict, cache: Path, env: dict, cuda: bool, precision: str,
-                 arch: str = "qwen2") -> dict:
-    marker = folder / "gpu_check_model.json"
-    if not marker.exists():
-        spec = {"folder": str(folder), "shape": shape, "cache": str(cache), "device": "cuda" if cuda else "cpu",
-                "dtype": "bfloat16" if precision == "bf16" else "float32", "arch": arch}
-        out = subprocess.run([common.PYTHON, __file__, "--build-model", json.dumps(spec)], cwd=ROOT, env=env,
+def ensure_models(wanted: list[tuple[Path, dict, str]], cache: Path, env: dict, cuda: bool, precision: str) -> list[dict]:
+    """Each (folder, shape, architecture) built unless it is there, all in one child process (one torch import)."""
+    specs = [{"folder": str(folder), "shape": shape, "cache": str(cache), "device": "cuda" if cuda else "cpu",
+              "dtype": "bfloat16" if precision == "bf16" else "float32", "arch": arch}
+             for folder, shape, arch in wanted if not (folder / "gpu_check_model.json").exists()]
+    if specs:
+        out = subprocess.run([common.PYTHON, __file__, "--build-model", json.dumps(specs)], cwd=ROOT, env=env,
                              capture_output=True, text=True)
         if out.returncode != 0:
-            raise RuntimeError(f"building the model in {folder} failed:\n{out.stdout[-2000:]}{out.stderr[-4000:]}")
-    return json.loads(marker.read_text())
+            raise RuntimeError(f"building the models failed:\n{out.stdout[-2000:]}{out.stderr[-4000:]}")
+    return [json.loads((folder / "gpu_check_model.json").read_text()) for folder, _, _ in wanted]
 
 
 def write_sft_data(path: Path, count: int, words: tuple[int, int], seed: int = 0) -> Path:
@@ -481,21 +481,26 @@ class Runner:
         return self.work / "runs" / run.name
 
     def run_all(self, runs: list[Run], parallel: int = 1) -> list[Run]:
+        from concurrent.futures import ThreadPoolExecutor
+
         pending = [r for r in runs if r.skipped is None]
         for run in pending:
             self.write_recipe(run)
-            run.estimate = self.estimate(run)
-        try:
-            while pending or self.active:
-                while pending and len(self.active) < max(1, parallel):
-                    self._start(pending.pop(0))
-                self._poll()
-                time.sleep(0.5)
-        finally:
-            for run, proc, _log in self.active:
-                proc.kill()
-                common.kill_run(run.run_dir)
-            self.active = []
+        with ThreadPoolExecutor(max_workers=2) as pool:  # `llmtui estimate` of each, beside the runs
+            estimates = [(run, pool.submit(self.estimate, run)) for run in pending]
+            try:
+                while pending or self.active:
+                    while pending and len(self.active) < max(1, parallel):
+                        self._start(pending.pop(0))
+                    self._poll()
+                    time.sleep(0.5)
+            finally:
+                for run, proc, _log in self.active:
+                    proc.kill()
+                    common.kill_run(run.run_dir)
+                self.active = []
+            for run, future in estimates:
+                run.estimate = future.result()
         return runs
 
     def _start(self, run: Run) -> None:
@@ -562,12 +567,12 @@ class Runner:
 
     def estimate(self, run: Run) -> int | None:
         argv = [*common.llmtui_command(), "estimate", str(run.recipe_path), "--json", "--runs-dir",
-                str(self.runs_dir(run))]
+                str(self.work / "estimates")]
         out = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True)
         try:
             return int(json.loads(out.stdout)["memory"]["total"])
         except (ValueError, KeyError, TypeError):
-            run.extra["estimate_error"] = (out.stderr or out.stdout).strip()[-300:]
+            run.extra["estimate_failed"] = (out.stderr or out.stdout).strip()[-300:]
             return None
 
     def probe(self, run: Run, max_size: int) -> dict:
@@ -634,14 +639,14 @@ class Check:
             self.sampler.start()
         log(f"building the models ({p.name}) and data in {self.work}")
         self.small_dir, self.big_dir = self.work / "model-small", self.work / "model-big"
-        self.small = ensure_model(self.small_dir, p.small, cache, self.env, p.cuda, p.precision)
-        self.arch_dirs = {}
-        for arch in sorted({ARCHITECTURE[m] for m in self.methods if m in ARCHITECTURE} if "methods" in self.stages
-                           else ()):
-            self.arch_dirs[arch] = self.work / f"model-small-{arch}"
-            ensure_model(self.arch_dirs[arch], p.small, cache, self.env, p.cuda, p.precision, arch)
+        wanted = [(self.small_dir, p.small, "qwen2")]
+        archs = {ARCHITECTURE[m] for m in self.methods if m in ARCHITECTURE} if "methods" in self.stages else set()
+        self.arch_dirs = {arch: self.work / f"model-small-{arch}" for arch in sorted(archs)}
+        wanted += [(folder, p.small, arch) for arch, folder in self.arch_dirs.items()]
         if "mfu" in self.stages:
-            self.big = ensure_model(self.big_dir, p.big, cache, self.env, p.cuda, p.precision)
+            wanted.append((self.big_dir, p.big, "qwen2"))
+        built = ensure_models(wanted, cache, self.env, p.cuda, p.precision)
+        self.small, self.big = built[0], built[-1]
         self.data = write_sft_data(self.work / "sft.jsonl", p.records, p.words)
         self.runner = Runner(self.work, self.env, p, self.sampler)
 
@@ -762,7 +767,11 @@ class Check:
         task = {"name": "mfu-baseline", "method": "sft", "data": str(self.data), "steps": p.mfu_steps,
                 "micro_batch": p.mfu_micro_batch, "lr": 1e-4, "max_seq_len": p.mfu_seq_len, "ranks": 1}
         log("  mfu: the plain Trainer baseline ...")
+        before = self.sampler.samples[-1]["used"] if self.sampler and self.sampler.samples else None
+        started = time.time()
         base = common.run_baseline(task, self.big_dir, self.work / "baseline", self.env, timeout=p.timeout)
+        seen = self.sampler.between(started, time.time()) if self.sampler else []
+        base_peak = max(s["used"] for s in seen) - before if seen and before is not None else None
         base_ok = base["ok"] and all(_finite(r.get("loss")) for r in base["rows"] if r.get("loss") is not None)
         self.verdict("mfu", "the plain Trainer baseline trains", base_ok, "" if base_ok else base["log_tail"][-600:])
         params = self.big["parameters"]
@@ -771,9 +780,9 @@ class Check:
         theirs = common.throughput(base["rows"], p.mfu_warmup) if base_ok else None
         self.mfu_rows = [
             {"what": f"llmtui: packing, {attention}" + (", Liger" if liger else ""), "tokens_per_s": ours,
-             "mfu": mfu(ours, params, peak), "peak": run.peak},
+             "mfu": mfu(ours, params, peak), "peak": run.peak, "nvml": run.nvml_peak()},
             {"what": "plain Trainer script (bench/baseline_train.py): padded, sdpa", "tokens_per_s": theirs,
-             "mfu": mfu(theirs, params, peak), "peak": None},
+             "mfu": mfu(theirs, params, peak), "peak": None, "nvml": base_peak},
         ]
         self.info["mfu"] = {"parameters": params, "peak_flops": peak, "ratio": (ours / theirs) if ours and theirs else None,
                             "warmup": p.mfu_warmup, "baseline_log": base["log_tail"] if not base_ok else ""}
@@ -903,10 +912,14 @@ class Check:
                       f"{p.mfu_micro_batch} examples per step, max_seq_len {p.mfu_seq_len}, {p.mfu_steps} steps "
                       f"(tokens/s after step {m['warmup']}). MFU = tokens/s × 6 × parameters / peak bf16 FLOP/s "
                       f"({fmt((m['peak_flops'] or 0) / 1e12, '.1f') if m['peak_flops'] else 'unknown'} TFLOP/s).", "",
-                      md_table(["what", "tokens/s", "MFU", "peak GiB"],
-                               [[r["what"], fmt(r["tokens_per_s"], ".0f"), _pct(r["mfu"]), _gib(r["peak"])]
-                                for r in self.mfu_rows]),
+                      md_table(["what", "tokens/s", "MFU", "peak GiB", "NVML GiB"],
+                               [[r["what"], fmt(r["tokens_per_s"], ".0f"), _pct(r["mfu"]), _gib(r["peak"]),
+                                 _gib(r["nvml"])] for r in self.mfu_rows]),
                       "", f"llmtui / plain Trainer: **{fmt(m['ratio'], '.2f')}×**", ""]
+        no_estimate = [r for r in self.runs if r.extra.get("estimate_failed")]
+        if no_estimate:
+            lines += ["`llmtui estimate` failed for: " + "; ".join(
+                f"{r.name}: {r.extra['estimate_failed']}".replace("\n", " ") for r in no_estimate), ""]
         failed = [r for r in self.runs if not r.skipped and not r.ok]
         if failed:
             lines += ["## Failures", ""]
@@ -973,9 +986,9 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.build_model:
-        spec = json.loads(args.build_model)
-        build_model(Path(spec["folder"]), spec["shape"], Path(spec["cache"]), spec["device"], spec["dtype"],
-                    spec.get("arch", "qwen2"))
+        for spec in json.loads(args.build_model):
+            build_model(Path(spec["folder"]), spec["shape"], Path(spec["cache"]), spec["device"], spec["dtype"],
+                        spec["arch"])
         return EXIT_OK
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     kinds = method_kinds()
