@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static, Tabs
+from textual.widgets import DataTable, Footer, Static, Tabs
 from textual.worker import get_current_worker
 
 from tuiapp.core import meta
@@ -52,6 +52,7 @@ from tuiapp.ui.comparing import (
 from tuiapp.ui.history import row_from_info
 from tuiapp.ui.messages import CompareLoaded, MetricsAppended, RunStatusChanged
 from tuiapp.ui.widgets.charts import CompareChart, Line, View
+from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
 
 CURSOR_STEPS = 60  # left/right move the cursor by 1/60 of the range shown (shift: 1/10)
@@ -126,7 +127,7 @@ class CompareScreen(PaneDeckActions, Screen):
         return SMOOTHING[self.smoothing]
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static("", id="cmp-title")
         self.preference = self._any_preference_run()
         panes = [Pane(title, CompareChart(title.lower(), id=f"cmp-chart-{chart_id(key)}"), id=f"cmp-{chart_id(key)}")

@@ -10,7 +10,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core import meta
@@ -30,6 +30,7 @@ from tuiapp.ui.groups import (
 )
 from tuiapp.ui.history import RunRow, queue_positions, row_from_info, with_metrics
 from tuiapp.ui.messages import GroupLoaded
+from tuiapp.ui.widgets.header import AppHeader
 
 
 def load_group(runs_root, group_id: str) -> tuple[dict, list[RunRow]]:
@@ -71,7 +72,7 @@ class GroupScreen(Screen):
         self.loaded = False
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static("", id="grp-title", markup=False)
         yield DataTable(id="grp-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="grp-heat")

@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Select, Static
+from textual.widgets import Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core.rundata import numpy_module
@@ -39,6 +39,7 @@ from tuiapp.ui.messages import (
     RunStopping,
     RunsUpdated,
 )
+from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.runs_table import COLUMNS, FIXED, SORTABLE, RunsTable
 
 # a run.json status, or `flagged`: stalled, hung in a start-up phase, or orphaned processes
@@ -99,7 +100,7 @@ class HomeScreen(HistoryManageActions, Screen):
         self.refresh_bindings()
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         with Horizontal(id="home-filters"):
             text = Input(placeholder="/ filter: name, model, dataset, tag:NAME…", compact=True, id="filter-text")
             text.tooltip = ("Words that must all appear in name, id, method, model, dataset, status, tags or note; "

@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.timer import Timer
 from textual.widget import Widget
-from textual.widgets import Footer, Header, Input, Select, Static, TabbedContent, TabPane, TextArea
+from textual.widgets import Footer, Input, Select, Static, TabbedContent, TabPane, TextArea
 
 from tuiapp.core.errors import UserError
 from tuiapp.core.recipe import METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe, load_recipe
@@ -37,6 +37,7 @@ from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.messages import ActionFailed, DatasetInspected, ModelsFound, RecipeChecked, RunLaunched
 from tuiapp.ui.preview import dataset_preview, read_trainer_view, trainer_view_text
 from tuiapp.ui.widgets.form import FieldRow, FormSection, field_help, read_value, set_value
+from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.worker_errors import reports_errors
 
 CHECK_DELAY_S = 0.25
@@ -106,7 +107,7 @@ class NewExperimentScreen(Screen):
         return [self._row(s.key) for s in self.specs.values() if s.section == section and s.key not in ("model.name", "dataset.name")]
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         with Horizontal(id="ne-body"):
             with VerticalScroll(id="ne-form"):
                 yield FormSection("Run", *[self._row(k) for k in ("name", "description")])

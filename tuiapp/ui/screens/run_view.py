@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core import meta
@@ -43,6 +43,7 @@ from tuiapp.ui.messages import (
 )
 from tuiapp.ui.run_panes import memory_text, samples_text, speed_text, status_text
 from tuiapp.ui.widgets.charts import MetricChart
+from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.log_tail import LogTail
 from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
 from tuiapp.ui.worker_errors import reports_errors
@@ -106,7 +107,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         return self.app.config.runs_root / self.run_id
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static("", id="rv-status")
         yield PaneDeck(
             Pane("Loss", MetricChart("loss", id="chart-loss"), id="pane-loss"),

@@ -29,7 +29,7 @@ from tuiapp.core.progress import fmt_bytes, fmt_number, fmt_time
 from tuiapp.ui.groups import GroupRow, combination
 from tuiapp.ui.history import RunRow
 from tuiapp.ui.runstatus import FLAGS
-from tuiapp.ui.widgets.sparkline import sparkline
+from tuiapp.ui.widgets.sparkline import BLOCKS, WEB_BLOCKS, sparkline
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,8 @@ def group_cells(group: GroupRow) -> tuple[str, str, str]:
     return ("▾ " if group.expanded else "▸ ") + group.name, f"▦ {group.progress()}", rest
 
 
-def cells(row: RunRow, now: float) -> dict[str, str]:
-    """The text of each column of a row."""
+def cells(row: RunRow, now: float, web: bool = False) -> dict[str, str]:
+    """The text of each column of a row (`web`: glyphs a browser font has, for serve-ui)."""
     view = row.view(now)
     step = ""
     if row.step is not None:
@@ -95,7 +95,8 @@ def cells(row: RunRow, now: float) -> dict[str, str]:
         "status": view.cell,
         "step": step,
         "last_loss": fmt_number(row.last_loss, ".4f") if row.last_loss is not None else "",
-        "spark": sparkline(row.losses, 12) if row.losses or not row.unreadable else "⚠ unreadable",
+        "spark": (sparkline(row.losses, 12, WEB_BLOCKS if web else BLOCKS) if row.losses or not row.unreadable
+                  else "! unreadable" if web else "⚠ unreadable"),
         "best_eval": fmt_number(row.best_eval_loss, ".4f") if row.best_eval_loss is not None else "",
         "preference": preference_cell(row),
         "tokens_per_s": fmt_number(row.tokens_per_s, ".0f") if row.tokens_per_s is not None else "",
@@ -236,7 +237,7 @@ class RunsTable(ScrollView, can_focus=True):
             cursor = self.get_component_rich_style("runs-table--cursor" if self.has_focus else "runs-table--cursor-blurred")
         if isinstance(row, GroupRow):
             return self._group_line(row, cursor, width)
-        texts = cells(row, self.now)
+        texts = cells(row, self.now, web=self.app.is_web)
         texts["mark"] = "◆" if row.id in self.marked else ""
         tags = len(tags_text(row))
         if cursor is not None:
