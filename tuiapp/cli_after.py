@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp.core import evals
+from tuiapp.core import evals, gguf_tools
 from tuiapp.core.chat import ChatSession, check_overrides
 from tuiapp.core.datasets import FORMATS, load_records, resolve_source
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, DatasetError, RunError, UserError
@@ -250,9 +250,29 @@ def check_push(repo_id: str | None) -> None:
 
 
 def export_argv(args) -> list[str]:
-    """The export tool's extra arguments: --dtype and --push."""
+    """The export tool's extra arguments: --dtype, --push, and the GGUF export's and parity check's."""
     check_push(args.push)
-    return (["--dtype", args.dtype] if args.dtype else []) + (["--push", args.push] if args.push else [])
+    argv = (["--dtype", args.dtype] if args.dtype else []) + (["--push", args.push] if args.push else [])
+    if args.llama_cpp is not None and not Path(args.llama_cpp).expanduser().is_dir():
+        raise UserError(message=f"--llama-cpp {args.llama_cpp} is not a folder",
+                        fix="name the root of a llama.cpp checkout (git clone https://github.com/ggml-org/llama.cpp)")
+    if args.llama_cpp is not None and not args.gguf:
+        raise UserError(message="--llama-cpp is for --gguf", fix="add --gguf q8_0 (or leave out --llama-cpp)")
+    if args.parity_prompts is not None and not Path(args.parity_prompts).is_file():
+        raise UserError(message=f"--parity-prompts {args.parity_prompts} is not a file",
+                        fix="one prompt per line, or JSON lines with \"prompt\"")
+    if args.parity_min is not None and not 0 <= args.parity_min <= 1:
+        raise UserError(message=f"--parity-min {args.parity_min} is out of range", fix="use 0 to 1, e.g. 0.75")
+    for flag, value in (("--gguf", args.gguf), ("--llama-cpp", args.llama_cpp), ("--parity-prompts",
+                                                                                args.parity_prompts)):
+        if value:
+            argv += [flag, str(Path(value).expanduser().resolve()) if flag != "--gguf" else value]
+    if args.gguf:  # the tools, found before any work (the tool adds the architecture check)
+        gguf_tools.check_tools(None, gguf_tools.parse_quants(args.gguf),
+                               Path(args.llama_cpp).expanduser() if args.llama_cpp else None, not args.no_parity)
+    if args.parity_min is not None:
+        argv += ["--parity-min", str(args.parity_min)]
+    return argv + (["--no-parity"] if args.no_parity else [])
 
 
 def add_export_arguments(p) -> None:
@@ -260,6 +280,17 @@ def add_export_arguments(p) -> None:
                    help="cast the exported weights (e.g. bfloat16 halves a float32 model)")
     p.add_argument("--push", default=None, metavar="OWNER/NAME",
                    help="then upload the export to this Hugging Face Hub model repo (needs the network and a token)")
+    p.add_argument("--gguf", default=None, metavar="TYPES",
+                   help="also GGUF files (llama.cpp, Ollama) of these types, e.g. q8_0,q4_k_m (merges an adapter "
+                   "first), with an Ollama Modelfile and a parity check")
+    p.add_argument("--llama-cpp", default=None, metavar="DIR",
+                   help="the llama.cpp folder whose convert_hf_to_gguf.py (and build/bin/llama-quantize) to use")
+    p.add_argument("--no-parity", action="store_true", help="skip the parity checks (greedy answers of the export "
+                   "vs the trained model)")
+    p.add_argument("--parity-prompts", default=None, metavar="FILE", help="prompts of the parity check, one per "
+                   "line (default: the recipe's train.sample_prompts)")
+    p.add_argument("--parity-min", type=float, default=None, metavar="F",
+                   help="lowest token agreement of a GGUF that passes (default 0.75)")
 
 
 # ---------------------------------------------------------------- parser

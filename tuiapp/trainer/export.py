@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -39,3 +40,146 @@ def export(final: Path, out: Path, merge: bool) -> str:
 
     AutoTokenizer.from_pretrained(str(final)).save_pretrained(out)
     return f"merged the {method} adapter into {info.get('base_model')} and wrote {out}"
+
+
+# ---------------------------------------------------------------- GGUF, Modelfile and parity
+
+EXPORT_RECORD = "export.json"
+MERGED_MIN_AGREEMENT = 0.9  # float32 merge: the same greedy answers, up to near-ties
+
+
+def config_dir(final: Path) -> Path:
+    """Where the model's config.json is: the folder itself, or the adapter's base."""
+    if (final / "config.json").is_file():
+        return final
+    from tuiapp.trainer.tiny import resolve_model_path
+
+    info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
+    return Path(resolve_model_path(info.get("base_model") or "tiny"))
+
+
+def answers_as_adapter(final: Path) -> bool:
+    """An adapter whose merge can be checked by its answers (a reward model scores, it does not answer)."""
+    info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
+    return info.get("weights", info.get("method", "sft")) not in ("pretrain", "sft") and info.get("method") != "reward"
+
+
+def merged_parity(final: Path, out: Path, prompts: list[str], system: str) -> dict:
+    from tuiapp.core.targets import model_target
+    from tuiapp.trainer import parity
+
+    target = model_target(final.parent)
+    return parity.merged_vs_adapter(target, out, prompts, system, min_agreement=MERGED_MIN_AGREEMENT)
+
+
+def _run(argv: list[str], log: Path) -> None:
+    import subprocess
+
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.write(f"$ {' '.join(argv)}\n")
+        handle.flush()
+        code = subprocess.call(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if code != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"{Path(argv[2] if argv[1] == '-m' else argv[0]).name} failed (exit {code}); "
+                           f"the last lines of {log}:\n{tail}")
+
+
+GENERATION_TAG = re.compile(r"\{%-?\s*(?:end)?generation\s*-?%\}")
+
+
+def gguf_template(tokenizer) -> str:
+    """The chat template for the GGUF: the one training used (ChatML when the tokenizer has none),
+    without transformers' {% generation %} markers, which llama.cpp's and Ollama's template
+    engines do not know (a template with them fails to render there)."""
+    from tuiapp.trainer.data import _template
+
+    return GENERATION_TAG.sub("", _template(tokenizer))
+
+
+def convert(hf_dir: Path, gguf_path: Path, outtype: str, tools: dict, tokenizer, fmt, log: Path) -> None:
+    """One GGUF from the HF folder, with the turn's end token and the chat template in its metadata."""
+    import sys
+    import tempfile
+
+    from tuiapp.core import gguf_tools
+
+    argv = [sys.executable, "-m", "tuiapp.trainer.gguf_convert", tools["llama_cpp"]]
+    pre = gguf_tools.pre_tokenizer_name(hf_dir)
+    if pre:
+        argv += ["--pre", pre]
+    ends = [t for t in fmt.stops if t != tokenizer.eos_token]
+    if ends:
+        argv += ["--eot-id", str(tokenizer.convert_tokens_to_ids(ends[0]))]
+    template_file = None
+    template = gguf_template(tokenizer)
+    if template != getattr(tokenizer, "chat_template", None):  # none of its own, or transformers-only tags
+        template_file = Path(tempfile.mkstemp(suffix=".jinja")[1])
+        template_file.write_text(template, encoding="utf-8")
+        argv += ["--chat-template-file", str(template_file)]
+    try:
+        _run([*argv, "--", str(hf_dir), "--outfile", str(gguf_path), "--outtype", outtype], log)
+    finally:
+        if template_file:
+            template_file.unlink(missing_ok=True)
+
+
+def quantize(source: Path, target: Path, quant: str, tools: dict, log: Path) -> None:
+    if tools.get("quantize") and tools["quantize"] != "llama-cpp-python":
+        _run([tools["quantize"], str(source), str(target), quant.upper()], log)
+        return
+    import ctypes
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant.upper()}")
+    if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:
+        raise RuntimeError(f"llama-cpp-python could not quantize {source.name} to {quant}")
+
+
+def ship_gguf(out: Path, quants: list[str], tools: dict, recipe, prompts: list[str] | None, min_agreement: float,
+              run_name: str) -> dict:
+    """GGUF files for each quantization of the HF model in `out`, an Ollama Modelfile, and the
+    parity of each GGUF with the HF model (when `prompts`)."""
+    from tuiapp.core import modelfile
+    from tuiapp.core.gguf_tools import DIRECT
+    from tuiapp.trainer import gguf, parity
+    from tuiapp.trainer.model import load_tokenizer
+
+    tokenizer = load_tokenizer(str(out), False)
+    fmt = gguf.chat_format(tokenizer)
+    log = out / "gguf-convert.log"
+    files: dict[str, str] = {}
+    intermediate = None
+    for quant in quants:
+        path = out / f"{run_name}-{quant}.gguf"
+        if quant in DIRECT:
+            convert(out, path, DIRECT[quant], tools, tokenizer, fmt, log)
+        else:
+            if intermediate is None:
+                have = [out / f"{run_name}-{q}.gguf" for q in ("f32", "f16") if q in quants]
+                intermediate = have[0] if have and have[0].exists() else out / f".{run_name}-f16.gguf"
+                if not intermediate.exists():
+                    convert(out, intermediate, "f16", tools, tokenizer, fmt, log)
+            quantize(intermediate, path, quant, tools, log)
+        files[quant] = path.name
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", flush=True)
+    if intermediate is not None and intermediate.name.startswith("."):
+        intermediate.unlink(missing_ok=True)
+    generate = recipe.generate.model_dump() if recipe is not None else {}
+    text = modelfile.modelfile(f"./{files[quants[0]]}", fmt, generate,
+                               comment=f"Ollama Modelfile written by llmtui for {run_name}\n"
+                                       f"ollama create NAME -f {out / 'Modelfile'}")
+    (out / "Modelfile").write_text(text, encoding="utf-8")
+    print(f"wrote {out / 'Modelfile'} (FROM ./{files[quants[0]]}; stop {', '.join(fmt.stops)})", flush=True)
+    reports = []
+    if prompts:
+        system = recipe.generate.system if recipe is not None else ""
+        for quant in quants:
+            report = parity.gguf_vs_hf(out / files[quant], out, prompts, system, min_agreement=min_agreement)
+            reports.append({"quant": quant, **report.as_dict()})
+            from tuiapp.core.parity import lines
+
+            print("\n".join(lines(report)), flush=True)
+    return {"gguf": files, "modelfile": "Modelfile", "stops": fmt.stops, "parity": reports, **tools}

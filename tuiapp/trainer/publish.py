@@ -59,6 +59,75 @@ def push(folder: Path, repo_id: str) -> str:
     return str(url)
 
 
+def _shipping(args) -> dict | None:
+    """The tools and prompts of the GGUF export and the parity checks; None after printing why not."""
+    from tuiapp.core import gguf_tools as gguf
+    from tuiapp.trainer import export as exporting
+    from tuiapp.trainer import parity
+
+    recipe = None
+    if (args.final.parent / "recipe.toml").is_file():
+        from tuiapp.core.errors import UserError
+        from tuiapp.trainer.inference import frozen_recipe
+
+        try:
+            recipe = frozen_recipe(args.final.parent)
+        except UserError:  # a recipe an older llmtui froze: its prompts and settings are the defaults
+            recipe = None
+    try:
+        quants = gguf.parse_quants(args.gguf) if args.gguf else []
+        tools = gguf.check_tools(exporting.config_dir(args.final), quants, args.llama_cpp, not args.no_parity) \
+            if quants else {}
+        prompts = None if args.no_parity else parity.read_prompts(args.parity_prompts, recipe)
+    except gguf.ToolError as exc:
+        print(f"error: {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+        return None
+    except (OSError, ValueError) as exc:
+        print(f"error: --parity-prompts: {exc}\n  fix: one prompt per line, or JSON lines with \"prompt\"",
+              file=sys.stderr)
+        return None
+    return {"quants": quants, "tools": tools, "prompts": prompts, "recipe": recipe}
+
+
+def _ship(args, shipping: dict) -> int:
+    """After the export: the merged-vs-adapter parity, then GGUF files, Modelfile and their parity;
+    export.json records it all. 1 when a parity check fails (the files stay)."""
+    import json
+
+    from tuiapp.core.parity import DEFAULT_MIN_AGREEMENT, lines
+    from tuiapp.trainer import export as exporting
+
+    record: dict = {"source": str(args.final), "merged": bool(args.merge or args.gguf), "parity": []}
+    failed = False
+    recipe, prompts = shipping["recipe"], shipping["prompts"]
+    system = recipe.generate.system if recipe is not None else ""
+    if record["merged"] and exporting.answers_as_adapter(args.final) and prompts:
+        report = exporting.merged_parity(args.final, args.out, prompts, system)
+        print("\n".join(lines(report)), flush=True)
+        record["parity"].append({"quant": None, **report.as_dict()})
+        failed |= not report.passed
+    if shipping["quants"]:
+        minimum = args.parity_min if args.parity_min is not None else DEFAULT_MIN_AGREEMENT
+        try:
+            shipped = exporting.ship_gguf(args.out, shipping["quants"], shipping["tools"], recipe, prompts, minimum,
+                                          args.final.parent.name)
+        except RuntimeError as exc:
+            print(f"error: {exc}\n  fix: see the converter's output above; the HF export is in {args.out}",
+                  file=sys.stderr)
+            return 1
+        record["parity"] += shipped.pop("parity")
+        record.update(shipped)
+        failed |= not all(r["passed"] for r in record["parity"])
+    if record["parity"] or shipping["quants"]:
+        (args.out / exporting.EXPORT_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    if failed:
+        print(f"error: the exported model does not answer as the trained one (parity above); the files are kept in "
+              f"{args.out}\n  fix: check the chat template and tokenizer of the export, or try a higher-precision "
+              "type (q8_0, f16)", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     from tuiapp.trainer.export import export
 
@@ -68,12 +137,23 @@ def main(argv=None) -> int:
     parser.add_argument("--merge", action="store_true")
     parser.add_argument("--dtype", choices=DTYPES, default=None)
     parser.add_argument("--push", default=None, metavar="OWNER/NAME")
+    parser.add_argument("--gguf", default=None, metavar="Q,Q", help="GGUF files of these types (merges first)")
+    parser.add_argument("--llama-cpp", type=Path, default=None)
+    parser.add_argument("--no-parity", action="store_true")
+    parser.add_argument("--parity-prompts", type=Path, default=None)
+    parser.add_argument("--parity-min", type=float, default=None)
     args = parser.parse_args(argv)
+    shipping = _shipping(args)  # everything --gguf needs, refused before any work
+    if shipping is None:
+        return 2
     try:
-        print(export(args.final, args.out, args.merge))
+        print(export(args.final, args.out, args.merge or bool(args.gguf)))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    code = _ship(args, shipping)
+    if code:
+        return code
     if args.dtype:
         count = cast_folder(args.out, args.dtype)
         print(f"cast {count} weight file(s) to {args.dtype}")
