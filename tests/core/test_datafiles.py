@@ -148,3 +148,41 @@ def test_the_cli_refuses_a_2gb_sparse_file_fast_and_creates_nothing(tmp_path, co
     assert f"{tmp_path / 'corpus.jsonl'}:1: binary content: a NUL byte at offset 0" in text
     assert not any((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else True
     assert seconds < 20, seconds  # the interpreter's start included; the check itself is milliseconds
+
+
+# ---------------------------------------------------------------- streaming the records (the trainer's read)
+
+
+def test_iter_records_streams_what_load_records_reads(tmp_path):
+    from tuiapp.core.datasets import iter_records, load_records
+
+    (tmp_path / "t.jsonl").write_bytes(lines(50))
+    (tmp_path / "t.txt").write_text("\ufefffirst\n\n  \nsecond\r\nthird\n")
+    for name, spec in [("t.jsonl", {}), ("t.txt", {}), ("t.jsonl", {"max_samples": 7})]:
+        dataset = DatasetSpec(name=str(tmp_path / name), **spec)
+        assert list(iter_records(dataset)) == load_records(dataset), name
+    (tmp_path / "bad.jsonl").write_bytes(lines(80) + b"{oops\n")
+    with pytest.raises(DatasetError) as caught:
+        list(iter_records(DatasetSpec(name=str(tmp_path / "bad.jsonl"))))
+    assert caught.value.line == 81 and "not valid JSON" in caught.value.message
+    (tmp_path / "nul.txt").write_bytes(b"fine\nbad\0line\n")
+    with pytest.raises(DatasetError) as caught:
+        list(iter_records(DatasetSpec(name=str(tmp_path / "nul.txt"))))
+    assert caught.value.line == 2 and "NUL byte at offset 8" in caught.value.message
+
+
+def test_iter_records_memory_does_not_grow_with_the_file(tmp_path):
+    from tuiapp.core.datasets import iter_records
+
+    block = lines(5000)
+    path = tmp_path / "big.jsonl"
+    with path.open("wb") as handle:
+        for _ in range(40):  # about 40 MB
+            handle.write(block)
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in iter_records(DatasetSpec(name=str(path))))
+        peak_mb = tracemalloc.get_traced_memory()[1] / 1e6
+    finally:
+        tracemalloc.stop()
+    assert count == 200000 and peak_mb < 8, peak_mb

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -613,6 +615,61 @@ def _records(source: Source, spec: DatasetSpec):
     rows = read_rows(source)
     records, fmt, skipped = normalise_rows(rows, spec, source.name)
     return limit_records(records, spec, source.name), fmt, skipped
+
+
+def iter_records(spec: DatasetSpec, base_dir: str | Path | None = None) -> Iterator[dict]:
+    """The canonical records of load_records, one at a time: JSON lines and text files are read
+    line by line (memory does not grow with the file); other files whole. The format is decided
+    from the first DETECT_ROWS rows; errors name the file and line as load_records' do."""
+    source = resolve_source(spec, base_dir)
+    if source.kind not in ("file", "folder"):
+        yield from load_records(spec, base_dir)
+        return
+    rows = _stream_rows(source)
+    head = list(itertools.islice(rows, DETECT_ROWS))
+    for row in head:
+        if not isinstance(row.data, dict):
+            raise _row_error(row, source.name, _Problem(
+                f"record is a {type(row.data).__name__}, not an object with named columns",
+                fix="each record must be a JSON object like {\"text\": ...}"))
+    fmt, columns = detect_format([r.data for r in head], spec, source.name)
+    count = 0
+    for row in itertools.chain(head, rows):
+        try:
+            record = normalise_record(row.data, fmt, columns)
+        except _Problem as problem:
+            raise _row_error(row, source.name, problem) from None
+        if record is None:
+            continue
+        yield record
+        count += 1
+        if spec.max_samples and count >= spec.max_samples:
+            return
+    if not count:
+        limit_records([], spec, source.name)  # the error: no records left
+
+
+def _stream_rows(source: Source) -> Iterator[Row]:
+    for path in source.files:
+        if path.suffix.lower() not in (".jsonl", ".txt"):
+            yield from _read_file(path)
+            continue
+        found = False
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                line = datafiles.check_text(raw, path, handle.tell() - len(raw), number) if raw.strip() else ""
+                if number == 1:
+                    line = line.lstrip("\ufeff")
+                if not line.strip():
+                    continue
+                if path.suffix.lower() == ".txt":
+                    row = Row({"text": line.rstrip("\r\n")}, str(path), number, 0)
+                else:
+                    row = datafiles.json_lines(line, path, number, 0)[0]
+                found = True
+                yield row
+        if not found:
+            raise DatasetError(message="file has no records", file=str(path), fix="add records to it")
 
 
 def limit_records(records: list[dict], spec: DatasetSpec, where: str) -> list[dict]:

@@ -17,7 +17,7 @@ import logging
 import re
 from pathlib import Path
 
-from datasets import Dataset, load_dataset, load_from_disk
+from datasets import Dataset, Features, Value, load_dataset, load_from_disk
 from transformers import DataCollatorForSeq2Seq, DataCollatorWithFlattening, default_data_collator
 
 from tuiapp.core.datasets import (
@@ -25,9 +25,11 @@ from tuiapp.core.datasets import (
     Row,
     eval_file_spec,
     eval_fraction,
+    iter_records,
     limit_records,
     load_records,
     normalise_rows,
+    record_kind,
     resolve_source,
     source_fingerprint,
 )
@@ -145,6 +147,31 @@ def _canonical_records(spec: DatasetSpec, base_dir) -> list[dict]:
     rows = [Row(row, f"hub:{spec.name}", None, i) for i, row in enumerate(hub)]
     records, _, _ = normalise_rows(rows, spec, f"hub:{spec.name}")
     return limit_records(records, spec, f"hub:{spec.name}")
+
+
+def _records_dataset(spec: DatasetSpec, base_dir, scratch: Path) -> Dataset:
+    """The canonical records as a dataset. Local files stream into Arrow files in `scratch`, record by
+    record (memory does not grow with the corpus; the tokenizing map then writes its output beside
+    them); demos and hub datasets are built in memory."""
+    if resolve_source(spec, base_dir).kind not in ("file", "folder"):
+        return Dataset.from_list(_canonical_records(spec, base_dir))
+    first = next(iter_records(spec, base_dir))
+    return Dataset.from_generator(_record_stream, features=RECORD_FEATURES[record_kind(first)],
+                                  gen_kwargs={"spec": spec, "base_dir": str(base_dir) if base_dir else None},
+                                  cache_dir=str(scratch), keep_in_memory=False)
+
+
+def _record_stream(spec: DatasetSpec, base_dir):
+    yield from iter_records(spec, base_dir)
+
+
+_TURNS = [{"role": Value("string"), "content": Value("string")}]
+RECORD_FEATURES = {  # the canonical records' columns (tuiapp.core.datasets), by record_kind
+    "text": Features({"text": Value("string")}),
+    "chat": Features({"messages": _TURNS, "tools": Value("string")}),
+    "pairs": Features({"prompt": _TURNS, "chosen": _TURNS, "rejected": _TURNS, "tools": Value("string")}),
+    "unpaired": Features({"prompt": _TURNS, "completion": _TURNS, "label": Value("bool"), "tools": Value("string")}),
+}
 
 
 def _columns(records: list[dict]) -> dict[str, list]:
@@ -322,15 +349,16 @@ def _cached_tokenized(spec: DatasetSpec, recipe: Recipe, tokenizer, cache_dir: P
     """Built once (by one rank, in parallel workers for a large corpus) into a memory-mapped Arrow
     entry of the cache that every rank and later run with the same key loads (tokenize_cache)."""
     folder = cache_dir / "data" / cache_key(spec, recipe, tokenizer, base_dir)
-    return tokenize_cache.shared_entry(folder, lambda: _build(spec, recipe, tokenizer, base_dir, folder.name),
-                                       lambda path: load_from_disk(str(path)))
+    return tokenize_cache.shared_entry(
+        folder, lambda scratch: _build(spec, recipe, tokenizer, base_dir, folder.name, scratch),
+        lambda path: load_from_disk(str(path)))
 
 
-def _build(spec: DatasetSpec, recipe: Recipe, tokenizer, base_dir, key: str) -> tuple[Dataset, dict]:
-    records = _canonical_records(spec, base_dir)
+def _build(spec: DatasetSpec, recipe: Recipe, tokenizer, base_dir, key: str, scratch: Path) -> tuple[Dataset, dict]:
+    records = _records_dataset(spec, base_dir, scratch)
     source = source_fingerprint(spec, base_dir)
     size = sum(entry[1] for entry in source.get("files", []))
-    dataset = _tokenize(Dataset.from_list(records), recipe, tokenizer, key, size)
+    dataset = _tokenize(records, recipe, tokenizer, key, size)
     dropped = len(records) - len(dataset) if not is_pretrain(recipe) else 0
     if dropped:
         log.warning("dropped %d of %d examples with no trained token left after truncation "

@@ -44,8 +44,9 @@ def workers(documents: int) -> int:
 
 
 def shared_entry(folder: Path, build, load):
-    """The entry at `folder`, built by `build() -> (dataset, info)` once across ranks and runs
-    (under the entry's lock), then `load(folder)`."""
+    """The entry at `folder`, built by `build(scratch) -> (dataset, info)` once across ranks and runs
+    (under the entry's lock; `scratch`: a folder for its intermediate Arrow files, removed once the
+    entry is saved), then `load(folder)`."""
     if folder.is_dir():
         touch(folder)
         log.info("tokenized dataset loaded from cache %s", folder)
@@ -55,8 +56,12 @@ def shared_entry(folder: Path, build, load):
     locks.mkdir(exist_ok=True)
     with _locked(locks / f"{folder.parent.name}-{folder.name}.lock"):
         if not folder.is_dir():  # another rank or run may have built it while this one waited
-            dataset, info = build()
-            save_atomically(dataset, folder, info)
+            scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}-scratch-", dir=folder.parent))
+            try:
+                dataset, info = build(scratch)
+                save_atomically(dataset, folder, info)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
         else:
             touch(folder)
             log.info("tokenized dataset loaded from cache %s (built while this rank waited)", folder)
