@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp import cli_after, cli_cache, cli_manage, cli_probe, cli_scale, cli_serve, cli_ship
+from tuiapp import cli_after, cli_cache, cli_manage, cli_model, cli_probe, cli_scale, cli_serve, cli_ship
 from tuiapp.core import checks, launcher, meta, queue, rl, service
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError, exit_code
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
@@ -244,7 +244,14 @@ def cmd_runs(args) -> int:
 
 def cmd_show(args) -> int:
     store = RunStore(args.runs_dir)
-    run = store.get(args.run)
+    try:
+        run = store.get(args.run)
+    except UserError as exc:
+        if not args.json:
+            raise
+        _print_err(str(exc))
+        write_document(sys.stdout, error_document(exc))  # the one document of a --json command, errors too
+        return EXIT_BAD_INPUT
     row = _row(run)
     rows = dedupe_steps(train_rows(run.metrics()))
     if args.json:

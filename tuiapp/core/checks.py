@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import statistics
 import time
 from pathlib import Path
 
-from tuiapp.core import datasets, estimate, model_check, preference, preflight, probe, rl
+from tuiapp.core import datasets, estimate, gpus, model_check, model_profile, preference, preflight, probe, rl
 from tuiapp.core.errors import UserError
 from tuiapp.core.findings import Finding, format_findings, has_errors  # noqa: F401 (callers use checks.*)
 from tuiapp.core.metrics import dedupe_steps, train_rows
@@ -78,8 +79,31 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
     findings += probe.rules(recipe)
     findings += _dataset_findings(recipe, base_dir)
     label = f"{ref} ({recipe.model.name})" if ref != recipe.model.name else None
-    findings += model_check.model_findings(recipe, base_dir, label=label)
+    found = model_check.model_findings(recipe, base_dir, label=label)
+    findings += found
+    if not has_errors(found):
+        findings += model_profile_findings(recipe, base_dir)
     return findings
+
+
+def model_profile_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
+    """The model's config sanity, and what its architecture means for the method (model_profile)."""
+    folder = model_check.model_folder(recipe.model.name, base_dir)
+    if folder is None:
+        return []
+    problems = model_profile.config_problems(folder)
+    if problems:
+        return problems
+    try:
+        profile = model_profile.read_profile(folder, trust_remote_code=recipe.model.trust_remote_code)
+    except model_profile.ProfileError as exc:
+        fix = ("set model.trust_remote_code = true if you trust the model's own code" if "trust_remote_code" in
+               str(exc) else "check that transformers knows the architecture (pip install -U transformers) and "
+               "that the folder is a complete model")
+        return [Finding("error", "model.name", f"{folder}: {exc}", fix)]
+    plan = model_profile.plan_model(profile, recipe, cuda=gpus.cuda_available(),
+                                    flash_installed=importlib.util.find_spec("flash_attn") is not None)
+    return plan.findings
 
 
 def before_launch(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Finding]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuiapp.core import model_profile
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import (
@@ -43,6 +44,7 @@ USABLE_FRACTION = 0.9
 QLORA_BYTES = {True: 4.127 / 8, False: 4.5 / 8}
 
 # The bundled tiny model (tuiapp/assets builds it from this dict).
+PROFILE_COUNTS = "llmtui_parameters"  # a config dict's key for the model profile's parameter counts
 TINY_CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -201,7 +203,10 @@ def model_shape(config: dict) -> ModelShape:
 
 
 def count_parameters(config: dict) -> int:
-    """Exact parameter count of a decoder-only causal LM (tied embeddings counted once)."""
+    """Exact parameter count of a decoder-only causal LM (tied embeddings counted once): the
+    model profile's count when the config carries it (any architecture), else from the shape."""
+    if PROFILE_COUNTS in config:
+        return int(config[PROFILE_COUNTS]["total"])
     shape = model_shape(config)
     embeddings = shape.vocab * shape.hidden + shape.positions * shape.hidden
     head = 0 if shape.tied else shape.vocab * shape.hidden
@@ -216,9 +221,10 @@ def largest_layer_params(config: dict) -> int:
 
 def apply_method_overrides(config: dict, method) -> dict:
     """The config the trainer builds: pretrain may override hidden size and layer count."""
-    if getattr(method, "kind", None) != "pretrain":
+    if getattr(method, "kind", None) != "pretrain" or not (method.hidden_size or method.num_layers):
         return config
     config = dict(config)
+    config.pop(PROFILE_COUNTS, None)  # counted for the config as it was
     if method.hidden_size:
         config.pop("head_dim", None)  # derived again from hidden_size / heads
         config["n_embd" if "n_embd" in config else "hidden_size"] = method.hidden_size
@@ -483,6 +489,7 @@ class Estimate:
     pipeline: dict | None = None  # strategy 'pipeline': pipeline_plan.plan (memory is then the largest stage's)
     micro_batch_auto: bool = False  # train.micro_batch 'auto': micro_batch is the estimate's pick
     kernels: str = ""  # the kernel switches that change memory: eager attention, liger, token batches
+    active_params: int = 0  # mixture of experts: the base parameters one token goes through (0 = dense)
 
     @property
     def total(self) -> int:
@@ -650,7 +657,15 @@ def estimate_recipe(
         gradient_checkpointing=train.gradient_checkpointing, memory=memory,
         gpu_memory_bytes=gpu_memory_bytes, fits=fits, warning=warning, suggestions=suggestions,
         world_size=world, micro_batch_auto=train.micro_batch == "auto", kernels=kernels_text(recipe),
+        active_params=_active_params(model_config, recipe),
     )
+
+
+def _active_params(config: dict, recipe: Recipe) -> int:
+    """Parameters a token goes through, from the model profile (0 when every parameter is: dense)."""
+    counts = apply_method_overrides(config, recipe.method).get(PROFILE_COUNTS) or {}
+    active, total = int(counts.get("active", 0)), int(counts.get("total", 0))
+    return active if active and active < total else 0
 
 
 def kernels_text(recipe: Recipe) -> str:
@@ -716,7 +731,8 @@ def format_estimate(est: Estimate) -> str:
     gpus = f"{est.n_gpus} GPU{'s' if est.n_gpus > 1 else ''}" + (f" x {est.nodes} nodes" if est.nodes > 1 else "")
     gpus += f" (world size {est.world_size or est.n_gpus * est.nodes})"
     rows = [
-        f"model        {est.model}: {_count(est.total_params)} params, "
+        f"model        {est.model}: {_count(est.total_params)} params"
+        + (f" ({_count(est.active_params)} active per token)" if est.active_params else "") + ", "
         f"{_count(est.trainable_params)} trainable ({est.method})",
         f"setup        {gpus}, ZeRO-{est.zero_stage}, {est.precision}, micro_batch {_micro_batch_text(est)} x "
         f"{est.seq_len} tokens, checkpointing {'on' if est.gradient_checkpointing else 'off'}"
@@ -760,6 +776,16 @@ def _cached_config(hub_id: str, cache_dir: str | Path | None = None) -> Path | N
     return Path(found) if isinstance(found, str) else None
 
 
+def _with_counts(config: dict, folder: Path) -> dict:
+    """The config with the model profile's exact parameter counts (total, active, experts) under
+    PROFILE_COUNTS, which count_parameters prefers to its formula; unchanged when there is none."""
+    try:
+        counts = model_profile.read_profile(folder).data["parameters"]
+    except (model_profile.ProfileError, KeyError, TypeError):
+        return config
+    return {**config, PROFILE_COUNTS: counts}
+
+
 def _read_config(path: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -795,7 +821,7 @@ def load_model_config(name: str, base_dir: str | Path | None = None, *,
     if base_dir is not None and not local.is_absolute():
         local = Path(base_dir) / local
     if local.is_dir() and (local / "config.json").is_file():
-        return _read_config(local / "config.json")
+        return _with_counts(_read_config(local / "config.json"), local)
     if local.is_file() and local.name.endswith(".json"):
         return _read_config(local)
     base = adapter_base(local) if local.is_dir() and _follow else None
@@ -804,7 +830,7 @@ def load_model_config(name: str, base_dir: str | Path | None = None, *,
     if not name.startswith("run:") and not local.exists():
         cached = _cached_config(name, cache_dir)
         if cached:
-            return _read_config(cached)
+            return _with_counts(_read_config(cached), cached.parent)
     if name in PRESET_CONFIGS:
         return dict(PRESET_CONFIGS[name])
     raise RecipeError(

@@ -248,3 +248,22 @@ def _error(problems: list[str], fix: str) -> Finding:
 def model_findings(recipe: Recipe, base_dir: Path | None = None, *, label: str | None = None) -> list[Finding]:
     """check_model for a recipe whose 'run:NAME' reference is already resolved."""
     return check_model(recipe.model.name, method_kind=recipe.method.kind, base_dir=base_dir, label=label)
+
+
+def model_folder(name: str, base_dir: Path | None = None, cache_dir: str | Path | None = None) -> Path | None:
+    """The folder whose config and tokenizer describe model.name, when it is here: a local model
+    folder, an adapter folder's base, or a hub id's cached snapshot. None for 'tiny' and the rest."""
+    if name == BUNDLED_MODEL:
+        return None
+    local = Path(name).expanduser()
+    if base_dir is not None and not local.is_absolute():
+        local = Path(base_dir) / local
+    if local.is_dir():
+        if adapter_kind(local):
+            base = adapter_base(local)
+            return model_folder(base, base_dir, cache_dir) if base and base != name else None
+        return local if CONFIG_FILE in _names(local) else None
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or not is_repo_id(name):
+        return None
+    snapshot = cached_snapshot(name, cache_dir)
+    return snapshot if isinstance(snapshot, Path) and (snapshot / CONFIG_FILE).is_file() else None

@@ -23,6 +23,8 @@ from tuiapp.core.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.rewards import REWARD_KINDS, REWARD_MODELS, RewardSpec, check_labels
 
 BUNDLED_MODEL = "tiny"
+CHAT_TEMPLATE_NAMES = ("model", "chatml", "llama3", "qwen", "gemma", "mistral", "phi")  # dataset.template
+CHAT_TEMPLATES = list(CHAT_TEMPLATE_NAMES)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 NAME_RULE = "letters, digits, '.', '_' or '-', starting with a letter or digit, at most 64 characters"
 AUTO_EVAL_SPLIT = 0.05  # held out when evals are asked for (eval_steps, sample_prompts) and eval_split is 0
@@ -71,7 +73,17 @@ class ModelSpec(Section):
     attn_implementation: Literal["auto", "sdpa", "flash_attention_2", "eager"] = Field(
         "auto", description="Attention kernel. 'auto' = flash_attention_2 when the flash_attn package is "
         "installed and CUDA is there (packed batches then run its variable-length kernel), else sdpa. "
-        "flash_attention_2 needs CUDA, flash_attn and bf16/fp16.",
+        "flash_attention_2 needs CUDA, flash_attn and bf16/fp16. 'auto' picks eager for an architecture "
+        "without sdpa (e.g. Gemma 2); `llmtui model` lists what a model supports.",
+    )
+    experts_implementation: Literal["auto", "eager", "grouped_mm", "batched_mm"] = Field(
+        "auto", description="Mixture-of-experts only: how the experts run. 'auto' = transformers' default for "
+        "the architecture (grouped_mm: one grouped matmul over the experts); 'eager' loops over them.",
+    )
+    router_aux_loss_coef: float | None = Field(
+        None, ge=0, le=10, description="Mixture-of-experts only: weight of the router's load-balancing loss added "
+        "to the training loss (unset = not added; the model config's coefficient is e.g. 0.001). Per-expert "
+        "load is logged either way.",
     )
 
     @field_validator("name")
@@ -106,6 +118,11 @@ class DatasetSpec(Section):
         description="Held-out fraction (0 to 0.5) of the training data, or a file path for eval.",
     )
     max_samples: int = Field(0, ge=0, description="Use at most this many records (0 = all).")
+    template: Literal[CHAT_TEMPLATE_NAMES] = Field(
+        "model", description="Chat template conversations are rendered with: 'model' = the tokenizer's own "
+        "(a base model without one is refused before launch), or chatml, llama3, qwen (ChatML), gemma, mistral, "
+        "phi. The one chosen is saved with the trained model's tokenizer.",
+    )
     _eval_split_auto: bool = PrivateAttr(False)  # eval_split was 0 and the recipe's evals set it
 
     @property

@@ -370,6 +370,8 @@ class RunRecorder(TrainerCallback):
         for key in ("num_input_tokens_seen", "train_runtime", "train_tokens_per_second"):
             logs.pop(key, None)
         row.update({k: v for k, v in logs.items() if isinstance(v, (int, float))})
+        if isinstance(logs.get("moe/load"), list):  # each expert's share of the routed tokens (trainer.moe)
+            row["moe/load"] = logs["moe/load"]
         row.update(preference_metrics(logs))
         self._held.append((row, time.time()))
         self._write_rows(state)

@@ -11,8 +11,11 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from tuiapp.core.errors import RecipeError
+from tuiapp.core.estimate import adapter_base
+from tuiapp.core.model_profile import ModelPlan, ModelProfile, plan_model, raise_for_errors
 from tuiapp.core.recipe import Recipe
-from tuiapp.trainer import bottleneck, varlen
+from tuiapp.trainer import bottleneck, templates, varlen
+from tuiapp.trainer.profile import profile
 from tuiapp.trainer.tiny import default_cache_dir, resolve_model_path  # noqa: F401 (re-exported)
 
 FINAL_INFO = "llmtui.json"
@@ -27,11 +30,37 @@ def torch_dtype(precision: str) -> torch.dtype:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
 
 
-def load_tokenizer(path: str, trust_remote_code: bool):
+def load_tokenizer(path: str, trust_remote_code: bool, recipe: Recipe | None = None):
+    """The tokenizer, with a pad token (EOS when it has none) and the recipe's dataset.template."""
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if recipe is not None and recipe.method.kind != "pretrain":
+        templates.apply_template(tokenizer, recipe.dataset.template, recipe.model.name)
     return tokenizer
+
+
+_profiles: dict[tuple[str, bool], ModelProfile] = {}
+
+
+def model_profile(path: str, trust_remote_code: bool) -> ModelProfile:
+    """The profile of the model at `path` (an adapter folder: its base), read once per process."""
+    key = (path, trust_remote_code)
+    if key not in _profiles:
+        folder = Path(path)
+        adapter = (folder / "adapter_config.json").exists() or (folder / bottleneck.CONFIG_NAME).exists()
+        base = adapter_base(folder) if adapter else None
+        _profiles[key] = ModelProfile(profile(base or path, trust_remote_code=trust_remote_code))
+    return _profiles[key]
+
+
+def model_plan(recipe: Recipe, path: str, precision: str = "fp32") -> ModelPlan:
+    """plan_model on this model, as preflight decided it: attention, adapter targets. Stops the run
+    on what preflight refuses (a recipe launched without preflight)."""
+    plan = plan_model(model_profile(path, recipe.model.trust_remote_code), recipe, cuda=torch.cuda.is_available(),
+                      flash_installed=importlib.util.find_spec("flash_attn") is not None, precision=precision)
+    raise_for_errors(plan)
+    return plan
 
 
 def _merge_adapter_folder(path: str, dtype, trust_remote_code: bool):
@@ -82,7 +111,10 @@ def _load_model(recipe: Recipe, path: str, precision: str):
     trust = recipe.model.trust_remote_code
     dtype = torch_dtype(precision) if recipe.model.dtype == "auto" else getattr(torch, recipe.model.dtype)
     method = recipe.method
-    attention = attn_implementation(recipe.model.attn_implementation, precision)
+    attn_implementation(recipe.model.attn_implementation, precision)  # flash_attention_2 without CUDA stops here
+    plan = model_plan(recipe, path, precision)
+    attention = plan.attention
+    extra = _moe_settings(recipe)
     if method.kind == "pretrain":
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
         if method.hidden_size:
@@ -90,10 +122,14 @@ def _load_model(recipe: Recipe, path: str, precision: str):
         if method.num_layers:
             config.num_hidden_layers = method.num_layers
         torch.manual_seed(recipe.train.seed)
-        return AutoModelForCausalLM.from_config(config, trust_remote_code=trust, attn_implementation=attention)
+        for name, value in extra.pop("config", {}).items():
+            setattr(config, name, value)
+        return AutoModelForCausalLM.from_config(config, trust_remote_code=trust, attn_implementation=attention,
+                                                **extra)
     if (Path(path) / "adapter_config.json").exists() or (Path(path) / bottleneck.CONFIG_NAME).exists():
         return _merge_adapter_folder(path, dtype, trust)
-    kwargs = {"dtype": dtype, "trust_remote_code": trust, "attn_implementation": attention}
+    kwargs = {"dtype": dtype, "trust_remote_code": trust, "attn_implementation": attention, **extra.pop("config", {}),
+              **extra}
     if method.kind == "qlora":
         from transformers import BitsAndBytesConfig
 
@@ -108,6 +144,16 @@ def _load_model(recipe: Recipe, path: str, precision: str):
     if method.kind == "sft":
         kwargs["dtype"] = torch.float32
     return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
+def _moe_settings(recipe: Recipe) -> dict:
+    """from_pretrained/from_config arguments of the mixture-of-experts keys (config values under 'config')."""
+    out: dict = {}
+    if recipe.model.experts_implementation != "auto":
+        out["experts_implementation"] = recipe.model.experts_implementation
+    if recipe.model.router_aux_loss_coef is not None:
+        out["config"] = {"output_router_logits": True, "router_aux_loss_coef": recipe.model.router_aux_loss_coef}
+    return out
 
 
 def apply_method(model, recipe: Recipe, tokenizer_path: str):
@@ -126,7 +172,7 @@ def apply_method(model, recipe: Recipe, tokenizer_path: str):
             model = peft.prepare_model_for_kbit_training(
                 model, use_gradient_checkpointing=recipe.train.gradient_checkpointing
             )
-        config = lora_config(method)
+        config = lora_config(method, targets=model_plan(recipe, tokenizer_path).lora_targets)
     elif kind == "prefix":
         config = peft.PrefixTuningConfig(
             task_type=task,
@@ -151,9 +197,9 @@ def apply_method(model, recipe: Recipe, tokenizer_path: str):
             encoder_hidden_size=method.encoder_hidden_size,
         )
     elif kind == "ia3":
-        targets = None if method.target_modules == "auto" else method.target_modules
-        feedforward = None if targets is None else [t for t in targets if "mlp" in t or "down" in t or "fc" in t]
-        config = peft.IA3Config(task_type=task, target_modules=targets, feedforward_modules=feedforward)
+        plan = model_plan(recipe, tokenizer_path)
+        config = peft.IA3Config(task_type=task, target_modules=plan.ia3_targets,
+                                feedforward_modules=plan.ia3_feedforward)
     elif kind == "llama-adapter":
         layers = min(method.adapter_layers, model.config.num_hidden_layers)
         config = peft.AdaptionPromptConfig(task_type=task, adapter_len=method.adapter_len, adapter_layers=layers)
@@ -162,8 +208,9 @@ def apply_method(model, recipe: Recipe, tokenizer_path: str):
     return peft.get_peft_model(model, config)
 
 
-def lora_config(method, task: str = "CAUSAL_LM"):
-    """peft's LoraConfig of a lora/qlora/dora method model (also a preference method's adapter)."""
+def lora_config(method, task: str = "CAUSAL_LM", targets: list[str] | str | None = None):
+    """peft's LoraConfig of a lora/qlora/dora method model (also a preference method's adapter);
+    `targets` as the model plan chose them (method.target_modules unless the architecture needs others)."""
     import peft
 
     return peft.LoraConfig(
@@ -171,9 +218,10 @@ def lora_config(method, task: str = "CAUSAL_LM"):
         r=method.rank,
         lora_alpha=method.alpha,
         lora_dropout=method.dropout,
-        target_modules=method.target_modules,
+        target_modules=method.target_modules if targets is None else targets,
         use_dora=method.kind == "dora",
     )
+
 
 
 def count_parameters(model) -> tuple[int, int]:

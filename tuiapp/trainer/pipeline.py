@@ -193,7 +193,7 @@ class PipelineRun:
         dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         self.topo = Topology(recipe.launch.pipeline_stages, self.device)
         phases.enter("loading tokenizer")
-        self.tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code)
+        self.tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code, recipe)
         from tuiapp.trainer.data import build_datasets
 
         phases.enter("tokenizing")

@@ -20,7 +20,7 @@ from tuiapp.core.errors import RecipeError
 from tuiapp.core.recipe import REFERENCE_KINDS, Recipe, weights_method
 from tuiapp.trainer import bottleneck
 from tuiapp.trainer.data import IGNORE
-from tuiapp.trainer.model import load_model, lora_config, torch_dtype
+from tuiapp.trainer.model import load_model, lora_config, model_plan, torch_dtype
 
 PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 FEEDBACK_COLUMNS = ("prompt_ids", "completion_ids", "label")
@@ -44,7 +44,8 @@ def load_models(recipe: Recipe, path: str, precision: str):
         policy = peft.prepare_model_for_kbit_training(
             policy, use_gradient_checkpointing=recipe.train.gradient_checkpointing
         )
-    peft_config = lora_config(weights, "SEQ_CLS" if method.kind == "reward" else "CAUSAL_LM") if adapter else None
+    task = "SEQ_CLS" if method.kind == "reward" else "CAUSAL_LM"
+    peft_config = lora_config(weights, task, targets=model_plan(recipe, path).lora_targets) if adapter else None
     reference = None
     if method.kind in REFERENCE_KINDS and not adapter:
         reference = load_model(recipe.model_copy(update={"method": weights}), path, precision)
@@ -67,7 +68,8 @@ def _load_reward_model(recipe: Recipe, path: str, precision: str, weights):
     dtype = torch.float32 if weights.kind == "sft" else torch_dtype(precision)
     if recipe.model.dtype != "auto":
         dtype = getattr(torch, recipe.model.dtype)
-    kwargs = {"dtype": dtype, "num_labels": 1, "trust_remote_code": recipe.model.trust_remote_code}
+    kwargs = {"dtype": dtype, "num_labels": 1, "trust_remote_code": recipe.model.trust_remote_code,
+              "attn_implementation": model_plan(recipe, path, precision).attention}
     if weights.kind == "qlora":
         import os
 

@@ -84,7 +84,7 @@ def _show(args, out) -> int:
         from tuiapp.trainer.data import preview_examples
         from tuiapp.trainer.model import load_tokenizer, resolve_model_path
 
-        tokenizer = load_tokenizer(resolve_model_path(recipe.model.name), recipe.model.trust_remote_code)
+        tokenizer = load_tokenizer(resolve_model_path(recipe.model.name), recipe.model.trust_remote_code, recipe)
         if recipe.method.kind in RL_KINDS:  # prompts only: the policy writes the completions
             from tuiapp.trainer import rl
 

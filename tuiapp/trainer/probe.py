@@ -194,7 +194,7 @@ def main(argv=None) -> int:
     model_path = resolve_model_path(recipe.model.name)
     strategies.prepare_distributed(recipe)  # CPU DeepSpeed joins its one-rank group here
     precision = resolve_precision(recipe.train.precision)
-    tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code)
+    tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code, recipe)
     from tuiapp.trainer.data import build_datasets
 
     train_set, _ = build_datasets(recipe, tokenizer, cache_dir())

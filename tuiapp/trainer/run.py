@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
 
 import torch
@@ -26,6 +27,8 @@ from tuiapp.trainer.model import (
     cache_dir,
     load_model,
     load_tokenizer,
+    model_plan,
+    model_profile,
     resolve_model_path,
 )
 
@@ -230,6 +233,7 @@ def train(run_dir: Path, resume: bool) -> int:
     tokenizer = load_tokenizer(
         model_path if not (Path(model_path) / "adapter_config.json").exists() else model_path,
         recipe.model.trust_remote_code,
+        recipe,
     )
     if recipe.method.kind in RL_KINDS:  # TRL's GRPO/RLOO: prompts in, completions generated while training
         trainer, recorder, eval_set = _rl_trainer(recipe, run_dir, model_path, precision, tokenizer, stopper)
@@ -246,6 +250,7 @@ def train(run_dir: Path, resume: bool) -> int:
                                                 eval_set, stopper)
         return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
     phases.enter("loading model")
+    _record_plan(run_dir, recipe, model_path, precision)
     model = load_model(recipe, model_path, precision)
     model = apply_method(model, recipe, model_path)
     if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
@@ -261,7 +266,7 @@ def train(run_dir: Path, resume: bool) -> int:
             EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
                         recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
         )
-    callbacks += [*early_stopping(recipe, recorder), recorder]
+    callbacks += [*early_stopping(recipe, recorder), *_expert_load(model, recipe, model_path), recorder]
     trainer = RunTrainer(
         model=model,
         args=args,
@@ -277,6 +282,24 @@ def train(run_dir: Path, resume: bool) -> int:
     if recipe.train.batching == "tokens":
         trainer.token_budget = tokens_per_batch(recipe)
     return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+
+
+def _expert_load(model, recipe: Recipe, model_path: str) -> list:
+    """The experts' load metrics (trainer.moe) on a mixture-of-experts model, before the recorder."""
+    moe = model_profile(model_path, recipe.model.trust_remote_code).moe
+    if not moe:
+        return []
+    from tuiapp.trainer.moe import ExpertLoad
+
+    return [ExpertLoad(model, moe["experts"])]
+
+
+def _record_plan(run_dir: Path, recipe: Recipe, model_path: str, precision: str) -> None:
+    """The model plan (attention kernel, adapter targets, notes) as a run event, from rank 0."""
+    plan = model_plan(recipe, model_path, precision)
+    if _is_main():
+        with JsonlWriter(run_dir / "events.jsonl") as events:
+            events.write({"time": time.time(), **plan.to_event()})
 
 
 def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
@@ -307,6 +330,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
     from tuiapp.trainer import preference
 
     phases.enter("loading model")
+    _record_plan(run_dir, recipe, model_path, precision)
     model, ref_model, peft_config = preference.load_models(recipe, model_path, precision)
     if not strategies.joined_early(recipe):
         phases.enter("joining ranks")
@@ -318,7 +342,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
             EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
                         recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
         )
-    callbacks += [*early_stopping(recipe, recorder), recorder]
+    callbacks += [*early_stopping(recipe, recorder), *_expert_load(model, recipe, model_path), recorder]
     trainer = preference.build_trainer(
         recipe, model, ref_model, peft_config, kwargs, train_set, eval_set, tokenizer, callbacks,
         mixins=(strategies.StrategyMixin, RunTrainerMixin),

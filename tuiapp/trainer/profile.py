@@ -1,0 +1,208 @@
+"""A model's profile from its config alone: the model is built on the meta device, so no weight is
+read and nothing is downloaded. Run in its own process by `llmtui model` and preflight
+(`python -m tuiapp.trainer.profile PATH [--trust-remote-code]` prints one JSON object), and
+in-process by the trainer, which decides from the same facts as preflight did.
+
+What it reads from transformers and peft rather than from a hand-kept list: the attention
+implementations the model class supports, peft's per-architecture defaults (IA3 targets, the
+adaption prompt's model types), whether a sequence-classification head exists (reward models).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+# leaf-name fragments by role; a module's role also follows its parent (self_attn, attention, mlp...)
+_ATTENTION_PARENTS = ("attn", "attention")
+_MLP_PARENTS = ("mlp", "feed_forward", "ffn")
+_ROUTER_NAMES = ("gate", "router")
+
+
+def supported_attention(model_class) -> list[str]:
+    """The attention implementations `model_class` declares support for, best first; eager always."""
+    supported = [name for name, flag in (("flash_attention_2", "_supports_flash_attn"), ("sdpa", "_supports_sdpa"),
+                                         ("flex_attention", "_supports_flex_attn"))
+                 if getattr(model_class, flag, False)]
+    return supported + ["eager"]
+
+
+def causal_lm_class(config, trust_remote_code: bool = False):
+    from transformers import AutoModelForCausalLM
+
+    if trust_remote_code and getattr(config, "auto_map", None) and "AutoModelForCausalLM" in config.auto_map:
+        from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+        return get_class_from_dynamic_module(config.auto_map["AutoModelForCausalLM"], config._name_or_path)
+    return AutoModelForCausalLM._model_mapping[type(config)]
+
+
+def _role(name: str, module, is_linear: bool, moe: bool) -> str | None:
+    parts = name.split(".")
+    leaf, parents = parts[-1], parts[:-1]
+    if name == "lm_head" or leaf == "lm_head":
+        return "lm_head"
+    if moe and type(module).__name__.endswith("Router") and any(p in _MLP_PARENTS for p in parents):
+        return "router"  # a top-k router module holding the gate's weight
+    if not is_linear:
+        return None
+    if any(p == "experts" for p in parents):
+        return "experts"
+    if moe and leaf in _ROUTER_NAMES and any(p in _MLP_PARENTS for p in parents):
+        return "router"
+    if any(any(a in p for a in _ATTENTION_PARENTS) for p in parents):
+        return "attention"
+    return "mlp"
+
+
+def _moe_facts(config) -> dict | None:
+    experts = next((getattr(config, k) for k in ("num_experts", "num_local_experts", "n_routed_experts")
+                    if getattr(config, k, None)), None)
+    active = next((getattr(config, k) for k in ("num_experts_per_tok", "top_k", "moe_topk")
+                   if getattr(config, k, None)), None)
+    if not experts or not active:
+        return None
+    return {"experts": int(experts), "active_experts": int(active),
+            "router_aux_loss_coef": getattr(config, "router_aux_loss_coef", None),
+            "experts_implementation": getattr(config, "_experts_implementation", None)}
+
+
+def tokenizer_facts(path: str, trust_remote_code: bool) -> dict | None:
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as exc:  # a config without a tokenizer: the folder check says so
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    template = getattr(tokenizer, "chat_template", None)
+    return {
+        "chat_template": bool(template),
+        "pad_token": tokenizer.pad_token,
+        "eos_token": tokenizer.eos_token,
+        "pad_is_eos": tokenizer.pad_token is not None and tokenizer.pad_token_id == tokenizer.eos_token_id,
+        "size": len(tokenizer),
+    }
+
+
+def _peft_facts(model_type: str) -> dict:
+    from peft.tuners.adaption_prompt.config import TRANSFORMERS_MODEL_CONFIG
+    from peft.utils.constants import (
+        TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING,
+        TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING,
+    )
+
+    return {"llama_adapter": model_type in TRANSFORMERS_MODEL_CONFIG,
+            "llama_adapter_types": sorted(TRANSFORMERS_MODEL_CONFIG),
+            "ia3_targets": TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING.get(model_type),
+            "ia3_feedforward": TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING.get(model_type)}
+
+
+def profile_config(config, *, trust_remote_code: bool = False) -> dict:
+    """The profile of a model config (no tokenizer facts): built on the meta device."""
+    import torch
+    from transformers import AutoModelForCausalLM, PretrainedConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+    from transformers.pytorch_utils import Conv1D
+
+    assert isinstance(config, PretrainedConfig)
+    model_class = causal_lm_class(config, trust_remote_code)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    moe = _moe_facts(config)
+    roles: dict[str, list[str]] = {}
+    expert_params = 0
+    for name, module in model.named_modules():
+        role = _role(name, module, isinstance(module, (torch.nn.Linear, Conv1D)), moe is not None)
+        if role is None and moe is not None and name.split(".")[-1] == "experts":
+            own = list(module.named_parameters(recurse=False))
+            if own:  # fused expert weights (a 3-D parameter per projection), as transformers 5 builds them
+                for pname, _ in own:
+                    _add(roles, "experts", f"experts.{pname}")
+        if role and role != "lm_head":
+            _add(roles, role, name.split(".")[-1])
+        elif role == "lm_head":
+            _add(roles, "lm_head", "lm_head")
+    for name, param in model.named_parameters():
+        if ".experts." in f".{name}":
+            expert_params += param.numel()
+    embeddings = model.get_input_embeddings()
+    output = model.get_output_embeddings()
+    tied = output is not None and embeddings is not None and output.weight is embeddings.weight
+    if embeddings is not None:
+        _add(roles, "embedding", _leaf_of(model, embeddings))
+    total = sum(p.numel() for p in model.parameters())
+    active = total
+    if moe and expert_params:
+        active = total - expert_params + expert_params * moe["active_experts"] // moe["experts"]
+    rope = getattr(config, "rope_scaling", None) or None
+    if isinstance(rope, dict) and rope.get("rope_type") in (None, "default"):
+        rope = None
+    return {
+        "model_type": config.model_type,
+        "architecture": model_class.__name__,
+        "parameters": {"total": total, "active": active, "experts": expert_params,
+                       "embedding": embeddings.weight.numel() if embeddings is not None else 0},
+        "layers": getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None),
+        "hidden_size": getattr(config, "hidden_size", None) or getattr(config, "n_embd", None),
+        "vocab_size": getattr(config, "vocab_size", None),
+        "context_length": getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None),
+        "rope_scaling": rope,
+        "tied_embeddings": tied,
+        "dtype": str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "").replace("torch.", "")
+        or None,
+        "roles": roles,
+        "moe": moe,
+        "attention": supported_attention(model_class),
+        "sequence_classification": config.model_type in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+        "peft": _peft_facts(config.model_type),
+    }
+
+
+def _add(roles: dict[str, list[str]], role: str, leaf: str) -> None:
+    names = roles.setdefault(role, [])
+    if leaf not in names:
+        names.append(leaf)
+
+
+def _leaf_of(model, module) -> str:
+    return next((name.split(".")[-1] for name, m in model.named_modules() if m is module), "embed_tokens")
+
+
+def profile(path: str, *, trust_remote_code: bool = False) -> dict:
+    """The profile of the model folder (or cached hub id) `path`, tokenizer facts included."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    out = profile_config(config, trust_remote_code=trust_remote_code)
+    out["tokenizer"] = tokenizer_facts(path, trust_remote_code)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    trust = "--trust-remote-code" in args
+    paths = [a for a in args if not a.startswith("--")]
+    if len(paths) != 1:
+        print("usage: python -m tuiapp.trainer.profile PATH [--trust-remote-code]", file=sys.stderr)
+        return 2
+    import io
+    import os
+    from contextlib import redirect_stdout
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    captured = io.StringIO()
+    try:
+        with redirect_stdout(captured):  # library chatter must not mix with the JSON answer
+            from tuiapp.trainer.tiny import resolve_model_path
+
+            result = profile(resolve_model_path(str(Path(paths[0]).expanduser())), trust_remote_code=trust)
+    except Exception as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

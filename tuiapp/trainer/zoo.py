@@ -1,0 +1,119 @@
+"""Tiny random-weight models of real transformers architectures, for tests and the support table.
+
+Each entry is a real `model_type` with a config shrunk to a few hundred thousand parameters,
+saved with the bundled tokenizer (so every zoo model reads the same demo data). Nothing is
+downloaded: the configs come from transformers itself. `ensure_zoo_model('qwen3')` builds the
+folder once per cache dir, like the tiny model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tuiapp.trainer.tiny import default_cache_dir, ensure_tiny_model
+
+ZOO_VERSION = "1"
+MARKER = "llmtui_zoo.json"
+SEED = 0
+
+_DECODER = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 512, "head_dim": 16}
+_MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+
+# model_type -> config overrides. Architectures users bring, dense and mixture-of-experts.
+ZOO: dict[str, dict] = {
+    "llama": dict(_DECODER),
+    "qwen2": dict(_DECODER),
+    "qwen3": dict(_DECODER),
+    "mistral": dict(_DECODER, sliding_window=None),
+    "gemma2": dict(_DECODER, query_pre_attn_scalar=16, sliding_window=64),
+    "gemma3_text": dict(_DECODER, query_pre_attn_scalar=16, sliding_window=64),
+    "phi3": dict(_DECODER, pad_token_id=None),
+    "olmo2": dict(_DECODER),
+    "gpt2": {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 512},
+    "gpt_neox": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "max_position_embeddings": 512},
+    "qwen3_moe": dict(_DECODER, **_MOE, decoder_sparse_step=1, mlp_only_layers=[]),
+    "mixtral": dict(_DECODER, num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
+    "olmoe": dict(_DECODER, **{k: v for k, v in _MOE.items() if k != "moe_intermediate_size"}),
+}
+
+
+def definition_version(arch: str) -> str:
+    parts = [ZOO_VERSION, SEED, arch, ZOO[arch]]
+    return ZOO_VERSION + "-" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def ensure_zoo_model(arch: str, cache_dir: Path | str | None = None) -> Path:
+    """The HF folder of the zoo model `arch`, built on first use (atomically, like the tiny model)."""
+    if arch not in ZOO:
+        raise KeyError(f"no zoo model '{arch}'; the zoo has {', '.join(ZOO)}")
+    target = Path(cache_dir or default_cache_dir()) / "models" / f"zoo-{arch}-{definition_version(arch)}"
+    if _is_complete(target, arch):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".zoo-{arch}-building-", dir=target.parent))
+    try:
+        _build(arch, building, cache_dir)
+        if target.exists() and not _is_complete(target, arch):
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            os.rename(building, target)
+        except OSError:
+            if not _is_complete(target, arch):
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return target
+
+
+def _is_complete(folder: Path, arch: str) -> bool:
+    try:
+        return json.loads((folder / MARKER).read_text())["version"] == definition_version(arch)
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def zoo_config(arch: str, vocab_size: int, eos: int, pad: int):
+    from transformers import AutoConfig
+
+    overrides = dict(ZOO[arch])
+    if arch == "gpt2":
+        overrides.pop("head_dim", None)
+    ids = {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": overrides.pop("pad_token_id", pad)}
+    return AutoConfig.for_model(arch, vocab_size=vocab_size, **ids, **overrides)
+
+
+def _build(arch: str, folder: Path, cache_dir) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tiny = ensure_tiny_model(cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    config = zoo_config(arch, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(folder, is_main_process=True)
+    tokenizer.save_pretrained(folder)
+    params = sum(p.numel() for p in model.parameters())
+    (folder / MARKER).write_text(json.dumps({"version": definition_version(arch), "parameters": params}) + "\n")
+
+
+def zoo_profile(arch: str, cache_dir: Path | str | None = None) -> dict:
+    """The profile of zoo model `arch` from its config alone (no weights built): what `llmtui model`
+    prints for its folder."""
+    from transformers import AutoTokenizer
+
+    from tuiapp.trainer.profile import profile_config, tokenizer_facts
+
+    tiny = ensure_tiny_model(cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    data = profile_config(zoo_config(arch, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id))
+    data["tokenizer"] = tokenizer_facts(str(tiny), False)
+    return data
