@@ -59,3 +59,38 @@ def test_run_view_charts_have_round_ticks_a_legend_beside_marked_evals_and_ignor
             assert max(grad.series[0][1].ys) == SPIKE  # the data keeps it; only the view leaves it out
 
     asyncio.run(scenario())
+
+
+def test_compare_shows_as_many_charts_as_stay_readable_and_pages_to_the_others(runs_root, tmp_path):
+    from tuiapp.core.runs import RunStore
+    from tuiapp.ui.screens.compare import CompareScreen
+    from tuiapp.ui.widgets.pane_deck import PaneDeck
+
+    ids = [RunStore(runs_root).get(name).id for name in ("sft", "high-lr", "baseline")]
+
+    def shown(screen) -> list[str]:
+        return [p.title for p in screen.query_one(PaneDeck).panes if p.display and not p.has_class("-offpage")]
+
+    async def scenario(size, per_page):
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.loaded, what="history")
+            app.open_compare(ids)
+            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded, 20, what="compare")
+            screen = app.screen
+            await pilot.pause(0.3)
+            assert shown(screen)[:2] == ["Loss", "Eval loss"][:per_page] and len(shown(screen)) == per_page
+            loss = screen.query_one("#cmp-chart-loss", CompareChart)
+            assert loss.size.height >= 10  # eight charts at once left each plot 2 rows high at 120x36
+            if per_page < len(screen.query_one(PaneDeck).panes):
+                assert per_page == 1 or "7 Summary" in screen_text(app)  # the tabs say what else there is
+                await pilot.press("7")
+                await pilot.pause(0.2)
+                assert "Summary" in shown(screen) and "Loss" not in shown(screen)  # its page
+                await pilot.press("1")
+                await pilot.pause(0.2)
+                assert shown(screen)[0] == "Loss"
+
+    asyncio.run(scenario((120, 36), 4))  # 2 x 2
+    asyncio.run(scenario((160, 48), 6))  # 3 x 2
+    asyncio.run(scenario((80, 24), 1))  # tabs, one at a time

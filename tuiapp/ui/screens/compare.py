@@ -79,7 +79,11 @@ class CompareScreen(PaneDeckActions, Screen):
     CompareScreen #cmp-legend { width: 28; height: 1fr; padding: 0 1; border-left: vkey $border-blurred; }
     CompareScreen.-wide #cmp-legend { width: 34; }
     CompareScreen.-wide #cmp-deck > #deck-body { grid-size: 2; }
+    CompareScreen.-wide #cmp-deck > #deck-body > .pane.-offpage { display: none; }
+    CompareScreen.-wide.-paged #cmp-deck > #deck-tabs { display: block; }
     """
+    PANE_ROWS = 14  # a pane shown in the grid gets at least this many rows (about 8 of plot)
+    PANE_CELLS = 42  # and this many columns
     AUTO_FOCUS = None  # the cursor keys move the chart's cursor; tab reaches the tables
     BINDINGS = [
         Binding("x", "next_axis", "X axis", tooltip="x axis: step, tokens, wall time or % of each run"),
@@ -156,6 +160,7 @@ class CompareScreen(PaneDeckActions, Screen):
         self.sub_title = f"compare {len(self.run_ids)} runs"
         self.query_one("#deck-tabs", Tabs).can_focus = False  # left/right belong to the cursor
         self.set_focus(None)
+        self.lay_out()
         self._show_title()
         self.load_runs()
         if self.app.config.live:
@@ -374,6 +379,34 @@ class CompareScreen(PaneDeckActions, Screen):
 
     def on_resize(self) -> None:
         self._show_legend()
+        self.lay_out()
+
+    def on_pane_deck_activated(self, message: PaneDeck.Activated) -> None:
+        self.lay_out()
+
+    def lay_out(self) -> None:
+        """As many panes side by side as the terminal holds readable (PANE_ROWS x PANE_CELLS each,
+        at most 3 x 2): the page of panes with the active one; the tabs above say what else there
+        is (1-8, p). Narrow terminals show one pane at a time behind the tabs."""
+        deck = self.query_one(PaneDeck)
+        body = deck.query_one("#deck-body")
+        if not self.has_class("-wide"):
+            for pane in deck.panes:
+                pane.remove_class("-offpage")
+            self.remove_class("-paged")
+            return
+        legend = 34
+        columns = max(1, min(3, (self.size.width - legend) // self.PANE_CELLS))
+        rows = max(1, min(2, (self.size.height - 5) // self.PANE_ROWS))  # header, title, tabs, footer
+        per_page = columns * rows
+        paged = len(deck.panes) > per_page
+        ids = [pane.id for pane in deck.panes]
+        first = (ids.index(deck.active_id) // per_page) * per_page if deck.active_id in ids else 0
+        for index, pane in enumerate(deck.panes):
+            pane.set_class(not first <= index < first + per_page, "-offpage")
+        body.styles.grid_size_columns = columns
+        body.styles.grid_size_rows = rows
+        self.set_class(paged, "-paged")
 
     def _show_legend(self) -> None:
         active = self.query_one(PaneDeck).active_id
@@ -556,3 +589,4 @@ class CompareScreen(PaneDeckActions, Screen):
         tables = list(active.query(DataTable)) if active is not None else []
         self.set_focus(tables[0] if tables else None)
         self._show_legend()
+        self.lay_out()

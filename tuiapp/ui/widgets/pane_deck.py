@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
+from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Tab, Tabs
 
@@ -22,6 +23,13 @@ class Pane(Vertical):
 
 
 class PaneDeck(Vertical):
+    class Activated(Message):
+        """A pane became the active one (a key, a tab click)."""
+
+        def __init__(self, pane_id: str) -> None:
+            super().__init__()
+            self.pane_id = pane_id
+
     DEFAULT_CSS = """
     PaneDeck { height: 1fr; }
     PaneDeck > #deck-body { height: 1fr; }
@@ -41,7 +49,10 @@ class PaneDeck(Vertical):
         self.activate(self.active_id)
 
     def activate(self, pane_id: str) -> None:
+        changed = pane_id != self.active_id
         self.active_id = pane_id
+        if changed:
+            self.post_message(self.Activated(pane_id))
         for pane in self.panes:
             pane.set_class(pane.id == pane_id, "-active")
         found = self.query("#deck-tabs")
