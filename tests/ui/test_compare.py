@@ -225,6 +225,8 @@ def test_grad_norm_and_eval_curves(tmp_path):
         app = test_app(root, tmp_path, live=False)
         async with app.run_test(size=(120, 36)) as pilot:
             screen = await open_compare(pilot, root, ["plain"])
+            await pilot.press("5")  # grad norm: on the second page of panes at 120x36
+            await pilot.pause(0.2)
             grad = screen.query_one("#cmp-chart-grad-norm", CompareChart)
             assert list(grad.lines[0].xs)[-10:] == list(range(31, 41)) and grad.points_drawn > 0
             evals = screen.query_one("#cmp-chart-eval-loss", CompareChart)
