@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from textual.widgets import Input
 from ui_fixtures import screen_text, test_app, wait_for
 
 from tests.after_runs import sft_run
@@ -54,7 +55,11 @@ async def _chat_flow(app, run_id: str, procs: list) -> None:
         assert isinstance(screen, ChatScreen) and screen.run_id == run_id
         await wait_for(pilot, lambda: screen.ready or screen.failed, timeout=START_S, what="the model server")
         assert screen.failed is None
-        assert "final (step 60)" in str(screen.query_one("#chat-title").render())
+        title = str(screen.query_one("#chat-title").render())
+        assert "final (step 60)" in title
+        name = json.loads((app.config.runs_root / run_id / "run.json").read_text(encoding="utf-8"))["name"]
+        assert title.startswith(f"{name} · ") and run_id not in title  # the run's name, not its id
+        assert screen.sub_title == f"chat · {name}"
 
         screen.query_one("#chat-input").value = QUESTION
         await pilot.press("enter")
@@ -73,6 +78,21 @@ async def _chat_flow(app, run_id: str, procs: list) -> None:
         assert len(_answers(tuned)) == 2  # the conversation goes on
         assert [m["role"] for m in screen.session.history["tuned"]] == ["user", "assistant"] * 2
         assert [m["role"] for m in screen.session.history["base"]] == ["user", "assistant"]
+        text = screen_text(app)
+        assert "(loading the base model…)" not in text  # gone once the base is loaded
+        assert "tokens/s" in text and "in 0.0s" not in text  # a real rate, not `8 tokens in 0.0s`
+
+        await pilot.press("ctrl+g")  # the generation settings, changed live
+        await wait_for(pilot, lambda: app.screen is not screen, what="the settings prompt")
+        assert "max_new_tokens=" in app.screen.query_one(Input).value
+        app.screen.query_one(Input).value = "temperature=0 max_new_tokens=2"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is screen, what="back in the chat")
+        assert "up to 2 tokens (ctrl+g: changed)" in str(screen.query_one("#chat-title").render())
+        screen.query_one("#chat-input").value = QUESTION
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not screen.busy, timeout=120, what="the short answers")
+        assert 1 <= screen.answered["tuned"] <= 2 and 1 <= screen.answered["base"] <= 2
 
         await pilot.press("ctrl+l")
         await pilot.pause(0.1)

@@ -184,6 +184,44 @@ class ChatSession:
             history.clear()
 
 
+EDITABLE = {"temperature": float, "top_p": float, "max_new_tokens": int, "repetition_penalty": float}
+ALIASES = {"temp": "temperature", "t": "temperature", "p": "top_p", "top-p": "top_p", "max_tokens": "max_new_tokens",
+           "tokens": "max_new_tokens", "max-new-tokens": "max_new_tokens"}
+
+
+def settings_text(settings: dict) -> str:
+    """The editable settings as `temperature=0.7 top_p=0.9 max_new_tokens=128` (parse_settings reads it back)."""
+    return " ".join(f"{key}={settings[key]:g}" if isinstance(settings[key], float) else f"{key}={settings[key]}"
+                    for key in EDITABLE if settings.get(key) is not None)
+
+
+def parse_settings(text: str) -> dict:
+    """`temperature=0.7 top_p=0.9 max_new_tokens=64` (spaces or commas between) as overrides, checked
+    as the CLI's flags are; an empty text is no override (the run's [generate] table)."""
+    out: dict = {}
+    for item in text.replace(",", " ").split():
+        key, sep, raw = item.partition("=")
+        key = ALIASES.get(key.strip().lower(), key.strip().lower())
+        if not sep or key not in EDITABLE:
+            raise RunError(message=f"'{item}' is not a generation setting",
+                           fix="write key=value with a key of: " + ", ".join(EDITABLE))
+        try:
+            out[key] = EDITABLE[key](raw)
+        except ValueError:
+            raise RunError(message=f"{key}: '{raw}' is not a number", fix=f"e.g. {settings_text({key: 1})}") from None
+    return check_overrides(out)
+
+
+def rate_text(tokens: int, seconds: float) -> str:
+    """'32 tokens in 0.41 s · 78 tokens/s': enough digits that a fast answer does not read 0.0s."""
+    if seconds <= 0:
+        return f"{tokens} tokens"
+    shown = f"{seconds:.2f}" if seconds < 10 else f"{seconds:.1f}"
+    rate = tokens / seconds
+    return f"{tokens} token{'s' if tokens != 1 else ''} in {shown} s · {rate:,.0f} tokens/s" if rate >= 10 else \
+        f"{tokens} token{'s' if tokens != 1 else ''} in {shown} s · {rate:.1f} tokens/s"
+
+
 def check_overrides(values: dict) -> dict:
     """Generation settings given on the command line (None = the run's own)."""
     out = {k: v for k, v in values.items() if k in SETTING_KEYS and v is not None}

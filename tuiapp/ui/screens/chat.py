@@ -1,5 +1,6 @@
-"""Chat with a run's model: answers stream in token by token, the conversation is kept, and the
-base model can answer beside it (ctrl+b). The model runs in the inference server, a child
+"""Chat with a run's model: answers stream in token by token, the conversation is kept, the
+base model can answer beside it (ctrl+b), and the generation settings change between answers
+(ctrl+g: temperature, top_p, max_new_tokens; the next answer uses them). The model runs in the inference server, a child
 process started once by a thread worker (tuiapp.core.chat) and kept warm while the screen is
 open; this process never imports torch. Workers only post messages; the handlers draw.
 """
@@ -15,10 +16,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Footer, Input, Static
 
-from tuiapp.core.chat import ChatSession
+from tuiapp.core import meta
+from tuiapp.core.chat import ChatSession, parse_settings, rate_text, settings_text
 from tuiapp.core.errors import UserError
+from tuiapp.core.runs import Run
+from tuiapp.ui.widgets.header import AppHeader
 
 MODELS = ("tuned", "base")
 
@@ -39,6 +43,7 @@ class ChatColumn(VerticalScroll):
         self.model = model
         self.answer: Static | None = None  # the answer being streamed
         self.streamed = ""
+        self.loading: Static | None = None  # '(loading the base model…)' until it is loaded
 
     def say(self, text: str, classes: str, before_answer: bool = False) -> Static:
         line = Static(text, classes=classes, markup=False)
@@ -80,6 +85,8 @@ class ChatScreen(Screen):
     """
     BINDINGS = [
         Binding("ctrl+b", "toggle_base", "Base beside", tooltip="Ask the base model too, side by side (or stop)"),
+        Binding("ctrl+g", "settings", "Settings", tooltip="Generation settings for the next answers: temperature, "
+                "top_p, max_new_tokens (empty: the run's [generate] table)"),
         Binding("ctrl+l", "reset", "New chat", tooltip="Forget the conversation and start again"),
         Binding("escape", "back", "Back", tooltip="Close the chat (the model server ends)"),
     ]
@@ -119,13 +126,17 @@ class ChatScreen(Screen):
         self.busy = False
         self.failed: str | None = None
         self.tokens = {m: 0 for m in MODELS}  # token events received (tests: it streamed)
+        self.answered = {m: 0 for m in MODELS}  # tokens of each model's last answer, as the server counted them
+        self.run_name = run_id  # the name the run is shown with (display name, else its recipe's)
+        self.target: dict = {}
+        self.defaults: dict = {}  # the run's [generate] table, as the server reported it
 
     @property
     def models(self) -> list[str]:
         return ["tuned", "base"] if self.vs_base else ["tuned"]
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static("starting the model server…", id="chat-title", markup=False)
         with Horizontal(id="chat-columns"):
             yield ChatColumn("tuned", id="chat-tuned")
@@ -134,7 +145,12 @@ class ChatScreen(Screen):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.sub_title = f"chat · {self.run_id}"
+        run_dir = self.app.config.runs_root / self.run_id
+        try:
+            self.run_name = meta.read_meta(run_dir).get("display_name") or Run(run_dir).load().name or self.run_id
+        except Exception:  # an unreadable run.json: the server says why when it starts
+            self.run_name = self.run_id
+        self.sub_title = f"chat · {self.run_name}"
         self.column("tuned").border_title = "tuned"
         self.column("base").border_title = "base"
         self.start_server()
@@ -178,17 +194,27 @@ class ChatScreen(Screen):
 
     # ------------------------------------------------------------ handlers
 
+    def settings(self) -> dict:
+        """The settings the next answer uses: the run's [generate] table with the user's changes."""
+        return {**self.defaults, **(self.session.overrides if self.session else {})}
+
+    def show_title(self) -> None:
+        target, settings = self.target, self.settings()
+        temperature = settings.get("temperature") or 0
+        sampling = "greedy" if not temperature else f"temperature {temperature:g}, top_p {settings.get('top_p')}"
+        step = f" (step {target['step']})" if target.get("step") is not None else ""
+        changed = " (ctrl+g: changed)" if self.session and self.session.overrides else " (ctrl+g)"
+        self.query_one("#chat-title", Static).update(
+            f"{self.run_name} · {target.get('label', 'final')}{step} · {target.get('kind')} {target.get('method')} · "
+            f"{sampling}, up to {settings.get('max_new_tokens')} tokens{changed}"
+            + (f" · system: {settings['system']}" if settings.get("system") else ""))
+
     def on_chat_screen_ready(self, message: Ready) -> None:
         self.ready = True
         target = message.event.get("target") or {}
-        settings = message.event.get("settings") or {}
-        temperature = settings.get("temperature") or 0
-        sampling = "greedy" if not temperature else f"temperature {temperature}, top_p {settings.get('top_p')}"
-        step = f" (step {target['step']})" if target.get("step") is not None else ""
-        self.query_one("#chat-title", Static).update(
-            f"{self.run_id} · {target.get('label', 'final')}{step} · {target.get('kind')} {target.get('method')} · "
-            f"{sampling}, up to {settings.get('max_new_tokens')} tokens"
-            + (f" · system: {settings['system']}" if settings.get("system") else ""))
+        self.target = target
+        self.defaults = dict(message.event.get("settings") or {})
+        self.show_title()
         self.column("tuned").border_title = f"tuned · {target.get('label', 'final')}"
         self.column("base").border_title = f"base · {Path(str(target.get('base', ''))).name}"
         field = self.query_one("#chat-input", Input)
@@ -210,9 +236,14 @@ class ChatScreen(Screen):
             self.tokens[message.model] += 1
             column.stream(str(event.get("text", "")))
         elif kind == "loading":
-            column.say(f"(loading the {event.get('model')} model…)", "chat-note", before_answer=True)
+            column.loading = column.say(f"(loading the {event.get('model')} model…)", "chat-note", before_answer=True)
+        elif kind == "loaded" and column.loading is not None:  # the note goes once the model is there
+            column.loading.remove()
+            column.loading = None
         elif kind == "done":
-            column.finish(str(event.get("text", "")), f"{event.get('tokens')} tokens in {event.get('seconds', 0):.1f}s")
+            tokens = int(event.get("tokens") or 0)
+            self.answered[message.model] = tokens
+            column.finish(str(event.get("text", "")), rate_text(tokens, float(event.get("seconds") or 0)))
         elif kind == "error":
             column.finish(None, f"✗ {event.get('message')}")
 
@@ -235,6 +266,27 @@ class ChatScreen(Screen):
         self.vs_base = not self.vs_base
         self.column("base").set_class(not self.vs_base, "-hidden")
         self.notify("the base model answers beside" if self.vs_base else "only the tuned model answers", title="Chat")
+
+    def action_settings(self) -> None:
+        """Edit the generation settings; the next answer (of every model shown) uses them."""
+        if self.session is None or not self.ready:
+            self.notify("the model server is not ready yet", title="Settings")
+            return
+
+        def apply(text: str | None) -> None:
+            if text is None or self.session is None:
+                return
+            try:
+                values = parse_settings(text)
+            except UserError as exc:
+                self.notify(str(exc), title="Settings", severity="error", markup=False)
+                return
+            self.session.overrides = {k: v for k, v in values.items() if v != self.defaults.get(k)}
+            self.show_title()
+            self.notify(settings_text(self.settings()) + " from the next answer", title="Settings")
+
+        self.app.ask("Generation settings", "key=value: temperature (0 greedy), top_p, max_new_tokens, "
+                     "repetition_penalty. Empty: the run's [generate] table.", settings_text(self.settings()), apply)
 
     def action_reset(self) -> None:
         if self.busy:
