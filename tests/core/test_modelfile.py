@@ -179,3 +179,16 @@ def test_go_template_escapes_braces():
     assert '{{ "{{" }}user}}: ' in template
     assert not re.search(r"\{\{-", template)  # no trimming: every literal newline stays
     assert derive(lambda m, g: render_format(fmt, m, g)).upre == "{{user}}: "
+
+
+@pytest.mark.parametrize("name", ["chatml", "llama3", "gemma", "mistral", "phi"])
+def test_every_dataset_template_derives(tiny_model, name):
+    """The templates `dataset.template` trains with: each rebuilds, and its turn's end is a stop
+    (as text when the tokenizer has no such special token)."""
+    from tuiapp.trainer import templates
+
+    tokenizer = _tokenizer(tiny_model)
+    templates.apply_template(tokenizer, name)
+    fmt = _derive(tokenizer)
+    _rebuilds(tokenizer, fmt, [c for c in CONVERSATIONS if fmt.system_mode != "none" or c[0]["role"] != "system"])
+    assert fmt.stops[0] == templates.END_OF_TURN[name] and fmt.stops[-1] == "<|endoftext|>"

@@ -158,13 +158,11 @@ def stop_tokens(fmt: ChatFormat, eos_token: str | None, special_tokens: list[str
                 hits.append((at, token))
         return [token for _, token in sorted(hits)]
 
-    stops += found(fmt.apost)
-    opening = found(fmt.upre)
-    stops += opening[:1]
+    ends = found(fmt.apost)
+    stops += ends or ([fmt.apost.strip()] if fmt.apost.strip() else [])  # plain text ends a turn too
+    stops += found(fmt.upre)[:1]
     if eos_token:
         stops.append(eos_token)
-    if not stops and fmt.apost.strip():
-        stops.append(fmt.apost.strip())
     return list(dict.fromkeys(stops))
 
 

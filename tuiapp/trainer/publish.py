@@ -62,6 +62,7 @@ def push(folder: Path, repo_id: str) -> str:
 def _shipping(args) -> dict | None:
     """The tools and prompts of the GGUF export and the parity checks; None after printing why not."""
     from tuiapp.core import gguf_tools as gguf
+    from tuiapp.core.modelfile import ChatTemplateError
     from tuiapp.trainer import export as exporting
     from tuiapp.trainer import parity
 
@@ -79,6 +80,16 @@ def _shipping(args) -> dict | None:
         tools = gguf.check_tools(exporting.config_dir(args.final), quants, args.llama_cpp, not args.no_parity) \
             if quants else {}
         prompts = None if args.no_parity else parity.read_prompts(args.parity_prompts, recipe)
+        if quants:  # the Modelfile's template must be derivable from the chat template, before any work
+            from tuiapp.trainer.gguf import chat_format
+            from tuiapp.trainer.model import load_tokenizer
+
+            chat_format(load_tokenizer(str(args.final), False))
+    except ChatTemplateError as exc:
+        print(f"error: {args.final}: the chat template cannot be written as an Ollama Modelfile: {exc}\n"
+              "  fix: export without --gguf, or train with a standard dataset.template (chatml, llama3, gemma...)",
+              file=sys.stderr)
+        return None
     except gguf.ToolError as exc:
         print(f"error: {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return None
