@@ -23,7 +23,7 @@ def zoo(tiny_model):
     return ensure_zoo_model
 
 
-def test_llmtui_model_counts_what_the_model_holds_and_gives_verdicts(zoo):
+def test_llmtui_model_counts_what_the_model_holds_and_gives_verdicts(tmp_path, zoo):
     folder = zoo("qwen3_moe")
     done = subprocess.run([sys.executable, "-m", "tuiapp.cli", "model", str(folder), "--json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
@@ -40,11 +40,18 @@ def test_llmtui_model_counts_what_the_model_holds_and_gives_verdicts(zoo):
     text = subprocess.run([sys.executable, "-m", "tuiapp.cli", "model", str(folder)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300).stdout
     assert "active per token" in text and "router" in text and "no llama-adapter" in text
+    # the estimate counts the same parameters, total and active
+    recipe = _recipe(tmp_path, folder, "sft")
+    estimate = subprocess.run([sys.executable, "-m", "tuiapp.cli", "estimate", str(recipe), "--json"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+    assert estimate.returncode == 0, estimate.stderr
+    counted = json.loads(estimate.stdout)
+    assert counted["total_params"] == total and counted["active_params"] == params["active"], counted
 
 
 def _recipe(tmp_path, model, method="lora", extra="", seq_len=64):
     path = tmp_path / ".recipes" / "r.toml"  # beside the runs folder, not in it
-    path.parent.mkdir(exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f'name = "zoo"\n[model]\nname = "{model}"\n[dataset]\nname = "demo:facts"\nmax_samples = 32\n'
                     f'[method]\nkind = "{method}"\n{extra}[train]\nmax_steps = 2\nmicro_batch = 2\n'
                     f'max_seq_len = {seq_len}\n')
@@ -65,7 +72,7 @@ def test_a_method_the_architecture_cannot_take_is_refused_before_launch(tmp_path
      "hidden_size = -5 is not a positive whole number"),
 ])
 def test_a_damaged_model_config_is_refused_naming_the_file(tmp_path, runs_dir, zoo, damage, needle):
-    folder = tmp_path / "model"
+    folder = tmp_path / ".models" / "model"
     shutil.copytree(zoo("qwen2"), folder)
     damage(folder / "config.json")
     result = llmtui("run", str(_recipe(tmp_path, folder)), runs_dir=runs_dir, timeout=300)
@@ -75,7 +82,7 @@ def test_a_damaged_model_config_is_refused_naming_the_file(tmp_path, runs_dir, z
 
 
 def test_a_base_model_without_a_chat_template_needs_dataset_template(tmp_path, runs_dir, zoo):
-    folder = tmp_path / "base"
+    folder = tmp_path / ".models" / "base"
     shutil.copytree(zoo("olmo2"), folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)

@@ -97,10 +97,14 @@ def model_profile_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     try:
         profile = model_profile.read_profile(folder, trust_remote_code=recipe.model.trust_remote_code)
     except model_profile.ProfileError as exc:
-        fix = ("set model.trust_remote_code = true if you trust the model's own code" if "trust_remote_code" in
-               str(exc) else "check that transformers knows the architecture (pip install -U transformers) and "
-               "that the folder is a complete model")
-        return [Finding("error", "model.name", f"{folder}: {exc}", fix)]
+        if "trust_remote_code" in str(exc):
+            return [Finding("error", "model.name", f"{folder}: {exc}",
+                            "set model.trust_remote_code = true if you trust the model's own code")]
+        if recipe.model.trust_remote_code:  # remote code that cannot be built on the meta device
+            return [Finding("warning", "model.name", f"{folder}: no model profile ({exc}); the recipe's "
+                            "settings apply as written, unchecked against the architecture")]
+        return [Finding("error", "model.name", f"{folder}: {exc}", "check that transformers knows the "
+                        "architecture (pip install -U transformers) and that the folder is a complete model")]
     plan = model_profile.plan_model(profile, recipe, cuda=gpus.cuda_available(),
                                     flash_installed=importlib.util.find_spec("flash_attn") is not None)
     return plan.findings

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -40,24 +41,39 @@ def load_tokenizer(path: str, trust_remote_code: bool, recipe: Recipe | None = N
     return tokenizer
 
 
-_profiles: dict[tuple[str, bool], ModelProfile] = {}
+_profiles: dict[tuple[str, bool], ModelProfile | None] = {}
 
 
-def model_profile(path: str, trust_remote_code: bool) -> ModelProfile:
-    """The profile of the model at `path` (an adapter folder: its base), read once per process."""
+def model_profile(path: str, trust_remote_code: bool) -> ModelProfile | None:
+    """The profile of the model at `path` (an adapter folder: its base), read once per process;
+    None when the model cannot be built on the meta device (some remote code), as preflight warned."""
     key = (path, trust_remote_code)
     if key not in _profiles:
         folder = Path(path)
         adapter = (folder / "adapter_config.json").exists() or (folder / bottleneck.CONFIG_NAME).exists()
         base = adapter_base(folder) if adapter else None
-        _profiles[key] = ModelProfile(profile(base or path, trust_remote_code=trust_remote_code))
+        try:
+            _profiles[key] = ModelProfile(profile(base or path, trust_remote_code=trust_remote_code))
+        except Exception as exc:  # noqa: BLE001 - the recipe's own settings apply, as before profiles
+            print(f"llmtui: no model profile ({type(exc).__name__}: {exc}); the recipe's settings apply as written",
+                  file=sys.stderr)
+            _profiles[key] = None
     return _profiles[key]
 
 
 def model_plan(recipe: Recipe, path: str, precision: str = "fp32") -> ModelPlan:
     """plan_model on this model, as preflight decided it: attention, adapter targets. Stops the run
     on what preflight refuses (a recipe launched without preflight)."""
-    plan = plan_model(model_profile(path, recipe.model.trust_remote_code), recipe, cuda=torch.cuda.is_available(),
+    profile_ = model_profile(path, recipe.model.trust_remote_code)
+    if profile_ is None:
+        ia3 = recipe.method.target_modules if recipe.method.kind == "ia3" and \
+            recipe.method.target_modules != "auto" else None
+        adapter = recipe.method if recipe.method.kind in ("lora", "dora", "qlora") else \
+            getattr(recipe.method, "adapter", None)
+        return ModelPlan(attention=attn_implementation(recipe.model.attn_implementation, precision),
+                         lora_targets=adapter.target_modules if adapter is not None else "all-linear",
+                         ia3_targets=ia3)
+    plan = plan_model(profile_, recipe, cuda=torch.cuda.is_available(),
                       flash_installed=importlib.util.find_spec("flash_attn") is not None, precision=precision)
     raise_for_errors(plan)
     return plan

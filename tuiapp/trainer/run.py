@@ -286,7 +286,8 @@ def train(run_dir: Path, resume: bool) -> int:
 
 def _expert_load(model, recipe: Recipe, model_path: str) -> list:
     """The experts' load metrics (trainer.moe) on a mixture-of-experts model, before the recorder."""
-    moe = model_profile(model_path, recipe.model.trust_remote_code).moe
+    profile = model_profile(model_path, recipe.model.trust_remote_code)
+    moe = profile.moe if profile is not None else None
     if not moe:
         return []
     from tuiapp.trainer.moe import ExpertLoad
