@@ -263,12 +263,9 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     def on_run_stopped(self, message: RunStopped) -> None:
         self.stopping = False
-        # run.json as the stop left it (ended, the closed attempt): a status alone would count the
-        # attempt as not ended and say `took 0s` until the next read
-        info = Run(self.run_path).load().info
-        if info.get("status") in ACTIVE:  # not recorded yet: end the attempt here
-            info = {**self.info, "status": message.status, "ended": self.info.get("ended") or self.app.config.clock()}
-        self.info = info
+        # the attempt ends now: a status alone would count it as not ended and say `took 0s` until
+        # the next read of run.json
+        self.info = {**self.info, "status": message.status, "ended": self.info.get("ended") or self.app.config.clock()}
         self._show_status()
         self.refresh_bindings()
         note = "" if message.clean else " (some processes had to be killed)"
