@@ -2,7 +2,9 @@
 accepted ones in one process (one rank, no launcher: the launcher adds nothing to what is tested).
 
     python -m tests.zoo_matrix verdicts            # JSON lines: arch, method, verdict, first error
-    python -m tests.zoo_matrix train OUT_DIR       # trains each accepted pair 3 steps; JSON lines
+    python -m tests.zoo_matrix train OUT_DIR [ARCH|ARCH:METHOD ...]
+                                                   # trains each accepted pair 3 steps (LLMTUI_ZOO_WORKERS
+                                                   # processes, default 2); JSON lines
     python -m tests.zoo_matrix table               # the README's support table
 
 The README's support table is generated from `verdicts` (tests/test_zoo.py checks it is current).
@@ -117,6 +119,35 @@ def train_pair(arch: str, method: str, out: Path) -> dict:
             "attention": plans[0]["attention"] if plans else None}
 
 
+def train_in_workers(pairs: list[tuple[str, str]], out: Path, workers: int) -> list[dict]:
+    """The pairs split over `workers` processes of one torch thread each (2 cores: twice the pairs an
+    hour of one process), each its own process group port; rows come back in the pairs' order."""
+    import socket
+    import subprocess
+
+    shares = [pairs[i::workers] for i in range(workers)]
+    procs = []
+    for share in shares:
+        if not share:
+            continue
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = {**os.environ, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.zoo_matrix", "train-pairs", str(out),
+                                       *[f"{a}:{m}" for a, m in share]], cwd=ROOT, env=env, text=True,
+                                      stdout=subprocess.PIPE, stdin=subprocess.DEVNULL))
+    rows = {}
+    for proc in procs:
+        output, _ = proc.communicate()
+        for line in output.splitlines():
+            if line.startswith('{"arch"'):
+                row = json.loads(line)
+                rows[row["arch"], row["method"]] = row
+    return [rows.get(pair, {"arch": pair[0], "method": pair[1], "code": None, "steps": [],
+                            "error": "the worker died before this pair"}) for pair in pairs]
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["verdicts"]:
         for row in verdicts(argv[1:2] or None):
@@ -126,16 +157,17 @@ def main(argv: list[str]) -> int:
         print(table(list(verdicts())))
         return 0
     if argv[:1] == ["train"] and len(argv) >= 2:
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29731"))
-        out = Path(argv[1])
-        only = set(argv[2:])
-        for row in list(verdicts()):
-            if only and f"{row['arch']}:{row['method']}" not in only and row["arch"] not in only:
-                continue
-            if row["verdict"] != "trains":
-                continue
-            print(json.dumps(train_pair(row["arch"], row["method"], out)), flush=True)
+        out, only = Path(argv[1]), set(argv[2:])
+        pairs = [(r["arch"], r["method"]) for r in verdicts(sorted({o.split(":")[0] for o in only}) or None)
+                 if r["verdict"] == "trains" and (not only or r["arch"] in only or f"{r['arch']}:{r['method']}" in only)]
+        for row in train_in_workers(pairs, out, int(os.environ.get("LLMTUI_ZOO_WORKERS", "2"))):
+            print(json.dumps(row), flush=True)
+        return 0
+    if argv[:1] == ["train-pairs"] and len(argv) >= 3:  # one worker: pairs as ARCH:METHOD
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+        for pair in argv[2:]:
+            arch, method = pair.split(":", 1)
+            print(json.dumps(train_pair(arch, method, Path(argv[1]))), flush=True)
         return 0
     print(__doc__, file=sys.stderr)
     return 2
