@@ -395,3 +395,13 @@ def test_real_samples_tokenize(tmp_path, tokenizer, name, kind):
         runs = [run for example_runs in complete for run in example_runs]
         assert any(run.startswith("<tool_call>") for run in runs)
         assert all(run.endswith("<|im_end|>") for run in runs)
+
+
+def test_preview_reads_only_the_records_it_shows(tmp_path, tokenizer):
+    path = tmp_path / "chat.jsonl"
+    good = "".join(json.dumps({"instruction": f"q{i}", "output": f"a{i}"}) + "\n" for i in range(80))
+    path.write_bytes(good.encode() + b"\0" * 4096 + b"\n")  # a binary tail past the 50 rows that detect the format
+    preview = preview_examples(recipe(path), tokenizer, 2)
+    assert len(preview) == 2 and "q1" in preview[1]["text"]
+    with pytest.raises(DatasetError, match="NUL byte"):
+        build_datasets(recipe(path), tokenizer, tmp_path / "cache")

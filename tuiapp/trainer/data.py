@@ -12,12 +12,14 @@ cached under cache_dir/data/<hash of every input that changes them>.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import re
 from pathlib import Path
 
-from datasets import Dataset, Features, Value, load_dataset, load_from_disk
+from datasets import Dataset, Features, List, Value, load_dataset, load_from_disk
+from datasets.exceptions import DatasetGenerationError
 from transformers import DataCollatorForSeq2Seq, DataCollatorWithFlattening, default_data_collator
 
 from tuiapp.core.datasets import (
@@ -97,14 +99,16 @@ def make_collator(recipe: Recipe, tokenizer, varlen_attention: bool = False):
 
 def preview_examples(recipe: Recipe, tokenizer, n: int, base_dir=None) -> list[dict]:
     """The first n training examples as the trainer sees them (before packing), decoded."""
-    records = _canonical_records(recipe.dataset, base_dir)
+    spec = recipe.dataset
+    hub = resolve_source(spec, base_dir).kind == "hub"
+    records = iter(_canonical_records(spec, base_dir)) if hub else iter_records(spec, base_dir)  # reads what it shows
     examples: list[dict] = []
     step = DOCS_PER_BLOCK_BATCH if is_pretrain(recipe) else max(n, 1)
-    for start in range(0, len(records), step):
-        batch = _columns(records[start : start + step])
-        examples += _rows(_tokenize_batch(batch, recipe, tokenizer))
-        if len(examples) >= n:
+    while len(examples) < n:
+        chunk = list(itertools.islice(records, step))
+        if not chunk:
             break
+        examples += _rows(_tokenize_batch(_columns(chunk), recipe, tokenizer))
     return [_preview(e, tokenizer) for e in examples[:n]]
 
 
@@ -156,9 +160,15 @@ def _records_dataset(spec: DatasetSpec, base_dir, scratch: Path) -> Dataset:
     if resolve_source(spec, base_dir).kind not in ("file", "folder"):
         return Dataset.from_list(_canonical_records(spec, base_dir))
     first = next(iter_records(spec, base_dir))
-    return Dataset.from_generator(_record_stream, features=RECORD_FEATURES[record_kind(first)],
-                                  gen_kwargs={"spec": spec, "base_dir": str(base_dir) if base_dir else None},
-                                  cache_dir=str(scratch), keep_in_memory=False)
+    try:
+        return Dataset.from_generator(_record_stream, features=RECORD_FEATURES[record_kind(first)],
+                                      gen_kwargs={"spec": spec, "base_dir": str(base_dir) if base_dir else None},
+                                      cache_dir=str(scratch), keep_in_memory=False)
+    except DatasetGenerationError as exc:  # a bad record deep in the file: its DatasetError names file and line
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, DatasetError):
+            raise cause from None
+        raise
 
 
 def _record_stream(spec: DatasetSpec, base_dir):
@@ -386,10 +396,13 @@ def _tokenize(dataset: Dataset, recipe: Recipe, tokenizer, fingerprint: str, sou
             return dataset.map(_tokenize_batch, fn_kwargs={"recipe": recipe, "tokenizer": tokenizer},
                                new_fingerprint=fingerprint, **mapping)
         ids = dataset.map(_document_ids, fn_kwargs={"tokenizer": tokenizer}, new_fingerprint=f"{fingerprint}-ids",
-                          **mapping)
+                          features=Features({"ids": _IDS}), **mapping)
     return ids.map(_blocks, fn_kwargs={"block": recipe.train.max_seq_len}, batched=True,
                    batch_size=DOCS_PER_BLOCK_BATCH, remove_columns=["ids"], new_fingerprint=fingerprint,
-                   desc="cutting blocks")
+                   features=Features({"input_ids": _IDS, "labels": _IDS}), desc="cutting blocks")
+
+
+_IDS = List(Value("int32"))  # declared: datasets need not infer the type of millions of ints
 
 
 def _document_ids(batch: dict[str, list], tokenizer) -> dict[str, list]:
