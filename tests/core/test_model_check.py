@@ -35,6 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
+CHAT = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+
+
 def model_files(*, config=True, weights=True, tokenizer=True) -> dict[str, bytes]:
     """What save_pretrained writes for a (very small) model: config, safetensors, tokenizer."""
     files = {}
@@ -44,7 +47,8 @@ def model_files(*, config=True, weights=True, tokenizer=True) -> dict[str, bytes
         files["model.safetensors"] = safetensors_bytes({"lm_head.weight": np.zeros((4, 4), dtype=np.float32)})
     if tokenizer:
         files["tokenizer.json"] = Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>")).to_str().encode()
-        files["tokenizer_config.json"] = json.dumps({"eos_token": "<unk>"}).encode()
+        # a chat model's tokenizer: a chat template (a base model without one needs dataset.template)
+        files["tokenizer_config.json"] = json.dumps({"eos_token": "<unk>", "chat_template": CHAT}).encode()
     return files
 
 
