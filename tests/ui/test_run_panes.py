@@ -1,7 +1,7 @@
 """The run view's text panes for multi-node runs and trust_remote_code (pure functions)."""
 
 from tuiapp.core.rundata import RunData
-from tuiapp.ui.run_panes import memory_text, status_text
+from tuiapp.ui.run_panes import memory_text, speed_text, status_text
 
 
 def test_multi_node_run_shows_nodes_ranks_and_memory_per_node():
@@ -24,3 +24,16 @@ def test_trust_remote_code_is_shown():
     info = {"status": "running", "name": "x", "trust_remote_code": True}
     assert "trust_remote_code = true" in status_text(info, RunData(), now=0.0)
     assert "trust_remote_code" not in status_text({"status": "running", "name": "x"}, RunData(), now=0.0)
+
+
+def test_a_mixture_of_experts_run_shows_its_routing_in_the_speed_pane():
+    data = RunData()
+    row = {"step": 3, "max_steps": 5, "time": 100.0, "loss": 2.0, "tokens_per_s": 900.0, "moe/load_max": 1.32,
+           "moe/load_min": 0.71, "moe/load_cv": 0.21, "moe/aux_loss": 0.0123, "moe/load": [0.71, 1.32, 0.97, 1.0]}
+    data.extend([row])
+    text = speed_text(data)
+    assert "experts: busiest 1.32× · idlest 0.71× an even share · cv 0.21 · aux loss 0.0123" in text
+    assert "load per expert: 0.71 1.32 0.97 1.00" in text
+    dense = RunData()
+    dense.extend([{k: v for k, v in row.items() if not k.startswith("moe/")}])
+    assert "experts" not in speed_text(dense)

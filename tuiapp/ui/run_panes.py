@@ -130,7 +130,25 @@ def speed_text(data: RunData) -> str:
         f"step {fmt_number(row.get('step_time'), '.2f')}s",
         f"tokens {fmt_number(row.get('tokens'), ',.0f')}",
     ]
-    return " · ".join(parts)
+    return " · ".join(parts) + experts_text(row)
+
+
+def experts_text(row: dict) -> str:
+    """A mixture of experts' routing at the last step (trainer.moe): each expert's share of the
+    routed tokens relative to an even spread, the busiest and idlest, and the aux loss."""
+    if "moe/load_max" not in row:
+        return ""
+    parts = [f"busiest {fmt_number(row.get('moe/load_max'), '.2f')}×",
+             f"idlest {fmt_number(row.get('moe/load_min'), '.2f')}× an even share",
+             f"cv {fmt_number(row.get('moe/load_cv'), '.2f')}"]
+    if row.get("moe/aux_loss") is not None:
+        parts.append(f"aux loss {fmt_number(row.get('moe/aux_loss'), '.4f')}")
+    text = "\nexperts: " + " · ".join(parts)
+    load = row.get("moe/load")
+    if isinstance(load, list) and load:
+        shown = " ".join(f"{v:.2f}" for v in load[:32])
+        text += f"\nload per expert: {shown}" + (f" … ({len(load)} experts)" if len(load) > 32 else "")
+    return text
 
 
 def samples_text(data: RunData) -> str:
