@@ -78,6 +78,9 @@ def test_moe_lora_adapts_the_experts_only_without_dropout(profiles):
         assert any("dropout = 0" in (f.fix or "") for f in with_dropout.findings)
         recipe.method.dropout = 0.0
         assert plan_model(profiles[arch], recipe, cuda=False, flash_installed=False).lora_targets == "all-linear"
+        dora = zoo_recipe(arch, "dora")  # peft refuses DoRA on fused expert weights, dropout or not
+        dora.method.dropout = 0.0
+        assert "experts" not in " ".join(plan_model(profiles[arch], dora, cuda=False, flash_installed=False).lora_targets)
 
 
 def test_unknown_lora_targets_are_refused_with_the_models_linears(profiles):

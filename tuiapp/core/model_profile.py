@@ -224,18 +224,17 @@ def _adapter_targets(profile: ModelProfile, method, key: str) -> tuple[list[str]
     targets = method.target_modules
     experts = profile.expert_parameters
     if targets == "all-linear":
+        # peft wraps fused expert weights in a ParamWrapper, which refuses dropout and DoRA
+        dense = sorted(profile.roles.get("attention", []) + profile.roles.get("mlp", []))
         if experts and method.dropout > 0:
-            chosen = sorted(profile.roles.get("attention", []) + profile.roles.get("mlp", []))
-            return chosen, [Finding("info", f"{key}.target_modules", f"{profile.label} keeps its experts' weights "
-                                    f"in fused tensors, which peft adapts only with dropout 0: LoRA goes on the "
-                                    f"attention{' and dense MLP' if profile.roles.get('mlp') else ''} linears "
-                                    f"({', '.join(chosen)})",
-                                    f"set {key}.dropout = 0 to adapt the experts too")]
+            return dense, [Finding("info", f"{key}.target_modules", f"{profile.label} keeps its experts' weights "
+                                   f"in fused tensors, which peft adapts only with dropout 0: LoRA goes on the "
+                                   f"attention{' and dense MLP' if profile.roles.get('mlp') else ''} linears "
+                                   f"({', '.join(dense)})", f"set {key}.dropout = 0 to adapt the experts too")]
         if experts and method.kind != "lora":
-            chosen = sorted(profile.roles.get("attention", []) + profile.roles.get("mlp", []))
-            return chosen, [Finding("info", f"{key}.target_modules", f"{method.kind} cannot adapt the fused expert "
-                                    f"weights of {profile.label}: it goes on {', '.join(chosen)}",
-                                    "use kind = 'lora' to adapt the experts too")]
+            return dense, [Finding("info", f"{key}.target_modules", f"{method.kind} cannot adapt the fused expert "
+                                   f"weights of {profile.label}: it goes on {', '.join(dense)}",
+                                   "use kind = 'lora' to adapt the experts too")]
         return "all-linear", []
     known = profile.linear_names
     unknown = [t for t in targets if t not in known and not any(t.endswith(e.split(".")[-1]) for e in experts)]
