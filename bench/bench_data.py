@@ -9,15 +9,25 @@ sample data, with the bundled tiny model's tokenizer:
   * second call with the same cache dir: must load it instead of tokenizing again (≪ first).
 For context, the baseline script's docs-style tokenization (`load_dataset` + `.map`, fresh
 datasets cache) of the same file is timed too.
+
+    .venv/bin/python bench/bench_data.py --corpus-mb 1024,4096
+
+Data at any size: a pretraining corpus of each size made from the shared c4 sample repeated (in a
+temporary folder, never committed), tokenized cold in a rank-like child process (fresh cache) and
+loaded warm; the peak resident memory of the rank process and of it with its tokenizing workers.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -167,11 +177,102 @@ def run_all(quick: bool = False, log=print) -> dict:
     return {"results": results, "fingerprint": fingerprint, "markdown": markdown(results, reps, fingerprint)}
 
 
+BUILD = """
+import json, sys, time
+from transformers import AutoTokenizer
+from tuiapp.core.recipe import parse_recipe
+from tuiapp.trainer.data import build_datasets
+recipe = parse_recipe(open(sys.argv[1]).read())
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[2])
+started = time.perf_counter()
+train, _ = build_datasets(recipe, tokenizer, sys.argv[3])
+print(json.dumps({"seconds": time.perf_counter() - started, "rows": len(train)}))
+"""
+
+
+def make_corpus(path: Path, megabytes: int) -> int:
+    """The shared c4 sample repeated to `megabytes`; returns the number of documents."""
+    sample = common.data_file(common.C4).read_bytes()
+    if not sample.endswith(b"\n"):
+        sample += b"\n"
+    docs = 0
+    with path.open("wb") as handle:
+        while handle.tell() < megabytes * 1024**2:
+            handle.write(sample)
+            docs += sample.count(b"\n")
+    return docs
+
+
+def _peak_rss(argv: list[str], env: dict) -> tuple[dict, float, float]:
+    """(the child's JSON line, peak RSS of the child alone, peak RSS of the child and its children) in MB."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                            cwd=common.ROOT)
+    own = tree = 0.0
+    parent = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        try:
+            mine = parent.memory_info().rss
+            kids = sum(c.memory_info().rss for c in parent.children(recursive=True))
+            own, tree = max(own, mine / 1e6), max(tree, (mine + kids) / 1e6)
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    out = proc.stdout.read().strip().splitlines()
+    if proc.returncode != 0 or not out:
+        raise RuntimeError(f"build failed ({proc.returncode})")
+    return json.loads(out[-1]), own, tree
+
+
+def corpus_scaling(sizes_mb: list[int], log=print) -> dict:
+    work = common.temp_dir("corpus")
+    rows = []
+    try:
+        model_dir = common.ensure_model(work / "model-cache")
+        for size in sizes_mb:
+            corpus = work / f"c4-{size}mb.jsonl"
+            docs = make_corpus(corpus, size)
+            recipe = work / f"r{size}.toml"
+            recipe.write_text(common.recipe_toml({"name": "corpus", "data": str(corpus), "format": "text",
+                                                  "method": "pretrain", "max_seq_len": 512, "steps": 10,
+                                                  "micro_batch": 8, "lr": 3e-3}))
+            cache = work / f"cache-{size}"
+            argv = [sys.executable, "-c", BUILD, str(recipe), str(model_dir), str(cache)]
+            env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+            log(f"corpus {size} MB ({docs:,} documents): cold")
+            cold, cold_own, cold_tree = _peak_rss(argv, env)
+            log(f"corpus {size} MB: warm")
+            warm, warm_own, _ = _peak_rss(argv, env)
+            rows.append({"mb": size, "docs": docs, "rows": cold["rows"], "cold_s": cold["seconds"],
+                         "docs_per_s": docs / cold["seconds"], "mb_per_s": corpus.stat().st_size / 1e6 / cold["seconds"],
+                         "cold_rank_mb": cold_own, "cold_tree_mb": cold_tree, "warm_s": warm["seconds"],
+                         "warm_rank_mb": warm_own})
+            corpus.unlink()
+            common.remove(cache)
+    finally:
+        common.remove(work)
+    table = md_table(["corpus", "documents", "blocks of 512", "cold s", "docs/s", "MB/s", "peak rank MB (cold)",
+                      "peak rank + workers MB", "warm load s", "peak rank MB (warm)"],
+                     [[f"{r['mb']:,} MB", f"{r['docs']:,}", f"{r['rows']:,}", fmt(r["cold_s"], ".1f"),
+                       fmt(r["docs_per_s"], ",.0f"), fmt(r["mb_per_s"], ".2f"), fmt(r["cold_rank_mb"], ",.0f"),
+                       fmt(r["cold_tree_mb"], ",.0f"), fmt(r["warm_s"], ".2f"), fmt(r["warm_rank_mb"], ",.0f")]
+                      for r in rows])
+    return {"rows": rows, "markdown": table}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--corpus-mb", default="", help="sizes of generated c4 corpora, e.g. 1024,4096")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
+    if args.corpus_mb:
+        skipped = common.missing_data_message(common.C4)
+        if skipped:
+            print(skipped)
+            return 0
+        sizes = [int(v) for v in args.corpus_mb.split(",") if v.strip()]
+        print(corpus_scaling(sizes, log=lambda m: print(m, file=sys.stderr, flush=True))["markdown"])
+        return 0
     result = run_all(args.quick, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(result["markdown"])
     return 0
