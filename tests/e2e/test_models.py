@@ -128,6 +128,11 @@ def test_mixture_of_experts_on_two_zero3_ranks_adapts_experts_and_logs_their_loa
     rows = [r for r in metrics(run) if r.get("split", "train") == "train"]
     assert rows and all("moe/load_max" in r and "moe/aux_loss" in r for r in rows)
     assert all(len(r["moe/load"]) == 4 and r["moe/load_min"] <= 1.0 <= r["moe/load_max"] for r in rows)
+    active = json.loads(subprocess.run([sys.executable, "-m", "tuiapp.cli", "model", str(zoo("qwen3_moe")), "--json"],
+                                       cwd=ROOT, capture_output=True, text=True, timeout=300).stdout)
+    active = active["profile"]["parameters"]["active"]
+    timed = [r for r in rows if r.get("tokens_per_s")]
+    assert timed and all(abs(r["model_tflops"] - 6 * active * r["tokens_per_s"] / 1e12) < 1e-12 for r in timed)
     plan = next(json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
                 if '"model_plan"' in line)
     assert plan["lora_targets"] == "all-linear"

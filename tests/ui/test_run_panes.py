@@ -29,11 +29,12 @@ def test_trust_remote_code_is_shown():
 def test_a_mixture_of_experts_run_shows_its_routing_in_the_speed_pane():
     data = RunData()
     row = {"step": 3, "max_steps": 5, "time": 100.0, "loss": 2.0, "tokens_per_s": 900.0, "moe/load_max": 1.32,
-           "moe/load_min": 0.71, "moe/load_cv": 0.21, "moe/aux_loss": 0.0123, "moe/load": [0.71, 1.32, 0.97, 1.0]}
+           "moe/load_min": 0.71, "moe/load_cv": 0.21, "moe/aux_loss": 0.0123, "moe/load": [0.71, 1.32, 0.97, 1.0],
+           "model_tflops": 0.00125}
     data.extend([row])
     text = speed_text(data)
     assert "experts: busiest 1.32× · idlest 0.71× an even share · cv 0.21 · aux loss 0.0123" in text
-    assert "load per expert: 0.71 1.32 0.97 1.00" in text
+    assert "load per expert: 0.71 1.32 0.97 1.00" in text and "model 0.00125 TFLOP/s" in text
     dense = RunData()
     dense.extend([{k: v for k, v in row.items() if not k.startswith("moe/")}])
     assert "experts" not in speed_text(dense)

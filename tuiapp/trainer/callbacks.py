@@ -269,6 +269,7 @@ class RunRecorder(TrainerCallback):
         self.host = host
         self.loss_is_nll = loss_is_nll
         self.agreement = agreement
+        self.active_parameters = 0  # the base's parameters a token goes through (set by the trainer)
         self._held: list[tuple[TrainRow, float]] = []  # rows waiting for their step's token total
         self._samples_per_step = 0
         self.metrics = None
@@ -396,6 +397,8 @@ class RunRecorder(TrainerCallback):
                 "samples_per_s": steps * self._samples_per_step / dt if steps > 0 else None,
                 "step_time": dt / steps if steps > 0 else None,
             })
+            if self.active_parameters and row["tokens_per_s"]:  # 6 FLOPs per active parameter per token
+                row["model_tflops"] = 6 * self.active_parameters * row["tokens_per_s"] / 1e12
             self.metrics.write(row)
             self._last_time, self._last_tokens, self._last_step = now, tokens, row["step"]
 

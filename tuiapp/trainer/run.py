@@ -260,6 +260,7 @@ def train(run_dir: Path, resume: bool) -> int:
         phases.enter("joining ranks")  # the process group starts with the training arguments
     args = _training_args(recipe, run_dir, precision, eval_set is not None)
     recorder = RunRecorder(run_dir, socket.gethostname(), agreement=stopper)
+    _count_active(recorder, recipe, model_path)
     callbacks = [stopper]
     if eval_set is not None and recipe.train.sample_prompts:
         callbacks.append(
@@ -282,6 +283,14 @@ def train(run_dir: Path, resume: bool) -> int:
     if recipe.train.batching == "tokens":
         trainer.token_budget = tokens_per_batch(recipe)
     return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+
+
+def _count_active(recorder: RunRecorder, recipe: Recipe, model_path: str) -> None:
+    """The recorder's model TFLOP/s counts the parameters a token goes through (a mixture of experts:
+    the active ones, from the model profile)."""
+    profile = model_profile(model_path, recipe.model.trust_remote_code)
+    if profile is not None:
+        recorder.active_parameters = profile.active_parameters
 
 
 def _expert_load(model, recipe: Recipe, model_path: str) -> list:
@@ -315,6 +324,7 @@ def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, 
         phases.enter("joining ranks")
     kwargs = training_kwargs(recipe, run_dir, precision, eval_set is not None)
     recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False, agreement=stopper)
+    _count_active(recorder, recipe, model_path)
     callbacks = [stopper, *early_stopping(recipe, recorder), recorder]
     trainer = rl.build_trainer(recipe, run_dir, model, peft_config, kwargs, train_set, eval_set, tokenizer, callbacks,
                                mixins=(strategies.StrategyMixin, RunTrainerMixin))
@@ -337,6 +347,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
         phases.enter("joining ranks")
     kwargs = training_kwargs(recipe, run_dir, precision, eval_set is not None)
     recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False, agreement=stopper)
+    _count_active(recorder, recipe, model_path)
     callbacks = [stopper]
     if eval_set is not None and recipe.train.sample_prompts and recipe.method.kind != "reward":
         callbacks.append(

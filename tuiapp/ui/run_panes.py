@@ -130,6 +130,8 @@ def speed_text(data: RunData) -> str:
         f"step {fmt_number(row.get('step_time'), '.2f')}s",
         f"tokens {fmt_number(row.get('tokens'), ',.0f')}",
     ]
+    if row.get("model_tflops") is not None:  # 6 x the parameters a token goes through (active ones for MoE)
+        parts.append(f"model {fmt_number(row.get('model_tflops'), '.3g')} TFLOP/s")
     return " · ".join(parts) + experts_text(row)
 
 
