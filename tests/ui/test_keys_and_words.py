@@ -199,11 +199,15 @@ def test_toasts_leave_the_status_line_and_the_verdict_bar_readable(runs_root, tm
         app = test_app(runs_root, tmp_path, live=False)
         async with app.run_test(size=(80, 24), notifications=True) as pilot:
             await home_ready(pilot)
-            status = lines_of(app)[-2]
-            assert "7 runs" in status
+            await wait_for(pilot, lambda: any("7 runs" in line for line in lines_of(app)), what="the status line")
+            lines = lines_of(app)
+            row = next(i for i, line in enumerate(lines) if "7 runs" in line)  # the footer may paint later
+            status, detail = lines[row].rstrip(), lines[row - 1].rstrip()
+            assert detail.strip()
             app.notify("a long notice that would cover the bottom right of the screen", title="Notice", timeout=30)
             await wait_for(pilot, lambda: "a long notice" in screen_text(app), what="the toast")
-            assert lines_of(app)[-2] == status and lines_of(app)[-3].strip()  # status and detail lines whole
+            after = [line.rstrip() for line in lines_of(app)]
+            assert after[row] == status and after[row - 1] == detail  # status and detail lines whole
             assert "a long notice" in screen_text(app)
 
     asyncio.run(scenario())

@@ -86,6 +86,17 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
     return findings
 
 
+def profile_of(recipe: Recipe, base_dir: Path) -> model_profile.ModelProfile | None:
+    """The model's profile (made and cached on first use), or None: 'tiny', not here, or unreadable."""
+    folder = model_check.model_folder(recipe.model.name, base_dir)
+    if folder is None or model_profile.config_problems(folder):
+        return None
+    try:
+        return model_profile.read_profile(folder, trust_remote_code=recipe.model.trust_remote_code)
+    except model_profile.ProfileError:
+        return None
+
+
 def model_profile_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     """The model's config sanity, and what its architecture means for the method (model_profile)."""
     folder = model_check.model_folder(recipe.model.name, base_dir)
@@ -128,6 +139,7 @@ def estimate_report(recipe: Recipe, store: RunStore, base_dir: Path, nodes: int 
     """The memory estimate of `llmtui estimate` and the TUI form, for the recipe's nodes x GPUs
     per node (launch.nodes, gpus_per_node, hosts); `nodes` / `gpus` override them."""
     recipe, _ = resolve_recipe(recipe, store)
+    profile_of(recipe, base_dir)  # the exact parameter counts the estimate reads, made once per model
     config = estimate.load_model_config(recipe.model.name, base_dir)
     result = preflight.memory_estimate(recipe, config, base_dir=base_dir, nodes=nodes, per_node=gpus)
     text, data = estimate.format_estimate(result), result.to_json()

@@ -151,6 +151,15 @@ class ProfileError(Exception):
     pass
 
 
+def cached_profile(folder: Path, *, trust_remote_code: bool = False) -> ModelProfile | None:
+    """The profile read_profile made before, from the cache alone (never a subprocess); None if none."""
+    try:
+        data = json.loads((_cache_root() / f"{_cache_key(folder, trust_remote_code)}.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return None if "error" in data else ModelProfile(data)
+
+
 def read_profile(folder: Path, *, trust_remote_code: bool = False) -> ModelProfile:
     """The profile of a model folder (config.json and tokenizer), from the cache or a subprocess."""
     cached = _cache_root() / f"{_cache_key(folder, trust_remote_code)}.json"
