@@ -23,6 +23,7 @@ import socket
 import sys
 from urllib.parse import urlsplit
 
+from tuiapp.core import served
 from tuiapp.core.errors import EXIT_OK, UserError
 from tuiapp.core.runs import RunStore
 
@@ -58,19 +59,7 @@ def is_loopback(host: str) -> bool:
 def _check_free(host: str, port: int) -> list[str]:
     """Refuse a port something already listens on, before the server prints its banner; returns
     the addresses the host name resolves to."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise UserError(message=f"--host {host}: {exc.strerror}", fix="use localhost or an address of this machine") from None
-    for family, kind, proto, _, address in infos:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                raise UserError(message=f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                                fix="pick another --port, or stop what uses this one") from None
-    return [info[4][0] for info in infos]
+    return served.check_free(host, port, fix="pick another --port, or stop what uses this one")
 
 
 def allowed_host_names(host: str, addresses: list[str], extra: list[str]) -> set[str]:

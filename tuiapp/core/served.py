@@ -123,8 +123,12 @@ def check_port(port: int) -> None:
         raise UserError(message=f"--port {port} is not a TCP port", fix="use a port from 1 to 65535, e.g. --port 8001")
 
 
-def check_free(host: str, port: int) -> None:
-    """Refuse a port something already listens on, before anything starts."""
+SERVE_PORT_FIX = "pick another --port, or stop what uses this one (`llmtui serve --status` lists the models llmtui serves)"
+
+
+def check_free(host: str, port: int, fix: str = SERVE_PORT_FIX) -> list[str]:
+    """Refuse a port something already listens on, before anything starts (as the server will
+    bind it); returns the addresses the host name resolves to."""
     check_port(port)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -137,9 +141,8 @@ def check_free(host: str, port: int) -> None:
             try:
                 probe.bind(address)
             except OSError as exc:
-                raise UserError(message=f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                                fix="pick another --port, or stop what uses this one "
-                                    "(`llmtui serve --status` lists the models llmtui serves)") from None
+                raise UserError(message=f"cannot listen on {host}:{port}: {exc.strerror or exc}", fix=fix) from None
+    return [info[4][0] for info in infos]
 
 
 def check_token(host: str, token: str | None) -> None:

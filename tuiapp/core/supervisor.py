@@ -202,10 +202,7 @@ class Supervisor:
             self.stop_requested_at = time.monotonic()
             self.stop_recorded = True
         while group_processes(self.ranks_group):
-            if self.stop_requested_at is not None and not self.stop_recorded:
-                self.stop_recorded = True
-                self.status = "stopping"
-                self._record(status="stopping", stop_requested=time.time())
+            self._record_stop_request()
             if time.monotonic() >= self._next_watch:
                 self._next_watch = time.monotonic() + WATCH_S
                 self._watch_ranks()
@@ -277,10 +274,7 @@ class Supervisor:
             code = self.child.poll()
             if code is not None:
                 return code
-            if self.stop_requested_at is not None and not self.stop_recorded:
-                self.stop_recorded = True
-                self.status = "stopping"
-                self._record(status="stopping", stop_requested=time.time())
+            self._record_stop_request()
             if time.monotonic() >= self._next_watch:
                 self._next_watch = time.monotonic() + WATCH_S
                 self._watch_nodes()
@@ -374,6 +368,13 @@ class Supervisor:
         now = time.time()
         self._record(status="failed", ended=now, reason=reason,
                      attempts=rundir.close_attempt(self._own_record(), "failed", reason, now))
+
+    def _record_stop_request(self) -> None:
+        """A stop request that arrived (signal handler) is recorded once: the run shows stopping."""
+        if self.stop_requested_at is not None and not self.stop_recorded:
+            self.stop_recorded = True
+            self.status = "stopping"
+            self._record(status="stopping", stop_requested=time.time())
 
     def _record(self, **values) -> None:
         """run.json for the run's only (or node 0's) supervisor; nodes/<k>.json for node k."""
