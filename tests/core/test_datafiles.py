@@ -171,6 +171,7 @@ def test_iter_records_streams_what_load_records_reads(tmp_path):
     assert caught.value.line == 2 and "NUL byte at offset 8" in caught.value.message
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 def test_iter_records_memory_does_not_grow_with_the_file(tmp_path):
     from tuiapp.core.datasets import iter_records
 

@@ -29,6 +29,7 @@ def test_deepspeed_argv_golden():
     assert _world(argv) == {"localhost": [1, 3]} and argv[-1] == "--resume"
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 def test_the_launch_command_is_the_one_deepspeeds_runner_builds(tmp_path):
     """The same argv as `deepspeed --num_gpus 2 --master_port P --enable_each_rank_log D --module M`
     hands to deepspeed.launcher.launch on one node (its runner logs the command it starts)."""
@@ -52,6 +53,7 @@ def test_the_launch_command_is_the_one_deepspeeds_runner_builds(tmp_path):
     assert started[0] == local_launch_argv("pkg", 2, None, 29555, rank_logs=tmp_path / "ranks")
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 def test_a_single_rank_starts_as_deepspeeds_launcher_would_start_it(tmp_path):
     """One rank without the launcher: the same environment and arguments as the rank DeepSpeed's
     per-node launcher starts (each run records what its rank saw)."""

@@ -159,6 +159,7 @@ def test_bottleneck_adapter_folder_uses_llmtui_json_for_its_base(tmp_path):
     assert "base model" in messages(check_model(str(tmp_path / "b"), offline=True))[0]
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 def test_run_reference_is_checked_as_its_final_folder(tmp_path):
     store = RunStore(tmp_path / "runs")
     earlier = store.create(recipe_from_dict({"name": "base", "method": {"kind": "lora"}}))
@@ -226,6 +227,7 @@ def llmtui(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProces
                           cwd=tmp_path, env=full, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 def test_validate_and_run_refuse_an_uncached_model_before_creating_anything(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('[model]\nname = "acme/small-model"\n[method]\nkind = "lora"\n')

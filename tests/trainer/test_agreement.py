@@ -63,6 +63,7 @@ def _rank(rank: int, port: int, run_dir: str, steps: int, signal_at: int, step_s
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 @pytest.mark.parametrize("step_s, steps, signal_at", [(0.1, 80, 30), (1.05, 6, 3)], ids=["short-steps", "long-steps"])
 def test_two_ranks_agree_on_the_stop_step_and_every_rows_token_total(tmp_path, step_s, steps, signal_at):
     ctx = mp.get_context("spawn")

@@ -42,6 +42,7 @@ def recipe(name, kind="pretrain") -> Recipe:
                                   "train": {"max_seq_len": 64}})
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 def test_workers_tokenize_the_same_blocks_as_one_process(tmp_path, tokenizer, corpus, monkeypatch):
     monkeypatch.setenv("LLMTUI_TOKENIZE_WORKERS", "1")
     one, _ = build_datasets(recipe(corpus), tokenizer, tmp_path / "one")
@@ -103,6 +104,7 @@ def llmtui(*args: str, cache: Path) -> subprocess.CompletedProcess:
                           timeout=120, env={**os.environ, "LLMTUI_CACHE": str(cache)})
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 def test_cache_list_and_prune(tmp_path, tokenizer, corpus):
     cache = tmp_path / "cache"
     build_datasets(recipe(corpus), tokenizer, cache)

@@ -9,6 +9,7 @@ import asyncio
 import json
 import time
 
+import pytest
 from manager_fixtures import make_sweep
 from ui_fixtures import REAL_IDS, screen_text, synthetic_run, test_app, wait_for
 
@@ -213,6 +214,7 @@ def test_toasts_leave_the_status_line_and_the_verdict_bar_readable(runs_root, tm
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 def test_form_verdict_counts_errors_as_the_checks_pane_does_and_cpu_speaks_of_ranks(tmp_path):
     missing = Recipe.model_validate({"name": "q", "method": {"kind": "lora"},
                                       "dataset": {"name": "data/missing.jsonl"}})  # one preflight error

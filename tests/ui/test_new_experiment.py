@@ -374,6 +374,7 @@ def test_o_opens_the_picker_where_focus_is_not_typing_text(tmp_path, size):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 @pytest.mark.parametrize("size,width_class", [((80, 24), "-narrow"), ((120, 36), "-wide")], ids=["80x24", "120x36"])
 def test_a_pushed_screen_has_its_width_class_before_its_first_frame(tmp_path, size, width_class):
     """A real terminal sends no resize when a screen is pushed: the form drew its wide layout at 80 columns."""

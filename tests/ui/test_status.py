@@ -148,6 +148,7 @@ def test_orphaned_ranks_are_flagged_not_failed_nor_running(store, tmp_path):
 # ---------------------------------------------------------------- stop
 
 
+@pytest.mark.slow  # over ~5 s on 2 cores
 def test_stop_says_stopping_at_once_and_the_final_status_after(store, tmp_path):
     """A real process group that takes 2 s to end after SIGTERM, as ranks finishing a step do."""
     run = store.create(Recipe(name="slow-exit", method=LoraMethod()))
