@@ -118,7 +118,7 @@ def test_mixture_of_experts_on_two_zero3_ranks_adapts_experts_and_logs_their_loa
     recipe = _recipe(tmp_path, zoo("qwen3_moe"), "lora", extra).read_text()
     recipe = recipe.replace("[method]", "[launch]\ngpus = 2\nzero_stage = 3\n[method]")
     recipe = recipe.replace(f'name = "{zoo("qwen3_moe")}"\n',
-                            f'name = "{zoo("qwen3_moe")}"\nrouter_aux_loss_coef = 0.01\n')
+                            f'name = "{zoo("qwen3_moe")}"\nrouter_aux_loss_coef = 0.01\nexperts_implementation = "eager"\n')
     recipe = recipe.replace("max_steps = 2", "max_steps = 3\nlogging_steps = 1")
     (tmp_path / ".recipes" / "r.toml").write_text(recipe)
     result = llmtui("run", str(tmp_path / ".recipes" / "r.toml"), runs_dir=runs_dir, timeout=900)
@@ -135,6 +135,6 @@ def test_mixture_of_experts_on_two_zero3_ranks_adapts_experts_and_logs_their_loa
     assert timed and all(abs(r["model_tflops"] - 6 * active * r["tokens_per_s"] / 1e12) < 1e-12 for r in timed)
     plan = next(json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
                 if '"model_plan"' in line)
-    assert plan["lora_targets"] == "all-linear"
+    assert plan["lora_targets"] == "all-linear" and plan["experts_implementation"] == "eager"
     adapter = json.loads((run / "final" / "adapter_config.json").read_text())
     assert adapter.get("target_parameters"), adapter  # the fused expert weights carry LoRA too

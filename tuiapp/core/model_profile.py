@@ -93,6 +93,7 @@ class ModelPlan:
     lora_targets: list[str] | str = "all-linear"
     ia3_targets: list[str] | None = None
     ia3_feedforward: list[str] | None = None
+    experts_implementation: str | None = None  # a mixture of experts: how its experts run
 
     def errors(self) -> list[Finding]:
         return [f for f in self.findings if f.level == "error"]
@@ -100,6 +101,7 @@ class ModelPlan:
     def to_event(self) -> dict:
         return {"event": "model_plan", "attention": self.attention, "lora_targets": self.lora_targets,
                 "ia3_targets": self.ia3_targets, "ia3_feedforward": self.ia3_feedforward,
+                "experts_implementation": self.experts_implementation,
                 "notes": [f.message for f in self.findings if f.level != "error"]}
 
 
@@ -348,6 +350,9 @@ def plan_model(profile: ModelProfile, recipe: Recipe, *, cuda: bool, flash_insta
     if recipe.model.experts_implementation != "auto" and not profile.moe:
         plan.findings.append(Finding("error", "model.experts_implementation", f"{profile.label} is not a mixture "
                                      "of experts", "set model.experts_implementation = 'auto'"))
+    if profile.moe:
+        requested = recipe.model.experts_implementation
+        plan.experts_implementation = profile.moe.get("experts_implementation") if requested == "auto" else requested
     if profile.moe and recipe.model.router_aux_loss_coef:
         plan.findings.append(Finding("info", "model.router_aux_loss_coef", "the router's load-balancing loss is "
                                      f"added with coefficient {recipe.model.router_aux_loss_coef}; per-expert load "
