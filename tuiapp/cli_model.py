@@ -57,7 +57,7 @@ def _read(name: str, trust: bool) -> model_profile.ModelProfile:
                                          f"({model_check.hub_cache()})")
     problems = model_profile.config_problems(folder)
     if problems:
-        raise model_profile.ProfileError(f"{problems[0].message} ({problems[0].fix})")
+        raise model_profile.ProfileError(problems[0].message, problems[0].fix)
     return model_profile.read_profile(folder, trust_remote_code=trust)
 
 
@@ -65,10 +65,10 @@ def cmd_model(args) -> int:
     try:
         profile = _read(args.model, args.trust_remote_code)
     except model_profile.ProfileError as exc:
-        fix = "point it at a folder with config.json, or download the model (hf download ID)"
+        fix = exc.fix or "point it at a folder with config.json, or download the model (hf download ID)"
         if args.json:
-            write_document(sys.stdout, {"error": {"message": str(exc), "key": "model", "fix": fix}})
-        print(f"error: {exc}\n  fix: {fix}", file=sys.stderr)
+            write_document(sys.stdout, {"error": {"message": exc.message, "key": "model", "fix": fix}})
+        print(f"error: {exc.message}\n  fix: {fix}", file=sys.stderr)
         return EXIT_BAD_INPUT
     verdicts = method_verdicts(profile, args.model)
     if args.json:

@@ -150,7 +150,9 @@ def _cache_key(folder: Path, trust_remote_code: bool) -> str:
 
 
 class ProfileError(Exception):
-    pass
+    def __init__(self, message: str, fix: str | None = None):
+        super().__init__(message)
+        self.message, self.fix = message, fix
 
 
 def cached_profile(folder: Path, *, trust_remote_code: bool = False) -> ModelProfile | None:
