@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-import unicodedata
 from pathlib import Path
 
 from tuiapp.core import meta, queue, service, sweep
@@ -112,32 +111,21 @@ def cmd_sweep(args) -> int:
 
 def cmd_tag(args) -> int:
     run = RunStore(args.runs_dir).get(args.run)
-    tags = meta.change_tags(run.path, [printable(change, "tag") for change in args.changes])
+    tags = meta.change_tags(run.path, [meta.printable(change, "tag") for change in args.changes])
     print(f"{run.id}: " + (" ".join(tags) if tags else "(no tags)"))
     return EXIT_OK
 
 
-def printable(text: str, what: str) -> str:
-    """Text shown in terminals and the TUI: control characters (an escape sequence that clears the
-    screen or retitles the terminal) are refused, not stored and echoed."""
-    bad = sorted({c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co") and c != "\t"})
-    if bad:
-        shown = ", ".join(repr(c) for c in bad[:5])
-        raise UserError(message=f"the {what} holds control characters ({shown})",
-                        fix=f"use printable text for the {what}")
-    return text
-
-
 def cmd_note(args) -> int:
     run = RunStore(args.runs_dir).get(args.run)
-    meta.set_note(run.path, "" if args.clear else printable(" ".join(args.text), "note"))
+    meta.set_note(run.path, "" if args.clear else " ".join(args.text))
     print(f"{run.id}: note " + ("cleared" if args.clear or not args.text else "saved"))
     return EXIT_OK
 
 
 def cmd_rename(args) -> int:
     run = RunStore(args.runs_dir).get(args.run)
-    meta.set_display_name(run.path, printable(args.name, "name"))
+    meta.set_display_name(run.path, args.name)
     print(f"{run.id}: shown as '{args.name}'")
     return EXIT_OK
 

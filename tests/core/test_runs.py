@@ -138,3 +138,20 @@ def test_a_run_folder_appears_only_with_its_run_json(tmp_path):
     assert json.loads((store.root / "run-007" / "run.json").read_text())["id"] == "run-007"
     assert sorted(store.run_names()) == [f"run-{k:03d}" for k in range(150)]
     assert not [p for p in store.root.iterdir() if p.name.startswith(".creating-")]
+
+
+def test_names_and_notes_with_control_characters_are_refused_from_every_front_end(tmp_path):
+    """The TUI's rename and note go through tuiapp.ui.manage to core.meta, as the CLI does: an escape
+    sequence is refused there, never stored and echoed to a terminal."""
+    from tuiapp.core import meta
+    from tuiapp.core.errors import UserError
+    from tuiapp.ui import manage
+
+    run = RunStore(tmp_path / "runs").create(parse_recipe('name = "x"\n[method]\nkind = "lora"\n'))
+    for change in (lambda: manage.rename(run.path, "x\x1b[2J"), lambda: manage.set_note(run.path, "a\x07b")):
+        with pytest.raises(UserError) as refused:
+            change()
+        assert "control characters" in refused.value.message
+    assert meta.read_meta(run.path).get("display_name") is None and not meta.read_meta(run.path).get("note")
+    manage.rename(run.path, "plain name\twith a tab")
+    assert meta.read_meta(run.path)["display_name"] == "plain name\twith a tab"

@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import time
+import unicodedata
 from pathlib import Path
 
 from tuiapp.core.errors import RunError, UserError
@@ -58,15 +59,26 @@ def change_tags(run_dir: Path, changes: list[str]) -> list[str]:
     return tags
 
 
+def printable(text: str, what: str) -> str:
+    """Text shown in terminals and the TUI: control characters (an escape sequence that clears the
+    screen or retitles the terminal) are refused, not stored and echoed."""
+    bad = sorted({c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co") and c != "\t"})
+    if bad:
+        shown = ", ".join(repr(c) for c in bad[:5])
+        raise UserError(message=f"the {what} holds control characters ({shown})",
+                        fix=f"use printable text for the {what}")
+    return text
+
+
 def set_note(run_dir: Path, text: str) -> None:
     meta = read_meta(run_dir)
-    meta["note"] = text.strip()
+    meta["note"] = printable(text, "note").strip()
     _write(run_dir, meta)
 
 
 def set_display_name(run_dir: Path, name: str) -> None:
     meta = read_meta(run_dir)
-    meta["display_name"] = name.strip() or None
+    meta["display_name"] = printable(name, "name").strip() or None
     _write(run_dir, meta)
 
 
