@@ -168,7 +168,8 @@ def stall_hint(run, summary: dict | None = None, now: float | None = None) -> st
     if run.status == "starting" and isinstance(hang, dict) and hang.get("message"):
         return str(hang["message"])
     if run.info.get("orphans"):
-        return f"the supervisor is gone but processes of the run remain: end them with `llmtui stop {run.id}`"
+        return (f"the supervisor is gone but processes of the run remain: `llmtui resume {run.id}` watches them "
+                f"again (a new supervisor adopts them), `llmtui stop {run.id}` ends them")
     if run.status != "running":
         return None
     rows = dedupe_steps(train_rows(run.metrics()))
