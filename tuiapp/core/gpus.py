@@ -20,6 +20,40 @@ class GpuInfo:
     total_bytes: int
     used_bytes: int
     other_processes: list[GpuProcess] = field(default_factory=list)
+    util_percent: float | None = None  # None where NVML cannot tell
+    power_watts: float | None = None
+    temperature_c: float | None = None
+
+
+def _maybe(read):
+    try:
+        return read()
+    except Exception:
+        return None
+
+
+def read_devices(nvml, *, processes: bool = True) -> list[GpuInfo]:
+    """Every device of an initialised NVML module (pynvml): memory, utilisation, power, temperature
+    and, with `processes`, the compute processes other than this one. The one NVML reader of
+    llmtui: preflight's detection and the run view's monitor both read through it."""
+    gpus = []
+    try:
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            name = nvml.nvmlDeviceGetName(handle)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            others = []
+            if processes:
+                running = _maybe(lambda h=handle: nvml.nvmlDeviceGetComputeRunningProcesses(h)) or []
+                others = [GpuProcess(p.pid, int(p.usedGpuMemory or 0)) for p in running if p.pid != os.getpid()]
+            util = _maybe(lambda h=handle: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu))
+            power = _maybe(lambda h=handle: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0)  # milliwatts
+            temperature = _maybe(lambda h=handle: float(nvml.nvmlDeviceGetTemperature(h, 0)))  # 0: the GPU die
+            gpus.append(GpuInfo(index, name.decode() if isinstance(name, bytes) else str(name),
+                                int(memory.total), int(memory.used), others, util, power, temperature))
+    except Exception:
+        return gpus
+    return gpus
 
 
 def detect_gpus() -> list[GpuInfo]:
@@ -32,32 +66,13 @@ def detect_gpus() -> list[GpuInfo]:
         pynvml.nvmlInit()
     except Exception:
         return []
-    gpus = []
     try:
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            try:
-                processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            except Exception:
-                processes = []
-            others = [
-                GpuProcess(p.pid, int(p.usedGpuMemory or 0))
-                for p in processes if p.pid != os.getpid()
-            ]
-            gpus.append(GpuInfo(
-                index, name.decode() if isinstance(name, bytes) else str(name),
-                int(memory.total), int(memory.used), others,
-            ))
-    except Exception:
-        return gpus
+        return read_devices(pynvml)
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:
             pass
-    return gpus
 
 
 def cuda_available(gpus: list[GpuInfo] | None = None) -> bool:

@@ -114,7 +114,10 @@ def memory_text(data: RunData, system, monitor: bool) -> str:
     else:
         for gpu in system.gpus:
             util = f"{gpu.util:.0f}%" if gpu.util is not None else "?"
-            lines.append(f"GPU{gpu.index} {gpu.name}: util {util}, mem {fmt_bytes(gpu.used)}/{fmt_bytes(gpu.total)}")
+            extra = "".join(f", {text}" for text in (
+                f"{gpu.power_watts:.0f} W" if gpu.power_watts is not None else "",
+                f"{gpu.temperature_c:.0f}°C" if gpu.temperature_c is not None else "") if text)
+            lines.append(f"GPU{gpu.index} {gpu.name}: util {util}, mem {fmt_bytes(gpu.used)}/{fmt_bytes(gpu.total)}{extra}")
         if system.ram_total:
             lines.append(f"host: CPU {system.cpu_percent or 0:.0f}%, RAM {fmt_bytes(system.ram_used)}/{fmt_bytes(system.ram_total)}")
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""This machine's GPUs (NVML) or, without them, host RAM and CPU (psutil), for the run view.
+"""This machine's GPUs (NVML, read by tuiapp.core.gpus.read_devices, the one NVML reader) or,
+without them, host RAM and CPU (psutil), for the run view.
 
 `SystemSampler.sample()` blocks briefly (NVML calls); the run view calls it from a thread
 worker. Nothing here raises: a machine without NVIDIA GPUs falls back to psutil.
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from tuiapp.core import gpus
+
 
 @dataclass
 class GpuSample:
@@ -18,6 +21,8 @@ class GpuSample:
     util: float | None  # percent
     used: float  # bytes
     total: float
+    power_watts: float | None = None
+    temperature_c: float | None = None
 
 
 @dataclass
@@ -52,20 +57,10 @@ class SystemSampler:
         )
         if self._nvml is None:
             return out
-        nvml = self._nvml
-        try:
-            for index in range(nvml.nvmlDeviceGetCount()):
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                name = nvml.nvmlDeviceGetName(handle)
-                info = nvml.nvmlDeviceGetMemoryInfo(handle)
-                try:
-                    util = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-                except Exception:
-                    util = None
-                out.gpus.append(GpuSample(index, name if isinstance(name, str) else name.decode(), util, float(info.used), float(info.total)))
-            out.source = "nvml"
-        except Exception:
-            out.gpus = []
+        out.gpus = [GpuSample(g.index, g.name, g.util_percent, float(g.used_bytes), float(g.total_bytes),
+                              g.power_watts, g.temperature_c)
+                    for g in gpus.read_devices(self._nvml, processes=False)]
+        out.source = "nvml" if out.gpus else "psutil"
         return out
 
     def close(self) -> None:
