@@ -223,4 +223,4 @@ def test_a_stop_that_lands_after_the_last_step_still_says_succeeded(runs_dir):
     assert "before the stop request took effect" in info["reason"]
     assert (run_dir / "final").is_dir()
     assert train_steps(run_dir)[-1] == 40
-    assert not group_pids(info["pgid"])
+    wait_for(lambda: not group_pids(info["pgid"]), timeout=30, what="the supervisor's exit after its record")

@@ -108,7 +108,8 @@ def test_a_run_launched_in_the_browser_outlives_the_closed_tab(runs_dir):
 
         asyncio.run(tab())
         run_dir = only_run(runs_dir)
-        assert run_info(run_dir)["status"] == "running"
+        # the badge reads running once steps count; run.json follows at the supervisor's next watch
+        wait_for(lambda: run_info(run_dir)["status"] == "running", timeout=60, what="run.json's running")
         wait_for(lambda: not tui_processes(runs_dir), timeout=30, interval=0.2, what="the closed tab's TUI to exit")
         time.sleep(2)
         assert run_info(run_dir)["status"] == "running"  # training goes on without the tab

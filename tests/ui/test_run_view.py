@@ -168,7 +168,9 @@ def test_themes_restyle_every_screen(runs_root, tmp_path):
                 app.theme = theme
                 await pilot.pause()
                 text = screen_text(app)
-                assert "step 40/40" in text and "loss (train, eval)" in text  # same frame, new colours
+                title = app.screen.query_one("#chart-loss").title_text  # legend on the title line
+                assert "step 40/40" in text and title.startswith("loss") and "train" in title and "eval" in title
+                assert title.split("  ")[0] in text  # same frame, new colours
             await pilot.press("f1")
             assert isinstance(app.screen, HelpScreen)
 
