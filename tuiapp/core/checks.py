@@ -88,37 +88,38 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
 
 def profile_of(recipe: Recipe, base_dir: Path) -> model_profile.ModelProfile | None:
     """The model's profile (made and cached on first use), or None: 'tiny', not here, or unreadable."""
-    folder = model_check.model_folder(recipe.model.name, base_dir)
-    if folder is None or model_profile.config_problems(folder):
-        return None
-    try:
-        return model_profile.read_profile(folder, trust_remote_code=recipe.model.trust_remote_code)
-    except model_profile.ProfileError:
-        return None
+    return _read_profile(recipe, base_dir)[0]
 
 
 def model_profile_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     """The model's config sanity, and what its architecture means for the method (model_profile)."""
-    folder = model_check.model_folder(recipe.model.name, base_dir)
-    if folder is None:
-        return []
-    problems = model_profile.config_problems(folder)
-    if problems:
-        return problems
-    try:
-        profile = model_profile.read_profile(folder, trust_remote_code=recipe.model.trust_remote_code)
-    except model_profile.ProfileError as exc:
-        if "trust_remote_code" in str(exc):
-            return [Finding("error", "model.name", f"{folder}: {exc}",
-                            "set model.trust_remote_code = true if you trust the model's own code")]
-        if recipe.model.trust_remote_code:  # remote code that cannot be built on the meta device
-            return [Finding("warning", "model.name", f"{folder}: no model profile ({exc}); the recipe's "
-                            "settings apply as written, unchecked against the architecture")]
-        return [Finding("error", "model.name", f"{folder}: {exc}", "check that transformers knows the "
-                        "architecture (pip install -U transformers) and that the folder is a complete model")]
+    profile, findings = _read_profile(recipe, base_dir)
+    if profile is None:
+        return findings
     plan = model_profile.plan_model(profile, recipe, cuda=gpus.cuda_available(),
                                     flash_installed=importlib.util.find_spec("flash_attn") is not None)
     return plan.findings
+
+
+def _read_profile(recipe: Recipe, base_dir: Path) -> tuple[model_profile.ModelProfile | None, list[Finding]]:
+    """model.name's profile, or None and why not ([] for 'tiny' and models not here)."""
+    folder = model_check.model_folder(recipe.model.name, base_dir)
+    if folder is None:
+        return None, []
+    problems = model_profile.config_problems(folder)
+    if problems:
+        return None, problems
+    try:
+        return model_profile.read_profile(folder, trust_remote_code=recipe.model.trust_remote_code), []
+    except model_profile.ProfileError as exc:
+        if "trust_remote_code" in str(exc):
+            return None, [Finding("error", "model.name", f"{folder}: {exc}",
+                                  "set model.trust_remote_code = true if you trust the model's own code")]
+        if recipe.model.trust_remote_code:  # remote code that cannot be built on the meta device
+            return None, [Finding("warning", "model.name", f"{folder}: no model profile ({exc}); the recipe's "
+                                  "settings apply as written, unchecked against the architecture")]
+        return None, [Finding("error", "model.name", f"{folder}: {exc}", "check that transformers knows the "
+                              "architecture (pip install -U transformers) and that the folder is a complete model")]
 
 
 def before_launch(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Finding]:
