@@ -128,3 +128,18 @@ def test_master_port_of_a_recorded_command():
     assert master_port_of(deepspeed_argv(Path("/r"), 1, None, 29502)) == "29502"
     assert master_port_of(["--master_port=7"]) == "7"
     assert master_port_of(None) is None and master_port_of(["--master_port"]) is None
+
+
+def test_rank_env_defaults_and_the_users_settings(tmp_path):
+    from tuiapp.core.launcher import rank_env
+
+    env = rank_env(2, base={"LLMTUI_CACHE": str(tmp_path)})
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert env["PYTHONUNBUFFERED"] == "1" and env["TOKENIZERS_PARALLELISM"] == "false"
+    assert env["TORCH_EXTENSIONS_DIR"].startswith(str(tmp_path)) and int(env["OMP_NUM_THREADS"]) >= 1
+    mine = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:512", "OMP_NUM_THREADS": "3", "TORCH_EXTENSIONS_DIR": "/x"}
+    env = rank_env(2, base=mine)
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env and env["PYTORCH_ALLOC_CONF"] == "max_split_size_mb:512"
+    assert env["OMP_NUM_THREADS"] == "3" and env["TORCH_EXTENSIONS_DIR"] == "/x"
+    assert rank_env(base={"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.8"})[
+        "PYTORCH_CUDA_ALLOC_CONF"] == "garbage_collection_threshold:0.8"

@@ -255,13 +255,12 @@ def test_training_model_keeps_packed_examples_apart(tmp_path, tiny_path, tokeniz
         calls.append((query.shape[2], attn_mask is None, kwargs.get("is_causal")))
         return sdpa(query, key, value, attn_mask=attn_mask, **kwargs)
 
-    for attention in ("sdpa", "eager"):
+    for attention, varlen in (("sdpa", True), ("eager", False), ("sdpa", False)):  # the last: sdpa on a GPU
         model = load_model(recipe("demo:chat", packing=True).model_copy(
             update={"model": packed_recipe.model.model_copy(update={"attn_implementation": attention})}),
             tiny_path, "fp32")
         reference = loss_one_by_one(model.eval(), features)
         model.train()
-        varlen = attention == "sdpa"
         batch = make_collator(packed_recipe, tokenizer, varlen_attention=varlen)(features)
         calls.clear()
         monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting_sdpa)
@@ -272,8 +271,19 @@ def test_training_model_keeps_packed_examples_apart(tmp_path, tiny_path, tokeniz
         if varlen:
             lengths = [len(f["input_ids"]) for f in features]
             assert calls == [(n, True, True) for _ in range(model.config.num_hidden_layers) for n in lengths]
+        elif attention == "sdpa":  # rows, each with its block mask: one masked call per layer
+            assert batch["input_ids"].shape[0] > 1
+            assert calls == [(batch["input_ids"].shape[1], False, False)] * model.config.num_hidden_layers
         else:
             assert batch["input_ids"].shape[0] > 1 and not calls
+
+
+def test_sdpa_runs_per_example_only_on_the_cpu():
+    from tuiapp.trainer.varlen import runs_varlen
+
+    assert runs_varlen("sdpa", cuda=False) and not runs_varlen("sdpa", cuda=True)
+    assert runs_varlen("flash_attention_2", cuda=True) and runs_varlen("flash_attention_3", cuda=False)
+    assert not runs_varlen("eager", cuda=False) and not runs_varlen(None, cuda=True)
 
 
 def test_pack_rows_first_fit_decreasing():

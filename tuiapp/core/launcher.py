@@ -45,6 +45,26 @@ def torch_extensions_dir(env: dict | None = None) -> str:
     return str(cache / "torch_extensions" / key)
 
 
+# PyTorch's CUDA allocator grows segments in place instead of caching a new block per batch shape:
+# packed and padded batches change shape every step, and on an H200 the default let a run's reserved
+# memory reach 2.3x its allocated peak (66.6 vs 28.8 GiB, bench/GPU_RESULTS.md), an OOM long after step 1.
+ALLOCATOR_DEFAULT = "expandable_segments:True"
+
+
+def rank_env(ranks_sharing: int = 1, base: dict | None = None) -> dict:
+    """The environment of a run's ranks (and of the probe's): unbuffered output, no tokenizer
+    threads, the CPU's threads split between the ranks that share it, DeepSpeed's op folder, and
+    the allocator setting above unless the user set one (PYTORCH_ALLOC_CONF or the CUDA name)."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env["TORCH_EXTENSIONS_DIR"] = torch_extensions_dir(env)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, ranks_sharing))))
+    if not env.get("PYTORCH_ALLOC_CONF") and not env.get("PYTORCH_CUDA_ALLOC_CONF"):
+        env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATOR_DEFAULT
+    return env
+
+
 def plan_ranks(launch: LaunchSpec, cuda_count: int) -> tuple[int, list[int] | None]:
     """How many ranks, and which GPU ids (None = the first N / CPU ranks)."""
     gpus = launch.gpus

@@ -108,14 +108,6 @@ def rank_argv(recipe_file: Path, out_dir: Path, sizes: list[int], port: int, *, 
     return argv
 
 
-def rank_env(ranks_sharing: int = 1) -> dict:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, ranks_sharing))))
-    return env
-
-
 def default_limit(recipe: Recipe, cuda: int) -> int | None:
     """The memory one rank may use: $LLMTUI_DEVICE_MEMORY, else on CPU this machine's memory
     shared by the run's ranks; None on CUDA (the probing rank reads its GPU's size)."""
@@ -156,7 +148,7 @@ def _start(recipe: Recipe, recipe_file: Path, out_dir: Path, port: int, *, gpu_i
         log.write(f"$ {' '.join(argv)}\n".encode())
         log.flush()
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=rank_env(), cwd=os.getcwd(), start_new_session=new_session)
+                                env=launcher.rank_env(), cwd=os.getcwd(), start_new_session=new_session)
     finally:
         log.close()
 

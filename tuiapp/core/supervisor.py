@@ -89,14 +89,7 @@ class Supervisor:
                 pass
 
     def _rank_env(self, ranks: int) -> dict:
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        env["LLMTUI_RUN_DIR"] = str(self.run.path)
-        env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        env["TORCH_EXTENSIONS_DIR"] = launcher.torch_extensions_dir(env)
-        if "OMP_NUM_THREADS" not in env:
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks))
-        return env
+        return {**launcher.rank_env(ranks), "LLMTUI_RUN_DIR": str(self.run.path)}
 
     def execute(self) -> int:
         signal.signal(signal.SIGTERM, self._on_stop_signal)

@@ -83,8 +83,8 @@ def bounded_eval(held_out: Dataset, recipe: Recipe, shuffle: bool) -> Dataset:
 
 def make_collator(recipe: Recipe, tokenizer, varlen_attention: bool = False):
     """Batches: full pretrain blocks as they are; packed SFT in one flattened row with its
-    sequence boundaries for varlen attention (flash-attention, or sdpa per example), else (eager)
-    in rows of at most max_seq_len; unpacked SFT
+    sequence boundaries for varlen attention (flash-attention, or sdpa per example on the CPU), else
+    (eager, sdpa on a GPU) in rows of at most max_seq_len; unpacked SFT
     padded to the longest. Position ids restart per example, so attention stays inside it."""
     if is_pretrain(recipe):
         return default_data_collator

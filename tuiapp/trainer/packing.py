@@ -1,4 +1,4 @@
-"""Packed SFT batches for eager attention, which has no variable-length path.
+"""Packed SFT batches for eager attention, which has no variable-length path, and for sdpa on a GPU.
 
 `DataCollatorWithFlattening` puts a whole micro batch in one row; flash-attention's varlen kernels
 and sdpa run once per example (varlen.py) take it as it is. eager would give that row a

@@ -207,7 +207,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
 
 def _varlen_attention(model) -> bool:
     """Attention kernels that take packed sequences without a (Σ lengths)² mask."""
-    return varlen.runs_varlen(getattr(model.config, "_attn_implementation", None))
+    return varlen.runs_varlen(getattr(model.config, "_attn_implementation", None), torch.cuda.is_available())
 
 
 def _trim_metrics(run_dir: Path, step: int) -> None:

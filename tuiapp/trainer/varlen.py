@@ -4,7 +4,8 @@ A packed micro batch is one flattened row (`DataCollatorWithFlattening` with its
 boundaries, `cu_seq_lens_q`). flash-attention runs such a row with its varlen kernels. sdpa has no
 varlen entry point, so transformers gives it a block-diagonal mask over the whole row, and the
 kernel computes every block of it. Here sdpa runs once per example instead, causal, without a
-mask: attention then costs Σ lengths²/2, the work flash-attention's varlen path does.
+mask: attention then costs Σ lengths²/2, the work flash-attention's varlen path does. That pays on
+the CPU; on a GPU the per-example calls cost more than they save (runs_varlen).
 
 `install()` wraps transformers' "sdpa" attention function in this process (the trainer's ranks).
 Calls without sequence boundaries (generation, unpacked batches, pretrain blocks) and layers with a
@@ -57,7 +58,11 @@ def install() -> None:
     AttentionInterface.register("sdpa", sdpa_per_example)
 
 
-def runs_varlen(attn_implementation: str | None) -> bool:
-    """Attention that takes a flattened row of packed examples without a mask over the row."""
+def runs_varlen(attn_implementation: str | None, cuda: bool) -> bool:
+    """Attention that takes a flattened row of packed examples without a mask over the row.
+
+    sdpa per example only on the CPU: on an H200 (bench/GPU_RESULTS.md, attention stage) it ran a
+    0.5 B model's packed steps 3-4x slower than eager on rows of max_seq_len (packing.py), so on a GPU
+    sdpa gets those rows too, with their block-diagonal mask."""
     name = str(attn_implementation or "")
-    return "flash_attention" in name or name == "sdpa"
+    return "flash_attention" in name or (name == "sdpa" and not cuda)
