@@ -78,3 +78,11 @@ def test_core_data_modules_import_no_heavy_libraries():
 
 def test_version_is_a_string_for_cache_keys():
     assert isinstance(demo_data.DEMO_VERSION, str) and demo_data.DEMO_VERSION
+
+
+def test_arith_prefs_prefer_the_bare_answer():
+    problems = {r["prompt"]: r["answer"] for r in demo_records("demo:arith")}
+    pairs = demo_records("demo:arith-prefs")
+    assert len(pairs) == 600 and all(set(p) == {"prompt", "chosen", "rejected"} for p in pairs)
+    assert all(problems[p["prompt"]] == p["chosen"] != p["rejected"] for p in pairs)
+    assert any(p["rejected"].lstrip("-").isdigit() for p in pairs) and any(" " in p["rejected"] for p in pairs)

@@ -342,6 +342,21 @@ def arith_records(count: int = 1000) -> list[dict]:
     return records
 
 
+def arith_preference_records(count: int = 600) -> list[dict]:
+    """demo:arith's problems as preference pairs, to train a reward model that an RL run then uses:
+    {"prompt", "chosen": the answer, "rejected": a wrong number or a sentence instead of the number}."""
+    rng = random.Random(1357)
+    records = []
+    for record in arith_records(count):
+        answer = int(record["answer"])
+        if rng.random() < 0.5:
+            wrong = str(answer + rng.choice([-1, 1]) * rng.randint(1, 9))
+        else:
+            wrong = rng.choice(["I am not sure.", f"The answer is around {answer}.", "Let me think about it."])
+        records.append({"prompt": record["prompt"], "chosen": record["answer"], "rejected": wrong})
+    return records
+
+
 DEMO_DATASETS = {
     "demo:facts": "~1500 alpaca instructions about capitals, animal sounds, colours and words.",
     "demo:chat": "800 multi-turn chats (messages format) about the same facts, some with a system prompt.",
@@ -350,6 +365,8 @@ DEMO_DATASETS = {
                   "value, an evasion or another topic), for dpo/simpo/cpo/orpo/reward.",
     "demo:feedback": "600 answers labelled good (the fact) or bad (a worse answer), messages + label, for kto.",
     "demo:arith": "1000 arithmetic word problems (prompt + answer) for online RL (grpo/rloo).",
+    "demo:arith-prefs": "600 of those problems as preference pairs (prompt/chosen/rejected): the bare answer vs a "
+                        "wrong number or a sentence, for a reward model an RL run scores with.",
     "demo:facts-heldout": "alpaca questions about the demo facts in phrasings never trained on, for `llmtui eval`.",
 }
 
@@ -361,7 +378,8 @@ def facts_heldout_records() -> list[dict]:
 
 _BUILDERS = {"demo:facts": facts_records, "demo:chat": chat_records, "demo:text": text_records,
              "demo:prefs": preference_records, "demo:feedback": feedback_records,
-             "demo:facts-heldout": facts_heldout_records, "demo:arith": arith_records}
+             "demo:facts-heldout": facts_heldout_records, "demo:arith": arith_records,
+             "demo:arith-prefs": arith_preference_records}
 
 
 def demo_records(name: str) -> list[dict]:
