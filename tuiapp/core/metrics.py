@@ -20,6 +20,7 @@ import orjson
 # rows with an "eval_" prefix. rewards/* are the implicit rewards (beta * log-ratio; the reward
 # model's scores), accuracies the fraction of pairs whose chosen answer scores higher; kl is KTO's.
 PREFERENCE_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "kl")
+RL_METRICS = ("reward", "reward_std")  # grpo/rloo: the weighted total reward of a step's completions
 
 
 class RankMemory(TypedDict, total=False):
@@ -243,7 +244,23 @@ def summarize(records: list[dict]) -> dict:
         "nonfinite_loss": any(v is not None and not math.isfinite(v) for v in losses),
         "last_time": as_number(last.get("time")),
         **preference_best(train, evals),
+        "recent_reward": recent_reward(train),
     }
+
+
+def recent_reward(train: list[dict]) -> float | None:
+    """An online RL run's reward now: the mean total `reward` of its last 10% of train rows that
+    carry one (at least the last row); None for other runs."""
+    values = [v for v in (as_number(r.get("reward")) for r in train) if v is not None and math.isfinite(v)]
+    return recent_mean(values)
+
+
+def recent_mean(values: list[float]) -> float | None:
+    """The mean of the last 10% of values (at least one)."""
+    if not values:
+        return None
+    recent = values[-max(1, len(values) // 10):]
+    return sum(recent) / len(recent)
 
 
 PREFERENCE_WINDOW = 10  # train rows averaged before taking the best (one micro batch is noisy)

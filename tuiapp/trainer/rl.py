@@ -24,11 +24,11 @@ import torch
 
 from tuiapp.core import rewards as builtin
 from tuiapp.core import rl as core_rl
+from tuiapp.core.completions import COMPLETIONS_FILE
 from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.recipe import Recipe, weights_method
 from tuiapp.trainer.model import load_model, lora_config
 
-COMPLETIONS_FILE = "completions.jsonl"
 TRL_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
 
 
