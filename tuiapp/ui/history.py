@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Iterator
 
 from tuiapp.core import evals, meta, rundir
+from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.metrics import (
     PREFERENCE_WINDOW,
     JsonlReader,
     as_number,
     dedupe_steps,
     peak_memory,
+    recent_mean,
     summarize,
     train_rows,
 )
@@ -62,6 +64,7 @@ class RunRow:
     eval_base_ppl: float | None = None
     best_accuracy: float | None = None  # preference runs: reward accuracy and margin (metrics.preference_best)
     best_margin: float | None = None
+    reward: float | None = None  # grpo/rloo runs: the mean total reward of the last 10% of steps (metrics.recent_reward)
     tokens_per_s: float | None = None
     peak_mem: float | None = None
     last_time: float | None = None
@@ -213,6 +216,7 @@ def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
         eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
         best_accuracy=summary["best_accuracy"],
         best_margin=summary["best_margin"],
+        reward=summary["recent_reward"] if row.method in RL_KINDS else None,
         tokens_per_s=summary["tokens_per_s"],
         peak_mem=summary["peak_mem"],
         last_time=summary["last_time"],
@@ -244,6 +248,7 @@ class LiveSummary:
         self.seen = 0
         self.times: deque[float] = deque(maxlen=STALL_WINDOW)
         self.preference = PreferenceBest()
+        self.rewards: list[float] = []  # an online RL run's total reward per step (a float a step)
 
     def add(self, records: list[dict]) -> None:
         for record in records:
@@ -266,6 +271,9 @@ class LiveSummary:
                 if len(self.losses) > 8 * SPARK_POINTS:  # keep every other one from now on
                     self.losses = self.losses[::2]
                     self.stride *= 2
+        reward = as_number(record.get("reward"))
+        if reward is not None and math.isfinite(reward):
+            self.rewards.append(reward)
         speed = as_number(record.get("tokens_per_s"))
         if speed is not None and math.isfinite(speed):
             self.speeds.append(speed)
@@ -287,6 +295,7 @@ class LiveSummary:
             best_eval_loss=self.best_eval,
             best_accuracy=self.preference.best("best_accuracy"),
             best_margin=self.preference.best("best_margin"),
+            reward=recent_mean(self.rewards) if row.method in RL_KINDS else None,
             tokens_per_s=speeds[len(speeds) // 2] if speeds else None,
             peak_mem=self.peak,
             last_time=as_number(last.get("time")),

@@ -23,6 +23,7 @@ SORT_KEYS: dict[str, Callable[[RunRow, float], object]] = {
     "step": lambda r, now: r.step,
     "best_eval": lambda r, now: r.best_eval_loss,
     "preference": lambda r, now: r.best_accuracy,
+    "reward": lambda r, now: r.reward,
     "last_loss": lambda r, now: r.last_loss,
     "tokens_per_s": lambda r, now: r.tokens_per_s,
     "peak_mem": lambda r, now: r.peak_mem,

@@ -45,6 +45,17 @@ class LogAppended(Message):
         self.reset = reset
 
 
+class GenerationsAppended(Message):
+    """New generations of the followed RL run's completions.jsonl; `reset` when the view should drop
+    what it holds first (the first read, a resume's rewrite of the file)."""
+
+    def __init__(self, run_id: str, generations: list, reset: bool = False) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.generations = generations
+        self.reset = reset
+
+
 class RunStatusChanged(Message):
     """The followed run's run.json changed (status, reason, ended...)."""
 

@@ -1,8 +1,9 @@
-"""One run: loss, LR, memory, throughput, log tail and eval samples, followed live.
+"""One run: loss, LR, memory, throughput, log tail and eval samples, followed live; an online RL
+run's generations with their rewards, step by step.
 
-Thread workers tail metrics.jsonl and the logs by offset and post MetricsAppended /
-LogAppended / RunStatusChanged; the handlers feed RunData and the widgets. A finished run is
-read whole by the same path.
+Thread workers tail metrics.jsonl (and an RL run's completions.jsonl) and the logs by offset and
+post MetricsAppended / GenerationsAppended / LogAppended / RunStatusChanged; the handlers feed
+RunData, the GenerationBrowser and the widgets. A finished run is read whole by the same path.
 """
 
 from __future__ import annotations
@@ -20,17 +21,20 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core import meta
-from tuiapp.core.kinds import PREFERENCE_KINDS
+from tuiapp.core.completions import GenerationsTail
+from tuiapp.core.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.metrics import JsonlReader
 from tuiapp.core.rundata import RunData
 from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import actions
 from tuiapp.ui.footer_keys import footer_by_priority
+from tuiapp.ui.generations import GenerationBrowser
 from tuiapp.ui.manage_keys import META_BINDINGS, RunMetaActions, Target
 from tuiapp.ui.messages import (
     ActionFailed,
     DoctorReported,
+    GenerationsAppended,
     LogAppended,
     LogSourcesFound,
     MetricsAppended,
@@ -43,6 +47,7 @@ from tuiapp.ui.messages import (
 )
 from tuiapp.ui.run_panes import memory_text, samples_text, speed_text, status_text
 from tuiapp.ui.widgets.charts import MetricChart
+from tuiapp.ui.widgets.generations import GenerationsView
 from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.log_tail import LogTail
 from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
@@ -67,11 +72,15 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         Binding("slash", "search_log", "Search log", tooltip="Search the log (n / N: next / previous match, end: follow)"),
         Binding("d", "doctor", "Doctor", tooltip="Every rank's phase, state and Python stack, and which rank is behind"),
         Binding("C", "chat", "Chat", tooltip="Talk to the final model (ctrl+b there: its base beside)"),
-        Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one; 7 Rewards of a preference run)"),
+        Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one; 7 Rewards of a preference run, "
+                "Generations of a grpo/rloo run)"),
+        Binding("left_square_bracket", "step(-1)", "Prev step", tooltip="Generations of the previous logged step"),
+        Binding("right_square_bracket", "step(1)", "Next step",
+                tooltip="Generations of the next logged step (the last one follows new steps again)"),
         Binding("z", "zoom", "Zoom", tooltip="Maximize the current pane, or restore"),
         Binding("escape", "back", "Back", tooltip="Back to the history"),
         *META_BINDINGS,
-        *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 8)],  # 7: Rewards
+        *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 8)],  # 7: Rewards, Generations
     ]
 
     # the footer's keys, most important first, as many as fit (the help screen and palette list all);
@@ -84,7 +93,10 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     def active_bindings(self):
         status = self.info.get("status")
         first = ["stop"] if status in ACTIVE else ["resume"] if status in RESUMABLE else []
-        priority = first + self.FOOTER_PRIORITY + [a for a in ("stop", "resume") if a not in first]
+        steps = ["step(-1)", "step(1)"]  # first while the Generations pane shows, else last
+        shown = self.is_rl and any(deck.active_id == "pane-generations" for deck in self.query(PaneDeck))
+        priority = (steps if shown else []) + first + self.FOOTER_PRIORITY + \
+            [a for a in ("stop", "resume") if a not in first] + ([] if shown else steps)
         return footer_by_priority(self.app, super().active_bindings, priority, self.size.width)
 
     def on_resize(self) -> None:
@@ -101,6 +113,8 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.loaded = False  # first read of metrics.jsonl done
         self.stopping = False  # the user confirmed a stop that is under way
         self.diagnosing = False
+        self.is_rl = False  # grpo/rloo: the Generations pane follows completions.jsonl
+        self.generations = GenerationBrowser()
 
     @property
     def run_path(self) -> Path:
@@ -117,15 +131,20 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
             Pane("Log", Static("", id="rv-log-source"), LogTail(id="rv-log"),
                  Input(placeholder="search the log (enter; n / N next / previous)", id="rv-log-search"), id="pane-log"),
             Pane("Samples", VerticalScroll(Static("", id="rv-samples", markup=False)), id="pane-samples"),
-            *self._preference_panes(),
+            *self._method_panes(),
             id="rv-deck",
         )
         yield Footer(compact=True)
 
-    def _preference_panes(self) -> list[Pane]:
-        """A Rewards pane for preference runs: implicit rewards of the chosen and rejected answers
-        and their margin; the fraction of pairs ranked right (and KTO's KL). Reached with p."""
+    def _method_panes(self) -> list[Pane]:
+        """Pane 7 of some methods. Preference runs: Rewards, the implicit rewards of the chosen and
+        rejected answers and their margin, the fraction of pairs ranked right (and KTO's KL).
+        grpo/rloo: Generations, each logged step's completions with every reward's score."""
         method = Run(self.run_path).load().info.get("method")
+        self.is_rl = method in RL_KINDS
+        if self.is_rl:
+            return [Pane("Generations", VerticalScroll(GenerationsView(self.generations, id="rv-generations"),
+                                                       id="rv-generations-scroll"), id="pane-generations")]
         if method not in PREFERENCE_KINDS:
             return []
         return [Pane("Rewards", MetricChart("rewards", id="chart-rewards"),
@@ -164,6 +183,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         config = self.app.config
         worker = get_current_worker()
         reader = JsonlReader(self.run_path / "metrics.jsonl")
+        generations = GenerationsTail(self.run_path) if self.is_rl else None
         run = Run(self.run_path)
         last_info: dict | None = None
         last_status_check = 0.0
@@ -171,6 +191,10 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
             records = reader.read_new()
             if records or last_info is None:
                 self.post_message(MetricsAppended(self.run_id, records))
+            if generations is not None:
+                found, reset = generations.read_new()
+                if found or reset:
+                    self.post_message(GenerationsAppended(self.run_id, found, reset))
             now = time.monotonic()
             if now - last_status_check >= 1.0 or last_info is None:
                 last_status_check = now
@@ -233,6 +257,15 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
             chart.data_changed()
         self._show_status()
         self._show_panes()
+
+    def on_generations_appended(self, message: GenerationsAppended) -> None:
+        if message.reset:
+            self.generations.clear()
+        self.generations.add(message.generations)
+        self._show_generations()
+
+    def on_pane_deck_activated(self, message: PaneDeck.Activated) -> None:
+        self.refresh_bindings()  # the step keys lead the footer while the Generations pane shows
 
     def on_run_status_changed(self, message: RunStatusChanged) -> None:
         self.info = message.info
@@ -315,6 +348,11 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.query_one("#rv-samples", Static).update(samples_text(self.data))
         self._show_log_source()
 
+    def _show_generations(self) -> None:
+        self.query_one("#rv-generations", GenerationsView).refresh(layout=True)
+        if self.generations.following:
+            self.query_one("#rv-generations-scroll", VerticalScroll).scroll_home(animate=False)
+
     def _show_log_source(self) -> None:
         label = self.sources[self.source_index][0] if self.sources else "-"
         count = len(self.sources)
@@ -327,6 +365,8 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         status = self.info.get("status")
         if action == "stop":
             return True if status in ACTIVE and not self.stopping else None
+        if action == "step":
+            return self.is_rl
         if action in ("resume", "doctor"):
             allowed = RESUMABLE if action == "resume" else ACTIVE
             return True if status in allowed else None
@@ -382,9 +422,25 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.app.open_chat(self.run_id)
 
     def pane_shown(self) -> None:
-        """The log pane shown: the log takes the keys (home/end, n/N, scrolling)."""
-        if self.query_one(PaneDeck).active_id == "pane-log":
+        """The log pane shown: the log takes the keys (home/end, n/N, scrolling); the Generations
+        pane: its scroll takes the arrows."""
+        active = self.query_one(PaneDeck).active_id
+        if active == "pane-log":
             self.query_one("#rv-log", LogTail).focus()
+        elif active == "pane-generations":
+            self.query_one("#rv-generations-scroll", VerticalScroll).focus()
+
+    def action_step(self, delta: int) -> None:
+        """The previous or next logged step's generations (the pane comes to the front)."""
+        deck = self.query_one(PaneDeck)
+        if deck.active_id != "pane-generations":
+            deck.activate("pane-generations")
+            self.pane_shown()
+        if self.generations.move(delta):
+            self.query_one("#rv-generations-scroll", VerticalScroll).scroll_home(animate=False)
+            self._show_generations()
+        elif self.generations.current is not None:
+            self.notify("the first kept step" if delta < 0 else "the newest step: following it", timeout=2)
 
     def action_search_log(self) -> None:
         self.query_one(PaneDeck).activate("pane-log")

@@ -48,6 +48,7 @@ COLUMNS = [
     Column("spark", "loss curve", 13),
     Column("best_eval", "best eval", 10, True),
     Column("preference", "acc/margin", 12, True),  # preference runs: best reward accuracy / margin
+    Column("reward", "reward", 9, True),  # grpo/rloo runs: mean total reward of the last 10% of steps
     Column("tokens_per_s", "tok/s", 8, True),
     Column("peak_mem", "peak mem", 9, True),
     Column("duration", "duration", 10, True),
@@ -99,6 +100,7 @@ def cells(row: RunRow, now: float, web: bool = False) -> dict[str, str]:
                   else "! unreadable" if web else "⚠ unreadable"),
         "best_eval": fmt_number(row.best_eval_loss, ".4f") if row.best_eval_loss is not None else "",
         "preference": preference_cell(row),
+        "reward": fmt_number(row.reward, ".3f") if row.reward is not None else "",
         "tokens_per_s": fmt_number(row.tokens_per_s, ".0f") if row.tokens_per_s is not None else "",
         "peak_mem": fmt_bytes(row.peak_mem) if row.peak_mem is not None else "",
         "duration": row.time_text(now),
