@@ -235,6 +235,33 @@ def test_grad_norm_and_eval_curves(tmp_path):
     asyncio.run(scenario())
 
 
+def test_online_rl_runs_get_a_reward_chart(tmp_path):
+    """An online RL run among the compared ones adds the reward chart (total reward per step); runs of
+    other methods alone do not get it."""
+    from rl_fixtures import rl_run
+    from ui_fixtures import synthetic_run
+
+    root = tmp_path / "runs"
+    rl_run(root, "grpo-a", steps=6, rewards=[0.1, 0.2, 0.4, 0.6, 0.8, 0.9])
+    rl_run(root, "rloo-b", method="rloo", steps=4, index=1, rewards=[0.0, 0.1, 0.1, 0.3])
+    synthetic_run(root, "plain", index=2, steps=5)
+
+    async def scenario():
+        app = test_app(root, tmp_path, live=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_compare(pilot, root, ["grpo-a", "rloo-b"])
+            chart = screen.query_one("#cmp-chart-reward", CompareChart)
+            await wait_for(pilot, lambda: len(chart.lines) == 2)
+            assert [list(line.ys) for line in chart.lines] == [[0.1, 0.2, 0.4, 0.6, 0.8, 0.9], [0.0, 0.1, 0.1, 0.3]]
+            assert "Reward" in screen.chart_metrics()["reward"][0]
+        app = test_app(root, tmp_path, live=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_compare(pilot, root, ["plain"])
+            assert "reward" not in screen.chart_metrics() and not screen.query("#cmp-chart-reward")
+
+    asyncio.run(scenario())
+
+
 # ------------------------------------------------------------------ pure helpers
 
 

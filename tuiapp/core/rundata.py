@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from tuiapp.core.metrics import PREFERENCE_METRICS, JsonlReader, as_number, device_peak
+from tuiapp.core.metrics import PREFERENCE_METRICS, RL_METRICS, JsonlReader, as_number, device_peak
 from tuiapp.core.progress import eta_seconds
 
 _np = None  # numpy, imported on first use (it costs ~0.15 s of the app's start-up)
@@ -101,7 +101,7 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-TRAIN_SERIES = ("loss", "lr", "tokens_per_s", "grad_norm", "samples_per_s", *PREFERENCE_METRICS)
+TRAIN_SERIES = ("loss", "lr", "tokens_per_s", "grad_norm", "samples_per_s", *PREFERENCE_METRICS, *RL_METRICS)
 
 
 @dataclass
@@ -258,7 +258,7 @@ def _column(rows: list[dict], key: str) -> array:
 
 # ------------------------------------------------------------------ columns cached beside the runs
 
-COLUMNS_VERSION = 1
+COLUMNS_VERSION = 2  # 2: the RL series
 COLUMNS_MIN_RECORDS = 10_000  # smaller files parse in a few ms: not worth a cache file
 _TAIL = 64  # bytes before the cached offset that must still be there for the cache to hold
 

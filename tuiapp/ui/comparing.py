@@ -37,6 +37,8 @@ PREFERENCE_CHARTS = {
     "rewards/margins": ("Reward margin", "train"),
     "rewards/accuracies": ("Reward accuracy", "train"),
 }
+# online RL runs (grpo, rloo): the reward curve, shown when a compared run is one
+RL_CHARTS = {"reward": ("Reward", "train")}
 # spiky metrics: their y range comes from percentiles, so one spike does not set the axis
 ROBUST_METRICS = ("tokens_per_s", "grad_norm")
 AXES = ("step", "tokens", "time", "relative")

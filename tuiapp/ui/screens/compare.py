@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Footer, Static, Tabs
 from textual.worker import get_current_worker
 
 from tuiapp.core import meta
-from tuiapp.core.kinds import PREFERENCE_KINDS
+from tuiapp.core.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.progress import fmt_bytes, fmt_number
 from tuiapp.core.rundata import numpy_module
 from tuiapp.core.runs import ACTIVE, Run
@@ -31,6 +31,7 @@ from tuiapp.ui.comparing import (
     MARKERS,
     METRICS,
     PREFERENCE_CHARTS,
+    RL_CHARTS,
     ROBUST_METRICS,
     SMOOTHING,
     CompareRun,
@@ -119,6 +120,7 @@ class CompareScreen(PaneDeckActions, Screen):
         self.cursor: float | None = None  # None: at the right end of the range, following new points
         self.picked = 0  # the run the side table highlights (h hides it)
         self.only_differing = True
+        self.preference = self.online_rl = False  # set from the runs' methods in compose
         self.loaded = False
         self._redraw_pending = False
         self._shown_statuses: tuple[str, ...] = ()
@@ -133,7 +135,8 @@ class CompareScreen(PaneDeckActions, Screen):
     def compose(self) -> ComposeResult:
         yield AppHeader()
         yield Static("", id="cmp-title")
-        self.preference = self._any_preference_run()
+        methods = self._methods()
+        self.preference, self.online_rl = bool(methods & PREFERENCE_KINDS), bool(methods & RL_KINDS)
         panes = [Pane(title, CompareChart(title.lower(), id=f"cmp-chart-{chart_id(key)}"), id=f"cmp-{chart_id(key)}")
                  for key, (title, _) in self.chart_metrics().items()]
         with Horizontal(id="cmp-body"):
@@ -148,13 +151,13 @@ class CompareScreen(PaneDeckActions, Screen):
         yield Footer(compact=True)
 
     def chart_metrics(self) -> dict[str, tuple[str, str]]:
-        """The metrics charted: the usual ones, and reward curves when a preference run is compared."""
-        return {**METRICS, **(PREFERENCE_CHARTS if self.preference else {})}
+        """The metrics charted: the usual ones, and reward curves when a preference or an online RL run
+        is compared."""
+        return {**METRICS, **(PREFERENCE_CHARTS if self.preference else {}), **(RL_CHARTS if self.online_rl else {})}
 
-    def _any_preference_run(self) -> bool:
+    def _methods(self) -> set[str]:
         root = self.app.config.runs_root
-        return any(Run(root / run_id).load().info.get("method") in PREFERENCE_KINDS
-                   for run_id in self.run_ids if (root / run_id).is_dir())
+        return {Run(root / run_id).load().info.get("method") for run_id in self.run_ids if (root / run_id).is_dir()}
 
     def on_mount(self) -> None:
         self.sub_title = f"compare {len(self.run_ids)} runs"
@@ -424,7 +427,7 @@ class CompareScreen(PaneDeckActions, Screen):
             value = "hidden" if run.hidden else fmt_number(values.get(run.label), ".4g")
             table.add_row(Text(run.marker, style=run.color.rstrip("+")), label, value)
         cursor = tick_label(self.cursor_x(), 0.01 if self.axis in ("time", "relative") else 1)
-        head = Text.from_markup(f"[b]{escape(METRICS.get(metric, PREFERENCE_CHARTS.get(metric, (metric,)))[0])}[/] at {AXIS_LABELS[self.axis]} {cursor}\n")
+        head = Text.from_markup(f"[b]{escape(self.chart_metrics().get(metric, (metric,))[0])}[/] at {AXIS_LABELS[self.axis]} {cursor}\n")
         self.query_one("#cmp-legend", Static).update(Group(head, table, Text("\n↑↓ pick · h hide · ←→ cursor", style="dim")))
 
     # ------------------------------------------------------------ tables
