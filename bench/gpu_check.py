@@ -727,13 +727,16 @@ class Check:
         if not has_package("liger_kernel"):
             self.skip("liger", "liger-kernel is not installed (pip install liger-kernel)")
             return
-        runs = []
-        for on in (False, True):
-            run = Run(f"liger-{'on' if on else 'off'}", "liger",
-                      sft_recipe(f"gpu-check-liger-{'on' if on else 'off'}", self.small_dir, self.data, p, liger=on))
-            run.extra["liger"] = "liger on" if on else "liger off"
+        # "off" is the attention stage's sdpa run when that ran: the same recipe, batches and seed
+        off = next((r for r in self.runs if r.name == "attention-sdpa" and r.ok), None)
+        runs = [] if off is None else [off]
+        for on in (False, True) if off is None else (True,):
+            run = Run(f"liger-{'on' if on else 'off'}", "liger", sft_recipe(
+                f"gpu-check-liger-{'on' if on else 'off'}", self.small_dir, self.data, p, attention="sdpa", liger=on))
             runs.append(run)
-        self.runs += self.runner.run_all(runs)
+        for run, on in zip(runs, (False, True), strict=True):
+            run.extra["liger"] = "liger on" if on else "liger off"
+        self.runs += self.runner.run_all(runs[1:] if off is not None else runs)
         for run in runs:
             self.verdict("liger", f"{run.extra['liger']} trains", run.ok, "; ".join(run.problems))
         self._compare("liger", runs, "liger")
