@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 from manager_fixtures import make_sweep
+from rl_fixtures import rl_run
 from ui_fixtures import test_app, wait_for
 
 from tuiapp.core.runs import RunStore
@@ -69,6 +70,24 @@ def test_run_view(snap_compare, runs_root, tmp_path, size):
         await wait_for(pilot, lambda: len(pilot.app.screen.query_one("#rv-log").lines) > 0, what="log")
 
     assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])
+def test_run_view_generations(snap_compare, tmp_path, size):
+    """A grpo run's Generations pane, on step 4 of 5 ([ once): prompts, completions, every score.
+    SYNTHETIC run folder in the trainer's format (rl_fixtures.py): no real RL run is a fixture."""
+    root = tmp_path / "runs"
+    run = rl_run(root, "tiny-grpo", steps=5)
+
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        pilot.app.push_screen(RunViewScreen(run.id))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, RunViewScreen) and pilot.app.screen.loaded, what="run")
+        await wait_for(pilot, lambda: pilot.app.screen.generations.current == (5, "train"), what="generations")
+        await pilot.press("7", "left_square_bracket")
+        await pilot.pause()
+
+    assert snap_compare(_app(root, tmp_path), terminal_size=size, run_before=run_before)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x48"])

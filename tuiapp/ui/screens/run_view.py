@@ -115,6 +115,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.diagnosing = False
         self.is_rl = False  # grpo/rloo: the Generations pane follows completions.jsonl
         self.generations = GenerationBrowser()
+        self.generations_shown: tuple | None = None  # the step drawn last
 
     @property
     def run_path(self) -> Path:
@@ -123,7 +124,8 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     def compose(self) -> ComposeResult:
         yield AppHeader()
         yield Static("", id="rv-status")
-        yield PaneDeck(
+        method_panes = self._method_panes()
+        deck = PaneDeck(
             Pane("Loss", MetricChart("loss", id="chart-loss"), id="pane-loss"),
             Pane("LR", MetricChart("learning rate", id="chart-lr"), MetricChart("grad norm", robust=True, id="chart-grad"), id="pane-lr"),
             Pane("Memory", MetricChart("memory GB per rank", id="chart-mem"), Static("", id="rv-mem"), id="pane-mem"),
@@ -131,9 +133,11 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
             Pane("Log", Static("", id="rv-log-source"), LogTail(id="rv-log"),
                  Input(placeholder="search the log (enter; n / N next / previous)", id="rv-log-search"), id="pane-log"),
             Pane("Samples", VerticalScroll(Static("", id="rv-samples", markup=False)), id="pane-samples"),
-            *self._method_panes(),
+            *method_panes,
             id="rv-deck",
         )
+        deck.set_class(bool(method_panes), "-seven")  # wide: a grid of 4 x 2, pane 7 two columns wide
+        yield deck
         yield Footer(compact=True)
 
     def _method_panes(self) -> list[Pane]:
@@ -143,12 +147,14 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         method = Run(self.run_path).load().info.get("method")
         self.is_rl = method in RL_KINDS
         if self.is_rl:
-            return [Pane("Generations", VerticalScroll(GenerationsView(self.generations, id="rv-generations"),
-                                                       id="rv-generations-scroll"), id="pane-generations")]
-        if method not in PREFERENCE_KINDS:
+            pane = Pane("Generations", VerticalScroll(GenerationsView(self.generations, id="rv-generations"),
+                                                      id="rv-generations-scroll"), id="pane-generations")
+        elif method in PREFERENCE_KINDS:
+            pane = Pane("Rewards", MetricChart("rewards", id="chart-rewards"),
+                        MetricChart("reward accuracy", id="chart-accuracy"), id="pane-rewards")
+        else:
             return []
-        return [Pane("Rewards", MetricChart("rewards", id="chart-rewards"),
-                     MetricChart("reward accuracy", id="chart-accuracy"), id="pane-rewards")]
+        return [pane.add_class("method-pane")]
 
     def on_mount(self) -> None:
         run = Run(self.run_path).load()
@@ -349,8 +355,11 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self._show_log_source()
 
     def _show_generations(self) -> None:
+        """Draw the step shown; another step than before starts at its top (more of the same step
+        keeps where the user scrolled)."""
         self.query_one("#rv-generations", GenerationsView).refresh(layout=True)
-        if self.generations.following:
+        if self.generations.current != self.generations_shown:
+            self.generations_shown = self.generations.current
             self.query_one("#rv-generations-scroll", VerticalScroll).scroll_home(animate=False)
 
     def _show_log_source(self) -> None:
@@ -437,7 +446,6 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
             deck.activate("pane-generations")
             self.pane_shown()
         if self.generations.move(delta):
-            self.query_one("#rv-generations-scroll", VerticalScroll).scroll_home(animate=False)
             self._show_generations()
         elif self.generations.current is not None:
             self.notify("the first kept step" if delta < 0 else "the newest step: following it", timeout=2)
