@@ -9,7 +9,18 @@ import statistics
 import time
 from pathlib import Path
 
-from tuiapp.core import datasets, estimate, gpus, model_check, model_profile, preference, preflight, probe, rl
+from tuiapp.core import (
+    datasets,
+    estimate,
+    gpus,
+    model_check,
+    model_profile,
+    preference,
+    preflight,
+    probe,
+    rl,
+    vision_checks,
+)
 from tuiapp.core.errors import UserError
 from tuiapp.core.findings import Finding, format_findings, has_errors  # noqa: F401 (callers use checks.*)
 from tuiapp.core.metrics import dedupe_steps, train_rows
@@ -42,6 +53,8 @@ def _dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
         return [Finding("error", exc.key or "dataset.name", where + exc.message, exc.fix or "")]
     if info.count == 0:
         return [Finding("error", "dataset.name", "the dataset has no records", "check the file or max_samples")]
+    if info.with_images:
+        return vision_checks.data_findings(recipe, info)
     if info.kind and (recipe.method.kind in PREFERENCE_KINDS or info.kind in ("pairs", "unpaired")):
         return preference.data_findings(recipe, info.kind, info.source)  # pairs, labelled answers
     wants_text = recipe.method.kind == "pretrain"

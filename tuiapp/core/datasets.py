@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuiapp.core import datafiles
+from tuiapp.core import datafiles, demo_shapes, images
 from tuiapp.core.datafiles import Row
 from tuiapp.core.demo_data import DEMO_DATASETS, DEMO_VERSION, demo_records
 from tuiapp.core.errors import DatasetError, did_you_mean
@@ -39,8 +39,8 @@ DEFAULT_COLUMNS = {
     "alpaca": {"prompt": "instruction", "query": "input", "response": "output",
                "system": "system", "history": "history", **PAIR_COLUMNS},
     "sharegpt": {"messages": "conversations", "system": "system", "tools": "tools", **PAIR_COLUMNS,
-                 "label": "label"},
-    "messages": {"messages": "messages", "tools": "tools", **PAIR_COLUMNS, "label": "label"},
+                 "label": "label", "images": "images"},
+    "messages": {"messages": "messages", "tools": "tools", **PAIR_COLUMNS, "label": "label", "images": "images"},
     "preference": {"prompt": "prompt", "system": "system", "tools": "tools", **PAIR_COLUMNS},
     "unpaired": {"prompt": "prompt", "completion": "completion", "label": "label", "system": "system",
                  "tools": "tools"},
@@ -61,6 +61,7 @@ ROLES = {
 TRAINED_ROLES = ("assistant", "tool_call")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DETECT_ROWS = 50  # rows whose columns decide the format
+IMAGE_OPEN_CHECKS = datafiles.SAMPLE_ROWS  # records whose images are decoded by a read (the rest: exist)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class DatasetInfo:
     kind: str = ""  # one of RECORD_KINDS ("" for hub datasets not yet loaded)
     size: int = 0  # bytes of the local files
     sampled: bool = False  # a file over datafiles.WHOLE_BYTES was read by a bounded sample: count is estimated
+    with_images: int = 0  # records read that carry images
 
 
 class _Problem(Exception):
@@ -104,6 +106,9 @@ class _Problem(Exception):
 
 def resolve_source(spec: DatasetSpec, base_dir: str | Path | None = None) -> Source:
     name = spec.name.strip()
+    if name in demo_shapes.DATA_FILES:  # image demos: files drawn once into the cache
+        path = demo_shapes.data_file(name)
+        return Source("file", str(path), [path])
     if name.startswith("demo:"):
         if name not in DEMO_DATASETS:
             hint = did_you_mean(name, DEMO_DATASETS) or f"use one of: {', '.join(DEMO_DATASETS)}"
@@ -341,9 +346,12 @@ def normalise_record(row: object, fmt: str, columns: dict) -> dict | None:
     if fmt == "text":
         text = _text(row, columns["text"], required=True)
         return {"text": text} if text.strip() else None
+    has_images = bool(row.get(columns.get("images") or "", None))
     if fmt == "preference" or (fmt != "unpaired" and _is_pairs(columns, list(row))):
+        _no_images(has_images, columns)
         return _pair_record(row, fmt, columns)
     if fmt == "unpaired" or (fmt in ("sharegpt", "messages") and columns.get("label") in row):
+        _no_images(has_images, columns)
         return _unpaired_record(row, fmt, columns)
     if fmt == "alpaca":
         messages = _alpaca_messages(row, columns)
@@ -351,7 +359,41 @@ def normalise_record(row: object, fmt: str, columns: dict) -> dict | None:
         messages = _system(row, columns) + _turns(row, columns["messages"])
     if not any(m["role"] in TRAINED_ROLES and m["content"].strip() for m in messages):
         return None
-    return {"messages": messages, "tools": _tools(row, columns.get("tools"))}
+    record = {"messages": messages, "tools": _tools(row, columns.get("tools"))}
+    if columns.get("images") in row:
+        try:
+            listed = images.image_list(row[columns["images"]], columns["images"])
+            if listed or images.placeholder_count(messages):
+                images.check_placeholders(listed, messages, columns["images"])
+        except images.ImageProblem as problem:
+            raise _Problem(problem.message, fix=problem.fix) from None
+        if listed:
+            record["images"] = listed
+    return record
+
+
+def _no_images(has_images: bool, columns: dict) -> None:
+    if has_images:
+        raise _Problem(f"column '{columns['images']}': images in preference or feedback records are not "
+                       "supported yet", fix="train on image chats with method.kind = 'sft' or 'lora'")
+
+
+def _attach_images(record: dict, row: Row, where: str, open_it: bool) -> None:
+    """The record's image paths made absolute (relative to its data file) and checked: each exists,
+    and, when `open_it`, decodes."""
+    if "images" not in record:
+        return
+    data_file = Path(row.file or where)
+    base = data_file.parent if data_file.is_file() else Path.cwd()
+    try:
+        record["images"] = images.resolve_images(record["images"], base)
+        for path in record["images"]:
+            if open_it:
+                images.check_image_file(path)
+            elif not Path(path).is_file():
+                images.check_image_file(path)  # the missing file's error
+    except images.ImageProblem as problem:
+        raise _row_error(row, where, _Problem(problem.message, fix=problem.fix)) from None
 
 
 def normalise_rows(rows: list[Row], spec: DatasetSpec, where: str) -> tuple[list[dict], str, int]:
@@ -362,13 +404,15 @@ def normalise_rows(rows: list[Row], spec: DatasetSpec, where: str) -> tuple[list
                 f"record is a {type(row.data).__name__}, not an object with named columns",
                 fix="each record must be a JSON object like {\"text\": ...}"))
     fmt, columns = detect_format([r.data for r in rows], spec, where)
-    records = []
+    records, opened = [], 0
     for row in rows:
         try:
             record = normalise_record(row.data, fmt, columns)
         except _Problem as problem:
             raise _row_error(row, where, problem) from None
         if record is not None:
+            _attach_images(record, row, where, open_it=opened < IMAGE_OPEN_CHECKS)
+            opened += "images" in record
             records.append(record)
     return records, fmt, len(rows) - len(records)
 
@@ -608,7 +652,8 @@ def inspect_dataset(spec: DatasetSpec, base_dir: str | Path | None = None, limit
         count = min(count, spec.max_samples) if spec.max_samples else count
     columns = sorted({k for r in rows[:DETECT_ROWS] if isinstance(r.data, dict) for k in r.data})
     return DatasetInfo(source.describe(), fmt, count, records[:limit], columns, skipped,
-                       kind=record_kind(records[0]), size=size, sampled=sampled)
+                       kind=record_kind(records[0]), size=size, sampled=sampled,
+                       with_images=sum("images" in r for r in records))
 
 
 def _records(source: Source, spec: DatasetSpec):
@@ -641,6 +686,7 @@ def iter_records(spec: DatasetSpec, base_dir: str | Path | None = None) -> Itera
             raise _row_error(row, source.name, problem) from None
         if record is None:
             continue
+        _attach_images(record, row, source.name, open_it=False)
         yield record
         count += 1
         if spec.max_samples and count >= spec.max_samples:

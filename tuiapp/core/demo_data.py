@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from tuiapp.core import demo_shapes
 from tuiapp.core.errors import DatasetError, did_you_mean
 
 # Bump when the generated records change, so cached tokenized data is rebuilt.
@@ -368,6 +369,9 @@ DEMO_DATASETS = {
     "demo:arith-prefs": "600 of those problems as preference pairs (prompt/chosen/rejected): the bare answer vs a "
                         "wrong number or a sentence, for a reward model an RL run scores with.",
     "demo:facts-heldout": "alpaca questions about the demo facts in phrasings never trained on, for `llmtui eval`.",
+    "demo:shapes": "600 pictures of 1-3 coloured shapes (64x64 PNG, drawn offline) with a question about a shape's "
+                   "colour, the count or a position and a one-word answer (messages + images), for vision models.",
+    "demo:shapes-heldout": "100 more demo:shapes pictures and questions, never trained on, for evaluation.",
 }
 
 
@@ -379,7 +383,9 @@ def facts_heldout_records() -> list[dict]:
 _BUILDERS = {"demo:facts": facts_records, "demo:chat": chat_records, "demo:text": text_records,
              "demo:prefs": preference_records, "demo:feedback": feedback_records,
              "demo:facts-heldout": facts_heldout_records, "demo:arith": arith_records,
-             "demo:arith-prefs": arith_preference_records}
+             "demo:arith-prefs": arith_preference_records,
+             "demo:shapes": demo_shapes.shapes_records,
+             "demo:shapes-heldout": lambda: demo_shapes.shapes_records(heldout=True)}
 
 
 def demo_records(name: str) -> list[dict]:
