@@ -82,7 +82,7 @@ def rank_imports(reps: int) -> dict:
             [common.PYTHON, "-c", "import tuiapp.trainer.run, tuiapp.trainer.data"],
         "baseline rank (`import baseline_train`: torch, datasets, transformers)":
             [common.PYTHON, "-c", f"import sys; sys.path.insert(0, {str(common.BENCH)!r}); import baseline_train"],
-        "CLI (`import tuiapp.cli`)": [common.PYTHON, "-c", "import tuiapp.cli"],
+        "CLI (`import tuiapp.cli.main`)": [common.PYTHON, "-c", "import tuiapp.cli.main"],
         "bare interpreter (`python -c pass`)": [common.PYTHON, "-c", "pass"],
     }
     times: dict[str, list[float]] = {k: [] for k in probes}

@@ -8,6 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 FORBIDDEN = ["torch", "transformers", "deepspeed", "textual", "peft", "datasets"]
+# every command group of the CLI package: what the bare `llmtui` must not load
+SUBCOMMAND_MODULES = sorted(f"tuiapp.cli.{path.stem}" for path in (ROOT / "tuiapp" / "cli").glob("*.py")
+                            if not path.stem.startswith("__"))
 
 
 def imported_of(modules: list[str], unwanted: list[str]) -> list[str]:
@@ -18,7 +21,7 @@ def imported_of(modules: list[str], unwanted: list[str]) -> list[str]:
 
 
 def test_core_and_cli_import_no_heavy_modules():
-    modules = ["tuiapp.cli", "tuiapp.core.checks", "tuiapp.core.supervisor", "tuiapp.core.launcher"]
+    modules = [*SUBCOMMAND_MODULES, "tuiapp.core.checks", "tuiapp.core.supervisor", "tuiapp.core.launcher"]
     assert imported_of(modules, FORBIDDEN) == []
 
 
@@ -37,8 +40,9 @@ def test_import_contracts_hold():
 def test_the_tui_starts_without_the_schema_or_the_subcommands():
     """The bare `llmtui` imports what the history's first rows need: not pydantic (the recipe
     schema, ~0.2 s), the subcommands, sweeps or numpy (bench/bench_ui.py's start-up)."""
-    modules = ["tuiapp.entry", "tuiapp.core.runs", "tuiapp.core.errors", "tuiapp.ui.app"]
-    unwanted = ["pydantic", "tuiapp.core.recipe", "tuiapp.cli", "tuiapp.core.sweep", "numpy", "torch"]
+    modules = ["tuiapp.cli.__main__", "tuiapp.ui.launch", "tuiapp.core.runs", "tuiapp.core.errors", "tuiapp.ui.app"]
+    unwanted = ["pydantic", "tuiapp.core.recipe", *SUBCOMMAND_MODULES, "tuiapp.core.sweep", "numpy", "torch"]
+    assert "tuiapp.cli.main" in SUBCOMMAND_MODULES and "tuiapp.cli.runs" in SUBCOMMAND_MODULES
     assert imported_of(modules, unwanted) == []
 
 
@@ -50,7 +54,7 @@ def test_a_run_or_compare_opens_without_the_schema():
 
 
 def test_the_bare_command_is_told_from_subcommands():
-    from tuiapp.entry import tui_runs_dir
+    from tuiapp.cli.__main__ import tui_runs_dir
 
     assert tui_runs_dir([]) == (True, None)
     assert tui_runs_dir(["--runs-dir", "r"]) == (True, "r")

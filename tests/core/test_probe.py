@@ -158,7 +158,7 @@ def test_estimate_reports_its_error_on_past_probed_runs(tmp_path):
 
 
 def test_probe_command_refuses_what_it_cannot_probe_before_launching(tmp_path, capsys):
-    from tuiapp.cli import main
+    from tuiapp.cli.main import main
 
     dpo = tmp_path / "dpo.toml"
     dpo.write_text('[method]\nkind = "dpo"\n[dataset]\nname = "demo:prefs"\n')

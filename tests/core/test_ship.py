@@ -74,14 +74,14 @@ def test_server_commands_keep_the_token_off_the_command_line(tmp_path):
 
 
 def test_vllm_is_refused_with_the_reason_when_it_cannot_run(monkeypatch):
-    from tuiapp import cli_ship
+    from tuiapp.cli import serve
     from tuiapp.core.targets import Target
 
     full = Target("r", "/r/final", "final", "full", "sft", "tiny")
     monkeypatch.setenv("LLMTUI_FORCE_CPU", "1")
-    assert cli_ship._backend("auto", full) == "transformers"
+    assert serve._backend("auto", full) == "transformers"
     with pytest.raises(UserError, match="--backend vllm: "):
-        cli_ship._backend("vllm", full)
+        serve._backend("vllm", full)
 
 
 def _answer(ids, text=""):

@@ -177,7 +177,7 @@ def test_show_and_probe_json_errors_are_one_document(tmp_path):
 
 
 def cli(capsys, runs, *args) -> tuple[int, str, str]:
-    from tuiapp.cli import main
+    from tuiapp.cli.main import main
 
     code = main(["--runs-dir", str(runs), *args])
     out, err = capsys.readouterr()

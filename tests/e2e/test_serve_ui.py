@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.e2e.helpers import ROOT, llmtui, only_run, run_info, wait_for
-from tuiapp.cli_serve import host_name, refusal
+from tuiapp.cli.serve_ui import host_name, refusal
 from tuiapp.core import launcher
 
 ESCAPES = re.compile(r"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]")
@@ -52,7 +52,7 @@ def tui_processes(runs_dir) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         cmd = process.info.get("cmdline") or []
-        if "tuiapp.entry" in cmd and str(runs_dir) in cmd:
+        if "tuiapp.cli" in cmd and "serve-ui" not in cmd and str(runs_dir) in cmd:
             found.append(process)
     return found
 

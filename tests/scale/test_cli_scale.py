@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from tests.e2e.helpers import ROOT
-from tuiapp import cli
+from tuiapp.cli.main import main
 from tuiapp.core import cluster
 from tuiapp.core.recipe import load_recipe
 from tuiapp.core.runs import RunStore
@@ -17,7 +17,7 @@ RECIPE = str(ROOT / "recipes" / "tiny-sft.toml")
 
 
 def run_cli(capsys, runs_dir, *args):
-    code = cli.main(["--runs-dir", str(runs_dir), "run", RECIPE, *args])
+    code = main(["--runs-dir", str(runs_dir), "run", RECIPE, *args])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -117,7 +117,7 @@ def test_resume_of_a_slurm_run_resubmits_with_resume(capsys, tmp_path, started, 
     submitted = []
     monkeypatch.setattr(slurm, "submit", lambda script: submitted.append(script.read_text()) or "6")
     monkeypatch.setattr(slurm, "available", lambda: False)  # no scheduler asked for the truth here
-    code = cli.main(["--runs-dir", str(tmp_path), "resume", "shared", "--detach"])
+    code = main(["--runs-dir", str(tmp_path), "resume", "shared", "--detach"])
     assert code == 0, capsys.readouterr()
     assert "--slurm --resume'" in submitted[0] and "#SBATCH --nodes=2" in submitted[0]
     info = RunStore(tmp_path).get("shared").info
@@ -126,7 +126,7 @@ def test_resume_of_a_slurm_run_resubmits_with_resume(capsys, tmp_path, started, 
 
 def test_resume_of_a_node_by_node_run_needs_each_node(capsys, tmp_path, started):
     started.update(status="stopped")
-    code = cli.main(["--runs-dir", str(tmp_path), "resume", "shared"])
+    code = main(["--runs-dir", str(tmp_path), "resume", "shared"])
     assert code == 2 and "--node-rank K` on every node, node 0 first" in capsys.readouterr().err
 
 

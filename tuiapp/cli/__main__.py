@@ -1,6 +1,6 @@
-"""The `llmtui` command. The bare command (the TUI, optionally with --runs-dir) starts without
-importing the subcommands' modules: the recipe schema, chat, sweeps and the rest cost ~0.3 s of
-the history's start-up and are imported where they are used."""
+"""The `llmtui` command (and `python -m tuiapp.cli`). The bare command (the TUI, optionally with
+--runs-dir) starts without importing the subcommands' modules: the recipe schema, chat, sweeps and
+the rest cost ~0.3 s of the history's start-up and are imported where they are used."""
 
 from __future__ import annotations
 
@@ -18,22 +18,15 @@ def tui_runs_dir(argv: list[str]) -> tuple[bool, str | None]:
     return False, None
 
 
-def open_tui(runs_dir: str | None) -> int:
-    """The TUI on a runs folder (None: $LLMTUI_RUNS_DIR or ./runs) until the user quits."""
-    from tuiapp.core.runs import RunStore
-    from tuiapp.ui.app import run_app
-
-    return run_app(RunStore(runs_dir).root)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     tui, runs_dir = tui_runs_dir(argv)
     if not tui:
-        from tuiapp.cli import main as cli_main
+        from tuiapp.cli.main import main as cli_main
 
         return cli_main(argv)
     from tuiapp.core.errors import exit_code
+    from tuiapp.ui.launch import open_tui
 
     return exit_code(lambda: open_tui(runs_dir))
 

@@ -175,17 +175,6 @@ def cmd_trash(args) -> int:
     return EXIT_OK
 
 
-def matches(row: dict, args) -> bool:
-    """`llmtui runs` filters: archived runs are hidden unless asked for."""
-    if getattr(args, "archived", False) != bool(row.get("archived")) and not getattr(args, "all", False):
-        return False
-    if getattr(args, "tag", None) and args.tag not in (row.get("tags") or []):
-        return False
-    if getattr(args, "group", None) and (row.get("group") or {}).get("id") != args.group:
-        return False
-    return True
-
-
 def add_commands(add) -> None:
     p = add("queue", cmd_queue, "queued runs in start order; `queue move RUN --top/--up/--down/--bottom` reorders")
     p.add_argument("action", nargs="?", choices=["list", "move"], default="list")

@@ -44,7 +44,7 @@ def add_command(add) -> None:
 
 def tui_command(runs_dir: str) -> str:
     """The command textual-serve starts for each tab: this Python's bare `llmtui` on the runs folder."""
-    return shlex.join([sys.executable, "-m", "tuiapp.entry", "--runs-dir", runs_dir])
+    return shlex.join([sys.executable, "-m", "tuiapp.cli", "--runs-dir", runs_dir])
 
 
 def is_loopback(host: str) -> bool:

@@ -11,21 +11,17 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp.core import evals, gguf_tools
+from tuiapp.cli.shared import print_err
+from tuiapp.core import evals
 from tuiapp.core.chat import ChatSession, check_overrides
 from tuiapp.core.datasets import FORMATS, load_records, resolve_source
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, DatasetError, RunError, UserError
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
-from tuiapp.core.model_check import hub_offline
 from tuiapp.core.recipe import DatasetSpec
 from tuiapp.core.runs import RunStore
 from tuiapp.core.targets import model_target
 
 EXIT_COMMANDS = ("/quit", "/exit")
-
-
-def _err(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
 
 
 def _models(args) -> list[str]:
@@ -64,7 +60,7 @@ def _stream_answer(session: ChatSession, text: str, model: str, heading: bool) -
     done = session.ask(text, model, on_event=show)
     print(flush=True)
     if done.get("event") == "error":
-        _err(str(done.get("message")))
+        print_err(str(done.get("message")))
     return done
 
 
@@ -122,7 +118,7 @@ def _chat_json(args) -> int:
                             "settings": {**session.settings, **session.overrides}, "prompt": args.prompt,
                             "answers": answers}
         except UserError as exc:
-            _err(str(exc))
+            print_err(str(exc))
             write_document(out, error_document(exc))
             return EXIT_BAD_INPUT
         write_document(out, document)
@@ -216,14 +212,14 @@ def cmd_eval(args) -> int:
         try:
             result = _evaluate(args)
         except UserError as exc:
-            _err(str(exc))
+            print_err(str(exc))
             write_document(out, error_document(exc))
             return EXIT_BAD_INPUT
         write_document(out, result)
     return EXIT_OK
 
 
-# ---------------------------------------------------------------- export-metrics, export --push
+# ---------------------------------------------------------------- export-metrics
 
 
 def cmd_export_metrics(args) -> int:
@@ -235,62 +231,6 @@ def cmd_export_metrics(args) -> int:
                         fix="pip install 'llmtui[tensorboard]'")
     code, errors = _run_tool(["tuiapp.trainer.tb_export", str(run.path), "--out", str(args.tensorboard)])
     return EXIT_OK if code == 0 else EXIT_FAILED
-
-
-def check_push(repo_id: str | None) -> None:
-    """`llmtui export --push`: refused before any work when the hub cannot be reached."""
-    if repo_id is None:
-        return
-    if "/" not in repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise UserError(message=f"--push '{repo_id}' is not a repo id", fix="use --push owner/name")
-    if hub_offline():
-        raise UserError(message=f"--push {repo_id} needs the network, and HF_HUB_OFFLINE is set (offline)",
-                        fix="unset HF_HUB_OFFLINE and log in (`hf auth login`), or export without --push and "
-                        "upload the folder later (`hf upload`)")
-
-
-def export_argv(args) -> list[str]:
-    """The export tool's extra arguments: --dtype, --push, and the GGUF export's and parity check's."""
-    check_push(args.push)
-    argv = (["--dtype", args.dtype] if args.dtype else []) + (["--push", args.push] if args.push else [])
-    if args.llama_cpp is not None and not Path(args.llama_cpp).expanduser().is_dir():
-        raise UserError(message=f"--llama-cpp {args.llama_cpp} is not a folder",
-                        fix="name the root of a llama.cpp checkout (git clone https://github.com/ggml-org/llama.cpp)")
-    if args.llama_cpp is not None and not args.gguf:
-        raise UserError(message="--llama-cpp is for --gguf", fix="add --gguf q8_0 (or leave out --llama-cpp)")
-    if args.parity_prompts is not None and not Path(args.parity_prompts).is_file():
-        raise UserError(message=f"--parity-prompts {args.parity_prompts} is not a file",
-                        fix="one prompt per line, or JSON lines with \"prompt\"")
-    if args.parity_min is not None and not 0 <= args.parity_min <= 1:
-        raise UserError(message=f"--parity-min {args.parity_min} is out of range", fix="use 0 to 1, e.g. 0.75")
-    for flag, value in (("--gguf", args.gguf), ("--llama-cpp", args.llama_cpp), ("--parity-prompts",
-                                                                                args.parity_prompts)):
-        if value:
-            argv += [flag, str(Path(value).expanduser().resolve()) if flag != "--gguf" else value]
-    if args.gguf:  # the tools, found before any work (the tool adds the architecture check)
-        gguf_tools.check_tools(None, gguf_tools.parse_quants(args.gguf),
-                               Path(args.llama_cpp).expanduser() if args.llama_cpp else None, not args.no_parity)
-    if args.parity_min is not None:
-        argv += ["--parity-min", str(args.parity_min)]
-    return argv + (["--no-parity"] if args.no_parity else [])
-
-
-def add_export_arguments(p) -> None:
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                   help="cast the exported weights (e.g. bfloat16 halves a float32 model)")
-    p.add_argument("--push", default=None, metavar="OWNER/NAME",
-                   help="then upload the export to this Hugging Face Hub model repo (needs the network and a token)")
-    p.add_argument("--gguf", default=None, metavar="TYPES",
-                   help="also GGUF files (llama.cpp, Ollama) of these types, e.g. q8_0,q4_k_m (merges an adapter "
-                   "first), with an Ollama Modelfile and a parity check")
-    p.add_argument("--llama-cpp", default=None, metavar="DIR",
-                   help="the llama.cpp folder whose convert_hf_to_gguf.py (and build/bin/llama-quantize) to use")
-    p.add_argument("--no-parity", action="store_true", help="skip the parity checks (greedy answers of the export "
-                   "vs the trained model)")
-    p.add_argument("--parity-prompts", default=None, metavar="FILE", help="prompts of the parity check, one per "
-                   "line (default: the recipe's train.sample_prompts)")
-    p.add_argument("--parity-min", type=float, default=None, metavar="F",
-                   help="lowest token agreement of a GGUF that passes (default 0.75)")
 
 
 # ---------------------------------------------------------------- parser

@@ -1,0 +1,189 @@
+"""`llmtui run | stop | resume | doctor`: launching a run through the run service
+(tuiapp.core.service) and following it: start-up phases, progress lines, evaluations, the outcome as
+the exit code. Ctrl-C stops the run cleanly. Scale-out flags and lines are tuiapp.cli.scale's."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+from tuiapp.cli import manage, scale
+from tuiapp.core import checks, launcher, queue, service
+from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from tuiapp.core.metrics import JsonlReader
+from tuiapp.core.progress import fmt_duration, fmt_number, progress_line
+from tuiapp.core.recipe import load_recipe
+from tuiapp.core.rundir import ACTIVE, FINAL, read_phases
+from tuiapp.core.runs import RunStore
+
+OUTCOME_EXIT = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_INTERRUPTED}
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def cmd_run(args) -> int:
+    store = RunStore(args.runs_dir)
+    recipe = load_recipe(args.recipe, args.set)
+    options = scale.launch_options(args)
+    options.oversubscribe = args.oversubscribe
+    if options.node_rank:  # node K joins the run node 0 started
+        joining = service.plan_join(recipe, store, Path.cwd(), options, say=_say)
+        if args.dry_run:
+            print("\n".join(joining.preview()))
+            return EXIT_OK
+        run = service.join(joining, say=_say)
+    else:
+        try:
+            plan = service.plan_launch(recipe, store, Path.cwd(), options)
+        except service.LaunchRefused as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_BAD_INPUT
+        notes = checks.format_findings(plan.findings)
+        if notes:
+            print(notes, file=sys.stderr)
+        if args.dry_run:
+            print("\n".join(plan.preview(store.root)))
+            print("dry run: nothing was created", file=sys.stderr if plan.mode == "slurm" else sys.stdout)
+            return EXIT_OK
+        run = service.launch(plan, store, say=_say)
+    if args.detach:
+        print(f"detached; follow with `llmtui show {run.id}`, stop with `llmtui stop {run.id}`")
+        return EXIT_OK
+    code = follow(run, store)
+    if options.node_rank:
+        scale.print_node_outcome(run, options.node_rank)
+    return code
+
+
+def follow(run, store) -> int:
+    """Print start-up phases and progress lines until the run ends; Ctrl-C stops the run cleanly."""
+    reader = JsonlReader(run.metrics_path)
+    events = JsonlReader(run.events_path)  # eval_progress: `eval 120/400` while the ranks evaluate
+    rows: list[dict] = []
+    interrupted = False
+    shown: tuple = ()
+    shown_figure: dict | None = None
+
+    def on_interrupt(signum, frame):
+        nonlocal interrupted
+        if interrupted:
+            return
+        interrupted = True
+        print("\nstopping the run (checkpoint, then exit)...", flush=True)
+        service.stop(run, wait=False)
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        while True:
+            info = run.load().refresh_truth().info
+            if run.status == "queued":
+                place = queue.position(run.path.parent, run.id)
+                if ("queued", place) != shown:
+                    shown = ("queued", place)
+                    print(f"queued: #{place} in line (`llmtui queue`)" if place else "queued", flush=True)
+            if run.status == "starting" and not rows:
+                hang = (info.get("hang") or {}).get("message")
+                state = (info.get("phase"), hang)
+                if state != shown:
+                    shown = state
+                    phase = info.get("phase") or "launching"
+                    if phase == "building ops":  # a cached op loads in a moment; a first launch compiles it
+                        phase += " (DeepSpeed's CPU comm op: compiled on the first launch in this Python " \
+                                 "environment, 1-2 min, then cached)"
+                    print(f"starting: {phase}" + (f" — ! {hang}" if hang else ""), flush=True)
+                figure = (read_phases(run.path).get(0) or {}).get("progress")
+                if isinstance(figure, dict) and figure.get("total") and figure != shown_figure:
+                    shown_figure = figure  # rank 0 tokenizing: documents, throughput, ETA
+                    print(f"tokenizing {figure.get('done', 0):,}/{figure['total']:,} docs  "
+                          f"{figure.get('docs_per_s') or 0:,.0f} docs/s  {figure.get('mb_per_s') or 0:.1f} MB/s  "
+                          f"ETA {fmt_duration(figure.get('eta_s'))}", flush=True)
+            for event in events.read_new():
+                if event.get("event") == "eval_progress":
+                    total = event.get("total")
+                    print(f"eval {event.get('done')}/{total if total else '?'}  step {event.get('step')}  "
+                          f"{fmt_duration(event.get('elapsed_s'))}", flush=True)
+            for row in reader.read_new():
+                if row.get("split", "train") == "train" and "step" in row:
+                    rows.append(row)
+                    print(progress_line(row, rows), flush=True)
+                elif row.get("split") == "eval":
+                    print(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}", flush=True)
+            if run.status in FINAL:
+                for row in reader.read_new():
+                    if row.get("split") == "eval":
+                        print(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}")
+                break
+            time.sleep(0.5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    bell = "\a" if sys.stdout.isatty() else ""  # the terminal's own notification when the run ends
+    print(f"{bell}{run.id}: {run.status}" + (f" — {run.info.get('reason')}" if run.info.get("reason") else ""))
+    if run.status == "succeeded":
+        print(f"final model: {run.final_path}")
+    return OUTCOME_EXIT.get(run.status, EXIT_FAILED)
+
+
+def cmd_stop(args) -> int:
+    run = RunStore(args.runs_dir).get(args.run)
+    if run.status not in ACTIVE:
+        print(f"{run.id} is {run.status}; nothing to stop")
+        return EXIT_OK
+    print(f"stopping {run.id} (checkpoint, then exit; killed after {args.grace:.0f}s)...")
+    gone = service.stop(run, grace_s=args.grace)
+    run.load()
+    print(f"{run.id}: {run.status}" + ("" if gone else " (some processes could not be killed)"))
+    return EXIT_OK if gone else EXIT_FAILED
+
+
+def cmd_resume(args) -> int:
+    store = RunStore(args.runs_dir)
+    run = store.get(args.run)
+    options = scale.resume_options(args)
+    service.resume(run, options, say=_say)
+    if args.detach:
+        return EXIT_OK
+    code = follow(run, store)
+    if options.node_rank:
+        scale.print_node_outcome(run, options.node_rank)
+    return code
+
+
+def cmd_doctor(args) -> int:
+    from tuiapp.core import doctor
+
+    print(doctor.diagnose(RunStore(args.runs_dir).get(args.run)))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- parser
+
+
+def add_run(add) -> None:
+    p = add("run", cmd_run, "validate a recipe, create a run and launch it")
+    p.add_argument("recipe")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe key")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the command; create nothing")
+    p.add_argument("--detach", action="store_true", help="return at once; the run goes on")
+    p.add_argument("--oversubscribe", action="store_true", help="launch even when the memory estimate is over twice "
+                   "what this machine has, or launch.gpus asks for more CPU ranks than it has cores")
+    manage.add_queue_arguments(p)
+    scale.add_run_arguments(p)
+
+
+def add_control(add) -> None:
+    """stop, resume, doctor."""
+    p = add("stop", cmd_stop, "stop a run gracefully (checkpoint, then exit)")
+    p.add_argument("run")
+    p.add_argument("--grace", type=float, default=launcher.STOP_GRACE_S, help="seconds before SIGKILL")
+
+    p = add("resume", cmd_resume, "continue a stopped or failed run from its last checkpoint")
+    p.add_argument("run")
+    p.add_argument("--detach", action="store_true")
+    scale.add_resume_arguments(p)
+
+    p = add("doctor", cmd_doctor, "every rank's phase, state and Python stack; which rank is behind")
+    p.add_argument("run")

@@ -1,0 +1,160 @@
+"""`llmtui runs | show`: what the runs folder holds, a table of runs (filtered by tag, sweep,
+archive) or one run in full; `--json` for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from tuiapp.cli import scale
+from tuiapp.cli.shared import print_err
+from tuiapp.core import checks, meta, queue, rl
+from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from tuiapp.core.jsonout import error_document, write_document
+from tuiapp.core.metrics import dedupe_steps, train_rows
+from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, progress_line
+from tuiapp.core.recipe import batching_label
+from tuiapp.core.rundir import attempt_count, duration_s, first_started
+from tuiapp.core.runs import RunStore
+
+
+def _row(run) -> dict:
+    summary = run.summary()
+    info = run.info
+    notes = meta.read_meta(run.path)
+    return {
+        "id": run.id,
+        "name": notes.get("display_name") or run.name,
+        "status": run.status,
+        "tags": notes.get("tags") or [],
+        "note": notes.get("note") or None,
+        "archived": bool(notes.get("archived")),
+        "group": info.get("group"),
+        "queue_position": queue.position(run.path.parent, run.id) if run.status == "queued" else None,
+        "phase": info.get("phase") if run.status == "starting" else None,
+        "stalled": checks.stall_hint(run, summary),
+        "method": info.get("method"),
+        "model": info.get("model_ref") or info.get("model"),
+        "dataset": info.get("dataset"),
+        "batching": batching_label(info.get("recipe")),
+        "step": summary["step"],
+        "max_steps": summary["max_steps"],
+        "last_loss": summary["last_loss"],
+        "best_eval_loss": summary["best_eval_loss"],
+        "best_reward_accuracy": summary.get("best_accuracy"),  # preference methods
+        "best_reward_margin": summary.get("best_margin"),
+        "tokens_per_s": summary["tokens_per_s"],
+        "peak_mem": summary["peak_mem"],
+        "duration_s": duration_s(info),
+        "started": first_started(info),
+        "attempts": attempt_count(info),
+        "reason": info.get("reason"),
+        "error": info.get("error"),
+    }
+
+
+def cmd_runs(args) -> int:
+    runs = RunStore(args.runs_dir).list()
+    rows = [row for row in (_row(r) for r in runs) if matches(row, args)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not rows:
+        print(f"no runs in {RunStore(args.runs_dir).root}")
+        return EXIT_OK
+    header = f"{'ID':<40} {'STATUS':<10} {'METHOD':<13} {'STEP':>11} {'LOSS':>8} {'TOK/S':>8} {'MEM':>8} {'TIME':>7}"
+    print(header)
+    for row in rows:
+        step = f"{fmt_number(row['step'], '.0f')}/{fmt_number(row['max_steps'], '.0f')}"
+        status = row["status"] + ("!" if row["stalled"] else "")
+        print(
+            f"{row['id'][:40]:<40} {status:<10} {str(row['method']):<13} {step:>11} "
+            f"{fmt_number(row['last_loss'], '.4f'):>8} {fmt_number(row['tokens_per_s'], '.0f'):>8} "
+            f"{fmt_bytes(row['peak_mem']):>8} {fmt_duration(row['duration_s']):>7}"
+            + (f" ×{row['attempts']}" if row["attempts"] > 1 else "")
+        )
+        if row["stalled"]:
+            print(f"  ! {row['stalled']}")
+        elif row["phase"]:
+            print(f"  · {row['phase']}")
+        elif row["queue_position"]:
+            print(f"  · #{row['queue_position']} in the queue")
+        elif row["status"] == "failed" and row["reason"]:
+            print(f"  ✗ {str(row['reason']).splitlines()[0][:200]}")
+        if row["tags"] or row["note"]:
+            print("  " + " ".join(f"#{t}" for t in row["tags"]) + (f"  {row['note'][:100]}" if row["note"] else ""))
+    return EXIT_OK
+
+
+def cmd_show(args) -> int:
+    store = RunStore(args.runs_dir)
+    try:
+        run = store.get(args.run)
+    except UserError as exc:
+        if not args.json:
+            raise
+        print_err(str(exc))
+        write_document(sys.stdout, error_document(exc))  # the one document of a --json command, errors too
+        return EXIT_BAD_INPUT
+    row = _row(run)
+    rows = dedupe_steps(train_rows(run.metrics()))
+    if args.json:
+        print(json.dumps({"run": run.info, "summary": row, "metrics_rows": len(rows)}, indent=2, default=str))
+        return EXIT_OK
+    print(f"{run.id}  [{run.status}]  {run.info.get('method')} on {row['model']}  data {row['dataset']}")
+    print(f"  path      {run.path}")
+    print(f"  batching  {row['batching']}")
+    attempts = f"   attempts {row['attempts']}" if row["attempts"] > 1 else ""
+    print(f"  started   {fmt_time(row['started'])}   duration {fmt_duration(row['duration_s'])}{attempts}")
+    if row["phase"]:
+        print(f"  phase     {row['phase']} (since {fmt_duration(time.time() - (run.info.get('phase_since') or time.time()))})")
+    if rows:
+        print(f"  progress  {progress_line(rows[-1], rows)}")
+    print(f"  best eval {fmt_number(row['best_eval_loss'], '.4f')}")
+    if row["best_reward_accuracy"] is not None:
+        print(f"  rewards   best accuracy {fmt_number(row['best_reward_accuracy'], '.3f')} · "
+              f"best margin {fmt_number(row['best_reward_margin'], '.3f')}")
+    online = rl.reward_summary(rows)  # grpo/rloo: rewards and completion length, first step -> last
+    if online:
+        print(f"  rewards   {online}")
+    for line in scale.show_lines(run):  # strategy, nodes, SLURM job
+        print(line)
+    if run.info.get("trust_remote_code"):
+        print("  trust_remote_code = true (the model's own code runs)")
+    if row["stalled"]:
+        print(f"  ! {row['stalled']}")
+    if run.info.get("reason"):
+        print("  reason    " + str(run.info["reason"]).replace("\n", "\n            "))
+    if run.final_path.is_dir():
+        print(f"  final     {run.final_path}")
+    return EXIT_OK
+
+
+def matches(row: dict, args) -> bool:
+    """`llmtui runs` filters: archived runs are hidden unless asked for."""
+    if getattr(args, "archived", False) != bool(row.get("archived")) and not getattr(args, "all", False):
+        return False
+    if getattr(args, "tag", None) and args.tag not in (row.get("tags") or []):
+        return False
+    if getattr(args, "group", None) and (row.get("group") or {}).get("id") != args.group:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- parser
+
+
+def add_list(add) -> None:
+    p = add("runs", cmd_runs, "list runs (archived ones only with --archived or --all)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--tag", default=None, help="only runs with this tag")
+    p.add_argument("--group", default=None, help="only the runs of this sweep")
+    p.add_argument("--archived", action="store_true", help="only archived runs")
+    p.add_argument("--all", action="store_true", help="archived runs too")
+
+
+def add_show(add) -> None:
+    p = add("show", cmd_show, "show one run")
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true")
