@@ -6,13 +6,16 @@ trainer's format (rl_fixtures.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 
+import pytest
 from rl_fixtures import PROMPTS, generation_row, rl_run
 from test_run_view import open_run
 from ui_fixtures import screen_text, synthetic_run, test_app, wait_for
 
+from tests.e2e.helpers import llmtui, only_run
 from tuiapp.core.completions import Generation, completions_path, parse_generation
-from tuiapp.core.metrics import JsonlWriter, atomic_write_text
+from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.ui.generations import GenerationBrowser, completion_lines, generation_lines
 from tuiapp.ui.history import HistoryLoader, LiveSummary
 from tuiapp.ui.screens.home import HomeScreen
@@ -53,6 +56,11 @@ def test_lines_fit_the_width():
     assert text[2] == "▸ " + PROMPTS[0]
     assert text[3] == "  total 2.00 · format 1.00 · answer 1.00 · adv +1.50 · 1 tok" and text[4] == "    5"
     assert text[5].endswith("12 tok clipped") and text[6:8] == ["    the answer might be 8 or so", "    or not"]
+    long = parse_generation({**generation_row(8, 0, 0), "prompt": "How many? " * 30, "completion": "x" * 500})
+    browser.add([long])
+    text = [line.plain for line in generation_lines(browser, 40)]
+    assert all(len(line) <= 40 for line in text) and text[2].endswith("…")  # the prompt: one line
+    assert text[4:] == ["    " + "x" * 36] * 2 + ["    " + "x" * 35 + "…"]  # a completion: three lines at most
 
 
 def test_the_generations_pane_at_80x24_browses_steps_and_follows_new_ones(tmp_path):
@@ -154,5 +162,39 @@ def test_the_history_shows_the_recent_reward_of_rl_runs_only(tmp_path):
             assert next(line for line in lines if "sft-run" in line)[column - 9:column].strip() == ""
             home.model.sort_by("reward", reverse=True)
             assert [r.name for r in home.model.visible] == ["grpo-run", "rloo-live", "sft-run"]  # blanks last
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow  # a real tiny GRPO run: ~15 s on 2 cores
+def test_a_real_grpo_run_in_the_generations_pane_and_the_history(tmp_path, monkeypatch):
+    """The trainer's own completions.jsonl and metrics.jsonl (tiny-grpo, 3 steps of 16 completions):
+    the pane shows step 3's 16 generations, the mean total is the step's `reward` metric, and the
+    history's reward is that of the last step (10% of 3 rows rounds up to 1)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    root = tmp_path / "runs"
+    llmtui("run", "recipes/tiny-grpo.toml", "--set", "train.max_steps=3", "--set", "train.save_steps=0",
+           runs_dir=root, timeout=600, check=True)
+    run = only_run(root)
+    last = [r for r in read_jsonl(run / "metrics.jsonl") if "reward" in r][-1]
+    written = [json.loads(line) for line in completions_path(run).read_text().splitlines()]
+
+    async def scenario():
+        app = test_app(root, tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            view = await open_run(pilot, run.name)
+            await wait_for(pilot, lambda: view.generations.current == (3, "train"), what="step 3")
+            await pilot.press("7")
+            shown = view.query_one(GenerationsView).plain
+            assert "step 3 · 3/3 kept · 16 generations · following" in shown
+            assert f"mean total {last['reward']:.2f} · format " in shown and " · answer " in shown
+            prompt = next(w["prompt"] for w in written if w["step"] == 3)
+            assert "▸ " + prompt[:40] in shown
+            await pilot.press("left_square_bracket")
+            assert "step 2 · 2/3 kept · 16 generations" in view.query_one(GenerationsView).plain
+            app.pop_screen()
+            home = app.screen
+            await wait_for(pilot, lambda: all(r.summarized for r in home.model.rows.values()), what="history")
+            assert home.model.rows[run.name].reward == last["reward"]
 
     asyncio.run(scenario())

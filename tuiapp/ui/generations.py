@@ -136,4 +136,6 @@ def generation_lines(browser: GenerationBrowser, width: int) -> list[Text]:
         text = generation.completion
         lines += [Text("    " + line) for line in completion_lines(text, width - 4)] if text.strip() else \
             [Text("    (empty)", style="dim")]
+    for line in lines:
+        line.truncate(width, overflow="ellipsis")  # one line each: the pane never wraps them
     return lines

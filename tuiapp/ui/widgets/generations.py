@@ -1,5 +1,5 @@
 """The Generations pane's body: a GenerationBrowser drawn at the pane's width (completions wrap to
-it; longer lines end in …). The screen owns the browser and refreshes this after changing it."""
+it; every other line is cut to it with …). The screen owns the browser and refreshes this after changing it."""
 
 from __future__ import annotations
 
@@ -19,9 +19,7 @@ class GenerationsView(Widget):
         self.browser = browser
 
     def _text(self, width: int) -> Text:
-        text = Text("\n").join(generation_lines(self.browser, max(20, width)))
-        text.no_wrap, text.overflow = True, "ellipsis"
-        return text
+        return Text("\n").join(generation_lines(self.browser, max(20, width)))
 
     def render(self) -> Text:
         return self._text(self.content_size.width or 80)
