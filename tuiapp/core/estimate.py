@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuiapp.core import model_profile
+from tuiapp.core import model_profile, tiny_vlm
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import (
@@ -816,6 +816,8 @@ def load_model_config(name: str, base_dir: str | Path | None = None, *,
     'run:NAME' must be resolved to a folder by the caller."""
     if name == "tiny":
         return dict(TINY_CONFIG)
+    if tiny_vlm.is_tiny_vlm(name):
+        return tiny_vlm.estimate_config(name)
     local = Path(name).expanduser()
     if base_dir is not None and not local.is_absolute():
         local = Path(base_dir) / local

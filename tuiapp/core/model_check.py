@@ -24,6 +24,7 @@ from pathlib import Path
 from tuiapp.core.estimate import adapter_base
 from tuiapp.core.findings import Finding
 from tuiapp.core.recipe import BUNDLED_MODEL, Recipe
+from tuiapp.core.tiny_vlm import is_tiny_vlm
 
 HUB_TIMEOUT_S = float(os.environ.get("LLMTUI_HUB_TIMEOUT_S", "5"))
 # the TUI form checks on every edit: ask the hub about a name once a minute at most (15 s when
@@ -185,7 +186,7 @@ def check_model(name: str, *, method_kind: str = "lora", base_dir: Path | None =
                 cache_dir: str | Path | None = None, offline: bool | None = None,
                 label: str | None = None, allow_adapter: bool = True) -> list[Finding]:
     """Findings about model.name `name` ('run:NAME' already resolved to a folder); [] = fine."""
-    if name == BUNDLED_MODEL:
+    if name == BUNDLED_MODEL or is_tiny_vlm(name):
         return []
     label = label or name
     needs_weights = method_kind != "pretrain"  # pretraining builds the model from its config
@@ -253,7 +254,7 @@ def model_findings(recipe: Recipe, base_dir: Path | None = None, *, label: str |
 def model_folder(name: str, base_dir: Path | None = None, cache_dir: str | Path | None = None) -> Path | None:
     """The folder whose config and tokenizer describe model.name, when it is here: a local model
     folder, an adapter folder's base, or a hub id's cached snapshot. None for 'tiny' and the rest."""
-    if name == BUNDLED_MODEL:
+    if name == BUNDLED_MODEL or is_tiny_vlm(name):
         return None
     local = Path(name).expanduser()
     if base_dir is not None and not local.is_absolute():

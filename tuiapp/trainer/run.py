@@ -18,7 +18,7 @@ from tuiapp.core import trackers
 from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
-from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, trained_logits, varlen
+from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, trained_logits, varlen, vision
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.early_stop import early_stopping
 from tuiapp.trainer.model import (
@@ -240,8 +240,14 @@ def train(run_dir: Path, resume: bool) -> int:
         return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
     from tuiapp.trainer.data import build_datasets, make_collator
 
-    phases.enter("tokenizing")
-    train_set, eval_set = build_datasets(recipe, tokenizer, cache_dir())
+    processor = vision.load_processor(model_path, recipe.model.trust_remote_code) \
+        if vision.is_vision_model(model_path) else None
+    if processor is not None:  # image chats: raw records, tokenized with their images per batch
+        phases.enter("reading images")
+        train_set, eval_set = vision.vision_datasets(recipe)
+    else:
+        phases.enter("tokenizing")
+        train_set, eval_set = build_datasets(recipe, tokenizer, cache_dir())
     if not (recipe.train.eval_steps or recipe.train.sample_prompts):
         eval_set = None  # train.eval_steps = 0: no evaluation, not even after the last step
     transformers.set_seed(recipe.train.seed)  # adapters are initialised before the Trainer seeds
@@ -251,8 +257,10 @@ def train(run_dir: Path, resume: bool) -> int:
         return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
     phases.enter("loading model")
     _record_plan(run_dir, recipe, model_path, precision)
-    model = load_model(recipe, model_path, precision)
-    model = apply_method(model, recipe, model_path)
+    if processor is not None:
+        model = vision.apply_vision_method(vision.load_vision_model(recipe, model_path, precision), recipe)
+    else:
+        model = apply_method(load_model(recipe, model_path, precision), recipe, model_path)
     if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
 
@@ -273,13 +281,15 @@ def train(run_dir: Path, resume: bool) -> int:
         args=args,
         train_dataset=train_set,
         eval_dataset=eval_set,
-        data_collator=make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
-        processing_class=tokenizer,
+        data_collator=vision.VisionCollator(processor) if processor is not None else
+        make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
+        processing_class=processor or tokenizer,
         callbacks=callbacks,
     )
     trainer.method_kind = recipe.method.kind
     trainer.step_agreement = stopper
-    trainer.trained_logits_only = trained_logits.applies(model, recipe.method.kind, recipe.train.liger_kernel)
+    trainer.trained_logits_only = processor is None and \
+        trained_logits.applies(model, recipe.method.kind, recipe.train.liger_kernel)
     if recipe.train.batching == "tokens":
         trainer.token_budget = tokens_per_batch(recipe)
     return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)

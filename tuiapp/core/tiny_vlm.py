@@ -1,0 +1,21 @@
+"""The bundled tiny vision-language models: their names, families and shapes (one definition for the
+trainer, which builds them in tuiapp.trainer.vision, and for the checks and the estimate)."""
+
+from __future__ import annotations
+
+TINY_VLMS = {"tiny-vlm": "gemma3", "tiny-llava": "llava"}  # name -> the real family its config comes from
+TEXT_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512}
+VISION_SHAPE = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                "image_size": 32, "patch_size": 8}
+VOCAB_SIZE = 2048  # an upper bound of the bundled tokenizer with the image tokens
+
+
+def is_tiny_vlm(name: str) -> bool:
+    return name in TINY_VLMS
+
+
+def estimate_config(name: str) -> dict:
+    """The language model's config, as the memory estimate reads it (the vision tower is not counted yet)."""
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB_SIZE,
+            "tie_word_embeddings": False, "hidden_act": "silu", "rms_norm_eps": 1e-6, **TEXT_SHAPE}

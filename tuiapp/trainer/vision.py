@@ -1,0 +1,334 @@
+"""Vision-language models: the tiny offline ones, loading, what trains, and the image-chat collator.
+
+Two tiny random-weight VLMs are built from real families' configs, with nothing downloaded:
+'tiny-vlm' (Gemma 3: a SigLIP vision tower, pooled to 4 soft tokens per image) and 'tiny-llava'
+(LLaVA: a CLIP vision tower, a projector and a Llama). Each is saved with a processor made here:
+the family's image processor at 32x32 pixels, the bundled tokenizer extended with the image tokens,
+and a ChatML template that renders an image part as the family's placeholder. A record's `<image>`
+placeholders become those image parts, so the collator is the same for every family.
+
+Training runs through AutoModelForImageTextToText and AutoProcessor. Labels are -100 everywhere but
+the assistant's answers (through their <|im_end|>); image tokens are never trained. The vision
+tower is frozen; a full fine-tune (sft) trains the projector and the language model, LoRA adds
+adapters to the language model's linear layers only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from tuiapp.core.images import IMAGE_PLACEHOLDER
+from tuiapp.core.tiny_vlm import TEXT_SHAPE, TINY_VLMS, VISION_SHAPE
+from tuiapp.trainer.tiny import IM_END, IM_START, default_cache_dir, ensure_tiny_model
+
+VISION_VERSION = "1"
+MARKER = "llmtui_vlm.json"
+SEED = 0
+IGNORE = -100
+IMAGE_SIZE = VISION_SHAPE["image_size"]  # pixels the tiny models' image processors resize to
+_TEXT, _VISION = TEXT_SHAPE, VISION_SHAPE
+# each family's image tokens (the placeholder an image part renders as comes first)
+IMAGE_TOKENS = {"gemma3": ["<start_of_image>", "<image_soft_token>", "<end_of_image>"], "llava": ["<image>"]}
+VISION_PARTS = ("vision_tower", "vision_model")  # frozen by default
+LANGUAGE_LINEAR = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+
+
+def chat_template(image_text: str) -> str:
+    """ChatML whose image parts render as `image_text`; assistant turns inside {% generation %}."""
+    return (
+        "{%- for message in messages %}"
+        "{{- '<|im_start|>' + message.role + '\\n' }}"
+        "{%- if message.content is string %}{%- set parts = [{'type': 'text', 'text': message.content}] %}"
+        "{%- else %}{%- set parts = message.content %}{%- endif %}"
+        "{%- if message.role == 'assistant' %}{%- generation %}"
+        "{%- for part in parts %}{{- part.text }}{%- endfor %}{{- '<|im_end|>' }}"
+        "{%- endgeneration %}{{- '\\n' }}"
+        "{%- else %}"
+        "{%- for part in parts %}{%- if part.type == 'image' %}{{- '" + image_text + "' }}"
+        "{%- else %}{{- part.text }}{%- endif %}{%- endfor %}{{- '<|im_end|>\\n' }}"
+        "{%- endif %}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+
+
+def definition_version(name: str) -> str:
+    family = TINY_VLMS[name]
+    parts = [VISION_VERSION, SEED, family, _TEXT, _VISION, IMAGE_TOKENS[family], chat_template(IMAGE_TOKENS[family][0])]
+    return VISION_VERSION + "-" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def ensure_tiny_vlm(name: str, cache_dir: Path | str | None = None) -> Path:
+    """The folder of tiny VLM `name` (model, processor, tokenizer), built on first use, atomically."""
+    target = Path(cache_dir or default_cache_dir()) / "models" / f"{name}-{definition_version(name)}"
+    if _is_complete(target, name):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{name}-building-", dir=target.parent))
+    try:
+        _build(name, building, cache_dir)
+        if target.exists() and not _is_complete(target, name):
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            os.rename(building, target)
+        except OSError:
+            if not _is_complete(target, name):
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return target
+
+
+def _is_complete(folder: Path, name: str) -> bool:
+    try:
+        return json.loads((folder / MARKER).read_text())["version"] == definition_version(name)
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _build(name: str, folder: Path, cache_dir) -> None:
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+    family = TINY_VLMS[name]
+    tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_model(cache_dir))
+    tokenizer.add_tokens(IMAGE_TOKENS[family], special_tokens=True)
+    template = chat_template(IMAGE_TOKENS[family][0])
+    tokenizer.chat_template = template
+    config, processor = (_gemma3 if family == "gemma3" else _llava)(tokenizer, template)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = AutoModelForImageTextToText.from_config(config)
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(IM_END)]
+    model.save_pretrained(folder, is_main_process=True)
+    processor.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    params = sum(p.numel() for p in model.parameters())
+    (folder / MARKER).write_text(json.dumps({"version": definition_version(name), "family": family,
+                                             "parameters": params}) + "\n")
+
+
+def _ids(tokenizer) -> dict:
+    return {"bos_token_id": tokenizer.eos_token_id, "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id}
+
+
+def _gemma3(tokenizer, template: str):
+    from transformers import (
+        Gemma3Config,
+        Gemma3ImageProcessorPil,
+        Gemma3Processor,
+        Gemma3TextConfig,
+        SiglipVisionConfig,
+    )
+
+    boi, image, eoi = IMAGE_TOKENS["gemma3"]
+    tokenizer._set_model_specific_special_tokens(special_tokens={"boi_token": boi, "image_token": image,
+                                                                 "eoi_token": eoi})
+    text = Gemma3TextConfig(vocab_size=len(tokenizer), query_pre_attn_scalar=16, sliding_window=64, **_TEXT,
+                            **_ids(tokenizer))
+    tokens_per_image = 4  # the 4x4 patches pooled to 2x2
+    config = Gemma3Config(text_config=text, vision_config=SiglipVisionConfig(**_VISION),
+                          mm_tokens_per_image=tokens_per_image, image_token_index=tokenizer.convert_tokens_to_ids(image),
+                          boi_token_index=tokenizer.convert_tokens_to_ids(boi),
+                          eoi_token_index=tokenizer.convert_tokens_to_ids(eoi), **_ids(tokenizer))
+    processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}),
+                                tokenizer=tokenizer, chat_template=template, image_seq_length=tokens_per_image)
+    return config, processor
+
+
+def _llava(tokenizer, template: str):
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaImageProcessorPil, LlavaProcessor
+
+    (image,) = IMAGE_TOKENS["llava"]
+    text = LlamaConfig(vocab_size=len(tokenizer), **_TEXT, **_ids(tokenizer))
+    config = LlavaConfig(vision_config=CLIPVisionConfig(**_VISION, projection_dim=32), text_config=text,
+                         image_token_index=tokenizer.convert_tokens_to_ids(image),
+                         vision_feature_select_strategy="default", vision_feature_layer=-1,
+                         projector_hidden_act="gelu", **_ids(tokenizer))
+    image_processor = LlavaImageProcessorPil(size={"shortest_edge": IMAGE_SIZE},
+                                             crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    processor = LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=_VISION["patch_size"],
+                               vision_feature_select_strategy="default", chat_template=template, image_token=image,
+                               num_additional_image_tokens=1)  # CLIP's class token
+    return config, processor
+
+
+# ---------------------------------------------------------------- resolving and loading
+
+
+def resolve_vlm_path(name: str, cache_dir: Path | str | None = None) -> str | None:
+    """A tiny VLM's folder for its name; None for other names."""
+    return str(ensure_tiny_vlm(name, cache_dir)) if name in TINY_VLMS else None
+
+
+def is_vision_model(path: str) -> bool:
+    """Whether the model folder holds a vision-language model (its config has a vision part)."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return "vision_config" in config
+
+
+def load_processor(path: str, trust_remote_code: bool = False):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+
+
+def load_vision_model(recipe, path: str, precision: str):
+    """The VLM to train, its vision tower frozen; a full fine-tune keeps fp32 master weights."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    if recipe.method.kind == "sft":
+        dtype = torch.float32
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype,
+                                                        trust_remote_code=recipe.model.trust_remote_code)
+    model.config.use_cache = False
+    freeze_vision(model)
+    return model
+
+
+def freeze_vision(model) -> int:
+    """Freezes the vision tower's parameters; returns how many tensors were frozen."""
+    frozen = 0
+    for name, param in model.named_parameters():
+        if any(part in name.split(".") for part in VISION_PARTS):
+            param.requires_grad_(False)
+            frozen += 1
+    return frozen
+
+
+def apply_vision_method(model, recipe):
+    """sft: the projector and the language model train; lora: adapters on the language model only."""
+    if recipe.method.kind == "sft":
+        return model
+    import peft
+
+    method = recipe.method
+    config = peft.LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
+                             target_modules=LANGUAGE_LINEAR, task_type=peft.TaskType.CAUSAL_LM)
+    return peft.get_peft_model(model, config)
+
+
+# ---------------------------------------------------------------- data
+
+
+def image_parts(text: str) -> list[dict]:
+    """A turn's text as content parts, each `<image>` placeholder an image part."""
+    parts = []
+    for index, piece in enumerate(text.split(IMAGE_PLACEHOLDER)):
+        if index:
+            parts.append({"type": "image"})
+        if piece:
+            parts.append({"type": "text", "text": piece})
+    return parts
+
+
+def conversation(messages: list[dict]) -> list[dict]:
+    """Canonical turns as the processor's chat template takes them (tool_call turns as assistant)."""
+    out = []
+    for turn in messages:
+        role = "assistant" if turn["role"] == "tool_call" else turn["role"]
+        out.append({"role": role, "content": image_parts(turn["content"])})
+    return out
+
+
+def vision_datasets(recipe, base_dir=None):
+    """(train, eval or None) of raw image chats: {"messages": JSON text, "images": [paths]}."""
+    from datasets import Dataset
+
+    from tuiapp.core.datasets import eval_fraction, load_records
+
+    records = [{"messages": json.dumps(r["messages"]), "images": r.get("images", [])}
+               for r in load_records(recipe.dataset, base_dir)]
+    data = Dataset.from_list(records)
+    fraction = eval_fraction(recipe.dataset)
+    if not fraction or len(data) < 2:
+        return data, None
+    parts = data.train_test_split(test_size=fraction, seed=recipe.train.seed)
+    return parts["train"], parts["test"]
+
+
+class VisionCollator:
+    """Image chats → the processor's tensors (input_ids, attention_mask, pixel_values, ...) + labels."""
+
+    def __init__(self, processor):
+        self.processor = processor
+        tokenizer = processor.tokenizer
+        self.answer_start = tokenizer.encode(f"{IM_START}assistant\n", add_special_tokens=False)
+        self.turn_end = tokenizer.convert_tokens_to_ids(IM_END)
+        self.pad = tokenizer.pad_token_id
+        self.image_ids = image_token_ids(processor)
+
+    def __call__(self, features: list[dict]) -> dict:
+        from PIL import Image
+
+        texts, images = [], []
+        for feature in features:
+            messages = feature["messages"]
+            messages = json.loads(messages) if isinstance(messages, str) else messages
+            texts.append(self.processor.apply_chat_template(conversation(messages), tokenize=False))
+            loaded = []
+            for path in feature.get("images") or []:
+                with Image.open(path) as image:
+                    loaded.append(image.convert("RGB"))
+            images.append(loaded)
+        kwargs = {"images": images} if any(images) else {}
+        batch = self.processor(text=texts, padding=True, return_tensors="pt", **kwargs)
+        batch["labels"] = answer_labels(batch["input_ids"], self.answer_start, self.turn_end, self.image_ids)
+        return dict(batch)
+
+
+def image_token_ids(processor) -> set[int]:
+    """Ids of every added image token of the processor's tokenizer."""
+    tokenizer = processor.tokenizer
+    names = {t for tokens in IMAGE_TOKENS.values() for t in tokens}
+    for attribute in ("image_token", "boi_token", "eoi_token"):
+        value = getattr(processor, attribute, None) or getattr(tokenizer, attribute, None)
+        if isinstance(value, str):
+            names.add(value)
+    vocab = tokenizer.get_vocab()
+    return {vocab[name] for name in names if name in vocab}
+
+
+def answer_labels(input_ids, answer_start: list[int], turn_end: int, image_ids: set[int]):
+    """Labels: the token ids inside assistant turns (after `answer_start`, through `turn_end`),
+    -100 elsewhere; image tokens always -100."""
+    import torch
+
+    labels = torch.full_like(input_ids, IGNORE)
+    width = len(answer_start)
+    for row, ids in enumerate(input_ids.tolist()):
+        position = 0
+        while position + width <= len(ids):
+            if ids[position:position + width] != answer_start:
+                position += 1
+                continue
+            start = end = position + width
+            while end < len(ids) and ids[end] != turn_end:
+                end += 1
+            end = min(end + 1, len(ids))  # the end-of-turn token trains too
+            labels[row, start:end] = input_ids[row, start:end]
+            position = end
+    for token in image_ids:
+        labels[input_ids == token] = IGNORE
+    return labels
+
+
+def describe_trainable(model) -> str:
+    """'N of M parameters train' with the vision tower's share, for the log."""
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    vision = sum(p.numel() for n, p in model.named_parameters()
+                 if p.requires_grad and re.search(r"\b(vision_tower|vision_model)\b", n))
+    return f"{trainable} of {total} parameters train ({vision} in the vision tower)"
