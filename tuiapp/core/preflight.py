@@ -94,9 +94,45 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
                                "create it on a local NVMe drive, or fix the path"))
 
     out += batching_rules(recipe)
+    out += streaming_rules(recipe)
     out += scale_rules(recipe)
     out += pipeline_plan.rules(recipe)
     return out
+
+
+def streaming_rules(recipe: Recipe) -> list[Finding]:
+    """dataset.streaming reads and tokenizes the files while training: what a stream cannot do."""
+    spec, train, kind = recipe.dataset, recipe.train, recipe.method.kind
+    if not spec.streaming:
+        return []
+    out: list[Finding] = []
+    off = "or dataset.streaming = false"
+    if kind in PREFERENCE_KINDS | RL_KINDS:
+        out.append(Finding("error", "dataset.streaming", f"{kind} reads its pairs or prompts whole: streaming is for "
+                           "pretraining, SFT and the adapter methods", "set dataset.streaming = false"))
+    if not train.max_steps:
+        out.append(Finding("error", "train.max_steps", "a stream has no length, so epochs cannot be counted",
+                           f"set train.max_steps (e.g. 1000), {off}"))
+    if train.batching == "tokens":
+        out.append(Finding("error", "train.batching", "token-budget batches sort the whole dataset by length",
+                           f"set train.batching = 'examples', {off}"))
+    fraction = isinstance(spec.eval_split, float) or _is_number(spec.eval_split)
+    if fraction and float(spec.eval_split) > 0:
+        out.append(Finding("error", "dataset.eval_split", "a stream cannot hold a fraction out",
+                           f"set dataset.eval_split to an eval file (e.g. 'data/eval.jsonl') or 0, {off}"))
+    elif fraction and (train.eval_steps or train.sample_prompts):
+        out.append(Finding("error", "dataset.eval_split", "evals are asked for (train.eval_steps or sample_prompts), "
+                           "and a stream holds nothing out for them",
+                           f"set dataset.eval_split to an eval file, or train.eval_steps = 0 and no sample_prompts, {off}"))
+    return out
+
+
+def _is_number(value) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def batching_rules(recipe: Recipe) -> list[Finding]:

@@ -118,6 +118,12 @@ class DatasetSpec(Section):
         description="Held-out fraction (0 to 0.5) of the training data, or a file path for eval.",
     )
     max_samples: int = Field(0, ge=0, description="Use at most this many records (0 = all).")
+    streaming: bool = Field(
+        False, description="Read and tokenize the data files while training (no cache entry is built first): "
+        "the first step in seconds and memory for one batch of documents, whatever the corpus size; resume "
+        "skips exactly the batches already trained. Local files are read line by line (demo and hub datasets "
+        "whole). Needs train.max_steps; a held-out eval file, not a fraction.",
+    )
     template: Literal[CHAT_TEMPLATE_NAMES] = Field(
         "model", description="Chat template conversations are rendered with: 'model' = the tokenizer's own "
         "(a base model without one is refused before launch), or chatml, llama3, qwen (ChatML), gemma, mistral, "
@@ -636,6 +642,8 @@ class Recipe(Section):
         """Evals asked for (eval_steps or sample_prompts) need held-out data: with eval_split 0
         the trainer would skip them, so AUTO_EVAL_SPLIT of the training data is held out."""
         asked = self.train.eval_steps > 0 or bool(self.train.sample_prompts)
+        if self.dataset.streaming:
+            return self  # a stream holds nothing out: preflight asks for an eval file instead
         if asked and isinstance(self.dataset.eval_split, float) and self.dataset.eval_split == 0.0:
             self.dataset.eval_split = AUTO_EVAL_SPLIT
             self.dataset._eval_split_auto = True

@@ -53,8 +53,14 @@ GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple[Dataset, Dataset | None]:
     """(train, eval or None) with input_ids, labels (and attention_mask unless packing)."""
     spec = recipe.dataset
-    train = _cached_tokenized(spec, recipe, tokenizer, Path(cache_dir), base_dir)
     eval_spec = eval_file_spec(spec)
+    if spec.streaming:  # tokenized while training reads it; preflight allows an eval file only
+        from tuiapp.trainer.streaming import TokenizedStream
+
+        held_out = _cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir) if eval_spec else None
+        return TokenizedStream(recipe, tokenizer, base_dir), (bounded_eval(held_out, recipe, shuffle=True)
+                                                              if held_out is not None else None)
+    train = _cached_tokenized(spec, recipe, tokenizer, Path(cache_dir), base_dir)
     if eval_spec is not None:
         held_out = _cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir)
         return train, bounded_eval(held_out, recipe, shuffle=True)
@@ -211,6 +217,15 @@ def _tokenize_batch(batch: dict[str, list], recipe: Recipe, tokenizer) -> dict[s
     kept = [e for e in examples if e is not None]
     columns = ["input_ids", "labels"] + ([] if packing_enabled(recipe) else ["attention_mask"])
     return {c: [e[c] for e in kept] for c in columns}
+
+
+def tokenized_batch(records: list[dict], recipe: Recipe, tokenizer) -> dict[str, list]:
+    """Canonical records tokenized as the cached path tokenizes a batch of them (the streaming path):
+    the columns the Arrow records would have, then the same steps."""
+    batch = {name: [r.get(name) for r in records] for name in RECORD_FEATURES[record_kind(records[0])]}
+    if is_pretrain(recipe):
+        return _blocks(_document_ids(batch, tokenizer), recipe.train.max_seq_len)
+    return _tokenize_batch(batch, recipe, tokenizer)
 
 
 def _documents(batch: dict[str, list], tokenizer) -> list[str]:

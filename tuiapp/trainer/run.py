@@ -18,7 +18,7 @@ from tuiapp.core import trackers
 from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
-from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, trained_logits, varlen, vision
+from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, streaming, trained_logits, varlen, vision
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.early_stop import early_stopping
 from tuiapp.trainer.model import (
@@ -168,6 +168,8 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
     """TrainingArguments of a run as keywords (TRL's configs take the same ones, and more)."""
     train = recipe.train
     extra = strategies.training_kwargs(recipe)  # deepspeed config, or FSDP/DDP settings
+    if recipe.dataset.streaming:
+        extra["accelerator_config"] = {**extra.get("accelerator_config", {}), **streaming.accelerator_config()}
     return dict(
         output_dir=str(run_dir / "checkpoints"),
         per_device_train_batch_size=train.micro_batch,
