@@ -1,0 +1,81 @@
+"""The vision side of training: the tiny VLMs of two families build offline and take a training step,
+the collator's labels keep only the answers (image tokens and prompts -100), the vision tower is frozen."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+from tuiapp.core.recipe import Recipe
+from tuiapp.trainer import vision
+from tuiapp.trainer.tiny import IM_END
+
+IMAGE_CHATS = [
+    {"messages": [{"role": "user", "content": "<image>What colour is it?"}, {"role": "assistant", "content": "red"}]},
+    {"messages": [{"role": "system", "content": "Be brief."},
+                  {"role": "user", "content": "Compare <image> and <image>."},
+                  {"role": "assistant", "content": "same shape"},
+                  {"role": "user", "content": "And the count?"},
+                  {"role": "assistant", "content": "two"}]},
+]
+
+
+def test_answer_labels_keep_the_answers_only():
+    start, end, image = [7, 8], 9, 5
+    ids = torch.tensor([[1, 5, 5, 2, 7, 8, 3, 4, 9, 1, 7, 8, 6, 9, 0]])
+    labels = vision.answer_labels(ids, start, end, {image})
+    assert labels.tolist() == [[-100] * 6 + [3, 4, 9] + [-100] * 3 + [6, 9, -100]]
+
+
+def test_image_parts_follow_the_placeholders():
+    assert vision.image_parts("Compare <image> and <image>.") == [
+        {"type": "text", "text": "Compare "}, {"type": "image"}, {"type": "text", "text": " and "},
+        {"type": "image"}, {"type": "text", "text": "."}]
+
+
+def _features(tmp_path) -> list[dict]:
+    paths = []
+    for index, colour in enumerate([(255, 0, 0), (0, 0, 255)]):
+        path = tmp_path / f"{index}.png"
+        Image.new("RGB", (20, 12), colour).save(path)
+        paths.append(str(path))
+    counts = [1, 2]
+    return [{"messages": json.dumps(chat["messages"]), "images": paths[:count]}
+            for chat, count in zip(IMAGE_CHATS, counts, strict=True)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(vision.TINY_VLMS))
+def test_tiny_vlm_masks_prompts_and_images_and_trains(name, tmp_path, llmtui_cache):
+    folder = vision.ensure_tiny_vlm(name)
+    assert vision.is_vision_model(str(folder))
+    processor = vision.load_processor(str(folder))
+    batch = vision.VisionCollator(processor)(_features(tmp_path))
+    tokenizer = processor.tokenizer
+    trained = [tokenizer.decode(ids[labels != -100]) for ids, labels in zip(batch["input_ids"], batch["labels"],
+                                                                            strict=True)]
+    assert trained == [f"red{IM_END}", f"same shape{IM_END}two{IM_END}"]
+    image_ids = vision.image_token_ids(processor)
+    assert image_ids and all((batch["input_ids"] == token).any() for token in image_ids)
+    assert not any((batch["labels"] == token).any() for token in image_ids)
+
+    recipe = Recipe.model_validate({"model": {"name": name}, "method": {"kind": "lora", "rank": 4}})
+    model = vision.apply_vision_method(vision.load_vision_model(recipe, str(folder), "fp32"), recipe)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n and "language_model" in n for n in trainable)
+    loss = model(**batch).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.slow
+def test_full_fine_tune_freezes_the_vision_tower(llmtui_cache):
+    folder = vision.ensure_tiny_vlm("tiny-llava")
+    recipe = Recipe.model_validate({"model": {"name": "tiny-llava"}, "method": {"kind": "sft"}})
+    model = vision.apply_vision_method(vision.load_vision_model(recipe, str(folder), "fp32"), recipe)
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert frozen and all("vision_tower" in n for n in frozen)
+    assert any("multi_modal_projector" in n for n, p in model.named_parameters() if p.requires_grad)
