@@ -65,7 +65,8 @@ def test_tiny_vlm_masks_prompts_and_images_and_trains(name, tmp_path, llmtui_cac
     recipe = Recipe.model_validate({"model": {"name": name}, "method": {"kind": "lora", "rank": 4}})
     model = vision.apply_vision_method(vision.load_vision_model(recipe, str(folder), "fp32"), recipe)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    assert trainable and all("lora_" in n and "language_model" in n for n in trainable)
+    assert trainable and all("lora_" in n and ("language_model" in n or "lm_head" in n) for n in trainable)
+    assert any("lm_head" in n for n in trainable) and any("language_model" in n for n in trainable)
     loss = model(**batch).loss
     loss.backward()
     assert torch.isfinite(loss)

@@ -16,13 +16,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-SHAPES_VERSION = "1"
+SHAPES_VERSION = "2"
 IMAGE_SIZE = 64
 TRAIN_COUNT, HELDOUT_COUNT = 600, 100
 TRAIN_SEED, HELDOUT_SEED = 4242, 9191
 SHAPES = ("circle", "square", "triangle")
 COLOURS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (30, 70, 220), "yellow": (235, 200, 20)}
 COLUMNS = ("left", "middle", "right")
+AT_COLUMN = {"left": "on the left", "middle": "in the middle", "right": "on the right"}
 COUNT_WORDS = ("zero", "one", "two", "three")
 DATA_FILES = {"demo:shapes": "shapes.jsonl", "demo:shapes-heldout": "shapes-heldout.jsonl"}
 MARKER = "llmtui_shapes.json"
@@ -46,8 +47,8 @@ def _question(scene: list[dict], rng: random.Random) -> tuple[str, str]:
     if kind == "position":
         return f"Where is the {item['colour']} {item['shape']}: left, middle or right?", item["column"]
     if kind == "shape":
-        return f"What shape is on the {item['column']}?", item["shape"]
-    return f"What colour is the shape on the {item['column']}?", item["colour"]
+        return f"What shape is {AT_COLUMN[item['column']]}?", item["shape"]
+    return f"What colour is the shape {AT_COLUMN[item['column']]}?", item["colour"]
 
 
 def _records(count: int, seed: int, prefix: str) -> list[tuple[dict, list[dict]]]:

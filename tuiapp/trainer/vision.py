@@ -36,7 +36,7 @@ _TEXT, _VISION = TEXT_SHAPE, VISION_SHAPE
 # each family's image tokens (the placeholder an image part renders as comes first)
 IMAGE_TOKENS = {"gemma3": ["<start_of_image>", "<image_soft_token>", "<end_of_image>"], "llava": ["<image>"]}
 VISION_PARTS = ("vision_tower", "vision_model")  # frozen by default
-LANGUAGE_LINEAR = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+LANGUAGE_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def chat_template(image_text: str) -> str:
@@ -208,15 +208,23 @@ def freeze_vision(model) -> int:
     return frozen
 
 
+def lora_targets(target_modules) -> str:
+    """peft's target regex: the named linear layers (by default every projection) of the language
+    model and its output head; never the vision tower or the projector."""
+    names = LANGUAGE_LINEAR if target_modules == "all-linear" else tuple(target_modules)
+    return rf".*language_model.*\.({'|'.join(re.escape(n) for n in names)})|lm_head"
+
+
 def apply_vision_method(model, recipe):
-    """sft: the projector and the language model train; lora: adapters on the language model only."""
+    """sft: the projector and the language model train; lora: adapters on the language model's
+    linear layers and its output head (which a random-weight tiny model needs to learn at all)."""
     if recipe.method.kind == "sft":
         return model
     import peft
 
     method = recipe.method
     config = peft.LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
-                             target_modules=LANGUAGE_LINEAR, task_type=peft.TaskType.CAUSAL_LM)
+                             target_modules=lora_targets(method.target_modules), task_type=peft.TaskType.CAUSAL_LM)
     return peft.get_peft_model(model, config)
 
 
