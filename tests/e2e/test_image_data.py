@@ -26,9 +26,9 @@ def image_data(folder, bad_line: str):
     return data
 
 
-def recipe_for(folder, data, extra: str = "") -> str:
+def recipe_for(folder, data, extra: str = "", model: str = "tiny-vlm") -> str:
     path = folder / "recipe.toml"
-    path.write_text(f'[model]\nname = "tiny"\n[dataset]\nname = "{data}"\n[method]\nkind = "lora"\n{extra}')
+    path.write_text(f'[model]\nname = "{model}"\n[dataset]\nname = "{data}"\n[method]\nkind = "lora"\n{extra}')
     return str(path)
 
 
@@ -67,6 +67,14 @@ def test_packing_refused_for_images(tmp_path):
     runs = tmp_path / "runs"
     result = llmtui("run", recipe_for(tmp_path, data, "[train]\npacking = true\n"), runs_dir=runs, timeout=300)
     assert_refused(result, runs, "train.packing", "train.packing = false")
+
+
+@pytest.mark.slow
+def test_text_model_refused_for_images(tmp_path):
+    data = image_data(tmp_path, chat("<image>What colour?", "red", ["images/red.png"]))
+    runs = tmp_path / "runs"
+    result = llmtui("run", recipe_for(tmp_path, data, model="tiny"), runs_dir=runs, timeout=300)
+    assert_refused(result, runs, "model.name", "'tiny' is not a vision-language model", "tiny-vlm")
 
 
 def test_image_paths_resolve_against_the_data_file(tmp_path):

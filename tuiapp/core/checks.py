@@ -54,7 +54,7 @@ def _dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     if info.count == 0:
         return [Finding("error", "dataset.name", "the dataset has no records", "check the file or max_samples")]
     if info.with_images:
-        return vision_checks.data_findings(recipe, info)
+        return vision_checks.data_findings(recipe, info, base_dir)
     if info.kind and (recipe.method.kind in PREFERENCE_KINDS or info.kind in ("pairs", "unpaired")):
         return preference.data_findings(recipe, info.kind, info.source)  # pairs, labelled answers
     wants_text = recipe.method.kind == "pretrain"
