@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuiapp.cli import after, cache, export, manage, model, probe, recipe, run, runs, serve, serve_ui
+from tuiapp.cli import after, cache, export, manage, merge, model, probe, recipe, run, runs, serve, serve_ui
 from tuiapp.core.errors import exit_code
 
 
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_control(add)  # stop, resume, doctor
     recipe.add_data(add)
     export.add_command(add)
+    merge.add_command(add)
     after.add_commands(add)  # chat, eval, export-metrics
     probe.add_command(add)
     cache.add_command(add)  # cache list, prune
