@@ -168,13 +168,21 @@ def resolve_vlm_path(name: str, cache_dir: Path | str | None = None) -> str | No
     return str(ensure_tiny_vlm(name, cache_dir)) if name in TINY_VLMS else None
 
 
-def is_vision_model(path: str) -> bool:
-    """Whether the model folder holds a vision-language model (its config has a vision part)."""
+def is_vision_model(path: str, trust_remote_code: bool = False) -> bool:
+    """Whether the model (a folder, or a hub id in the HF cache) is a vision-language model: its
+    config has a vision part."""
+    if Path(path, "config.json").is_file():
+        try:
+            return "vision_config" in json.loads(Path(path, "config.json").read_text())
+        except (OSError, ValueError):
+            return False
+    from transformers import AutoConfig
+
     try:
-        config = json.loads((Path(path) / "config.json").read_text())
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError):
         return False
-    return "vision_config" in config
+    return getattr(config, "vision_config", None) is not None
 
 
 def load_processor(path: str, trust_remote_code: bool = False):
