@@ -33,7 +33,9 @@ def cmd_merge(args) -> int:
         (work / "final").replace(run.final_path)
         now = time.time()
         run.info.update(status="succeeded", started=now, ended=now, merged_from=plan.run_ids,
-                        merge={"method": plan.method, "weights": plan.weights, "density": plan.density})
+                        merge={"method": plan.method, "weights": plan.weights,
+                                                        **({"density": plan.density}
+                                                           if plan.method in merging.NEEDS_DENSITY else {})})
         run.save()
     finally:
         shutil.rmtree(work, ignore_errors=True)
