@@ -76,6 +76,9 @@ def plan_merge(runs: list[Run], method: str, weights: list[float] | None, densit
     if method not in methods:
         raise UserError(message=f"--method {method} is not a merge of {'LoRA adapters' if kind == 'adapter' else 'full weights'}",
                         fix=f"use one of {', '.join(methods)}")
+    if any(info.get("method") == "reward" for info in infos):
+        raise UserError(message="reward models (a score head on the base) are not merged",
+                        fix="merge runs whose models generate (sft, the adapter methods, dpo, ...)")
     bases = {str(info.get("base_model")) for info in infos}
     if len(bases) != 1:
         raise UserError(message=f"the runs start from different base models ({', '.join(sorted(bases))})",
