@@ -9,6 +9,7 @@ from transformers import AutoTokenizer
 from tuiapp.core import demo_data
 from tuiapp.core.preflight import streaming_rules
 from tuiapp.core.recipe import Recipe
+from tuiapp.trainer import streaming
 from tuiapp.trainer.data import build_datasets
 from tuiapp.trainer.streaming import TokenizedStream
 
@@ -35,7 +36,8 @@ def _recipe(data, kind, **dataset) -> Recipe:
 def test_the_stream_is_the_cached_examples_in_file_order(tmp_path, tokenizer, kind, records):
     data = _jsonl(tmp_path / "data.jsonl", records)
     cached, _ = build_datasets(_recipe(data, kind), tokenizer, tmp_path / "cache")
-    stream, held_out = build_datasets(_recipe(data, kind, streaming=True), tokenizer, tmp_path / "cache-streaming")
+    stream, held_out = streaming.build_datasets(_recipe(data, kind, streaming=True), tokenizer,
+                                                tmp_path / "cache-streaming")
     assert isinstance(stream, TokenizedStream) and held_out is None
     assert not (tmp_path / "cache-streaming" / "data").exists()  # nothing tokenized ahead
     streamed = list(stream)
@@ -45,14 +47,16 @@ def test_the_stream_is_the_cached_examples_in_file_order(tmp_path, tokenizer, ki
 
 def test_max_samples_bounds_the_stream(tmp_path, tokenizer):
     data = _jsonl(tmp_path / "data.jsonl", demo_data.facts_records()[:100])
-    stream, _ = build_datasets(_recipe(data, "sft", streaming=True, max_samples=7), tokenizer, tmp_path / "cache")
+    stream, _ = streaming.build_datasets(_recipe(data, "sft", streaming=True, max_samples=7), tokenizer,
+                                         tmp_path / "cache")
     assert len(list(stream)) == 7
 
 
 def _rules(**parts) -> dict[str, str]:
     recipe = Recipe.model_validate({"dataset": {"name": "data.jsonl", "streaming": True, **parts.pop("dataset", {})},
                                     "method": {"kind": parts.pop("kind", "pretrain")},
-                                    "train": {"max_steps": 10, **parts.pop("train", {})}})
+                                    "train": {"max_steps": 10, **parts.pop("train", {})},
+                                    "launch": parts.pop("launch", {})})
     return {f.key: f"{f.message} | {f.fix}" for f in streaming_rules(recipe) if f.level == "error"}
 
 
@@ -65,5 +69,7 @@ def test_preflight_keeps_streaming_to_what_a_stream_can_do():
     assert "holds nothing out" in asked and "eval file" in asked
     assert "sample_prompts" in _rules(train={"sample_prompts": ["hi"]})["dataset.eval_split"]
     assert "batching = 'examples'" in _rules(kind="sft", train={"batching": "tokens"})["train.batching"]
+    assert "a number" in _rules(kind="sft", train={"micro_batch": "auto"})["train.micro_batch"]
+    assert "deepspeed strategy" in _rules(launch={"strategy": "pipeline"})["launch.strategy"]
     assert "streaming = false" in _rules(kind="dpo")["dataset.streaming"]
     assert "streaming = false" in _rules(kind="grpo")["dataset.streaming"]

@@ -116,6 +116,12 @@ def streaming_rules(recipe: Recipe) -> list[Finding]:
     if train.batching == "tokens":
         out.append(Finding("error", "train.batching", "token-budget batches sort the whole dataset by length",
                            f"set train.batching = 'examples', {off}"))
+    if train.micro_batch == "auto":
+        out.append(Finding("error", "train.micro_batch", "'auto' is probed on the dataset's longest examples, which a "
+                           "stream does not know ahead", f"set train.micro_batch to a number (e.g. 8), {off}"))
+    if recipe.launch.strategy == "pipeline":
+        out.append(Finding("error", "launch.strategy", "the pipeline strategy cuts its batches from a dataset of "
+                           "known length", f"use the deepspeed strategy, {off}"))
     fraction = isinstance(spec.eval_split, float) or _is_number(spec.eval_split)
     if fraction and float(spec.eval_split) > 0:
         out.append(Finding("error", "dataset.eval_split", "a stream cannot hold a fraction out",

@@ -54,15 +54,9 @@ def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple
     """(train, eval or None) with input_ids, labels (and attention_mask unless packing)."""
     spec = recipe.dataset
     eval_spec = eval_file_spec(spec)
-    if spec.streaming:  # tokenized while training reads it; preflight allows an eval file only
-        from tuiapp.trainer.streaming import TokenizedStream
-
-        held_out = _cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir) if eval_spec else None
-        return TokenizedStream(recipe, tokenizer, base_dir), (bounded_eval(held_out, recipe, shuffle=True)
-                                                              if held_out is not None else None)
-    train = _cached_tokenized(spec, recipe, tokenizer, Path(cache_dir), base_dir)
+    train = cached_tokenized(spec, recipe, tokenizer, Path(cache_dir), base_dir)
     if eval_spec is not None:
-        held_out = _cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir)
+        held_out = cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir)
         return train, bounded_eval(held_out, recipe, shuffle=True)
     fraction = eval_fraction(spec)
     if not fraction:
@@ -370,7 +364,7 @@ def _eos_id(tokenizer) -> int:
 # ---------------------------------------------------------------- cache
 
 
-def _cached_tokenized(spec: DatasetSpec, recipe: Recipe, tokenizer, cache_dir: Path, base_dir) -> Dataset:
+def cached_tokenized(spec: DatasetSpec, recipe: Recipe, tokenizer, cache_dir: Path, base_dir) -> Dataset:
     """Built once (by one rank, in parallel workers for a large corpus) into a memory-mapped Arrow
     entry of the cache that every rank and later run with the same key loads (tokenize_cache)."""
     folder = cache_dir / "data" / cache_key(spec, recipe, tokenizer, base_dir)

@@ -249,7 +249,8 @@ def train(run_dir: Path, resume: bool) -> int:
         train_set, eval_set = vision.vision_datasets(recipe)
     else:
         phases.enter("tokenizing")
-        train_set, eval_set = build_datasets(recipe, tokenizer, cache_dir())
+        datasets_of = streaming.build_datasets if recipe.dataset.streaming else build_datasets
+    train_set, eval_set = datasets_of(recipe, tokenizer, cache_dir())
     if not (recipe.train.eval_steps or recipe.train.sample_prompts):
         eval_set = None  # train.eval_steps = 0: no evaluation, not even after the last step
     transformers.set_seed(recipe.train.seed)  # adapters are initialised before the Trainer seeds

@@ -15,11 +15,22 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
+from datasets import Dataset
 
-from tuiapp.core.datasets import iter_records
+from tuiapp.core.datasets import eval_file_spec, iter_records
 from tuiapp.core.recipe import Recipe
+from tuiapp.trainer import data
+
+
+def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple["TokenizedStream", Dataset | None]:
+    """(the training stream, the eval file's examples or None): data.build_datasets for a stream."""
+    eval_spec = eval_file_spec(recipe.dataset)
+    held_out = data.cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir) if eval_spec else None
+    bounded = data.bounded_eval(held_out, recipe, shuffle=True) if held_out is not None else None
+    return TokenizedStream(recipe, tokenizer, base_dir), bounded
 
 
 class TokenizedStream(torch.utils.data.IterableDataset):
@@ -29,8 +40,6 @@ class TokenizedStream(torch.utils.data.IterableDataset):
         self.recipe, self.tokenizer, self.base_dir = recipe, tokenizer, base_dir
 
     def __iter__(self) -> Iterator[dict]:
-        from tuiapp.trainer import data
-
         records = iter_records(self.recipe.dataset, self.base_dir)
         while batch := list(itertools.islice(records, data.DOCS_PER_BLOCK_BATCH)):
             columns = data.tokenized_batch(batch, self.recipe, self.tokenizer)
