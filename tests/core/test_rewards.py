@@ -160,6 +160,17 @@ def test_answers_compare_numbers_as_numbers():
     assert score_answer(spec, "45", {}) is None  # not applicable: left out of the total
 
 
+def test_answers_compare_as_mathematics_with_math_verify():
+    spec = AnswerReward(column="answer")
+    assert score_answer(spec, r"so \boxed{\frac{1}{2}}", {"answer": "0.5"}) == 1.0  # nested braces: a fraction
+    assert score_answer(spec, r"The answer is $\boxed{x+1}$", {"answer": "1+x"}) == 1.0
+    assert score_answer(spec, r"\boxed{\sqrt{4}}", {"answer": "2"}) == 1.0
+    assert score_answer(spec, r"\boxed{\{1, 2\}}", {"answer": r"\{2, 1\}"}) == 1.0
+    assert score_answer(spec, r"\boxed{\frac{1}{3}}", {"answer": "0.5"}) == 0.0
+    assert score_answer(spec, r"\boxed{x-1}", {"answer": "1+x"}) == 0.0
+    assert score_answer(AnswerReward(column="answer", math=False), r"\boxed{x+1}", {"answer": "1+x"}) == 0.0
+
+
 def test_length_modes():
     assert score_length(LengthReward(target=10), 10) == 1.0 and score_length(LengthReward(target=10), 15) == 0.5
     assert score_length(LengthReward(target=10, mode="at_most"), 8) == 0.0

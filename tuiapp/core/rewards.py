@@ -80,6 +80,8 @@ class AnswerReward(_Reward):
     kind: Literal["answer"] = Field("answer", description="The final answer equals a dataset column.")
     column: str = Field("answer", description="Dataset column holding the right answer.")
     tolerance: float = Field(1e-6, ge=0, description="Numbers within this relative tolerance count as equal.")
+    math: bool = Field(True, description="When the numbers do not decide, compare the answers as mathematics with "
+                       "math-verify (\\frac{1}{2} = 0.5, x+1 = 1+x, {1,2} = {2,1}); false = numbers and plain text only.")
 
 
 class LengthReward(_Reward):
@@ -223,7 +225,21 @@ def answers_match(given: str, expected: object, tolerance: float = 1e-6) -> bool
 def score_answer(spec: AnswerReward, text: str, row: dict) -> float | None:
     if spec.column not in row or row[spec.column] is None:
         return None  # not applicable to this row: left out of the total, as TRL does with None
-    return 1.0 if answers_match(final_answer(text), row[spec.column], spec.tolerance) else 0.0
+    given, expected = final_answer(text), row[spec.column]
+    if answers_match(given, expected, spec.tolerance):
+        return 1.0
+    latex = any(mark in f"{text}{expected}" for mark in ("\\", "$"))  # plain numbers and words are decided
+    return 1.0 if spec.math and latex and math_equal(text, str(expected)) else 0.0
+
+
+def math_equal(completion: str, expected: str) -> bool:
+    """math-verify's verdict: the completion's final answer (it finds \\boxed{} and LaTeX itself) equals
+    the expected one as mathematics. False when either side does not parse."""
+    from math_verify import parse, verify
+
+    gold = parse(expected if "$" in expected or "\\boxed" in expected else f"${expected}$")
+    answer = parse(completion)
+    return bool(gold) and bool(answer) and bool(verify(gold, answer))
 
 
 def score_length(spec: LengthReward, tokens: int) -> float:
