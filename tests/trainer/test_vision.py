@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tuiapp.core.errors import DatasetError
 from tuiapp.core.recipe import Recipe
 from tuiapp.trainer import vision
 from tuiapp.trainer.tiny import IM_END
@@ -80,3 +81,14 @@ def test_full_fine_tune_freezes_the_vision_tower(llmtui_cache):
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
     assert frozen and all("vision_tower" in n for n in frozen)
     assert any("multi_modal_projector" in n for n, p in model.named_parameters() if p.requires_grad)
+
+
+@pytest.mark.slow
+def test_a_record_over_max_seq_len_is_an_error(llmtui_cache):
+    recipe = Recipe.model_validate({"model": {"name": "tiny-vlm"}, "dataset": {"name": "demo:shapes"},
+                                    "method": {"kind": "lora"}, "train": {"max_seq_len": 16, "packing": False}})
+    with pytest.raises(DatasetError, match=r"record 0: \d+ tokens with its images, over train.max_seq_len \(16\)"):
+        vision.vision_datasets(recipe)
+    fits = recipe.model_copy(update={"train": recipe.train.model_copy(update={"max_seq_len": 128})})
+    train, held_out = vision.vision_datasets(fits)
+    assert len(train) == 600 and held_out is None and json.loads(train[0]["messages"])[0]["role"] == "user"

@@ -246,11 +246,11 @@ def train(run_dir: Path, resume: bool) -> int:
         if vision.is_vision_model(model_path) else None
     if processor is not None:  # image chats: raw records, tokenized with their images per batch
         phases.enter("reading images")
-        train_set, eval_set = vision.vision_datasets(recipe)
+        train_set, eval_set = vision.vision_datasets(recipe, processor=processor)
     else:
         phases.enter("tokenizing")
         datasets_of = streaming.build_datasets if recipe.dataset.streaming else build_datasets
-    train_set, eval_set = datasets_of(recipe, tokenizer, cache_dir())
+        train_set, eval_set = datasets_of(recipe, tokenizer, cache_dir())
     if not (recipe.train.eval_steps or recipe.train.sample_prompts):
         eval_set = None  # train.eval_steps = 0: no evaluation, not even after the last step
     transformers.set_seed(recipe.train.seed)  # adapters are initialised before the Trainer seeds

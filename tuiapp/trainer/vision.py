@@ -259,20 +259,40 @@ def conversation(messages: list[dict]) -> list[dict]:
     return out
 
 
-def vision_datasets(recipe, base_dir=None):
-    """(train, eval or None) of raw image chats: {"messages": JSON text, "images": [paths]}."""
+def vision_datasets(recipe, base_dir=None, processor=None):
+    """(train, eval or None) of raw image chats: {"messages": JSON text, "images": [paths]}; the first
+    LENGTH_CHECKS records' lengths (image tokens included) checked against train.max_seq_len."""
     from datasets import Dataset
 
     from tuiapp.core.datasets import eval_fraction, load_records
+    from tuiapp.trainer.tiny import resolve_model_path
 
     records = [{"messages": json.dumps(r["messages"]), "images": r.get("images", [])}
                for r in load_records(recipe.dataset, base_dir)]
+    if processor is None:
+        processor = load_processor(resolve_model_path(recipe.model.name), recipe.model.trust_remote_code)
+    check_lengths(records, VisionCollator(processor), recipe.train.max_seq_len, recipe.dataset.name)
     data = Dataset.from_list(records)
     fraction = eval_fraction(recipe.dataset)
     if not fraction or len(data) < 2:
         return data, None
     parts = data.train_test_split(test_size=fraction, seed=recipe.train.seed)
     return parts["train"], parts["test"]
+
+
+LENGTH_CHECKS = 1000
+
+
+def check_lengths(records: list[dict], collator, max_len: int, where: str) -> None:
+    """A record longer than max_len tokens with its images is an error (an image's tokens are never cut)."""
+    from tuiapp.core.errors import DatasetError
+
+    for index, record in enumerate(records[:LENGTH_CHECKS]):
+        length = collator([record])["input_ids"].shape[1]
+        if length > max_len:
+            raise DatasetError(message=f"record {index}: {length} tokens with its images, over train.max_seq_len "
+                               f"({max_len}); image data is never truncated", file=where, key="train.max_seq_len",
+                               fix=f"set train.max_seq_len = {length} or more, or shorten the record")
 
 
 class VisionCollator:
