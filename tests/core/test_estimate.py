@@ -469,3 +469,22 @@ def test_estimate_flags_override_the_recipe_and_hosts_count_their_slots(tmp_path
     # one machine: launch.gpus ranks
     data, _ = cli_estimate(tmp_path, base + "[launch]\ngpus = 3\nzero_stage = 2\n")
     assert (data["nodes"], data["n_gpus"], data["world_size"]) == (1, 3, 3)
+
+
+def test_a_colocated_vllm_engine_takes_its_share_of_each_gpu():
+    from tuiapp.core.estimate import format_estimate
+    from tuiapp.core.recipe import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "gpu-qwen-0.5b-grpo-lora.toml")
+    config = PRESET_CONFIGS["Qwen/Qwen2.5-0.5B-Instruct"]
+    on_gpu = estimate_recipe(recipe, config, 1, gpu_memory_bytes=80 * 10**9)
+    assert on_gpu.generation_share == 0.3 and on_gpu.fits
+    assert "+ vLLM" in format_estimate(on_gpu) and "(24.0 GB)" in format_estimate(on_gpu)
+    # the training alone fits a small GPU, beside vLLM's 30 % it does not; the advice names the share
+    need = on_gpu.memory.total
+    small = int(need / 0.85)  # 0.9 usable without vLLM, 0.6 with it
+    squeezed = estimate_recipe(recipe, config, 1, gpu_memory_bytes=small)
+    assert not squeezed.fits and "beside vLLM" in squeezed.warning and "vllm_gpu_memory_utilization" in squeezed.warning
+    plain = recipe.model_copy(update={"method": recipe.method.model_copy(update={"generation_backend": "transformers"})})
+    assert estimate_recipe(plain, config, 1, gpu_memory_bytes=small).fits
+    assert estimate_recipe(plain, config, 1).generation_share == 0.0

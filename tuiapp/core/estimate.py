@@ -490,6 +490,7 @@ class Estimate:
     micro_batch_auto: bool = False  # train.micro_batch 'auto': micro_batch is the estimate's pick
     kernels: str = ""  # the kernel switches that change memory: eager attention, liger, token batches
     active_params: int = 0  # mixture of experts: the base parameters one token goes through (0 = dense)
+    generation_share: float = 0.0  # grpo/rloo with vLLM colocated: the share of each GPU its engine takes
 
     @property
     def total(self) -> int:
@@ -641,14 +642,17 @@ def estimate_recipe(
         knobs = _auto_micro_batch(model_config, recipe, knobs, world, n_gpus, precision, gpu_memory_bytes)
     total, trainable, memory = _memory(model_config, recipe, knobs, world, n_gpus, precision)
     fits, warning, suggestions = None, None, []
+    share = generation_share(recipe)
     if gpu_memory_bytes:
-        capacity = gpu_memory_bytes * USABLE_FRACTION
+        capacity = gpu_memory_bytes * (USABLE_FRACTION - share)
         fits = memory.total <= capacity
         if not fits:
             suggestions = _advice(model_config, recipe, knobs, world, n_gpus, precision, capacity)
+            if share:
+                suggestions.append(f"a lower method.vllm_gpu_memory_utilization (vLLM takes {share:.0%} of the GPU)")
             warning = (
                 f"needs {memory.total / GB:.1f} GB per GPU, the GPU has {gpu_memory_bytes / GB:.1f} GB "
-                f"(about {capacity / GB:.1f} GB usable): try " + _join_or(suggestions)
+                f"(about {capacity / GB:.1f} GB usable{' beside vLLM' if share else ''}): try " + _join_or(suggestions)
             )
     return Estimate(
         model=recipe.model.name, method=recipe.method.kind, total_params=total,
@@ -657,8 +661,17 @@ def estimate_recipe(
         gradient_checkpointing=train.gradient_checkpointing, memory=memory,
         gpu_memory_bytes=gpu_memory_bytes, fits=fits, warning=warning, suggestions=suggestions,
         world_size=world, micro_batch_auto=train.micro_batch == "auto", kernels=kernels_text(recipe),
-        active_params=_active_params(model_config, recipe),
+        active_params=_active_params(model_config, recipe), generation_share=share,
     )
+
+
+def generation_share(recipe: Recipe) -> float:
+    """The share of each GPU that a colocated vLLM engine takes (its weights and KV cache: vLLM's
+    gpu_memory_utilization), beside the training's memory; 0 without one."""
+    method = recipe.method
+    if method.kind in RL_KINDS and getattr(method, "generation_backend", "") == "vllm":
+        return float(method.vllm_gpu_memory_utilization)
+    return 0.0
 
 
 def _active_params(config: dict, recipe: Recipe) -> int:
@@ -752,6 +765,10 @@ def format_estimate(est: Estimate) -> str:
     if est.gpu_memory_bytes:
         total += f"  of {est.gpu_memory_bytes / GB:.1f} GB: {'fits' if est.fits else 'does NOT fit'}"
     rows.append(total)
+    if est.generation_share:
+        of_gpu = f" ({est.gpu_memory_bytes * est.generation_share / GB:.1f} GB)" if est.gpu_memory_bytes else ""
+        rows.append(f"  {'+ vLLM':<12} {est.generation_share:>6.0%}  of each GPU{of_gpu}: its weights and KV cache, "
+                    "beside the training (method.vllm_gpu_memory_utilization)")
     if m.cpu_offload_total:
         rows.append(f"CPU offload  {m.cpu_offload_total / GB:.1f} GB per node")
     if est.pipeline:
