@@ -1,25 +1,22 @@
 """`llmtui chat | eval | export-metrics`: after training. Each resolves the run through tuiapp.core
-(targets, chat, evals) and leaves torch to a child process: the inference server
+(targets, chat, evaluation, evals) and leaves torch to a child process: the inference server
 (tuiapp.trainer.serve), the evaluation tool (tuiapp.trainer.evaluate), the TensorBoard writer
 (tuiapp.trainer.tb_export). `--json` prints exactly one JSON document on stdout, errors too."""
 
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 from tuiapp.cli.shared import print_err
-from tuiapp.core import evals
+from tuiapp.core import evals, evaluation
 from tuiapp.core.chat import ChatSession, check_overrides
-from tuiapp.core.datasets import FORMATS, load_records, resolve_source
-from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, DatasetError, RunError, UserError
+from tuiapp.core.child_tool import ChildTool
+from tuiapp.core.datasets import FORMATS
+from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunError, UserError
 from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
-from tuiapp.core.recipe import DatasetSpec
 from tuiapp.core.runs import RunStore
-from tuiapp.core.targets import model_target
 
 EXIT_COMMANDS = ("/quit", "/exit")
 
@@ -128,78 +125,26 @@ def _chat_json(args) -> int:
 # ---------------------------------------------------------------- eval
 
 
-def parse_columns(text: str) -> dict[str, str]:
-    """--columns prompt=question,response=answer (the recipe's dataset.columns)."""
-    columns = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        role, sep, column = item.partition("=")
-        if not sep or not role.strip() or not column.strip():
-            raise UserError(message=f"--columns: '{item}' is not ROLE=COLUMN", fix="e.g. --columns prompt=question,"
-                            "response=answer")
-        columns[role.strip()] = column.strip()
-    return columns
-
-
-def _check_data(name: str, fmt: str, columns: dict[str, str]) -> int:
-    """The records the evaluation will read (the same reader as training); errors name --data."""
-    spec = DatasetSpec(name=name, format=fmt, columns=columns)
-    try:
-        if resolve_source(spec, Path.cwd()).kind == "hub":
-            raise DatasetError(message=f"'{name}' looks like a hub dataset; eval reads local files and demos",
-                               key="--data", fix="save the split as .jsonl (datasets: ds.to_json('eval.jsonl')) "
-                               "and pass that file")
-        return len(load_records(spec, Path.cwd()))
-    except DatasetError as exc:
-        fix = (exc.fix or "").replace("set dataset.columns", "pass --columns").replace("{prompt='question', "
-                                                                                      "response='answer'}",
-                                                                                      "prompt=question,response=answer")
-        raise DatasetError(message=exc.message, file=exc.file, line=exc.line,
-                           key=(exc.key or "").replace("dataset.format", "--format").replace("dataset.", "--") or None,
-                           fix=fix or None) from None
-
-
 def _run_tool(argv: list[str]) -> tuple[int, list[str]]:
     """Run a torch-side tool with all its output on stderr (stdout stays ours); its exit code and
     the error lines it printed."""
-    proc = subprocess.Popen([sys.executable, "-m", *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace")
-    errors: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        sys.stderr.write(line)
-        sys.stderr.flush()
-        if line.startswith("error: ") or (errors and line.startswith("  fix: ")):
-            errors.append(line.rstrip("\n"))
-    return proc.wait(), errors
+    outcome = ChildTool(argv[0], argv[1:]).run(_echo)
+    return outcome.code, outcome.errors
+
+
+def _echo(line: str) -> None:
+    sys.stderr.write(line)
+    sys.stderr.flush()
 
 
 def _evaluate(args) -> dict:
     run = RunStore(args.runs_dir).get(args.run)
-    target = model_target(run.path, args.checkpoint, purpose="be evaluated")
-    columns = parse_columns(args.columns)
-    count = _check_data(args.data, args.format, columns)
-    if args.tasks and importlib.util.find_spec("lm_eval") is None:
-        raise UserError(message="--tasks needs lm-evaluation-harness, which is not installed",
-                        fix="pip install lm-eval (offline, each task's dataset must also be in the local "
-                        "datasets cache), or leave out --tasks")
-    out = evals.new_path(run.path)
-    argv = ["tuiapp.trainer.evaluate", str(run.path), "--data", args.data, "--format", args.format,
-            "--out", str(out), "--limit", str(args.limit), "--gen-limit", str(args.gen_limit),
-            "--columns", args.columns]
-    if args.checkpoint is not None:
-        argv += ["--checkpoint", str(args.checkpoint)]
-    if args.no_base:
-        argv.append("--no-base")
-    if args.tasks:
-        argv += ["--tasks", args.tasks]
-    print(f"evaluating {target.label} of {run.id} on {args.data} ({count} records)...", file=sys.stderr, flush=True)
-    code, errors = _run_tool(argv)
-    result = evals.read(out) if code == 0 else None
-    if result is None:
-        message = errors[0][len("error: "):] if errors else f"the evaluation failed (exit {code})"
-        fix = errors[1].strip()[len("fix: "):] if len(errors) > 1 else "see the output above"
-        raise RunError(message=message, fix=fix)
-    return {**result, "path": str(out)}
+    request = evaluation.EvalRequest(data=args.data, format=args.format, columns=args.columns,
+                                     checkpoint=args.checkpoint, no_base=args.no_base, limit=args.limit,
+                                     gen_limit=args.gen_limit, tasks=args.tasks)
+    planned = evaluation.plan(run.path, request)  # every check, before any work
+    print(planned.summary, file=sys.stderr, flush=True)
+    return evaluation.run(planned, _echo)
 
 
 def cmd_eval(args) -> int:
@@ -229,7 +174,7 @@ def cmd_export_metrics(args) -> int:
     if importlib.util.find_spec("tensorboard") is None:
         raise UserError(message="--tensorboard needs the tensorboard package, which is not installed",
                         fix="pip install 'llmtui[tensorboard]'")
-    code, errors = _run_tool(["tuiapp.trainer.tb_export", str(run.path), "--out", str(args.tensorboard)])
+    code, _errors = _run_tool(["tuiapp.trainer.tb_export", str(run.path), "--out", str(args.tensorboard)])
     return EXIT_OK if code == 0 else EXIT_FAILED
 
 

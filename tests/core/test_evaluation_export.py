@@ -1,0 +1,82 @@
+"""The flow behind `llmtui eval` / `llmtui export` and the TUI's Evaluate / Export (core.evaluation,
+core.exporting, core.child_tool), without torch: every refusal before any work, the tool's argv,
+and a child tool that can be cancelled. The real evaluation and export run in tests/e2e (slow)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tuiapp.core import evaluation, exporting
+from tuiapp.core.child_tool import ChildTool
+from tuiapp.core.errors import DatasetError, RunError, UserError
+from tuiapp.core.runs import Run
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "runs"
+SFT = "20260101-000218-sft-f004"
+CRASHED = "20260101-000343-crashed-f006"
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    root = tmp_path / "runs"
+    shutil.copytree(FIXTURES, root)
+    return root
+
+
+def test_eval_refuses_a_run_without_a_final_model_before_any_work(runs):
+    with pytest.raises(RunError) as caught:
+        evaluation.plan(runs / CRASHED, evaluation.EvalRequest())
+    assert "has no final model" in caught.value.message
+    assert not (runs / CRASHED / "evals").exists()
+
+
+def test_eval_data_is_read_as_training_reads_it_and_named_by_its_flag(tmp_path):
+    assert evaluation.check_data("demo:facts-heldout", "auto", {}, tmp_path) > 0
+    with pytest.raises(DatasetError):
+        evaluation.check_data("missing.jsonl", "auto", {}, tmp_path)
+    with pytest.raises(UserError, match="is not ROLE=COLUMN"):
+        evaluation.parse_columns("prompt")
+    assert evaluation.parse_columns("prompt=q, response=a") == {"prompt": "q", "response": "a"}
+
+
+def test_export_refuses_what_cannot_work_before_any_work(runs, tmp_path):
+    with pytest.raises(UserError, match="has no final model"):
+        exporting.plan(Run(runs / CRASHED).load(), exporting.ExportRequest(out=str(tmp_path / "out")))
+    sft = Run(runs / SFT).load()
+    (sft.path / "final").mkdir()
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "a").write_text("x")
+    with pytest.raises(UserError, match="exists and is not empty") as caught:
+        exporting.plan(sft, exporting.ExportRequest(out=str(taken)))
+    assert caught.value.fix == "choose a new folder for --out"
+    with pytest.raises(UserError, match="is not a weight type"):
+        exporting.plan(sft, exporting.ExportRequest(out=str(tmp_path / "new"), dtype="int3"))
+    with pytest.raises(UserError, match="not a repo id"):
+        exporting.plan(sft, exporting.ExportRequest(out=str(tmp_path / "new"), push="nope"))
+    planned = exporting.plan(sft, exporting.ExportRequest(out=str(tmp_path / "new"), merge=True, dtype="bfloat16"))
+    assert planned.argv == [str(sft.final_path), "--out", str(tmp_path / "new"), "--merge", "--dtype", "bfloat16"]
+
+
+def test_a_child_tool_reports_its_error_lines_and_can_be_cancelled():
+    failing = ChildTool("timeit", ["-n1", "-r1", "import sys; print('error: no model'); print('  fix: train one');"
+                                   " sys.stdout.flush(); sys.exit(2)"])
+    lines: list[str] = []
+    outcome = failing.run(lines.append)
+    assert outcome.code != 0 and outcome.message_and_fix("failed", "see above") == ("no model", "train one")
+    assert "error: no model\n" in lines
+
+    sleeping = ChildTool("timeit", ["-n1", "-r1", "import time; time.sleep(60)"])
+    started = time.monotonic()
+    import threading
+
+    threading.Timer(0.5, sleeping.cancel).start()
+    outcome = sleeping.run()
+    assert outcome.cancelled and time.monotonic() - started < 20
+    assert sys.executable in sleeping.argv

@@ -1,0 +1,121 @@
+"""`llmtui eval` and the TUI's Evaluate: a run's model (and its base) scored on held-out data.
+Every check runs here before any work (the model, the data read as training reads it, the
+harness when tasks are asked); the scoring itself is the torch-side tool tuiapp.trainer.evaluate
+in a child process, which writes its result where core.evals reads it."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tuiapp.core import evals
+from tuiapp.core.child_tool import ChildTool
+from tuiapp.core.datasets import load_records, resolve_source
+from tuiapp.core.errors import DatasetError, RunError, UserError
+from tuiapp.core.recipe import DatasetSpec
+from tuiapp.core.targets import model_target
+
+TOOL = "tuiapp.trainer.evaluate"
+DEFAULT_DATA = "demo:facts-heldout"
+
+
+@dataclass
+class EvalRequest:
+    data: str = DEFAULT_DATA
+    format: str = "auto"
+    columns: str = ""  # ROLE=COLUMN,... as the recipe's dataset.columns
+    checkpoint: int | None = None
+    no_base: bool = False
+    limit: int = 0  # first N records only (0 = all)
+    gen_limit: int = 50  # records answered for exact match and ROUGE-L
+    tasks: str = ""  # lm-evaluation-harness tasks
+
+
+@dataclass
+class EvalPlan:
+    run_id: str
+    label: str  # the model evaluated: final, checkpoint-N
+    records: int
+    out: Path  # where the result is written
+    argv: list[str]
+    data: str
+
+    @property
+    def summary(self) -> str:
+        return f"evaluating {self.label} of {self.run_id} on {self.data} ({self.records} records)..."
+
+
+def parse_columns(text: str) -> dict[str, str]:
+    """--columns prompt=question,response=answer (the recipe's dataset.columns)."""
+    columns = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        role, sep, column = item.partition("=")
+        if not sep or not role.strip() or not column.strip():
+            raise UserError(message=f"--columns: '{item}' is not ROLE=COLUMN", fix="e.g. --columns prompt=question,"
+                            "response=answer")
+        columns[role.strip()] = column.strip()
+    return columns
+
+
+def check_data(name: str, fmt: str, columns: dict[str, str], base_dir: Path | None = None) -> int:
+    """The records the evaluation will read (the same reader as training); errors name --data."""
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    spec = DatasetSpec(name=name, format=fmt, columns=columns)
+    try:
+        if resolve_source(spec, base).kind == "hub":
+            raise DatasetError(message=f"'{name}' looks like a hub dataset; eval reads local files and demos",
+                               key="--data", fix="save the split as .jsonl (datasets: ds.to_json('eval.jsonl')) "
+                               "and pass that file")
+        return len(load_records(spec, base))
+    except DatasetError as exc:
+        fix = (exc.fix or "").replace("set dataset.columns", "pass --columns").replace("{prompt='question', "
+                                                                                      "response='answer'}",
+                                                                                      "prompt=question,response=answer")
+        raise DatasetError(message=exc.message, file=exc.file, line=exc.line,
+                           key=(exc.key or "").replace("dataset.format", "--format").replace("dataset.", "--") or None,
+                           fix=fix or None) from None
+
+
+def plan(run_dir: Path, request: EvalRequest, base_dir: Path | None = None) -> EvalPlan:
+    """Every check, before any work; UserError (RunError, DatasetError) names what to fix."""
+    run_dir = Path(run_dir)
+    if request.limit < 0 or request.gen_limit < 0:
+        raise UserError(message="--limit and --gen-limit count records", fix="use 0 (all / none) or more")
+    target = model_target(run_dir, request.checkpoint, purpose="be evaluated")
+    data = request.data.strip()
+    if not data:
+        raise UserError(message="no data to evaluate on", key="--data",
+                        fix=f"name a local file (.jsonl, .json, .csv, .parquet, .txt), a folder or {DEFAULT_DATA}")
+    count = check_data(data, request.format, parse_columns(request.columns), base_dir)
+    if request.tasks and importlib.util.find_spec("lm_eval") is None:
+        raise UserError(message="--tasks needs lm-evaluation-harness, which is not installed",
+                        fix="pip install lm-eval (offline, each task's dataset must also be in the local "
+                        "datasets cache), or leave out --tasks")
+    out = evals.new_path(run_dir)
+    argv = [str(run_dir), "--data", data, "--format", request.format, "--out", str(out),
+            "--limit", str(request.limit), "--gen-limit", str(request.gen_limit), "--columns", request.columns]
+    if request.checkpoint is not None:
+        argv += ["--checkpoint", str(request.checkpoint)]
+    if request.no_base:
+        argv.append("--no-base")
+    if request.tasks:
+        argv += ["--tasks", request.tasks]
+    return EvalPlan(run_dir.name, target.label, count, out, argv, data)
+
+
+def tool(planned: EvalPlan) -> ChildTool:
+    return ChildTool(TOOL, planned.argv)
+
+
+def run(planned: EvalPlan, on_line: Callable[[str], None] | None = None, child: ChildTool | None = None) -> dict:
+    """The evaluation in a child process; its result (with `path`), or RunError with its reason."""
+    outcome = (child or tool(planned)).run(on_line)
+    if outcome.cancelled:
+        raise RunError(message="the evaluation was cancelled", fix="evaluate again when you want the scores")
+    result = evals.read(planned.out) if outcome.code == 0 else None
+    if result is None:
+        message, fix = outcome.message_and_fix(f"the evaluation failed (exit {outcome.code})", "see the output above")
+        raise RunError(message=message, fix=fix)
+    return {**result, "path": str(planned.out)}
