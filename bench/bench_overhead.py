@@ -108,9 +108,9 @@ def _callback_worker(rank: int, world: int, port: int, steps: int, queue, before
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM, TrainerControl, TrainerState
 
+    from tuiapp.trainer.bundled import resolve_model_path
     from tuiapp.trainer.callbacks import GracefulStop, RunRecorder
     from tuiapp.trainer.run import RunTrainerMixin
-    from tuiapp.trainer.tiny import resolve_model_path
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)

@@ -13,9 +13,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tuiapp.core.errors import DatasetError
 from tuiapp.core.recipe import Recipe
 from tuiapp.trainer import data
+from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.data import IGNORE, build_datasets, make_collator, preview_examples
 from tuiapp.trainer.packing import PackedRowsCollator, pack_rows
-from tuiapp.trainer.tiny import CHATML_TEMPLATE, MARKER, ensure_tiny_model, resolve_model_path
+from tuiapp.trainer.tiny import CHATML_TEMPLATE, MARKER, ensure_tiny_model
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 ROOT = Path(__file__).resolve().parents[2]

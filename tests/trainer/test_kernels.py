@@ -12,7 +12,8 @@ from tuiapp.core.errors import RecipeError
 from tuiapp.core.estimate import estimate_recipe, format_estimate
 from tuiapp.core.launcher import torch_extensions_dir
 from tuiapp.core.recipe import Recipe, batching_label
-from tuiapp.trainer.model import attn_implementation, load_model, load_tokenizer, resolve_model_path
+from tuiapp.trainer.bundled import resolve_model_path
+from tuiapp.trainer.model import attn_implementation, load_model, load_tokenizer
 from tuiapp.trainer.packing import PackedRowsCollator, TokenBudgetBatches, budget_batches
 
 TINY_CONFIG = {"model_type": "llama", "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 344,

@@ -52,7 +52,7 @@ def config_dir(final: Path) -> Path:
     """Where the model's config.json is: the folder itself, or the adapter's base."""
     if (final / "config.json").is_file():
         return final
-    from tuiapp.trainer.tiny import resolve_model_path
+    from tuiapp.trainer.bundled import resolve_model_path
 
     info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
     return Path(resolve_model_path(info.get("base_model") or "tiny"))

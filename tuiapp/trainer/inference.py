@@ -17,9 +17,9 @@ from tuiapp.core.model_check import adapter_kind
 from tuiapp.core.recipe import GenerateSpec, Recipe, parse_recipe
 from tuiapp.core.targets import Target
 from tuiapp.trainer import bottleneck
+from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.data import _render, _template_messages
 from tuiapp.trainer.model import _merge_adapter_folder, load_tokenizer
-from tuiapp.trainer.tiny import resolve_model_path
 
 CHATML_END = "<|im_end|>"
 

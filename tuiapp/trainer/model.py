@@ -17,7 +17,7 @@ from tuiapp.core.model_profile import ModelPlan, ModelProfile, plan_model, raise
 from tuiapp.core.recipe import Recipe
 from tuiapp.trainer import bottleneck, templates, varlen
 from tuiapp.trainer.profile import profile
-from tuiapp.trainer.tiny import default_cache_dir, resolve_model_path  # noqa: F401 (re-exported)
+from tuiapp.trainer.tiny import default_cache_dir  # noqa: F401 (re-exported)
 
 FINAL_INFO = "llmtui.json"
 PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}

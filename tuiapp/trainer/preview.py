@@ -82,7 +82,8 @@ def _show(args, out) -> int:
     try:
         recipe = load_recipe(args.recipe, args.set)
         from tuiapp.trainer.data import preview_examples
-        from tuiapp.trainer.model import load_tokenizer, resolve_model_path
+        from tuiapp.trainer.bundled import resolve_model_path
+        from tuiapp.trainer.model import load_tokenizer
 
         tokenizer = load_tokenizer(resolve_model_path(recipe.model.name), recipe.model.trust_remote_code, recipe)
         if recipe.method.kind in RL_KINDS:  # prompts only: the policy writes the completions

@@ -27,7 +27,8 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from tuiapp.core.probe import ROWS_FILE
 from tuiapp.core.recipe import Recipe, parse_recipe
 from tuiapp.trainer import strategies
-from tuiapp.trainer.model import apply_method, cache_dir, load_model, load_tokenizer, resolve_model_path
+from tuiapp.trainer.bundled import resolve_model_path
+from tuiapp.trainer.model import apply_method, cache_dir, load_model, load_tokenizer
 from tuiapp.trainer.run import resolve_precision, training_kwargs
 
 

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     captured = io.StringIO()
     try:
         with redirect_stdout(captured):  # library chatter must not mix with the JSON answer
-            from tuiapp.trainer.tiny import resolve_model_path
+            from tuiapp.trainer.bundled import resolve_model_path
 
             result = profile(resolve_model_path(str(Path(paths[0]).expanduser())), trust_remote_code=trust)
     except Exception as exc:

@@ -19,6 +19,7 @@ from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
 from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, streaming, trained_logits, varlen, vision
+from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.early_stop import early_stopping
 from tuiapp.trainer.model import (
@@ -29,7 +30,6 @@ from tuiapp.trainer.model import (
     load_tokenizer,
     model_plan,
     model_profile,
-    resolve_model_path,
 )
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from tuiapp.core import demo_data
 from tuiapp.core.estimate import TINY_CONFIG
-from tuiapp.core.tiny_vlm import is_tiny_vlm
 
 # Bump when the build changes in a way the definition hash below cannot see.
 TINY_VERSION = "2"
@@ -80,16 +79,6 @@ def ensure_tiny_model(cache_dir: Path | str | None = None) -> Path:
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return target
-
-
-def resolve_model_path(name: str, cache_dir: Path | str | None = None) -> str:
-    """'tiny' becomes the bundled model's folder, 'tiny-vlm'/'tiny-llava' the tiny vision-language
-    models' (tuiapp.trainer.vision); other names are returned unchanged."""
-    if is_tiny_vlm(name):
-        from tuiapp.trainer.vision import ensure_tiny_vlm  # lazily: it builds on this module
-
-        return str(ensure_tiny_vlm(name, cache_dir))
-    return str(ensure_tiny_model(cache_dir)) if name == "tiny" else name
 
 
 def _is_complete(folder: Path) -> bool:

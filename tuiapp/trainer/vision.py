@@ -265,12 +265,13 @@ def vision_datasets(recipe, base_dir=None, processor=None):
     from datasets import Dataset
 
     from tuiapp.core.datasets import eval_fraction, load_records
-    from tuiapp.trainer.tiny import resolve_model_path
 
     records = [{"messages": json.dumps(r["messages"]), "images": r.get("images", [])}
                for r in load_records(recipe.dataset, base_dir)]
     if processor is None:
-        processor = load_processor(resolve_model_path(recipe.model.name), recipe.model.trust_remote_code)
+        name = recipe.model.name
+        path = str(ensure_tiny_vlm(name)) if name in TINY_VLMS else name
+        processor = load_processor(path, recipe.model.trust_remote_code)
     check_lengths(records, VisionCollator(processor), recipe.train.max_seq_len, recipe.dataset.name)
     data = Dataset.from_list(records)
     fraction = eval_fraction(recipe.dataset)
