@@ -128,6 +128,25 @@ class LlmtuiApp(App):
 
         self.push_screen(ChatScreen(run_id, checkpoint=checkpoint, vs_base=vs_base))
 
+    def open_evaluate(self, run_id: str) -> None:
+        """Evaluate a run's model on held-out data (a child process); the history shows the new score."""
+        from tuiapp.ui.screens.evaluate import EvaluateScreen
+
+        screen = EvaluateScreen(run_id, self.config.runs_root / run_id, self.config.base_dir)
+        self.push_screen(screen, lambda saved: self._evaluated(run_id) if saved else None)
+
+    def _evaluated(self, run_id: str) -> None:
+        for screen in self.screen_stack:
+            refresh = getattr(screen, "refresh_eval", None)
+            if callable(refresh):
+                refresh(run_id)
+
+    def open_export(self, run_id: str) -> None:
+        """Export a run's model to a folder (a child process)."""
+        from tuiapp.ui.screens.export import ExportScreen
+
+        self.push_screen(ExportScreen(run_id, self.config.runs_root / run_id, self.config.base_dir))
+
     def confirm(self, question: str, detail: str, then: Callable[[bool | None], None]) -> None:
         """Ask yes/no in a modal; `then` gets the answer."""
         self.push_screen(ConfirmScreen(question, detail), then)

@@ -202,3 +202,30 @@ class GroupLoaded(Message):
         self.group_id = group_id
         self.record = record
         self.rows = rows
+
+
+class ToolStarted(Message):
+    """An Evaluate or Export form's checks passed and its child process started (`summary` says what runs)."""
+
+    def __init__(self, summary: str) -> None:
+        super().__init__()
+        self.summary = summary
+
+
+class ToolOutput(Message):
+    """A line the Evaluate or Export tool printed (its progress)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__()
+        self.line = line
+
+
+class ToolFinished(Message):
+    """The Evaluate or Export tool ended: its `result` (eval scores, the export's files), or the
+    refusal or failure as `error` (message and fix, no traceback); `refused` when no work started."""
+
+    def __init__(self, result: Any = None, error: str = "", refused: bool = False) -> None:
+        super().__init__()
+        self.result = result
+        self.error = error
+        self.refused = refused

@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
+from tuiapp.core import evals
 from tuiapp.core.rundata import numpy_module
 from tuiapp.core.rundir import ACTIVE
 from tuiapp.ui.alerts import run_alerts, sweep_alerts
@@ -73,6 +74,9 @@ class HomeScreen(HistoryManageActions, Screen):
         Binding("m", "cycle_method", "Method", tooltip="Filter by method (cycles)"),
         Binding("e", "clone", "Clone", tooltip="New experiment from this run's recipe"),
         Binding("C", "chat", "Chat", tooltip="Talk to the run's final model (ctrl+b there: its base beside)"),
+        Binding("E", "evaluate", "Evaluate", tooltip="Score the run's final model vs its base on held-out data "
+                "(loss, perplexity, exact match, ROUGE-L), as `llmtui eval`"),
+        Binding("X", "export", "Export", tooltip="Write the run's model to a folder (merged, cast), as `llmtui export`"),
         *HISTORY_BINDINGS,
         *META_BINDINGS,
         Binding("escape", "clear_filters", "Clear", tooltip="Clear the filters (marks stay; u clears them)"),
@@ -409,6 +413,39 @@ class HomeScreen(HistoryManageActions, Screen):
         row = self.query_one(RunsTable).cursor_row
         if row is not None and not isinstance(row, GroupRow):
             self.app.open_chat(row.id)
+
+    def _finished_run_id(self, verb: str) -> str | None:
+        """The run under the cursor when it has a final model; else a toast says why not."""
+        row = self.query_one(RunsTable).cursor_row
+        if row is None or isinstance(row, GroupRow):
+            if row is not None:
+                self.notify(f"unfold the sweep (f) and pick the run to {verb}", title=row.name)
+            return None
+        if not (row.path / "final").is_dir():
+            self.notify(f"{row.title} has no final model ({row.status}); {verb} a succeeded run",
+                        title=verb.capitalize(), severity="warning", markup=False)
+            return None
+        return row.id
+
+    def action_evaluate(self) -> None:
+        run_id = self._finished_run_id("evaluate")
+        if run_id is not None:
+            self.app.open_evaluate(run_id)
+
+    def action_export(self) -> None:
+        run_id = self._finished_run_id("export")
+        if run_id is not None:
+            self.app.open_export(run_id)
+
+    def refresh_eval(self, run_id: str) -> None:
+        """A new eval result of the run: its eval column reads it (one small file)."""
+        row = self.model.rows.get(run_id) if self.model else None
+        if row is None:
+            return
+        latest = evals.latest(row.path)
+        self.model.update([replace(row, eval_ppl=evals.number(latest, "tuned", "perplexity"),
+                                   eval_base_ppl=evals.number(latest, "base", "perplexity"))])
+        self._show_rows()
 
     def action_fold(self) -> None:
         """Unfold the sweep under the cursor, or fold it (from its row or one of its runs)."""

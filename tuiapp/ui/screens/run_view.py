@@ -72,6 +72,9 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         Binding("slash", "search_log", "Search log", tooltip="Search the log (n / N: next / previous match, end: follow)"),
         Binding("d", "doctor", "Doctor", tooltip="Every rank's phase, state and Python stack, and which rank is behind"),
         Binding("C", "chat", "Chat", tooltip="Talk to the final model (ctrl+b there: its base beside)"),
+        Binding("E", "evaluate", "Evaluate", tooltip="Score the final model vs its base on held-out data "
+                "(loss, perplexity, exact match, ROUGE-L), as `llmtui eval`"),
+        Binding("X", "export", "Export", tooltip="Write the final model to a folder (merged, cast), as `llmtui export`"),
         Binding("p", "next_pane", "Pane", tooltip="Next pane (1-6 pick one; 7 Rewards of a preference run, "
                 "Generations of a grpo/rloo run)"),
         Binding("left_square_bracket", "step(-1)", "Prev step", tooltip="Generations of the previous logged step"),
@@ -429,6 +432,21 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     def action_chat(self) -> None:
         self.app.open_chat(self.run_id)
+
+    def _has_final(self, verb: str) -> bool:
+        if (self.run_path / "final").is_dir():
+            return True
+        self.notify(f"no final model yet ({self.info.get('status') or 'unknown'}); {verb} a succeeded run",
+                    title=verb.capitalize(), severity="warning")
+        return False
+
+    def action_evaluate(self) -> None:
+        if self._has_final("evaluate"):
+            self.app.open_evaluate(self.run_id)
+
+    def action_export(self) -> None:
+        if self._has_final("export"):
+            self.app.open_export(self.run_id)
 
     def pane_shown(self) -> None:
         """The log pane shown: the log takes the keys (home/end, n/N, scrolling); the Generations

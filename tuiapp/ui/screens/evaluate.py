@@ -1,0 +1,92 @@
+"""Evaluate a run's model from the app (E on the history or the run view), as `llmtui eval` does:
+held-out data (the demo by default, or a local file), a record limit, with or without the base
+model; the scores (loss, perplexity, exact match, ROUGE-L, tuned vs base) and where they were
+saved. The evaluation runs in a child process (core.evaluation); the history's eval column picks
+the result up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Checkbox, Input, Label, Static
+
+from tuiapp.core import evals, evaluation
+from tuiapp.core.child_tool import ChildTool
+from tuiapp.core.errors import UserError
+from tuiapp.ui.tool_form import ToolFormScreen
+
+
+def data_argument(text: str, base_dir: Path) -> str:
+    """The --data the child gets: a demo as typed, a path found under the app's folder made absolute
+    (anything else as typed, so the refusal names it)."""
+    text = text.strip()
+    path = Path(text).expanduser()
+    if text.startswith("demo:") or path.is_absolute() or not (base_dir / path).exists():
+        return text
+    return str(base_dir / path)
+
+
+def parse_limit(text: str) -> int:
+    text = text.strip() or "0"
+    if not text.isdigit():
+        raise UserError(message=f"limit '{text}' is not a number of records", key="limit",
+                        fix="type 0 for all the records, or how many to read first (e.g. 100)")
+    return int(text)
+
+
+class EvaluateScreen(ToolFormScreen):
+    ACTION = "evaluates"
+
+    def __init__(self, run_id: str, run_path: Path, base_dir: Path) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.run_path = run_path
+        self.base_dir = base_dir
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="tool-box"):
+            yield Static(f"Evaluate {self.run_id}", id="tool-title", markup=False)
+            with Horizontal(classes="tool-field"):
+                yield Label("data ", classes="tool-label")
+                yield Input(evaluation.DEFAULT_DATA, placeholder="demo:facts-heldout or a .jsonl/.json/.csv file",
+                            compact=True, id="eval-data")
+            with Horizontal(classes="tool-field"):
+                yield Label("limit", classes="tool-label")
+                yield Input("0", placeholder="0 = all records", compact=True, id="eval-limit")
+            yield Checkbox("the base model too (tuned vs base)", True, compact=True, id="eval-base")
+            yield Static("", id="tool-error", markup=False)
+            yield Static("", id="tool-progress", markup=False)
+            yield Static("", id="tool-result", markup=False)
+            yield Static("", id="tool-keys")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_start()
+
+    def request(self) -> evaluation.EvalRequest:
+        data = self.query_one("#eval-data", Input).value
+        if not data.strip():
+            raise UserError(message="no data to evaluate on", key="data",
+                            fix=f"type {evaluation.DEFAULT_DATA} or the path of a local file")
+        return evaluation.EvalRequest(data=data_argument(data, self.base_dir),
+                                      limit=parse_limit(self.query_one("#eval-limit", Input).value),
+                                      no_base=not self.query_one("#eval-base", Checkbox).value)
+
+    def plan(self, request: evaluation.EvalRequest) -> evaluation.EvalPlan:
+        return evaluation.plan(self.run_path, request, self.base_dir)
+
+    def tool_of(self, planned: evaluation.EvalPlan) -> ChildTool:
+        return evaluation.tool(planned)
+
+    def run_plan(self, planned: evaluation.EvalPlan, on_line: Callable[[str], None], child: ChildTool) -> dict:
+        return evaluation.run(planned, on_line, child)
+
+    def summary_of(self, planned: evaluation.EvalPlan) -> str:
+        return planned.summary
+
+    def show_result(self, result: Any) -> None:
+        lines = evals.table(result) + [f"saved {result['path']}"]
+        self.show("#tool-result", "\n".join(lines))
