@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
+
+from tuiapp.core.built_folder import build_once
 
 SHAPES_VERSION = "2"
 IMAGE_SIZE = 64
@@ -101,22 +101,7 @@ def shapes_folder(cache_dir: Path | str | None = None) -> Path:
     """The folder of demo:shapes' files, drawn and written on first use (into a temporary folder
     renamed into place, so several processes may ask at once)."""
     target = Path(cache_dir or cache_root()) / "demo" / f"shapes-{SHAPES_VERSION}"
-    if _is_complete(target):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=".shapes-building-", dir=target.parent))
-    try:
-        _write(building)
-        if target.exists() and not _is_complete(target):
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            os.rename(building, target)
-        except OSError:
-            if not _is_complete(target):
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return target
+    return build_once(target, _write, _is_complete)
 
 
 def data_file(name: str, cache_dir: Path | str | None = None) -> Path:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from tuiapp.core import demo_data
+from tuiapp.core.built_folder import build_once
 from tuiapp.core.estimate import TINY_CONFIG
 
 # Bump when the build changes in a way the definition hash below cannot see.
@@ -63,22 +62,7 @@ def default_cache_dir() -> Path:
 def ensure_tiny_model(cache_dir: Path | str | None = None) -> Path:
     """The tiny model's HF folder, built on first use."""
     target = Path(cache_dir or default_cache_dir()) / "models" / f"tiny-{definition_version()}"
-    if _is_complete(target):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=".tiny-building-", dir=target.parent))
-    try:
-        _build(building)
-        if target.exists() and not _is_complete(target):
-            shutil.rmtree(target, ignore_errors=True)  # left by a foreign hand; rebuild it
-        try:
-            os.rename(building, target)  # atomic: readers see all of it or nothing
-        except OSError:
-            if not _is_complete(target):  # another rank won the race, unless this is a real error
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return target
+    return build_once(target, _build, _is_complete)
 
 
 def _is_complete(folder: Path) -> bool:

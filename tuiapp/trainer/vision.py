@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
+from tuiapp.core.built_folder import build_once
 from tuiapp.core.images import IMAGE_PLACEHOLDER
 from tuiapp.core.tiny_vlm import TEXT_SHAPE, TINY_VLMS, VISION_SHAPE
 from tuiapp.trainer.tiny import IM_END, IM_START, default_cache_dir, ensure_tiny_model
@@ -67,22 +65,7 @@ def definition_version(name: str) -> str:
 def ensure_tiny_vlm(name: str, cache_dir: Path | str | None = None) -> Path:
     """The folder of tiny VLM `name` (model, processor, tokenizer), built on first use, atomically."""
     target = Path(cache_dir or default_cache_dir()) / "models" / f"{name}-{definition_version(name)}"
-    if _is_complete(target, name):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{name}-building-", dir=target.parent))
-    try:
-        _build(name, building, cache_dir)
-        if target.exists() and not _is_complete(target, name):
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            os.rename(building, target)
-        except OSError:
-            if not _is_complete(target, name):
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return target
+    return build_once(target, lambda folder: _build(name, folder, cache_dir), lambda f: _is_complete(f, name))
 
 
 def _is_complete(folder: Path, name: str) -> bool:

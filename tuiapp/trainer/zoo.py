@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from tuiapp.core.built_folder import build_once
 from tuiapp.trainer.tiny import default_cache_dir, ensure_tiny_model
 
 ZOO_VERSION = "1"
@@ -54,22 +52,7 @@ def ensure_zoo_model(arch: str, cache_dir: Path | str | None = None) -> Path:
     if arch not in ZOO:
         raise KeyError(f"no zoo model '{arch}'; the zoo has {', '.join(ZOO)}")
     target = Path(cache_dir or default_cache_dir()) / "models" / f"zoo-{arch}-{definition_version(arch)}"
-    if _is_complete(target, arch):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".zoo-{arch}-building-", dir=target.parent))
-    try:
-        _build(arch, building, cache_dir)
-        if target.exists() and not _is_complete(target, arch):
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            os.rename(building, target)
-        except OSError:
-            if not _is_complete(target, arch):
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return target
+    return build_once(target, lambda folder: _build(arch, folder, cache_dir), lambda f: _is_complete(f, arch))
 
 
 def _is_complete(folder: Path, arch: str) -> bool:
