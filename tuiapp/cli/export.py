@@ -13,13 +13,18 @@ from tuiapp.core.runs import RunStore
 def cmd_export(args) -> int:
     run = RunStore(args.runs_dir).get(args.run)
     planned = exporting.plan(run, export_request(args))  # every check, before any work
-    return trainer_tool(exporting.TOOL, planned.argv)  # export, then --dtype and --push
+    code = trainer_tool(exporting.TOOL, planned.argv)  # export, then --dtype and --push
+    if code == 0 and planned.ollama:
+        exporting.register_with_ollama(planned)
+        print(f"ollama: created {planned.ollama[2]} (ollama run {planned.ollama[2]})")
+    return code
 
 
 def export_request(args) -> exporting.ExportRequest:
     return exporting.ExportRequest(out=args.out, merge=args.merge, dtype=args.dtype, push=args.push, gguf=args.gguf,
                                    llama_cpp=args.llama_cpp, no_parity=args.no_parity,
-                                   parity_prompts=args.parity_prompts, parity_min=args.parity_min)
+                                   parity_prompts=args.parity_prompts, parity_min=args.parity_min,
+                                   ollama=args.ollama)
 
 
 def add_export_arguments(p) -> None:
@@ -38,6 +43,8 @@ def add_export_arguments(p) -> None:
                    "line (default: the recipe's train.sample_prompts)")
     p.add_argument("--parity-min", type=float, default=None, metavar="F",
                    help="lowest token agreement of a GGUF that passes (default 0.75)")
+    p.add_argument("--ollama", default=None, metavar="NAME",
+                   help="with --gguf: then `ollama create NAME` from the Modelfile (needs the ollama command)")
 
 
 # ---------------------------------------------------------------- parser

@@ -5,6 +5,9 @@ a child process."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -30,6 +33,7 @@ class ExportRequest:
     no_parity: bool = False
     parity_prompts: str | None = None
     parity_min: float | None = None
+    ollama: str | None = None  # then `ollama create NAME -f OUT/Modelfile`
 
 
 @dataclass
@@ -37,6 +41,28 @@ class ExportPlan:
     run_id: str
     out: Path
     argv: list[str]
+    ollama: list[str] | None = None  # the `ollama create` command, run after the export
+
+
+OLLAMA_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._/-]*(:[a-zA-Z0-9._-]+)?$")
+
+
+def ollama_command(name: str | None, gguf: str | None, out: Path) -> list[str] | None:
+    """--ollama NAME: `ollama create NAME -f OUT/Modelfile` after the GGUF export; refused before any
+    work without --gguf, without the ollama command, or with a name Ollama would refuse."""
+    if name is None:
+        return None
+    if not gguf:
+        raise UserError(message="--ollama registers the GGUF export with Ollama", fix="add --gguf q8_0 (or q4_k_m)")
+    if not OLLAMA_NAME.match(name):
+        raise UserError(message=f"--ollama '{name}' is not an Ollama model name",
+                        fix="use letters, digits, '.', '_', '-' and '/', with an optional ':tag', e.g. my-model:q8")
+    found = shutil.which("ollama")
+    if found is None:
+        raise UserError(message="--ollama needs the ollama command, which is not on PATH",
+                        fix=f"install Ollama (https://ollama.com/download), or leave out --ollama and run "
+                        f"`ollama create {name} -f {out / 'Modelfile'}` later")
+    return [found, "create", name, "-f", str(out / "Modelfile")]
 
 
 def check_push(repo_id: str | None) -> None:
@@ -96,7 +122,20 @@ def plan(run: Run, request: ExportRequest) -> ExportPlan:
     out = Path(request.out).expanduser()
     check_out(out)
     argv = [str(run.final_path), "--out", str(out)] + (["--merge"] if request.merge else []) + tool_options(request)
-    return ExportPlan(run.id, out, argv)
+    return ExportPlan(run.id, out, argv, ollama_command(request.ollama, request.gguf, out.resolve()))
+
+
+def register_with_ollama(planned: ExportPlan) -> None:
+    """`ollama create` of the exported Modelfile (its FROM is the GGUF file beside it); RunError when
+    Ollama refuses, with what it said."""
+    if planned.ollama is None:
+        return
+    done = subprocess.run(planned.ollama, cwd=planned.out, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise RunError(message=f"ollama create {planned.ollama[2]} failed: {said[-1] if said else done.returncode}",
+                       fix=f"is the Ollama server running (`ollama serve`)? The export is in {planned.out}; run "
+                       f"`{' '.join(planned.ollama[1:])}` again")
 
 
 def tool(planned: ExportPlan) -> ChildTool:
@@ -112,6 +151,7 @@ def run(planned: ExportPlan, on_line: Callable[[str], None] | None = None, child
     if outcome.code != 0:
         message, fix = outcome.message_and_fix(f"the export failed (exit {outcome.code})", "see the output above")
         raise RunError(message=message, fix=fix)
+    register_with_ollama(planned)
     return written(planned.out)
 
 
