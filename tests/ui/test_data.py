@@ -12,11 +12,11 @@ from pathlib import Path
 
 from ui_fixtures import FIXED_NOW, REAL_IDS, real_rows, real_runs, synthetic_run
 
-from tuiapp.core.checks import is_stalled
 from tuiapp.core.errors import RecipeError, RecipeErrors
 from tuiapp.core.metrics import JsonlWriter
 from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec, load_recipe
 from tuiapp.core.rundata import RunData
+from tuiapp.core.runstate import is_stalled
 from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import formdata
 from tuiapp.ui.comparing import config_rows, flatten, load_compare_run, x_values

@@ -29,9 +29,9 @@ from tuiapp.core.procs import group_processes
 from tuiapp.core.progress import fmt_time
 from tuiapp.core.recipe import LoraMethod, Recipe
 from tuiapp.core.runs import Run, RunStore, failure_reason, root_cause
+from tuiapp.core.runstate import status_of
 from tuiapp.ui.history import HistoryLoader
 from tuiapp.ui.history_model import HistoryModel
-from tuiapp.ui.runstatus import status_of
 from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.screens.confirm import ConfirmScreen
 from tuiapp.ui.screens.home import HomeScreen

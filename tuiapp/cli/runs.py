@@ -9,31 +9,43 @@ import time
 
 from tuiapp.cli import scale
 from tuiapp.cli.shared import print_err
-from tuiapp.core import checks, meta, queue, rl
+from tuiapp.core import meta, queue, rl, runstate
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.jsonout import error_document, write_document
-from tuiapp.core.metrics import dedupe_steps, train_rows
+from tuiapp.core.metrics import dedupe_steps, summarize, train_rows
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, progress_line
 from tuiapp.core.recipe import batching_label
 from tuiapp.core.rundir import attempt_count, duration_s, first_started
 from tuiapp.core.runs import RunStore
 
+# how the CLI acts on a flagged status (core.runstate's hint says what is wrong)
+FLAG_COMMANDS = {
+    "orphaned": "`llmtui resume {id}` watches them again (a new supervisor adopts them), `llmtui stop {id}` ends them",
+    "stalled": "`llmtui stop {id}` then `llmtui resume {id}`",
+    "hung": "`llmtui doctor {id}` shows where it waits",
+}
+STEP_TIMES = 20  # the last train rows' times the stall check reads (as the TUI's history)
+
 
 def _row(run) -> dict:
-    summary = run.summary()
+    metrics = run.metrics()
+    summary = summarize(metrics)
     info = run.info
     notes = meta.read_meta(run.path)
+    times = [r["time"] for r in dedupe_steps(train_rows(metrics))[-STEP_TIMES:] if isinstance(r.get("time"), (int, float))]
+    view = runstate.status_of(info, time.time(), times)
     return {
         "id": run.id,
         "name": notes.get("display_name") or run.name,
         "status": run.status,
+        "shown": {"key": view.key, "label": view.label, "short": view.short},  # as the TUI shows the status
         "tags": notes.get("tags") or [],
         "note": notes.get("note") or None,
         "archived": bool(notes.get("archived")),
         "group": info.get("group"),
         "queue_position": queue.position(run.path.parent, run.id) if run.status == "queued" else None,
         "phase": info.get("phase") if run.status == "starting" else None,
-        "stalled": checks.stall_hint(run, summary),
+        "stalled": f"{view.hint}: {FLAG_COMMANDS[view.key].format(id=run.id)}" if view.flagged else None,
         "method": info.get("method"),
         "model": info.get("model_ref") or info.get("model"),
         "dataset": info.get("dataset"),
@@ -63,13 +75,13 @@ def cmd_runs(args) -> int:
     if not rows:
         print(f"no runs in {RunStore(args.runs_dir).root}")
         return EXIT_OK
-    header = f"{'ID':<40} {'STATUS':<10} {'METHOD':<13} {'STEP':>11} {'LOSS':>8} {'TOK/S':>8} {'MEM':>8} {'TIME':>7}"
+    header = f"{'ID':<40} {'STATUS':<14} {'METHOD':<13} {'STEP':>11} {'LOSS':>8} {'TOK/S':>8} {'MEM':>8} {'TIME':>7}"
     print(header)
     for row in rows:
         step = f"{fmt_number(row['step'], '.0f')}/{fmt_number(row['max_steps'], '.0f')}"
-        status = row["status"] + ("!" if row["stalled"] else "")
+        status = row["shown"]["short"] + ("!" if row["stalled"] else "")
         print(
-            f"{row['id'][:40]:<40} {status:<10} {str(row['method']):<13} {step:>11} "
+            f"{row['id'][:40]:<40} {status:<14} {str(row['method']):<13} {step:>11} "
             f"{fmt_number(row['last_loss'], '.4f'):>8} {fmt_number(row['tokens_per_s'], '.0f'):>8} "
             f"{fmt_bytes(row['peak_mem']):>8} {fmt_duration(row['duration_s']):>7}"
             + (f" ×{row['attempts']}" if row["attempts"] > 1 else "")

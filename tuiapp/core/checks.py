@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import statistics
-import time
 from pathlib import Path
 
 from tuiapp.core import (
@@ -23,12 +21,8 @@ from tuiapp.core import (
 )
 from tuiapp.core.errors import UserError
 from tuiapp.core.findings import Finding, format_findings, has_errors  # noqa: F401 (callers use checks.*)
-from tuiapp.core.metrics import dedupe_steps, train_rows
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe
 from tuiapp.core.runs import RunStore
-
-STALL_FACTOR = 5.0
-STALL_MIN_S = float(os.environ.get("LLMTUI_STALL_MIN_S", "60"))
 
 
 def resolve_recipe(recipe: Recipe, store: RunStore) -> tuple[Recipe, str]:
@@ -162,37 +156,3 @@ def estimate_report(recipe: Recipe, store: RunStore, base_dir: Path, nodes: int 
         text += "\n" + probe.error_line(store.root)
         data["past_measured_over_predicted"] = {"median": statistics.median(past), "runs": len(past)}
     return {"text": text, "json": data}
-
-
-def is_stalled(times: list[float], now: float) -> bool:
-    """True when the last step is older than several median step times (and STALL_MIN_S)."""
-    if len(times) < 3:
-        return False
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
-    if not gaps:
-        return False
-    return now - times[-1] > max(STALL_MIN_S, STALL_FACTOR * statistics.median(gaps))
-
-
-def stall_hint(run, summary: dict | None = None, now: float | None = None) -> str | None:
-    """A hint when a run is hung in a start-up phase (flagged by its supervisor), when its ranks
-    outlived their supervisor, or when a running run's step has not moved for several median
-    step times."""
-    hang = run.info.get("hang")
-    if run.status == "starting" and isinstance(hang, dict) and hang.get("message"):
-        return str(hang["message"])
-    if run.info.get("orphans"):
-        return (f"the supervisor is gone but processes of the run remain: `llmtui resume {run.id}` watches them "
-                f"again (a new supervisor adopts them), `llmtui stop {run.id}` ends them")
-    if run.status != "running":
-        return None
-    rows = dedupe_steps(train_rows(run.metrics()))
-    times = [r["time"] for r in rows if isinstance(r.get("time"), (int, float))]
-    now = time.time() if now is None else now
-    if not is_stalled(times, now):
-        return None
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
-    return (
-        f"stalled: no step for {now - times[-1]:.0f}s (median step {statistics.median(gaps):.1f}s). "
-        "Check the log tail for a hung rank or NCCL timeout; `llmtui stop` then `llmtui resume`."
-    )

@@ -25,7 +25,8 @@ from tuiapp.core.metrics import (
 )
 from tuiapp.core.progress import fmt_duration
 from tuiapp.core.runs import ACTIVE, Run, RunStore
-from tuiapp.ui.runstatus import StatusView, error_log, status_view, steps_counting, why_text
+from tuiapp.core.runstate import StatusView, error_log, status_view, steps_counting, why_text
+from tuiapp.ui.run_panes import flag_text
 
 SPARK_POINTS = 48  # losses kept per row for the sparkline
 STALL_WINDOW = 20  # the last train rows' times the stall check reads (RunRow.step_times)
@@ -449,7 +450,7 @@ def detail_text(row: RunRow, now: float) -> str:
     phase of a start, a flag's hint, the root cause of a failure), else its id and description."""
     view = row.view(now)
     if view.flagged:
-        text = view.hint or view.label
+        text = flag_text(view)
     elif view.key in ("starting", "stopping", "queued"):
         text = view.label
     elif row.status in ("failed", "stopped"):

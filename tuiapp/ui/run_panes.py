@@ -10,15 +10,23 @@ from tuiapp.core.metrics import as_number
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number
 from tuiapp.core.rundata import RunData
 from tuiapp.core.rundir import attempt_count, duration_s
+from tuiapp.core.runstate import error_log, error_summary, reason_summary, status_of
 from tuiapp.ui.footer_keys import plural
-from tuiapp.ui.runstatus import error_log, error_summary, reason_summary, status_of
 
-# the badge's colour per shown status (runstatus.status_view gives the text)
+# the badge's colour per shown status (runstate.status_view gives the text)
 BADGE_STYLES = {
     "created": "b $secondary", "starting": "b $secondary", "running": "b $accent", "stopping": "b $warning",
     "stopped": "b $warning", "succeeded": "b $success", "failed": "b $error", "stalled": "b $warning reverse",
     "hung": "b $warning reverse", "orphaned": "b $warning reverse",
 }
+
+# how the TUI acts on a flag (the hint says what is wrong; llmtui runs/show name commands instead)
+FLAG_ACTIONS = {"orphaned": ": x stops them", "hung": "  (d: doctor)"}
+
+
+def flag_text(view) -> str:
+    """A flagged status's hint with the TUI's way to act on it."""
+    return (view.hint or view.label) + FLAG_ACTIONS.get(view.key, "")
 
 
 def literal(text: str) -> str:
@@ -65,7 +73,7 @@ def status_text(info: dict, data: RunData, now: float, stopping: bool = False, r
     if info.get("trust_remote_code"):
         lines.append("[$warning]trust_remote_code = true: the model's own Python code runs[/]")
     if view.hint:
-        lines.append(f"[b $warning]{literal(view.hint[:300])}[/]" + ("  (d: doctor)" if view.key == "hung" else ""))
+        lines.append(f"[b $warning]{literal(flag_text(view)[:320])}[/]")
     if data.nonfinite_loss:
         lines.append("[$warning]the loss became NaN/inf[/]")
     error = info.get("error") if status == "failed" else None

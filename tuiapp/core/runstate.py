@@ -1,15 +1,18 @@
-"""What a run's status looks like on screen, in one place for the history table, its detail
-line and the run view's header (no Textual here: plain values, tested alone).
+"""What a run shows, derived in one place for every front end: the TUI's history table, its detail
+line and the run view's header, and `llmtui runs` / `show` (no Textual here: plain values).
 
-The status comes from run.json (typed in tuiapp.core.rundir), made true by refresh_truth; the
-UI only adds what it sees itself: a stop the user just confirmed (`stopping` before the
-supervisor writes it), and a running run whose steps stopped (`stalled`). A start-up phase that
-made no progress (`hang`) and ranks that outlived their supervisor (`orphans`) are flagged like a
-stall, so nothing reads `running` for a run that is starting, stuck or orphaned.
+The status comes from run.json (typed in tuiapp.core.rundir), made true by refresh_truth; a front end
+adds only what it sees itself: a stop the user just confirmed (`stopping` before the supervisor
+writes it). A running run whose steps stopped (`stalled`), a start-up phase that made no progress
+(`hung`) and ranks that outlived their supervisor (`orphaned`) are flagged, so nothing reads
+`running` for a run that is starting, stuck or orphaned. The hints say what is wrong; each front end
+adds its own way to act on it (a key, a command).
 """
 
 from __future__ import annotations
 
+import os
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +25,9 @@ MARKS = {
     "failed": "✗", "stalled": "!", "hung": "!", "orphaned": "!",
 }
 FLAGS = ("stalled", "hung", "orphaned")  # shown as flagged (warning colour, the `flagged` filter)
-ORPHANS_HINT = "the supervisor is gone but processes of the run remain: x stops them"
+ORPHANS_HINT = "the supervisor is gone but processes of the run remain"
+STALL_FACTOR = 5.0  # a running run is stalled when its last step is older than this many median steps
+STALL_MIN_S = float(os.environ.get("LLMTUI_STALL_MIN_S", "60"))  # and at least this old
 
 
 @dataclass(frozen=True)
@@ -85,10 +90,11 @@ def status_view(status: str, now: float, *, phase: str | None = None, phase_sinc
         if isinstance(hang, dict) and hang.get("message"):
             return StatusView("hung", f"hung · {phase} {clock}".strip(), f"hung {clock}".strip(), str(hang["message"]))
         return StatusView("starting", f"starting · {phase} {clock}".strip(), f"starting {clock}".strip())
-    if status == "running" and _stalled(list(step_times), now):
-        gap = now - step_times[-1]
+    if status == "running" and is_stalled(list(step_times), now):
+        gaps = [b - a for a, b in zip(step_times, step_times[1:], strict=False) if b > a]
         return StatusView("stalled", "stalled", "stalled",
-                          f"stalled: no step for {fmt_duration(gap)}; check the log tail for a hung rank")
+                          f"stalled: no step for {fmt_duration(now - step_times[-1])} (median step "
+                          f"{statistics.median(gaps):.1f}s); check the log tail for a hung rank or NCCL timeout")
     return StatusView(status, status, status)
 
 
@@ -163,9 +169,11 @@ def why_text(info: dict) -> str | None:
     return reason_summary(reason) if reason else None
 
 
-def _stalled(step_times: list[float], now: float) -> bool:
-    """core.checks.is_stalled, imported on first use (core.checks pulls in the preflight checks:
-    ~0.2 s of the app's start-up)."""
-    from tuiapp.core.checks import is_stalled
-
-    return is_stalled(step_times, now)
+def is_stalled(times: list[float], now: float) -> bool:
+    """True when the last step is older than several median step times (and STALL_MIN_S)."""
+    if len(times) < 3:
+        return False
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
+    if not gaps:
+        return False
+    return now - times[-1] > max(STALL_MIN_S, STALL_FACTOR * statistics.median(gaps))
