@@ -9,13 +9,12 @@ import importlib.util
 import sys
 import time
 
-from tuiapp.cli.shared import print_err
+from tuiapp.cli.shared import json_document, print_err
 from tuiapp.core import evals, evaluation
 from tuiapp.core.chat import ChatSession, check_overrides
 from tuiapp.core.child_tool import ChildTool
 from tuiapp.core.datasets import FORMATS
-from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunError, UserError
-from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
+from tuiapp.core.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
 from tuiapp.core.runs import RunStore
 
 EXIT_COMMANDS = ("/quit", "/exit")
@@ -96,30 +95,25 @@ def cmd_chat(args) -> int:
 
 
 def _chat_json(args) -> int:
-    with stdout_to_stderr() as out:
-        try:
-            if args.prompt is None:
-                raise UserError(message="--json needs --prompt TEXT (one answer, one document)",
-                                fix='llmtui chat RUN --prompt "..." --json')
-            session = _open_session(args)
-            with session:
-                session.start()
-                answers = {}
-                for model in _models(args):
-                    done = session.ask(args.prompt, model)
-                    if done.get("event") != "done":
-                        raise RunError(message=f"the {model} model failed to answer: {done.get('message')}",
-                                       fix=f"see {session.log_path}")
-                    answers[model] = {k: done.get(k) for k in ("text", "tokens", "seconds")}
-                document = {"run": session.run_dir.name, "target": session.target.as_dict(),
-                            "settings": {**session.settings, **session.overrides}, "prompt": args.prompt,
-                            "answers": answers}
-        except UserError as exc:
-            print_err(str(exc))
-            write_document(out, error_document(exc))
-            return EXIT_BAD_INPUT
-        write_document(out, document)
-    return EXIT_OK
+    return json_document(lambda: _chat_document(args))
+
+
+def _chat_document(args) -> dict:
+    if args.prompt is None:
+        raise UserError(message="--json needs --prompt TEXT (one answer, one document)",
+                        fix='llmtui chat RUN --prompt "..." --json')
+    session = _open_session(args)
+    with session:
+        session.start()
+        answers = {}
+        for model in _models(args):
+            done = session.ask(args.prompt, model)
+            if done.get("event") != "done":
+                raise RunError(message=f"the {model} model failed to answer: {done.get('message')}",
+                               fix=f"see {session.log_path}")
+            answers[model] = {k: done.get(k) for k in ("text", "tokens", "seconds")}
+        return {"run": session.run_dir.name, "target": session.target.as_dict(),
+                "settings": {**session.settings, **session.overrides}, "prompt": args.prompt, "answers": answers}
 
 
 # ---------------------------------------------------------------- eval
@@ -153,15 +147,7 @@ def cmd_eval(args) -> int:
         print("\n".join(evals.table(result)))
         print(f"saved {result['path']}")
         return EXIT_OK
-    with stdout_to_stderr() as out:
-        try:
-            result = _evaluate(args)
-        except UserError as exc:
-            print_err(str(exc))
-            write_document(out, error_document(exc))
-            return EXIT_BAD_INPUT
-        write_document(out, result)
-    return EXIT_OK
+    return json_document(lambda: _evaluate(args))
 
 
 # ---------------------------------------------------------------- export-metrics

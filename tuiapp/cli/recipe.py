@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tuiapp.cli.shared import print_err, trainer_tool
+from tuiapp.cli.shared import json_document, print_err, trainer_tool
 from tuiapp.core import checks
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
-from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
+from tuiapp.core.jsonout import error_document
 from tuiapp.core.recipe import json_schema, load_recipe
 from tuiapp.core.runs import RunStore
 
@@ -36,17 +36,8 @@ def cmd_estimate(args) -> int:
         print(checks.estimate_report(recipe, RunStore(args.runs_dir), base_dir=Path.cwd(), nodes=args.nodes,
                                      gpus=args.gpus)["text"])
         return EXIT_OK
-    with stdout_to_stderr() as out:  # one JSON document on stdout, in every state
-        try:
-            recipe = load_recipe(args.recipe, args.set)
-            report = checks.estimate_report(recipe, RunStore(args.runs_dir), base_dir=Path.cwd(), nodes=args.nodes,
-                                            gpus=args.gpus)
-        except UserError as exc:
-            print_err(str(exc))
-            write_document(out, error_document(exc))
-            return EXIT_BAD_INPUT
-        write_document(out, report["json"])
-    return EXIT_OK
+    return json_document(lambda: checks.estimate_report(load_recipe(args.recipe, args.set), RunStore(args.runs_dir),
+                                                        base_dir=Path.cwd(), nodes=args.nodes, gpus=args.gpus)["json"])
 
 
 def cmd_data(args) -> int:

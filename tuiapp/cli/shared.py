@@ -1,9 +1,14 @@
-"""What several command groups share: the error line and a torch-side tool in a child process."""
+"""What several command groups share: the error line, the one JSON document of a --json command, and a
+torch-side tool in a child process."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
+
+from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
 
 
 def print_err(message: str) -> None:
@@ -13,3 +18,17 @@ def print_err(message: str) -> None:
 def trainer_tool(module: str, argv: list[str]) -> int:
     """Run a torch-side tool in a child process, so this process stays free of torch."""
     return subprocess.call([sys.executable, "-m", module, *argv], stdin=subprocess.DEVNULL)
+
+
+def json_document(produce: Callable[[], object]) -> int:
+    """A --json command's one document on stdout, in every state: what `produce` returns, or the error
+    document of its UserError (exit 2); anything else printed meanwhile goes to stderr."""
+    with stdout_to_stderr() as out:
+        try:
+            document = produce()
+        except UserError as exc:
+            print_err(str(exc))
+            write_document(out, error_document(exc))
+            return EXIT_BAD_INPUT
+        write_document(out, document)
+    return EXIT_OK

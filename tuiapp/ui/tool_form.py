@@ -6,6 +6,7 @@ handlers own the widgets. esc cancels a running tool (its process group is ended
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from textual import work
@@ -48,8 +49,11 @@ class ToolFormScreen(ModalScreen[bool]):
     ACTION = "run"  # the verb of the form's keys line
     IDLE_KEYS = "enter / ctrl+r {action} · tab next field · esc closes"
 
-    def __init__(self) -> None:
+    def __init__(self, run_id: str, run_path: Path, base_dir: Path) -> None:
         super().__init__()
+        self.run_id = run_id  # the run the tool works on, and the app's folder (relative paths)
+        self.run_path = run_path
+        self.base_dir = base_dir
         self.running = False
         self.succeeded = False
         self.started_at = 0.0

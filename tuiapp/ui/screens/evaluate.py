@@ -40,12 +40,6 @@ def parse_limit(text: str) -> int:
 class EvaluateScreen(ToolFormScreen):
     ACTION = "evaluates"
 
-    def __init__(self, run_id: str, run_path: Path, base_dir: Path) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.run_path = run_path
-        self.base_dir = base_dir
-
     def compose(self) -> ComposeResult:
         with Vertical(id="tool-box"):
             yield Static(f"Evaluate {self.run_id}", id="tool-title", markup=False)

@@ -37,12 +37,6 @@ def files_text(folder: str, files: list[str]) -> str:
 class ExportScreen(ToolFormScreen):
     ACTION = "exports"
 
-    def __init__(self, run_id: str, run_path: Path, base_dir: Path) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.run_path = run_path
-        self.base_dir = base_dir
-
     def compose(self) -> ComposeResult:
         with Vertical(id="tool-box"):
             yield Static(f"Export {self.run_id}", id="tool-title", markup=False)
