@@ -6,13 +6,13 @@ which keep no weights: exactly a run without a final model."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.core.conftest import CRASHED, SFT
 from tuiapp.core import evals, trackers
 from tuiapp.core.chat import ChatSession, check_overrides, server_argv
 from tuiapp.core.demo_data import demo_records, facts_eval_pairs
@@ -21,16 +21,6 @@ from tuiapp.core.recipe import Recipe, SftMethod
 from tuiapp.core.targets import base_of, checkpoints, model_target
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures" / "runs"
-SFT = "20260101-000218-sft-f004"
-CRASHED = "20260101-000343-crashed-f006"
-
-
-@pytest.fixture
-def runs(tmp_path: Path) -> Path:
-    root = tmp_path / "runs"
-    shutil.copytree(FIXTURES, root)
-    return root
 
 
 def llmtui(*args: str, runs: Path, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -4,29 +4,19 @@ and a child tool that can be cancelled. The real evaluation and export run in te
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.core.conftest import CRASHED, SFT
 from tuiapp.core import evaluation, exporting
 from tuiapp.core.child_tool import ChildTool
 from tuiapp.core.errors import DatasetError, RunError, UserError
 from tuiapp.core.runs import Run
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures" / "runs"
-SFT = "20260101-000218-sft-f004"
-CRASHED = "20260101-000343-crashed-f006"
-
-
-@pytest.fixture
-def runs(tmp_path: Path) -> Path:
-    root = tmp_path / "runs"
-    shutil.copytree(FIXTURES, root)
-    return root
 
 
 def test_eval_refuses_a_run_without_a_final_model_before_any_work(runs):

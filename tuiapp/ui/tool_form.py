@@ -12,7 +12,7 @@ from typing import Any, Callable
 from textual import work
 from textual.binding import Binding
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from tuiapp.core.child_tool import ChildTool
 from tuiapp.core.errors import UserError
@@ -60,6 +60,17 @@ class ToolFormScreen(ModalScreen[bool]):
         self.last_line = ""
         self._child: ChildTool | None = None
         self._cancel_asked = False
+
+    def tool_lines(self):
+        """The form's lines under its fields: the refusal, the progress, the result and the keys."""
+        yield Static("", id="tool-error", markup=False)
+        yield Static("", id="tool-progress", markup=False)
+        yield Static("", id="tool-result", markup=False)
+        yield Static("", id="tool-keys")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_start()
 
     # ------------------------------------------------------------ subclasses
 

@@ -51,14 +51,7 @@ class EvaluateScreen(ToolFormScreen):
                 yield Label("limit", classes="tool-label")
                 yield Input("0", placeholder="0 = all records", compact=True, id="eval-limit")
             yield Checkbox("the base model too (tuned vs base)", True, compact=True, id="eval-base")
-            yield Static("", id="tool-error", markup=False)
-            yield Static("", id="tool-progress", markup=False)
-            yield Static("", id="tool-result", markup=False)
-            yield Static("", id="tool-keys")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.action_start()
+            yield from self.tool_lines()
 
     def request(self) -> evaluation.EvalRequest:
         data = self.query_one("#eval-data", Input).value

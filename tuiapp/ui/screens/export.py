@@ -49,14 +49,7 @@ class ExportScreen(ToolFormScreen):
                 yield Select([(name, name) for name in exporting.DTYPES], prompt="as trained", compact=True,
                              id="export-dtype")
             yield Checkbox("merge the adapter into its base model", False, compact=True, id="export-merge")
-            yield Static("", id="tool-error", markup=False)
-            yield Static("", id="tool-progress", markup=False)
-            yield Static("", id="tool-result", markup=False)
-            yield Static("", id="tool-keys")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.action_start()
+            yield from self.tool_lines()
 
     def request(self) -> exporting.ExportRequest:
         out = self.query_one("#export-out", Input).value
