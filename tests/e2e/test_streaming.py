@@ -13,12 +13,13 @@ from tuiapp.core import demo_data
 
 pytestmark = pytest.mark.slow
 
-STEPS = 12
+STEPS = 60  # enough that a stop sent after step 5 lands before the last step, on a fast machine too
 
 
 def _corpus(tmp_path):
     path = tmp_path / "corpus.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in demo_data.text_records(1500)))
+    records = demo_data.text_records(4000)  # one pass of the stream holds every step's blocks
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
 
 
