@@ -24,7 +24,6 @@ FLAG_COMMANDS = {
     "stalled": "`llmtui stop {id}` then `llmtui resume {id}`",
     "hung": "`llmtui doctor {id}` shows where it waits",
 }
-STEP_TIMES = 20  # the last train rows' times the stall check reads (as the TUI's history)
 
 
 def _row(run) -> dict:
@@ -32,7 +31,7 @@ def _row(run) -> dict:
     summary = summarize(metrics)
     info = run.info
     notes = meta.read_meta(run.path)
-    times = [r["time"] for r in dedupe_steps(train_rows(metrics))[-STEP_TIMES:] if isinstance(r.get("time"), (int, float))]
+    times = [r["time"] for r in dedupe_steps(train_rows(metrics))[-runstate.STALL_WINDOW:] if isinstance(r.get("time"), (int, float))]
     view = runstate.status_of(info, time.time(), times)
     return {
         "id": run.id,

@@ -13,9 +13,9 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from tuiapp.core.errors import UserError
+from tuiapp.core.model_check import FINAL_INFO
 from tuiapp.core.runs import Run
 
-FINAL_INFO = "llmtui.json"  # what the trainer writes beside a run's final model (trainer.model.FINAL_INFO)
 ADAPTER_METHODS = ("linear", "cat", "ties", "dare_linear", "dare_ties")
 FULL_METHODS = ("linear", "ties", "dare_linear", "dare_ties")
 ADAPTER_KINDS = ("lora", "qlora")  # peft's weighted adapters combine LoRA's A and B

@@ -28,6 +28,7 @@ FLAGS = ("stalled", "hung", "orphaned")  # shown as flagged (warning colour, the
 ORPHANS_HINT = "the supervisor is gone but processes of the run remain"
 STALL_FACTOR = 5.0  # a running run is stalled when its last step is older than this many median steps
 STALL_MIN_S = float(os.environ.get("LLMTUI_STALL_MIN_S", "60"))  # and at least this old
+STALL_WINDOW = 20  # the last train rows' step times the stall check reads
 
 
 @dataclass(frozen=True)

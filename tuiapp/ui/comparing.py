@@ -20,9 +20,10 @@ from tuiapp.core import evals, meta
 from tuiapp.core.metrics import JsonlReader, preference_best
 from tuiapp.core.rundata import RunData, Series, columns_cache, read_run_data
 from tuiapp.core.runs import Run
+from tuiapp.core.runstate import STALL_WINDOW
 from tuiapp.ui.downsample import numpy_module
 from tuiapp.ui.groups import compare_labels
-from tuiapp.ui.history import STALL_WINDOW, RunRow, row_from_info
+from tuiapp.ui.history import RunRow, row_from_info
 
 # metric id -> (title, where it lives)
 METRICS = {

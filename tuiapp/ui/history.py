@@ -25,11 +25,10 @@ from tuiapp.core.metrics import (
 )
 from tuiapp.core.progress import fmt_duration
 from tuiapp.core.runs import ACTIVE, Run, RunStore
-from tuiapp.core.runstate import StatusView, error_log, status_view, steps_counting, why_text
+from tuiapp.core.runstate import STALL_WINDOW, StatusView, error_log, status_view, steps_counting, why_text
 from tuiapp.ui.run_panes import flag_text
 
 SPARK_POINTS = 48  # losses kept per row for the sparkline
-STALL_WINDOW = 20  # the last train rows' times the stall check reads (RunRow.step_times)
 STATUSES = rundir.STATUSES  # created, starting, running, stopping, stopped, succeeded, failed, unknown
 
 
