@@ -169,3 +169,39 @@ def test_gpu_check_stages_pass_here(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     report = out.read_text()
     assert "every check passed" in report and "## NVML" in report
+
+
+def test_a_vllm_server_is_refused_without_cuda_before_anything_is_made(tmp_path):
+    if cuda_available():
+        pytest.skip("this machine has CUDA")
+    result = llmtui("run", "recipes/gpu-qwen-0.5b-grpo-vllm-server.toml", runs_dir=tmp_path)
+    assert result.returncode == 2 and "method.generation_backend" in result.stderr and "CUDA" in result.stderr
+    assert "generation_backend = 'transformers'" in result.stderr and "Traceback" not in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def _two_gpus_and_vllm() -> bool:
+    from tuiapp.core.launcher import cuda_device_count
+
+    return cuda_device_count() >= 2 and importlib.util.find_spec("vllm") is not None
+
+
+@pytest.mark.skipif(not _two_gpus_and_vllm(), reason="needs two CUDA GPUs and vllm")
+def test_grpo_generates_with_the_runs_own_vllm_server(tmp_path):
+    """The supervisor starts vLLM on GPU 1, the rank trains on GPU 0 and generates through it, and
+    the server ends with the run."""
+    from tuiapp.core.procs import process_alive
+    from tuiapp.trainer.bundled import resolve_model_path
+
+    model = resolve_model_path("tiny")  # a real Llama folder vLLM can load
+    result = llmtui("run", "recipes/tiny-grpo.toml", "--set", f"model.name='{model}'",
+                    "--set", "method.generation_backend='vllm'", "--set", "method.vllm_mode='server'",
+                    "--set", "launch.gpus=1", "--set", "train.max_steps=3", "--set", "train.precision='bf16'",
+                    runs_dir=tmp_path)
+    run_dir = only_run(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    info = run_info(run_dir)
+    server = info["generation_server"]
+    assert server["gpus"] == [1] and server.get("ready") and info["gpus"] == [0]
+    assert (run_dir / "vllm-server.log").stat().st_size > 0 and not process_alive(server["pid"], None)
+    assert train_steps(run_dir) == [1, 2, 3]

@@ -119,7 +119,9 @@ def diagnose(run: Run, timeout_s: float = STACK_TIMEOUT_S) -> str:
     """The report `llmtui doctor` prints and the TUI shows."""
     run.load()
     states = rank_states(run)
-    if not any(s.state not in ("gone", "elsewhere") for s in states):
+    server_pid = (run.info.get("generation_server") or {}).get("pid")
+    server_alive = bool(server_pid) and _state(int(server_pid), None) != "gone"
+    if not server_alive and not any(s.state not in ("gone", "elsewhere") for s in states):
         raise RunError(message=f"{run.id} has no live rank on this machine ({run.status})",
                        fix="doctor reads the stacks of running ranks; run it on the machine that runs them")
     now = time.time()
@@ -139,6 +141,7 @@ def diagnose(run: Run, timeout_s: float = STACK_TIMEOUT_S) -> str:
                "disk-sleep": "it is blocked in the kernel (I/O)"}.get(
             lag.state, f"it is still in '{lag.phase}' after {now - lag.since:.0f}s")
         lines.append(f"behind: rank {lag.rank} (pid {lag.pid}) — {why}")
+    lines += _server_lines(run, timeout_s)
     for state in states:
         lines.append("")
         lines.append(f"rank {state.rank}  pid {state.pid or '?'}  {state.host or '?'}  {state.state}  "
@@ -150,3 +153,19 @@ def diagnose(run: Run, timeout_s: float = STACK_TIMEOUT_S) -> str:
         elif state.state not in ("gone",):
             lines.append("  (no stack: py-spy could not read it and the rank did not answer SIGUSR1)")
     return "\n".join(lines)
+
+
+def _server_lines(run: Run, timeout_s: float) -> list[str]:
+    """The run's vLLM generation server (grpo/rloo, vllm_mode 'server'): its state and stack."""
+    server = run.info.get("generation_server") or {}
+    pid = server.get("pid")
+    if not pid:
+        return []
+    state = _state(int(pid), None)
+    ready = "answering" if server.get("ready") else "starting"
+    lines = ["", f"vLLM generation server  pid {pid}  GPUs {server.get('gpus')}  {state}  {ready} at "
+             f"{server.get('url')}  (log: {server.get('log')})"]
+    if state != "gone":
+        stack = stack_by_py_spy(int(pid), timeout_s)
+        lines += ["  " + line for line in stack.splitlines()] if stack else ["  (no stack: py-spy could not read it)"]
+    return lines

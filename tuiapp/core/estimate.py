@@ -24,6 +24,7 @@ from typing import Any
 
 from tuiapp.core import model_profile, tiny_vlm
 from tuiapp.core.errors import RecipeError
+from tuiapp.core.generation_server import memory_share, server_gpu_count
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import (
     METHOD_MODELS,
@@ -491,6 +492,8 @@ class Estimate:
     kernels: str = ""  # the kernel switches that change memory: eager attention, liger, token batches
     active_params: int = 0  # mixture of experts: the base parameters one token goes through (0 = dense)
     generation_share: float = 0.0  # grpo/rloo with vLLM colocated: the share of each GPU its engine takes
+    server_gpus: int = 0  # grpo/rloo with a vLLM server: the GPUs it takes besides the ranks'
+    server_share: float = 0.0  # ... and the share of each of them it fills
 
     @property
     def total(self) -> int:
@@ -662,6 +665,8 @@ def estimate_recipe(
         gpu_memory_bytes=gpu_memory_bytes, fits=fits, warning=warning, suggestions=suggestions,
         world_size=world, micro_batch_auto=train.micro_batch == "auto", kernels=kernels_text(recipe),
         active_params=_active_params(model_config, recipe), generation_share=share,
+        server_gpus=server_gpu_count(recipe),
+        server_share=memory_share(recipe.method) if server_gpu_count(recipe) else 0.0,
     )
 
 
@@ -669,7 +674,7 @@ def generation_share(recipe: Recipe) -> float:
     """The share of each GPU that a colocated vLLM engine takes (its weights and KV cache: vLLM's
     gpu_memory_utilization), beside the training's memory; 0 without one."""
     method = recipe.method
-    if method.kind in RL_KINDS and getattr(method, "generation_backend", "") == "vllm":
+    if method.kind in RL_KINDS and method.generation_backend == "vllm" and method.vllm_mode == "colocate":
         return float(method.vllm_gpu_memory_utilization)
     return 0.0
 
@@ -769,6 +774,10 @@ def format_estimate(est: Estimate) -> str:
         of_gpu = f" ({est.gpu_memory_bytes * est.generation_share / GB:.1f} GB)" if est.gpu_memory_bytes else ""
         rows.append(f"  {'+ vLLM':<12} {est.generation_share:>6.0%}  of each GPU{of_gpu}: its weights and KV cache, "
                     "beside the training (method.vllm_gpu_memory_utilization)")
+    if est.server_gpus:
+        weights = est.total_params * 2 / est.server_gpus  # vLLM serves in 16 bits
+        rows.append(f"  {'+ vLLM':<12} {est.server_gpus} GPU(s) of its own besides the ranks' (method.vllm_server_gpus): "
+                    f"{weights / GB:.1f} GB of weights each, {est.server_share:.0%} of each GPU with its KV cache")
     if m.cpu_offload_total:
         rows.append(f"CPU offload  {m.cpu_offload_total / GB:.1f} GB per node")
     if est.pipeline:

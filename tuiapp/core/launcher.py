@@ -65,8 +65,9 @@ def rank_env(ranks_sharing: int = 1, base: dict | None = None) -> dict:
     return env
 
 
-def plan_ranks(launch: LaunchSpec, cuda_count: int) -> tuple[int, list[int] | None]:
-    """How many ranks, and which GPU ids (None = the first N / CPU ranks)."""
+def plan_ranks(launch: LaunchSpec, cuda_count: int, reserved: int = 0) -> tuple[int, list[int] | None]:
+    """How many ranks, and which GPU ids (None = the first N / CPU ranks). `reserved`: GPUs kept
+    for a generation server, which 'all' leaves out."""
     gpus = launch.gpus
     if isinstance(gpus, list):
         if cuda_count and max(gpus) >= cuda_count:
@@ -77,7 +78,7 @@ def plan_ranks(launch: LaunchSpec, cuda_count: int) -> tuple[int, list[int] | No
             )
         return len(gpus), (gpus if cuda_count else None)
     if gpus == "all":
-        return max(1, cuda_count), None
+        return max(1, cuda_count - reserved), None
     if cuda_count and gpus > cuda_count:
         raise RunError(
             message=f"{gpus} GPUs requested but only {cuda_count} are visible",

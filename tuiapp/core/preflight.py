@@ -29,6 +29,7 @@ from tuiapp.core.estimate import (
     trainable_parameters,
 )
 from tuiapp.core.findings import Finding
+from tuiapp.core.generation_server import server_gpu_count
 from tuiapp.core.gpus import GpuInfo, cuda_available, detect_gpus
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import NO_PACKING_KINDS, PREFERENCE_KINDS, Recipe
@@ -230,8 +231,9 @@ def check_method(recipe: Recipe, model_config: dict) -> list[Finding]:
 def requested_gpus(recipe: Recipe, gpus: list[GpuInfo]) -> list[int]:
     """The GPU indices a launch asks for ('all' = every detected GPU)."""
     wanted = recipe.launch.gpus
-    if wanted == "all":
-        return [g.index for g in gpus]
+    if wanted == "all":  # less the generation server's GPUs (grpo/rloo with vllm_mode 'server')
+        ids = [g.index for g in gpus]
+        return ids[:max(1, len(ids) - server_gpu_count(recipe))]
     if isinstance(wanted, int):
         return list(range(wanted))
     return list(wanted)

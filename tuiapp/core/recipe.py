@@ -331,9 +331,19 @@ class _OnlineRl(Section):
                                              "out of the loss (DAPO).")
     generation_backend: Literal["transformers", "vllm"] = Field(
         "transformers", description="'transformers' = model.generate in each rank (any machine); 'vllm' = vLLM "
-        "colocated on the rank's GPU (CUDA and the vllm package).")
+        "(CUDA and the vllm package), as method.vllm_mode says.")
+    vllm_mode: Literal["colocate", "server"] = Field(
+        "colocate", description="generation_backend 'vllm': 'colocate' = an engine inside each rank, sharing its "
+        "GPU; 'server' = a vLLM server the run starts and supervises on GPUs of its own (vllm_server_gpus of "
+        "them, after the training's), its log in logs/vllm-server.log.")
+    vllm_server_gpus: int = Field(1, ge=1, le=64, description="vllm_mode 'server': GPUs the server takes "
+                                  "(its tensor parallel size), besides launch.gpus; launch.gpus = 'all' leaves "
+                                  "them out.")
+    vllm_server_timeout_s: float = Field(600.0, gt=0, le=7200, description="vllm_mode 'server': how long the "
+                                         "server may take to load the model and answer before the run fails.")
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="generation_backend 'vllm': the "
-                                               "share of each GPU's memory vLLM takes (weights + KV cache).")
+                                               "share of each GPU's memory vLLM takes (weights + KV cache); "
+                                               "a server on its own GPUs takes 0.9 unless this is set.")
     log_completions: bool = Field(True, description="Append every completion with its rewards to the run "
                                   "folder's completions.jsonl.")
     adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)

@@ -17,12 +17,14 @@ import sys
 from pathlib import Path
 
 from tuiapp.core import datasets as data
+from tuiapp.core.cluster import uses_hosts
 from tuiapp.core.errors import DatasetError, UserError
 from tuiapp.core.findings import Finding
 from tuiapp.core.gpus import cuda_available, detect_gpus
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.preflight import launch_world
-from tuiapp.core.recipe import Recipe, weights_method
+from tuiapp.core.recipe import BUNDLED_MODEL, Recipe, weights_method
+from tuiapp.core.tiny_vlm import is_tiny_vlm
 
 PROMPT_COLUMNS = ("prompt", "question", "query", "instruction", "problem")
 CHAT_COLUMNS = ("messages", "conversations")
@@ -156,8 +158,9 @@ def _ranks(recipe: Recipe) -> int:
 
 
 def rules(recipe: Recipe, ranks: int | None = None, cuda: bool | None = None,
-          vllm_installed: bool | None = None) -> list[Finding]:
-    """Cross-field rules of a grpo/rloo recipe, checked before any launch."""
+          vllm_installed: bool | None = None, gpu_count: int | None = None) -> list[Finding]:
+    """Cross-field rules of a grpo/rloo recipe, checked before any launch (`gpu_count`: the
+    CUDA GPUs visible, detected when None)."""
     method, train = recipe.method, recipe.train
     if method.kind not in RL_KINDS:
         return []
@@ -210,9 +213,42 @@ def rules(recipe: Recipe, ranks: int | None = None, cuda: bool | None = None,
             out.append(Finding("error", "method.generation_backend", "generation_backend 'vllm' needs the vllm "
                                "package, which is not installed", "pip install vllm, or set "
                                "method.generation_backend = 'transformers'"))
+        if method.vllm_mode == "server":
+            out += server_rules(recipe, gpu_count)
     for index, reward in enumerate(method.rewards):
         if reward.kind == "json" and reward.json_schema:
             out += _schema_findings(reward.json_schema, f"method.rewards.{index}.json_schema")
+    return out
+
+
+def server_rules(recipe: Recipe, gpu_count: int | None = None) -> list[Finding]:
+    """vllm_mode 'server': the server runs beside the ranks on this machine, on GPUs of its own,
+    and loads the base model by name or folder."""
+    method, launch = recipe.method, recipe.launch
+    out: list[Finding] = []
+    if launch.nodes > 1 or uses_hosts(launch):
+        out.append(Finding("error", "method.vllm_mode", "the vLLM generation server runs on the machine of a "
+                           "single-machine run, and this run spans several nodes", "set method.vllm_mode = "
+                           "'colocate' (an engine in each rank), or train on one machine"))
+    name = recipe.model.name
+    if name == BUNDLED_MODEL or is_tiny_vlm(name):
+        out.append(Finding("error", "model.name", f"the vLLM generation server loads a hub model or a model folder, "
+                           f"and '{name}' is built inside the ranks", "use a hub id or a local model folder, or set "
+                           "method.generation_backend = 'transformers'"))
+    visible = len(detect_gpus()) if gpu_count is None else gpu_count
+    wanted, server = launch.gpus, method.vllm_server_gpus
+    train = (visible - server if wanted == "all" else wanted if isinstance(wanted, int) else len(wanted))
+    if visible and (train < 1 or train + server > visible):
+        out.append(Finding("error", "method.vllm_server_gpus", f"the ranks ({max(train, 0)} GPU(s), launch.gpus) and "
+                           f"the vLLM server ({server}, method.vllm_server_gpus) need {max(train, 1) + server} GPUs, "
+                           f"and this machine has {visible}", f"lower launch.gpus to {max(visible - server, 0)} or "
+                           "method.vllm_server_gpus, or set method.vllm_mode = 'colocate' (vLLM shares each rank's "
+                           "GPU)"))
+    if isinstance(wanted, list) and visible:
+        spare = [i for i in range(visible) if i not in wanted]
+        if len(spare) >= server:
+            out.append(Finding("info", "method.vllm_server_gpus", f"the vLLM server takes GPU(s) "
+                               f"{', '.join(map(str, spare[:server]))}", ""))
     return out
 
 

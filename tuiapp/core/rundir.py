@@ -83,6 +83,7 @@ class RunRecord(TypedDict, total=False):
     queue: dict | None  # a queued launch: {priority, slots, enqueued}
     group: dict | None  # a sweep's run: {id, name, index, keys, values}
     devices: list[int] | None  # GPU ids the queue gave this run
+    generation_server: dict | None  # grpo/rloo's vLLM server: {gpus, url, group_port, pid, log, argv, ready}
     argv: list[str] | None
     ranks: int | None
     gpus: list[int] | None

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from tuiapp.core import cluster, launcher, notify, probe, queue, rundata, rundir, runlock, shm, sweep
+from tuiapp.core import cluster, generation_server, launcher, notify, probe, queue, rundata, rundir, runlock, shm, sweep
 from tuiapp.core.errors import UserError
 from tuiapp.core.gpus import detect_gpus
 from tuiapp.core.metrics import JsonlWriter, read_jsonl, summarize
@@ -72,6 +72,7 @@ class Supervisor:
         self.launcher_tearing_down = False  # the ranks finished and exited; only the launcher is left
         self._next_watch = 0.0
         self.ranks_group: int | None = None  # adopt(): the dead supervisor's group, where its ranks live on
+        self.server: subprocess.Popen | None = None  # method.vllm_mode 'server': the vLLM generation server
 
     def _on_stop_signal(self, signum, frame) -> None:
         if self.stop_requested_at is None:
@@ -105,6 +106,8 @@ class Supervisor:
             recipe = self.recipe = self._probe_micro_batch(recipe, cuda, devices)
             if recipe is None:
                 return 0  # stopped while probing
+        reserved = generation_server.server_gpu_count(recipe) if cuda and self.claims else 0
+        devices, server_gpus = generation_server.split_devices(devices, reserved, cuda, taken=devices)
         plan = self.launch = cluster.build_launch(run.path, recipe.launch, cuda, resume=self.resume,
                                                   port=self.port, node=self.node,
                                                   gpu_ids=devices if cuda and devices else None)
@@ -145,21 +148,24 @@ class Supervisor:
         if plan.owner:
             with JsonlWriter(run.events_path) as events:
                 events.write({"event": "launched", "resume": self.resume, "ranks": ranks})
+        server_env, code = self._start_generation_server(recipe, server_gpus) if server_gpus else ({}, None)
         plan.log_path(run.path).parent.mkdir(parents=True, exist_ok=True)
-        with open(plan.log_path(run.path), "ab") as log:
-            command = " ".join(redact(argv))
-            log.write(f"$ {command}\n".encode())
-            log.flush()
-            if plan.rank_log is not None:  # the rank itself: its output goes to its own log, as a launcher's rank's
-                plan.rank_log.parent.mkdir(parents=True, exist_ok=True)
-            with open(plan.rank_log, "ab") if plan.rank_log is not None else nullcontext(log) as output:
-                self.child = subprocess.Popen(
-                    argv, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env={**self._rank_env(ranks), **plan.env}, cwd=os.getcwd(),
-                )
-                code = self._wait()
-            if plan.rank_log is not None and code != 0:  # the line DeepSpeed's launcher writes for a rank's exit
-                log.write(f"{command} exits with return code = {code}\n".encode())
+        with open(plan.log_path(run.path), "ab") if code is None else nullcontext() as log:
+            if code is None:
+                command = " ".join(redact(argv))
+                log.write(f"$ {command}\n".encode())
+                log.flush()
+                if plan.rank_log is not None:  # the rank itself: its output goes to its own log, as a launcher's rank's
+                    plan.rank_log.parent.mkdir(parents=True, exist_ok=True)
+                with open(plan.rank_log, "ab") if plan.rank_log is not None else nullcontext(log) as output:
+                    self.child = subprocess.Popen(
+                        argv, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        env={**self._rank_env(ranks), **plan.env, **server_env}, cwd=os.getcwd(),
+                    )
+                    code = self._wait()
+                if plan.rank_log is not None and code != 0:  # the line DeepSpeed's launcher writes for a rank's exit
+                    log.write(f"{command} exits with return code = {code}\n".encode())
+        self._stop_generation_server()
         self._watch_sweep(ended=True)
         self._kill_leftovers()
         if self.claims:
@@ -167,6 +173,53 @@ class Supervisor:
         shm.reclaim(plan.port)  # DeepSpeed's CPU all-reduce buffers of this run's ranks
         self._record_outcome(code)
         return 0
+
+    def _start_generation_server(self, recipe, gpu_ids: list[int]) -> tuple[dict, int | None]:
+        """method.vllm_mode 'server': start vLLM on its GPUs (phase 'starting vLLM server') and
+        wait until it answers; (the ranks' environment, None), or ({}, 1) when it failed or a stop
+        came first (self.fail_reason says which)."""
+        if len(gpu_ids) < recipe.method.vllm_server_gpus:
+            self.fail_reason = (f"the vLLM generation server needs {recipe.method.vllm_server_gpus} GPU(s) besides the "
+                                f"ranks' and only {len(gpu_ids)} are left (method.vllm_server_gpus)")
+            return {}, 1
+        port, group_port = launcher.free_port(), launcher.free_port()
+        url = f"http://127.0.0.1:{port}"
+        argv = generation_server.server_argv(recipe, recipe.model.name, port)
+        self.server = generation_server.start(self.run.path, argv, gpu_ids)
+        record = {"gpus": gpu_ids, "url": url, "group_port": group_port, "pid": self.server.pid,
+                  "log": generation_server.LOG_NAME, "argv": argv}
+        self._record(phase="starting vLLM server", phase_since=time.time(), generation_server=record)
+        with JsonlWriter(self.run.events_path) as events:
+            events.write({"event": "generation_server", "gpus": gpu_ids, "url": url, "pid": self.server.pid})
+        ready = generation_server.wait_ready(self.server, url, recipe.method.vllm_server_timeout_s, self.run.path,
+                                             stopped=lambda: self.stop_requested_at is not None)
+        if not ready.ready:
+            if self.stop_requested_at is None:
+                self.fail_reason = ready.reason
+            return {}, 1
+        self._record(phase="launching", phase_since=time.time(), generation_server={**record, "ready": time.time()})
+        return generation_server.rank_env(url, group_port), None
+
+    def _watch_generation_server(self) -> None:
+        """The server died while the ranks train: the run fails, naming it; the ranks are stopped."""
+        if self.server is None or self.fail_reason or self.stop_requested_at is not None:
+            return
+        code = self.server.poll()
+        if code is not None:
+            self.fail_reason = generation_server.died_reason(code, self.run.path)
+            self.stop_requested_at = time.monotonic()  # the ranks get the stop and then the grace
+            self.stop_recorded = True  # failing, not stopping on request
+            self._signal_group(signal.SIGTERM)
+
+    def _stop_generation_server(self) -> None:
+        """The ranks are done: the server shuts down on SIGTERM (its workers with it), else SIGKILL."""
+        if self.server is None or self.server.poll() is not None:
+            return
+        self.server.terminate()
+        try:
+            self.server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.server.kill()
 
     def adopt(self) -> int:
         """Follow the ranks of a supervisor that died (they live on in its process group): hold
@@ -194,7 +247,16 @@ class Supervisor:
         if info.get("stop_requested"):
             self.stop_requested_at = time.monotonic()
             self.stop_recorded = True
-        while group_processes(self.ranks_group):
+        server_pid = (info.get("generation_server") or {}).get("pid")
+        while (left := group_processes(self.ranks_group)):
+            if server_pid and _only_server_left(left, int(server_pid)):  # the ranks are done: it serves no one
+                for process in left:
+                    try:
+                        process.terminate()
+                    except psutil.Error:
+                        pass
+                psutil.wait_procs(left, timeout=30)
+                continue
             self._record_stop_request()
             if time.monotonic() >= self._next_watch:
                 self._next_watch = time.monotonic() + WATCH_S
@@ -270,6 +332,7 @@ class Supervisor:
             self._record_stop_request()
             if time.monotonic() >= self._next_watch:
                 self._next_watch = time.monotonic() + WATCH_S
+                self._watch_generation_server()
                 self._watch_nodes()
                 self._watch_ranks()
                 self._watch_sweep()
@@ -286,8 +349,9 @@ class Supervisor:
         self.claims = self.node is None and not cluster.uses_hosts(recipe.launch)
         if not self.claims:
             return []
-        ranks, gpu_ids = launcher.plan_ranks(recipe.launch, cuda)
-        want = gpu_ids if gpu_ids is not None else ranks
+        reserved = generation_server.server_gpu_count(recipe) if cuda else 0
+        ranks, gpu_ids = launcher.plan_ranks(recipe.launch, cuda, reserved=reserved)
+        want = generation_server.devices_wanted(ranks, gpu_ids, reserved, cuda, self.queued)
         me = psutil.Process()
         slots = int((self.run.info.get("queue") or {}).get("slots") or queue.default_slots())
         if self.queued:
@@ -533,6 +597,17 @@ class Supervisor:
             return
         done = sum(r.status == "succeeded" for r in runs)
         self._notify("sweep", "finished", f"sweep {record.get('name')}: {done}/{len(runs)} runs succeeded")
+
+
+def _only_server_left(processes: list, server_pid: int) -> bool:
+    """Every process left is the generation server or one of its workers."""
+    for process in processes:
+        try:
+            if process.pid != server_pid and server_pid not in {p.pid for p in process.parents()}:
+                return False
+        except psutil.Error:
+            continue
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

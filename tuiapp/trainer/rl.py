@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from tuiapp.core import generation_server
 from tuiapp.core import rewards as builtin
 from tuiapp.core import rl as core_rl
 from tuiapp.core.completions import COMPLETIONS_FILE
@@ -184,8 +185,7 @@ def trainer_config(recipe: Recipe, kwargs: dict):
         epsilon_high=method.epsilon_high or None, num_iterations=method.num_iterations,
         mask_truncated_completions=method.mask_truncated_completions,
         reward_weights=[r.weight for r in method.rewards], disable_dropout=True, log_completions=False,
-        use_vllm=method.generation_backend == "vllm", vllm_mode="colocate",
-        vllm_gpu_memory_utilization=method.vllm_gpu_memory_utilization,
+        use_vllm=method.generation_backend == "vllm", **vllm_settings(method),
     )
     if method.kind == "grpo":
         from trl import GRPOConfig
@@ -194,6 +194,20 @@ def trainer_config(recipe: Recipe, kwargs: dict):
     from trl import RLOOConfig
 
     return RLOOConfig(**common, normalize_advantages=method.normalize_advantages)
+
+
+def vllm_settings(method, env: dict | None = None) -> dict:
+    """TRL's vLLM keys: a colocated engine, or the run's server (its URL and weight-sync port come
+    from the supervisor, tuiapp.core.generation_server)."""
+    if method.generation_backend != "vllm" or method.vllm_mode == "colocate":
+        return {"vllm_mode": "colocate", "vllm_gpu_memory_utilization": method.vllm_gpu_memory_utilization}
+    env = os.environ if env is None else env
+    if generation_server.URL_ENV not in env:
+        raise RuntimeError("method.vllm_mode is 'server' and the supervisor started no generation server "
+                           f"(${generation_server.URL_ENV} is not set)")
+    return {"vllm_mode": "server", "vllm_server_base_url": env[generation_server.URL_ENV],
+            "vllm_group_port": int(env[generation_server.GROUP_PORT_ENV]),
+            "vllm_server_timeout": float(method.vllm_server_timeout_s)}
 
 
 class _OnlineRun:
@@ -312,7 +326,12 @@ def generation_event(recipe: Recipe) -> dict:
              "max_completion_length": method.max_completion_length,
              "rewards": [{"name": r.label(), "kind": r.kind, "weight": r.weight} for r in method.rewards]}
     if method.generation_backend == "vllm":
-        event.update(vllm_mode="colocate", vllm_gpu_memory_utilization=method.vllm_gpu_memory_utilization)
+        event["vllm_mode"] = method.vllm_mode
+        if method.vllm_mode == "colocate":
+            event["vllm_gpu_memory_utilization"] = method.vllm_gpu_memory_utilization
+        else:
+            event.update(vllm_server_gpus=method.vllm_server_gpus,
+                         vllm_server=os.environ.get(generation_server.URL_ENV))
     return event
 
 
