@@ -286,10 +286,11 @@ def test_columns_cache_of_a_long_run_is_used_extended_and_dropped_when_the_file_
     with JsonlWriter(metrics) as writer:
         for row in rows:
             writer.write(row)
-    first, _ = read_run_data(metrics, cache)
-    assert cache.exists() and first.cached_offset == metrics.stat().st_size
-    again, reader = read_run_data(metrics, cache)  # from the cache: the same data
-    assert again.cached_offset == first.cached_offset and list(again.loss.ys) == list(first.loss.ys)
+    first, read = read_run_data(metrics, cache)
+    assert cache.exists() and read.offset == metrics.stat().st_size
+    made = cache.stat().st_mtime_ns
+    again, reader = read_run_data(metrics, cache)  # from the cache: the same data, nothing rewritten
+    assert cache.stat().st_mtime_ns == made and list(again.loss.ys) == list(first.loss.ys)
     assert list(again.tokens) == list(first.tokens) and list(again.memory["rank0"].ys) == [2.0] * COLUMNS_MIN_RECORDS
     assert again.evals == [(50, [{"prompt": "p", "output": "o"}])] and again.last_train["step"] == COLUMNS_MIN_RECORDS
     with JsonlWriter(metrics) as writer:  # the file grows: only the new line is parsed

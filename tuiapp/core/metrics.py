@@ -83,9 +83,13 @@ class JsonlWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "ab")
 
-    def write(self, record: dict) -> None:
+    def encode(self, record: dict) -> bytes:
+        """The line written for a record: its time first (unless it has one), NaN/inf as strings."""
         record = {"time": time.time(), **record}
-        self._file.write(orjson.dumps(_clean(record), option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS))
+        return orjson.dumps(_clean(record), option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+
+    def write(self, record: dict) -> None:
+        self._file.write(self.encode(record))
         self._file.flush()
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-import sys
+import time
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import orjson
 
-from tuiapp.core.metrics import PREFERENCE_METRICS, RL_METRICS, JsonlReader, as_number, device_peak
+from tuiapp.core import columns
+from tuiapp.core.columns import columns_cache, columns_path
+from tuiapp.core.metrics import PREFERENCE_METRICS, RL_METRICS, JsonlReader, JsonlWriter, as_number, device_peak
 from tuiapp.core.progress import eta_seconds
 
 _np = None  # numpy, imported on first use (it costs ~0.15 s of the app's start-up)
@@ -124,7 +126,6 @@ class RunData:
     samples_step: float | None = None
     nonfinite_loss: bool = False
     records: int = 0
-    cached_offset: int = -1  # how much of metrics.jsonl the columns cache holds (read_run_data)
 
     @property
     def loss(self) -> Series:
@@ -256,25 +257,17 @@ def _column(rows: list[dict], key: str) -> array:
         return array("d", [v if type(v) is float else float(v) if type(v) is int else math.nan for v in values])
 
 
-# ------------------------------------------------------------------ columns cached beside the runs
+# ------------------------------------------------------------------ columns kept beside the runs
 
-COLUMNS_VERSION = 2  # 2: the RL series
-COLUMNS_MIN_RECORDS = 10_000  # smaller files parse in a few ms: not worth a cache file
-_TAIL = 64  # bytes before the cached offset that must still be there for the cache to hold
-
-
-def columns_cache(run_dir: Path) -> Path:
-    """Where a run's metrics are kept in columns: runs/.cache/columns/<id>.bin (a dot folder:
-    never taken for a run)."""
-    return run_dir.parent / ".cache" / "columns" / f"{run_dir.name}.bin"
-
-
+COLUMNS_MIN_RECORDS = 10_000  # the TUI caches columns once it has parsed this many rows at once
 SUMMARISE_MIN_BYTES = 1 << 20  # a metrics.jsonl under ~10,000 rows parses in milliseconds anyway
 
 
 def summarise_run(run_dir: Path) -> None:
-    """Write a finished run's columns cache (the supervisor does, once the run's outcome is
-    recorded), so the compare screen's first open of it reads columns instead of parsing JSON."""
+    """Make sure a finished run's metrics can be read in columns (the supervisor calls this once
+    the run's outcome is recorded): a run whose trainer kept metrics.columns to its end needs
+    nothing; another's (an older llmtui's, one killed before its last snapshot) get the TUI's
+    cache, so the compare screen's first open of it reads columns instead of parsing JSON."""
     metrics_path = run_dir / "metrics.jsonl"
     try:
         if metrics_path.stat().st_size >= SUMMARISE_MIN_BYTES:
@@ -286,21 +279,23 @@ def summarise_run(run_dir: Path) -> None:
 def read_run_data(metrics_path: Path, cache_path: Path | None = None) -> tuple[RunData, JsonlReader]:
     """A run's metrics as RunData, and the reader to follow the file from where it stopped.
 
-    With `cache_path`, the columns of the rows already read are kept there (a binary file of
-    arrays and a JSON header): the next read loads them in milliseconds and parses only the
-    lines written since. The cache holds while metrics.jsonl is the same file (inode) and still
-    has the bytes it was made from (the file only grows); else the file is read whole again."""
-    cached = _load_columns(metrics_path, cache_path) if cache_path is not None else None
-    if cached is not None:
-        data, reader = cached
-        data.extend(reader.read_new())
-    else:
-        reader = JsonlReader(metrics_path)
-        data = RunData()
-        data.extend(reader.read_all())
-    covered = reader.offset - len(reader._partial)
-    if cache_path is not None and data.records >= COLUMNS_MIN_RECORDS and covered != data.cached_offset:
-        _save_columns(data, metrics_path, covered, cache_path)
+    The rows the run's own columns hold (metrics.columns, kept by the trainer as it writes) are
+    loaded in milliseconds, and only the lines written since are parsed; without them (or when
+    they do not hold for metrics.jsonl as it is now), the TUI's cache at `cache_path` is tried,
+    and else the file is read whole. A read that had to parse COLUMNS_MIN_RECORDS rows or more
+    leaves its columns at `cache_path` for the next one."""
+    data = reader = None
+    for path in (columns_path(metrics_path.parent), cache_path):
+        loaded = _load_columns(metrics_path, path) if path is not None else None
+        if loaded is not None:
+            data, reader = loaded
+            break
+    if data is None or reader is None:
+        data, reader = RunData(), JsonlReader(metrics_path)
+    before = data.records
+    data.extend(reader.read_new())
+    if cache_path is not None and data.records - before >= COLUMNS_MIN_RECORDS:
+        save_columns(data, metrics_path, reader.offset - len(reader._partial), cache_path)
     return data, reader
 
 
@@ -314,74 +309,42 @@ def _arrays(data: RunData) -> list[tuple[str, array]]:
     return out
 
 
-def _save_columns(data: RunData, metrics_path: Path, covered: int, cache_path: Path) -> None:
-    try:
-        stat = metrics_path.stat()
-        with open(metrics_path, "rb") as handle:
-            handle.seek(max(0, covered - _TAIL))
-            tail = handle.read(min(covered, _TAIL))
-        arrays = _arrays(data)
-        header = orjson.dumps({
-            "version": COLUMNS_VERSION, "byteorder": sys.byteorder, "inode": stat.st_ino, "covered": covered,
-            "tail": tail.hex(), "records": data.records, "first_time": data.first_time, "last_train": data.last_train,
-            "recent": data.recent, "last_eval": data.last_eval, "samples": data.samples, "samples_step": data.samples_step,
-            "evals": data.evals, "eval_records": data.eval_records, "nonfinite_loss": data.nonfinite_loss,
-            "arrays": [[name, len(values)] for name, values in arrays],
-        }, option=orjson.OPT_SERIALIZE_NUMPY)
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_name(f".{cache_path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as handle:
-            handle.write(len(header).to_bytes(8, "little"))
-            handle.write(header)
-            for _, values in arrays:
-                values.tofile(handle)
-        os.replace(tmp, cache_path)
-        data.cached_offset = covered
-    except (OSError, TypeError, ValueError):
-        pass  # a read-only runs folder, or odd values: the next read parses the file again
+def save_columns(data: RunData, metrics_path: Path, covered: int, path: Path) -> bool:
+    """A snapshot of `data`, which holds metrics.jsonl's rows up to byte `covered`, at `path`."""
+    header = {
+        "records": data.records, "first_time": data.first_time, "last_train": data.last_train,
+        "recent": data.recent, "last_eval": data.last_eval, "samples": data.samples, "samples_step": data.samples_step,
+        "evals": data.evals, "eval_records": data.eval_records, "nonfinite_loss": data.nonfinite_loss,
+    }
+    return columns.save(path, metrics_path, covered, header, _arrays(data))
 
 
-def _load_columns(metrics_path: Path, cache_path: Path) -> tuple[RunData, JsonlReader] | None:
+def _load_columns(metrics_path: Path, path: Path) -> tuple[RunData, JsonlReader] | None:
+    loaded = columns.load(path, metrics_path)
+    if loaded is None:
+        return None
+    header, arrays, inode = loaded
+    data = RunData()
     try:
-        raw = cache_path.read_bytes()
-        size = int.from_bytes(raw[:8], "little")
-        header = orjson.loads(raw[8 : 8 + size])
-        stat = metrics_path.stat()
-        covered = header["covered"]
-        if (header.get("version") != COLUMNS_VERSION or header.get("byteorder") != sys.byteorder
-                or header["inode"] != stat.st_ino or stat.st_size < covered):
+        data.steps, data.tokens, data.times = arrays["steps"], arrays["tokens"], arrays["times"]
+        if not len(data.steps) == len(data.tokens) == len(data.times):
             return None
-        with open(metrics_path, "rb") as handle:
-            handle.seek(max(0, covered - _TAIL))
-            if handle.read(min(covered, _TAIL)).hex() != header["tail"]:
-                return None
-        data = RunData()
-        offset = 8 + size
-        columns: dict[str, array] = {}
-        view = memoryview(raw)  # slices without copies: each column is copied once, into its array
-        for name, count in header["arrays"]:
-            values = array("d")
-            values.frombytes(view[offset : offset + count * 8])
-            offset += count * 8
-            columns[name] = values
-        data.steps, data.tokens, data.times = columns["steps"], columns["tokens"], columns["times"]
-        _fill(data.eval_loss, columns["eval:x"], columns["eval:y"])
+        _fill(data.eval_loss, arrays["eval:x"], arrays["eval:y"])
         for key, series in data.series.items():
-            _fill(series, columns.get(f"series:{key}:x", array("d")), columns.get(f"series:{key}:y", array("d")))
-        for name in columns:
+            _fill(series, arrays.get(f"series:{key}:x", array("d")), arrays.get(f"series:{key}:y", array("d")))
+        for name in arrays:
             if name.startswith("memory:") and name.endswith(":x"):
                 rank = name[len("memory:") : -2]
-                data.memory[rank] = _fill(Series(), columns[name], columns[f"memory:{rank}:y"])
+                data.memory[rank] = _fill(Series(), arrays[name], arrays[f"memory:{rank}:y"])
         data.records, data.first_time, data.last_train = header["records"], header["first_time"], header["last_train"]
         data.recent, data.last_eval, data.samples = header["recent"], header["last_eval"], header["samples"]
         data.samples_step, data.nonfinite_loss = header["samples_step"], header["nonfinite_loss"]
         data.evals = [(step, samples) for step, samples in header["evals"]]
         data.eval_records = header["eval_records"]
-        data.cached_offset = covered
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+    except (KeyError, TypeError, ValueError):
         return None
     reader = JsonlReader(metrics_path)
-    reader.offset, reader._inode = covered, stat.st_ino
+    reader.offset, reader._inode = header["covered"], inode
     return data, reader
 
 
@@ -391,3 +354,57 @@ def _fill(series: Series, xs: array, ys: array) -> Series:
     series.xs, series.ys = xs, ys
     series.version += 1 if len(ys) else 0
     return series
+
+
+# ------------------------------------------------------------------ the trainer's writer
+
+
+class MetricsWriter(JsonlWriter):
+    """metrics.jsonl's writer (rank 0 of a run) that keeps the run's columns (metrics.columns)
+    current, so no reader ever parses a long run's JSON lines: the rows are also added to a
+    RunData, and a snapshot of it replaces the file once the rows not in it reach
+    max(every_rows, a 16th of all), after every_s seconds with rows not in it, and at close.
+    A reader parses at most that many lines; the snapshots of a run of N rows write ~16 x its
+    final columns in all (a few hundred MB over 100,000 rows), each in milliseconds.
+
+    Opened on a run that has rows already (a resume), it starts from them: from its columns
+    when they hold, else by reading metrics.jsonl once."""
+
+    def __init__(self, run_dir: Path, every_rows: int = 1000, every_s: float = 30.0):
+        super().__init__(Path(run_dir) / "metrics.jsonl")
+        self.columns = columns_path(run_dir)
+        self.every_rows, self.every_s = every_rows, every_s
+        if self._file.tell():
+            with open(self.path, "rb") as handle:
+                handle.seek(-1, os.SEEK_END)
+                cut = handle.read(1) != b"\n"
+            if cut:  # a line cut by a crash stays one unreadable line, apart from the next
+                self._file.write(b"\n")
+                self._file.flush()
+        self.data, _ = read_run_data(self.path)
+        self._pending: list[dict] = []
+        self._saved = 0  # rows in the last snapshot this writer made
+        self._saved_at = time.monotonic()
+
+    def write(self, record: dict) -> None:
+        line = self.encode(record)
+        self._file.write(line)
+        self._file.flush()
+        self._pending.append(orjson.loads(line))  # the row as readers will see it
+        unsaved = self.data.records + len(self._pending) - self._saved
+        if unsaved >= max(self.every_rows, self.data.records // 16) or time.monotonic() - self._saved_at >= self.every_s:
+            self.save()
+
+    def save(self) -> None:
+        """Replace the run's columns with a snapshot of every row written so far."""
+        self.data.extend(self._pending)
+        self._pending = []
+        if self.data.records != self._saved:
+            save_columns(self.data, self.path, self._file.tell(), self.columns)
+            self._saved = self.data.records
+        self._saved_at = time.monotonic()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self.save()
+        super().close()

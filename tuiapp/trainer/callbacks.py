@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import math
 import os
@@ -24,6 +25,7 @@ from tuiapp.core.metrics import (
     read_rank_memory,
     write_rank_memory,
 )
+from tuiapp.core.rundata import MetricsWriter
 from tuiapp.trainer import phases
 
 
@@ -249,6 +251,7 @@ def preference_metrics(logs: dict, prefix: str = "") -> dict:
 
 MEMORY_EVERY_S = 2.0  # how often a rank rewrites its ranks/memory-<rank>.json
 MEMORY_SAMPLE_S = 1.0  # how often a rank reads its own memory (a metrics row carries the latest)
+END_EVENTS = ("finished", "stop_checkpoint")  # the trainer writes no metrics row after these
 EVAL_PROGRESS_EVERY_S = 1.0  # how often rank 0 writes an eval_progress event while it evaluates
 
 
@@ -302,7 +305,8 @@ class RunRecorder(TrainerCallback):
             dist.barrier()
             self._rank_memory(force=True)
         if self._is_writer(state):
-            self.metrics = JsonlWriter(self.run_dir / "metrics.jsonl")
+            self.metrics = MetricsWriter(self.run_dir)  # keeps metrics.columns current: readers parse no long file
+            atexit.register(self.metrics.close)  # a rank that exits through the interpreter (not os._exit)
             self.events = JsonlWriter(self.run_dir / "events.jsonl")
             total = trainable = 0
             for param in model.parameters():
@@ -449,10 +453,14 @@ class RunRecorder(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self._is_writer(state):
             self._flush(state)  # the agreement settled in its own on_train_end, called first
+            if self.metrics is not None:
+                self.metrics.save()
 
     def event(self, state, record: dict) -> None:
         if self._is_writer(state) and self.events is not None:
             self.events.write(record)
+            if record.get("event") in END_EVENTS and self.metrics is not None:
+                self.metrics.save()  # every row is written (a last evaluation's too): the columns hold them all
 
 
 def _length(sized) -> int | None:
