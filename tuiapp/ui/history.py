@@ -19,11 +19,14 @@ from tuiapp.core.metrics import (
     as_number,
     dedupe_steps,
     peak_memory,
+    preference_best,
     recent_mean,
+    running_means,
     summarize,
     train_rows,
 )
 from tuiapp.core.progress import fmt_duration
+from tuiapp.core.rundata import SUMMARISE_MIN_BYTES, RunData, columns_cache, numpy_module, read_run_data
 from tuiapp.core.runs import ACTIVE, Run, RunStore
 from tuiapp.core.runstate import STALL_WINDOW, StatusView, error_log, status_view, steps_counting, why_text
 from tuiapp.ui.run_panes import flag_text
@@ -226,6 +229,45 @@ def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
     )
 
 
+def with_run_data(row: RunRow, data: RunData) -> RunRow:
+    """`with_metrics` from a run's metrics in columns (read_run_data): a long run's summary
+    without a Python loop over its rows (peak memory is kept in GB there: equal to ~1e-6)."""
+    last = data.last_train
+    accuracies, margins = data.series["rewards/accuracies"].ys, data.series["rewards/margins"].ys
+    train = [{"rewards/accuracies": a} for a in accuracies] + [{"rewards/margins": m} for m in margins]
+    best = preference_best(train, data.eval_records) if train or data.eval_records else {}
+    peaks = [max(s.ys) for s in data.memory.values() if len(s)]
+    evaluated = evals.latest(row.path)
+    return replace(
+        row,
+        step=data.steps[-1] if data.steps else None,
+        max_steps=as_number(last.get("max_steps")),
+        last_loss=as_number(last.get("loss")),
+        best_eval_loss=data.best_eval(),
+        eval_ppl=evals.number(evaluated, "tuned", "perplexity"),
+        eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
+        best_accuracy=best.get("best_accuracy"),
+        best_margin=best.get("best_margin"),
+        reward=recent_mean(data.series["reward"].ys) if row.method in RL_KINDS else None,
+        tokens_per_s=_upper_median(data.series["tokens_per_s"].ys),
+        peak_mem=max(peaks) * 1e9 if peaks else None,
+        last_time=as_number(last.get("time")),
+        losses=_thin(list(data.loss.ys), SPARK_POINTS),
+        step_times=[t for t in data.times[-STALL_WINDOW:] if not math.isnan(t)],
+        summarized=True,
+    )
+
+
+def _upper_median(values) -> float | None:
+    """summarize's tokens/s (sorted(values)[n // 2]), with numpy's partition when it can."""
+    if not len(values):
+        return None
+    np = numpy_module()
+    if np is None:
+        return sorted(values)[len(values) // 2]
+    return float(np.partition(np.frombuffer(values, dtype=np.float64), len(values) // 2)[len(values) // 2])
+
+
 def _thin(values: list[float], count: int) -> list[float]:
     if len(values) <= count:
         return values
@@ -249,6 +291,25 @@ class LiveSummary:
         self.times: deque[float] = deque(maxlen=STALL_WINDOW)
         self.preference = PreferenceBest()
         self.rewards: list[float] = []  # an online RL run's total reward per step (a float a step)
+
+    @classmethod
+    def from_data(cls, data: RunData) -> "LiveSummary":
+        """The summary of the rows in `data` (a long run read in columns), to go on from."""
+        live = cls()
+        live.last = data.last_train
+        live.best_eval = data.best_eval()
+        peaks = [max(s.ys) for s in data.memory.values() if len(s)]
+        live.peak = max(peaks) * 1e9 if peaks else None
+        live.speeds.extend(data.series["tokens_per_s"].ys[-live.speeds.maxlen:])
+        losses = data.loss.ys
+        live.seen = len(losses)
+        while len(losses) // live.stride > 8 * SPARK_POINTS:
+            live.stride *= 2
+        live.losses = list(losses[live.stride - 1 :: live.stride])
+        live.times.extend(t for t in data.times[-STALL_WINDOW:] if not math.isnan(t))
+        live.preference = PreferenceBest.from_data(data)
+        live.rewards = list(data.series["reward"].ys)
+        return live
 
     def add(self, records: list[dict]) -> None:
         for record in records:
@@ -314,6 +375,20 @@ class PreferenceBest:
         self.windows = {name: deque(maxlen=PREFERENCE_WINDOW) for name in self.KEYS}
         self.train_best: dict[str, float] = {}
         self.eval_best: dict[str, float] = {}
+
+    @classmethod
+    def from_data(cls, data: RunData) -> "PreferenceBest":
+        best = cls()
+        for name, key in cls.KEYS.items():
+            values = data.series[key].ys
+            best.windows[name].extend(values[-PREFERENCE_WINDOW:])
+            if len(values):
+                best.train_best[name] = max(running_means(list(values)))
+            found = [v for v in (as_number(r.get("eval_" + key)) for r in data.eval_records)
+                     if v is not None and math.isfinite(v)]
+            if found:
+                best.eval_best[name] = max(found)
+        return best
 
     def add(self, record: dict, split: str) -> None:
         for name, key in self.KEYS.items():
@@ -381,13 +456,26 @@ class HistoryLoader:
             yield rows
 
     def summarize(self, row: RunRow) -> RunRow:
-        """Read a run's metrics once; active runs keep their reader for later polls."""
-        reader = JsonlReader(row.path / "metrics.jsonl")
-        records = reader.read_new()
-        summarized = replace(with_metrics(row, records), unreadable=reader.malformed)
-        if row.status in ACTIVE:
-            live = LiveSummary()
-            live.add(records)
+        """Read a run's metrics once; active runs keep their reader for later polls. A long run
+        (over SUMMARISE_MIN_BYTES) is read in columns: those its trainer keeps, else the TUI's
+        cache of them (made here on the first read), and the lines written since."""
+        path = row.path / "metrics.jsonl"
+        try:
+            long = path.stat().st_size >= SUMMARISE_MIN_BYTES
+        except OSError:
+            long = False
+        if long:
+            data, reader = read_run_data(path, columns_cache(row.path))
+            summarized = replace(with_run_data(row, data), unreadable=reader.malformed)
+            live = LiveSummary.from_data(data) if row.status in ACTIVE else None
+        else:
+            reader = JsonlReader(path)
+            records = reader.read_new()
+            summarized = replace(with_metrics(row, records), unreadable=reader.malformed)
+            live = LiveSummary() if row.status in ACTIVE else None
+            if live is not None:
+                live.add(records)
+        if live is not None:
             self.active[row.id] = (reader, live, summarized)
         return summarized
 
@@ -423,8 +511,7 @@ class HistoryLoader:
             if fresh.status not in ACTIVE:  # finished: exact figures from the whole file, once
                 del self.active[run_id]
                 self.known[run_id] = _stamp(row.path)
-                whole = JsonlReader(row.path / "metrics.jsonl")
-                changed.append(replace(with_metrics(fresh, whole.read_all()), unreadable=whole.malformed))
+                changed.append(self.summarize(fresh))
             elif new or fresh.state() != row.state():
                 row = replace(live.apply(fresh), unreadable=reader.malformed)
                 self.active[run_id] = (reader, live, row)
