@@ -117,6 +117,36 @@ def test_hide_show_legend_beside_the_plot_and_short_runs_not_squeezed(runs_root,
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("size", [SIZES[0], pytest.param(SIZES[1], marks=SLOW)], ids=SIZE_IDS)
+def test_a_zoomed_chart_keeps_its_legend_beside_the_plot(runs_root, tmp_path, size):
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_compare(pilot, runs_root, ["baseline", "high-lr"])
+            chart = loss_chart(screen)
+            before = chart.region
+            await pilot.press("z")  # the loss chart fills the screen
+            await pilot.pause()
+            assert screen.maximized is not None and chart.region.height > before.height
+            legend = screen.query_one("#cmp-zoom-legend")
+            assert legend.display and legend.region.width and legend.region.x >= chart.region.right
+            text = screen_text(app)
+            values = screen.cursor_values()
+            for run in screen.runs:  # each run's glyph, name and value at the cursor
+                assert f"{run.marker} {run.label}" in text and f"{values[run.label]:.4g}" in text
+            assert "Loss at step 40" in text
+            await pilot.press("left")
+            assert "Loss at step 39" in screen_text(app)  # it follows the cursor while zoomed
+            await pilot.press("z")
+            await pilot.pause()
+            assert screen.maximized is None and not legend.display
+            await pilot.press("6", "z")  # a table zoomed: no chart legend beside it
+            await pilot.pause()
+            assert screen.maximized is not None and not legend.display
+
+    asyncio.run(scenario())
+
+
 @SLOW
 def test_default_range_clips_a_much_longer_run_and_zoom_out_shows_it_whole(tmp_path):
     from ui_fixtures import synthetic_run

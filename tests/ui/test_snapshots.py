@@ -118,6 +118,23 @@ def test_compare_config_80x24(snap_compare, runs_root, tmp_path):
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
 @pytest.mark.slow  # over ~5 s on 2 busy cores
+def test_compare_zoomed_chart_with_its_legend(snap_compare, runs_root, tmp_path, size):
+    """z on the loss chart: it fills the screen and keeps the legend beside it (each run's glyph,
+    name and value at the cursor)."""
+    ids = [RunStore(runs_root).get(name).id for name in ("baseline", "high-lr", "sft")]
+
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        pilot.app.push_screen(CompareScreen(ids))
+        await _compare_ready(pilot)
+        await pilot.press("z", *["left"] * 5)
+        await pilot.pause()
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+@pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_compare_smoothed_with_cursor(snap_compare, runs_root, tmp_path, size):
     """Three runs smoothed (EMA 0.6), the cursor moved back ten steps: the side table beside
     the plot reads each run's value there; every run has its glyph."""

@@ -79,12 +79,18 @@ class CompareScreen(PaneDeckActions, Screen):
     CompareScreen #cmp-deck { width: 1fr; }
     CompareScreen #cmp-legend { width: 28; height: 1fr; padding: 0 1; border-left: vkey $border-blurred; }
     CompareScreen.-wide #cmp-legend { width: 34; }
+    CompareScreen #cmp-zoom-legend { display: none; dock: right; width: 28; height: 1fr; padding: 0 1;
+                                     border-left: vkey $border-blurred; }
+    CompareScreen.-wide #cmp-zoom-legend { width: 34; }
+    CompareScreen.-maximized-view #cmp-zoom-legend { display: block; }
+    CompareScreen.-maximized-view #cmp-zoom-legend.-off { display: none; }
     CompareScreen.-wide #cmp-deck > #deck-body { grid-size: 2; }
     CompareScreen.-wide #cmp-deck > #deck-body > .pane.-offpage { display: none; }
     CompareScreen.-wide.-paged #cmp-deck > #deck-tabs { display: block; }
     """
     PANE_ROWS = 14  # a pane shown in the grid gets at least this many rows (about 8 of plot)
     PANE_CELLS = 42  # and this many columns
+    ALLOW_IN_MAXIMIZED_VIEW = "Footer, #cmp-zoom-legend"  # z on a chart keeps its legend beside it
     AUTO_FOCUS = None  # the cursor keys move the chart's cursor; tab reaches the tables
     BINDINGS = [
         Binding("x", "next_axis", "X axis", tooltip="x axis: step, tokens, wall time or % of each run"),
@@ -148,6 +154,7 @@ class CompareScreen(PaneDeckActions, Screen):
                 id="cmp-deck",
             )
             yield Static("", id="cmp-legend")
+        yield Static("", id="cmp-zoom-legend")  # the same, beside a zoomed (maximized) chart
         yield Footer(compact=True)
 
     def chart_metrics(self) -> dict[str, tuple[str, str]]:
@@ -428,7 +435,11 @@ class CompareScreen(PaneDeckActions, Screen):
             table.add_row(Text(run.marker, style=run.color.rstrip("+")), label, value)
         cursor = tick_label(self.cursor_x(), 0.01 if self.axis in ("time", "relative") else 1)
         head = Text.from_markup(f"[b]{escape(self.chart_metrics().get(metric, (metric,))[0])}[/] at {AXIS_LABELS[self.axis]} {cursor}\n")
-        self.query_one("#cmp-legend", Static).update(Group(head, table, Text("\n↑↓ pick · h hide · ←→ cursor", style="dim")))
+        legend = Group(head, table, Text("\n↑↓ pick · h hide · ←→ cursor", style="dim"))
+        self.query_one("#cmp-legend", Static).update(legend)
+        zoomed = self.query_one("#cmp-zoom-legend", Static)
+        zoomed.set_class(not on_chart, "-off")
+        zoomed.update(legend)
 
     # ------------------------------------------------------------ tables
 
