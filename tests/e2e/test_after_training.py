@@ -103,6 +103,25 @@ def test_interactive_chat_reads_lines_until_the_end_of_input(run):
     assert len(answers) == 2 and answers[0] == answers[1]  # /reset forgot the first turn
 
 
+def test_chat_vs_another_run_and_single_turn(run, tmp_path_factory):
+    lora = lora_run(tmp_path_factory)
+    shutil.copytree(lora, run.parent / lora.name)
+    done = llmtui(run, "chat", run.name, "--vs", lora.name, "--prompt", QUESTION, "--json", "--max-new-tokens", "6")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["vs"]["run"] == lora.name and document["vs"]["target"]["kind"] == "peft"
+    assert document["answers"]["tuned"]["tokens"] > 0 and 0 < document["answers"]["vs"]["tokens"] <= 6
+    streamed = llmtui(run, "chat", run.name, "--vs", lora.name, "--prompt", QUESTION, "--max-new-tokens", "6")
+    assert streamed.returncode == 0, streamed.stderr
+    assert f"[tuned: final of {run.name}]" in streamed.stdout and f"[vs: final of {lora.name}]" in streamed.stdout
+
+    # single turn: the same message twice gets the same greedy answer (the first is not sent along)
+    alone = llmtui(run, "chat", run.name, "--single-turn", input=f"{QUESTION}\n{QUESTION}\n")
+    assert alone.returncode == 0, alone.stderr
+    answers = [line for line in alone.stdout.splitlines() if line.strip()]
+    assert len(answers) == 2 and answers[0] == answers[1]
+
+
 def test_chat_with_an_adapter_on_its_base(tmp_path_factory, tmp_path):
     lora = lora_run(tmp_path_factory)
     done = subprocess.run([sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(lora.parent), "chat", lora.name,

@@ -1,6 +1,6 @@
 """The chat screen with a real run's model: opened from the history with C, the answer streams in
 token by token from the real inference server, the conversation is kept, ctrl+b asks the base
-beside, leaving the screen ends the server; and the UI process never imports torch while it
+beside, an arena of two runs answers each prompt side by side, leaving the screen ends the servers; and the UI process never imports torch while it
 chats (checked in a fresh interpreter). The run comes from tests/after_runs.py."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from textual.widgets import Input
 from ui_fixtures import screen_text, test_app, wait_for
 
-from tests.after_runs import sft_run
+from tests.after_runs import lora_run, sft_run
 from tuiapp.ui.screens.chat import ChatColumn, ChatScreen
 from tuiapp.ui.screens.home import HomeScreen
 
@@ -101,6 +101,60 @@ async def _chat_flow(app, run_id: str, procs: list) -> None:
         procs.append(screen.session._proc)
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen), what="back home")
+
+
+def test_an_arena_of_two_runs_answers_each_prompt_side_by_side(tmp_path_factory, tmp_path):
+    """The full fine-tune and a LoRA run, each in its own real server, answer the same prompts with
+    the same settings; single-turn mode sends each message alone."""
+    root = tmp_path / "runs"
+    full, lora = sft_run(tmp_path_factory), lora_run(tmp_path_factory)
+    for run in (full, lora):
+        shutil.copytree(run, root / run.name)
+    app = test_app(root, tmp_path, live=False)
+    procs: list = []
+    asyncio.run(_arena_flow(app, full.name, lora.name, procs))
+    for proc in procs:
+        proc.wait(timeout=30)  # both servers ended with the screen
+
+
+async def _arena_flow(app, first: str, second: str, procs: list) -> None:
+    async with app.run_test(size=(140, 36)) as pilot:
+        app.open_chat(first, vs_run=second)
+        await pilot.pause(0.1)
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.ready or screen.failed, timeout=START_S, what="both servers")
+        assert screen.failed is None
+        title = str(screen.query_one("#chat-title").render())
+        assert "final (step 60) · full sft vs " in title and "· peft lora" in title
+        assert screen.column("other").border_title.endswith(" · final")
+
+        screen.query_one("#chat-input").value = QUESTION
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not screen.busy, timeout=120, what="both answers")
+        # each server answered (the 6-step LoRA may end at once: one token, an empty answer)
+        assert screen.answered["tuned"] >= 1 and screen.answered["other"] >= 1, screen_text(app)
+        assert _answers(screen.column("tuned")) and _answers(screen.column("other"))
+        assert screen.session.alive and screen.other.alive and screen.session._proc.pid != screen.other._proc.pid
+        assert screen_text(app).count("tokens/s") >= 2  # each side its own rate
+
+        await pilot.press("ctrl+g")  # one change of settings, both runs answer with it
+        await wait_for(pilot, lambda: app.screen is not screen, what="the settings prompt")
+        app.screen.query_one(Input).value = "temperature=0 max_new_tokens=3"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is screen, what="back in the chat")
+        assert screen.other.overrides["max_new_tokens"] == 3
+
+        await pilot.press("ctrl+t")  # single turn: the conversation so far is not sent
+        screen.query_one("#chat-input").value = "And of France?"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not screen.busy, timeout=120, what="the single-turn answers")
+        assert 1 <= screen.answered["tuned"] <= 3 and 1 <= screen.answered["other"] <= 3
+        assert len(screen.session.history["tuned"]) == 2 and len(screen.other.history["tuned"]) == 2
+        assert "single turn (ctrl+t)" in str(screen.query_one("#chat-title").render())
+
+        procs += [screen.session._proc, screen.other._proc]
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ChatScreen), what="the chat closed")
 
 
 def test_chat_of_a_run_without_a_final_model_says_so(runs_root, tmp_path):

@@ -21,9 +21,45 @@ EXIT_COMMANDS = ("/quit", "/exit")
 
 
 def _models(args) -> list[str]:
+    """The server's models the first run's session loads (--vs adds a second run's session)."""
     if args.vs_base:
         return ["tuned", "base"]
     return ["base"] if args.base else ["tuned"]
+
+
+class Arena:
+    """Who answers each message: (heading, session, the server's model name), in order. With --vs
+    a second run's server answers beside, with the first run's settings (so both answer alike)."""
+
+    def __init__(self, args):
+        self.main = _open_session(args)
+        self.other: ChatSession | None = None
+        if args.vs:
+            vs = RunStore(args.runs_dir).get(args.vs)
+            self.other = ChatSession(vs.path, None, load=["tuned"])  # errors before any process
+        self.sides: list[tuple[str, ChatSession, str]] = [(m, self.main, m) for m in _models(args)]
+        if self.other is not None:
+            self.sides.append(("vs", self.other, "tuned"))
+        for session in self.sessions:
+            session.single_turn = bool(args.single_turn)
+
+    @property
+    def sessions(self) -> list[ChatSession]:
+        return [self.main] + ([self.other] if self.other is not None else [])
+
+    @staticmethod
+    def label(key: str, session: ChatSession, model: str) -> str:
+        return _label(session, model)
+
+    def start(self) -> None:
+        for session in self.sessions:
+            session.start()
+        if self.other is not None:
+            self.other.overrides = self.main.answering_settings()
+
+    def close(self) -> None:
+        for session in self.sessions:
+            session.close()
 
 
 # ---------------------------------------------------------------- chat
@@ -45,9 +81,9 @@ def _label(session: ChatSession, model: str) -> str:
     return f"{session.target.label} of {session.run_dir.name}" if model == "tuned" else f"base {session.target.base}"
 
 
-def _stream_answer(session: ChatSession, text: str, model: str, heading: bool) -> dict:
+def _stream_answer(session: ChatSession, text: str, model: str, heading: str) -> dict:
     if heading:
-        print(f"[{model}: {_label(session, model)}]", flush=True)
+        print(f"[{heading}]", flush=True)
 
     def show(event: dict) -> None:
         if event.get("event") == "token":
@@ -63,19 +99,27 @@ def _stream_answer(session: ChatSession, text: str, model: str, heading: bool) -
 def cmd_chat(args) -> int:
     if args.json:
         return _chat_json(args)
-    session = _open_session(args)
-    models = _models(args)
-    print(f"loading {', '.join(_label(session, m) for m in models)}...", file=sys.stderr, flush=True)
-    with session:
+    arena = Arena(args)
+    sides = arena.sides
+    headings = {key: (f"{key}: {arena.label(key, session, model)}" if len(sides) > 1 else "")
+                for key, session, model in sides}
+
+    def answer(text: str) -> list[str]:
+        """Every side's answer to the message; the sides that failed."""
+        return [key for key, session, model in sides
+                if _stream_answer(session, text, model, headings[key]).get("event") != "done"]
+
+    print(f"loading {', '.join(arena.label(*side) for side in sides)}...", file=sys.stderr, flush=True)
+    try:
         started = time.perf_counter()
-        session.start()
+        arena.start()
         print(f"ready in {time.perf_counter() - started:.1f}s", file=sys.stderr, flush=True)
         if args.prompt is not None:
-            failed = [m for m in models if _stream_answer(session, args.prompt, m, len(models) > 1).get("event") != "done"]
-            return EXIT_FAILED if failed else EXIT_OK
+            return EXIT_FAILED if answer(args.prompt) else EXIT_OK
         interactive = sys.stdin.isatty()
         if interactive:
-            print("type a message; /reset forgets the conversation, /quit (or Ctrl-D) ends", file=sys.stderr)
+            print("type a message; /reset forgets the conversation, /quit (or Ctrl-D) ends"
+                  + (" (single turn: each message is answered alone)" if args.single_turn else ""), file=sys.stderr)
         while True:
             try:
                 text = input("you> " if interactive else "")
@@ -87,11 +131,13 @@ def cmd_chat(args) -> int:
             if text in EXIT_COMMANDS:
                 return EXIT_OK
             if text == "/reset":
-                session.reset()
+                for session in arena.sessions:
+                    session.reset()
                 print("(conversation forgotten)", file=sys.stderr)
                 continue
-            for model in models:
-                _stream_answer(session, text, model, len(models) > 1)
+            answer(text)
+    finally:
+        arena.close()
 
 
 def _chat_json(args) -> int:
@@ -102,18 +148,24 @@ def _chat_document(args) -> dict:
     if args.prompt is None:
         raise UserError(message="--json needs --prompt TEXT (one answer, one document)",
                         fix='llmtui chat RUN --prompt "..." --json')
-    session = _open_session(args)
-    with session:
-        session.start()
+    arena = Arena(args)
+    try:
+        arena.start()
         answers = {}
-        for model in _models(args):
+        for key, session, model in arena.sides:
             done = session.ask(args.prompt, model)
             if done.get("event") != "done":
-                raise RunError(message=f"the {model} model failed to answer: {done.get('message')}",
+                raise RunError(message=f"the {key} model failed to answer: {done.get('message')}",
                                fix=f"see {session.log_path}")
-            answers[model] = {k: done.get(k) for k in ("text", "tokens", "seconds")}
-        return {"run": session.run_dir.name, "target": session.target.as_dict(),
-                "settings": {**session.settings, **session.overrides}, "prompt": args.prompt, "answers": answers}
+            answers[key] = {k: done.get(k) for k in ("text", "tokens", "seconds")}
+        main = arena.main
+        document = {"run": main.run_dir.name, "target": main.target.as_dict(),
+                    "settings": {**main.settings, **main.overrides}, "prompt": args.prompt, "answers": answers}
+        if arena.other is not None:
+            document["vs"] = {"run": arena.other.run_dir.name, "target": arena.other.target.as_dict()}
+        return document
+    finally:
+        arena.close()
 
 
 # ---------------------------------------------------------------- eval
@@ -174,6 +226,9 @@ def add_commands(add) -> None:
     who = p.add_mutually_exclusive_group()
     who.add_argument("--base", action="store_true", help="the base model the run started from")
     who.add_argument("--vs-base", action="store_true", help="the tuned model and its base, one after the other")
+    p.add_argument("--vs", default=None, metavar="RUN2", help="an arena: RUN2's final model answers each message "
+                   "too, with RUN's settings (with --vs-base: and RUN's base)")
+    p.add_argument("--single-turn", action="store_true", help="answer each message alone (no conversation history)")
     p.add_argument("--prompt", default=None, metavar="TEXT", help="answer once and exit")
     p.add_argument("--json", action="store_true", help="with --prompt: one JSON document")
     p.add_argument("--system", default=None, help="system prompt (default: the run's generate.system)")

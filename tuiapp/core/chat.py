@@ -37,7 +37,8 @@ def server_argv(run_dir: Path, checkpoint: int | None, load: list[str], python: 
 class ChatSession:
     """One warm inference server for one run (its final model or a checkpoint, and its base).
 
-    Each model keeps its own history: `ask(text, model)` adds the user's turn and the answer.
+    Each model keeps its own history: `ask(text, model)` adds the user's turn and the answer;
+    with `single_turn` set, each message is answered alone (no history sent, none kept).
     """
 
     def __init__(self, run_dir: Path, checkpoint: int | None = None, load: list[str] | None = None):
@@ -48,6 +49,7 @@ class ChatSession:
         self.history: dict[str, list[dict]] = {"tuned": [], "base": []}
         self.settings: dict = {}  # the run's [generate] table, as the server reported it
         self.overrides: dict = {}
+        self.single_turn = False
         self.ready: dict = {}
         self._proc: subprocess.Popen | None = None
         self._log = None
@@ -167,17 +169,23 @@ class ChatSession:
                         return
 
     def ask(self, text: str, model: str = "tuned", on_event=None) -> dict:
-        """The answer of `model` to `text`, following its own history; the done (or error) event."""
+        """The answer of `model` to `text`, following its own history (none in single-turn mode);
+        the done (or error) event."""
         history = self.history.setdefault(model, [])
-        messages = [*history, {"role": "user", "content": text}]
+        messages = [*([] if self.single_turn else history), {"role": "user", "content": text}]
         last: dict = {}
         for event in self.stream(messages, model):
             if on_event:
                 on_event(event)
             last = event
-        if last.get("event") == "done":
+        if last.get("event") == "done" and not self.single_turn:
             history[:] = [*messages, {"role": "assistant", "content": last.get("text", "")}]
         return last
+
+    def answering_settings(self) -> dict:
+        """The settings this session's answers use: the run's [generate] table with the overrides.
+        An arena gives them to the other run's session, so both answer a prompt alike."""
+        return {k: v for k, v in {**self.settings, **self.overrides}.items() if k in SETTING_KEYS and v is not None}
 
     def reset(self) -> None:
         for history in self.history.values():

@@ -122,11 +122,13 @@ class LlmtuiApp(App):
 
         self.push_screen(PromptScreen(question, detail, value, placeholder), then)
 
-    def open_chat(self, run_id: str, checkpoint: int | None = None, vs_base: bool = False) -> None:
-        """Chat with a run's model (its inference server starts in the background)."""
+    def open_chat(self, run_id: str, checkpoint: int | None = None, vs_base: bool = False,
+                  vs_run: str | None = None) -> None:
+        """Chat with a run's model (its inference server starts in the background); `vs_run`: an
+        arena, that run's model answering the same prompts beside."""
         from tuiapp.ui.screens.chat import ChatScreen
 
-        self.push_screen(ChatScreen(run_id, checkpoint=checkpoint, vs_base=vs_base))
+        self.push_screen(ChatScreen(run_id, checkpoint=checkpoint, vs_base=vs_base, vs_run=vs_run))
 
     def open_evaluate(self, run_id: str) -> None:
         """Evaluate a run's model on held-out data (a child process); the history shows the new score."""

@@ -1,8 +1,10 @@
-"""Chat with a run's model: answers stream in token by token, the conversation is kept, the
-base model can answer beside it (ctrl+b), and the generation settings change between answers
-(ctrl+g: temperature, top_p, max_new_tokens; the next answer uses them). The model runs in the inference server, a child
-process started once by a thread worker (tuiapp.core.chat) and kept warm while the screen is
-open; this process never imports torch. Workers only post messages; the handlers draw.
+"""Chat with a run's model: answers stream in token by token, the conversation is kept (or not:
+ctrl+t answers each message alone), the base model can answer beside it (ctrl+b), a second run can
+answer the same prompts beside it (an arena: `vs_run`, from the history with two runs marked), and
+the generation settings change between answers (ctrl+g: temperature, top_p, max_new_tokens; the
+next answer uses them, in an arena for both runs). Each run's model runs in its own inference
+server, a child process started once by a thread worker (tuiapp.core.chat) and kept warm while the
+screen is open; this process never imports torch. Workers only post messages; the handlers draw.
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from tuiapp.core.errors import UserError
 from tuiapp.core.runs import Run
 from tuiapp.ui.widgets.header import AppHeader
 
-MODELS = ("tuned", "base")
+MODELS = ("tuned", "other", "base")  # the run, the arena's second run, the run's base
+
+
+def run_name(run_dir: Path) -> str:
+    """The name a run is shown with: its display name, else its recipe's name, else its id."""
+    try:
+        return meta.read_meta(run_dir).get("display_name") or Run(run_dir).load().name or run_dir.name
+    except Exception:  # an unreadable run.json: the server says why when it starts
+        return run_dir.name
 
 
 class ChatColumn(VerticalScroll):
@@ -87,16 +97,19 @@ class ChatScreen(Screen):
         Binding("ctrl+b", "toggle_base", "Base beside", tooltip="Ask the base model too, side by side (or stop)"),
         Binding("ctrl+g", "settings", "Settings", tooltip="Generation settings for the next answers: temperature, "
                 "top_p, max_new_tokens (empty: the run's [generate] table)"),
+        Binding("ctrl+t", "single_turn", "Single turn", tooltip="Answer each message alone (no conversation "
+                "history), or keep the conversation again"),
         Binding("ctrl+l", "reset", "New chat", tooltip="Forget the conversation and start again"),
         Binding("escape", "back", "Back", tooltip="Close the chat (the model server ends)"),
     ]
 
     class Ready(Message):
-        """The inference server loaded the model(s)."""
+        """The inference server(s) loaded the model(s): the run's ready event (and the other run's)."""
 
-        def __init__(self, event: dict) -> None:
+        def __init__(self, event: dict, other: dict | None = None) -> None:
             super().__init__()
             self.event = event
+            self.other = other or {}
 
     class Streamed(Message):
         """A server event of an answer: loading, loaded, token, done or error."""
@@ -116,48 +129,65 @@ class ChatScreen(Screen):
     class Answered(Message):
         """Every model asked has answered the last message."""
 
-    def __init__(self, run_id: str, checkpoint: int | None = None, vs_base: bool = False) -> None:
+    def __init__(self, run_id: str, checkpoint: int | None = None, vs_base: bool = False,
+                 vs_run: str | None = None) -> None:
         super().__init__()
         self.run_id = run_id
         self.checkpoint = checkpoint
         self.vs_base = vs_base
+        self.vs_run = vs_run  # an arena: this run's final model answers each prompt beside
         self.session: ChatSession | None = None
+        self.other: ChatSession | None = None  # the arena's second run's server
+        self.single_turn = False
         self.ready = False
         self.busy = False
         self.failed: str | None = None
         self.tokens = {m: 0 for m in MODELS}  # token events received (tests: it streamed)
         self.answered = {m: 0 for m in MODELS}  # tokens of each model's last answer, as the server counted them
         self.run_name = run_id  # the name the run is shown with (display name, else its recipe's)
+        self.other_name = vs_run or ""
         self.target: dict = {}
+        self.other_target: dict = {}
         self.defaults: dict = {}  # the run's [generate] table, as the server reported it
 
     @property
     def models(self) -> list[str]:
-        return ["tuned", "base"] if self.vs_base else ["tuned"]
+        """The columns that answer the next message."""
+        return ["tuned"] + (["other"] if self.vs_run else []) + (["base"] if self.vs_base else [])
+
+    def sessions(self) -> list[ChatSession]:
+        return [s for s in (self.session, self.other) if s is not None]
+
+    def route(self, model: str) -> tuple[ChatSession | None, str]:
+        """The server that answers for a column, and the model it names there."""
+        return (self.other, "tuned") if model == "other" else (self.session, model)
 
     def compose(self) -> ComposeResult:
         yield AppHeader()
         yield Static("starting the model server…", id="chat-title", markup=False)
         with Horizontal(id="chat-columns"):
             yield ChatColumn("tuned", id="chat-tuned")
+            yield ChatColumn("other", id="chat-other", classes="" if self.vs_run else "-hidden")
             yield ChatColumn("base", id="chat-base", classes="" if self.vs_base else "-hidden")
         yield Input(placeholder="loading the model…", id="chat-input", disabled=True)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        run_dir = self.app.config.runs_root / self.run_id
-        try:
-            self.run_name = meta.read_meta(run_dir).get("display_name") or Run(run_dir).load().name or self.run_id
-        except Exception:  # an unreadable run.json: the server says why when it starts
-            self.run_name = self.run_id
-        self.sub_title = f"chat · {self.run_name}"
-        self.column("tuned").border_title = "tuned"
+        root = self.app.config.runs_root
+        self.run_name = run_name(root / self.run_id)
+        if self.vs_run:
+            self.other_name = run_name(root / self.vs_run)
+            self.sub_title = f"chat · {self.run_name} vs {self.other_name}"
+        else:
+            self.sub_title = f"chat · {self.run_name}"
+        self.column("tuned").border_title = self.run_name if self.vs_run else "tuned"
+        self.column("other").border_title = self.other_name
         self.column("base").border_title = "base"
         self.start_server()
 
     def on_unmount(self) -> None:
-        session, self.session = self.session, None
-        if session is not None:  # the server ends on its own once stdin closes; do not wait here
+        sessions, self.session, self.other = self.sessions(), None, None
+        for session in sessions:  # a server ends on its own once stdin closes; do not wait here
             threading.Thread(target=session.close, name="chat-close", daemon=True).start()
 
     def column(self, model: str) -> ChatColumn:
@@ -167,26 +197,45 @@ class ChatScreen(Screen):
 
     @work(thread=True, exclusive=True, group="chat-server")
     def start_server(self) -> None:
+        """The run's server (and the arena's other run's), started side by side: two loads at once."""
+        root = self.app.config.runs_root
+        started: dict[str, dict] = {}
         try:
-            session = ChatSession(self.app.config.runs_root / self.run_id, self.checkpoint, load=self.models)
+            session = ChatSession(root / self.run_id, self.checkpoint, load=[m for m in self.models if m != "other"])
             self.session = session
-            event = session.start()
+            if self.vs_run:  # its checks too before any process
+                self.other = ChatSession(root / self.vs_run, None, load=["tuned"])
+            in_parallel(lambda: started.__setitem__("tuned", session.start()),
+                        *([lambda: started.__setitem__("other", self.other.start())] if self.other else []))
+            if self.other is not None:  # both answer alike: the first run's settings
+                self.other.overrides = session.answering_settings()
         except UserError as exc:
             self.post_message(self.Failed(str(exc)))
             return
         except Exception as exc:  # a bug: say it, keep the app
             self.post_message(self.Failed(f"the chat could not start: {exc!r}"))
             return
-        self.post_message(self.Ready(event))
+        self.post_message(self.Ready(started["tuned"], started.get("other")))
 
     @work(thread=True, exclusive=True, group="chat-ask")
     def ask(self, text: str, models: list[str]) -> None:
-        session = self.session
-        try:
-            for model in models:
+        """Each server answers in its own thread (an arena's two runs at once); one server's
+        models one after the other."""
+        by_session: dict[int, list[str]] = {}
+        for model in models:
+            session, _ = self.route(model)
+            if session is not None:
+                by_session.setdefault(id(session), []).append(model)
+
+        def answer(columns: list[str]) -> None:
+            for model in columns:
+                session, name = self.route(model)
                 if session is None:
                     return
-                session.ask(text, model, on_event=lambda event, m=model: self.post_message(self.Streamed(m, event)))
+                session.ask(text, name, on_event=lambda event, m=model: self.post_message(self.Streamed(m, event)))
+
+        try:
+            in_parallel(*[lambda columns=columns: answer(columns) for columns in by_session.values()])
         except UserError as exc:
             self.post_message(self.Failed(str(exc)))
             return
@@ -199,27 +248,32 @@ class ChatScreen(Screen):
         return {**self.defaults, **(self.session.overrides if self.session else {})}
 
     def show_title(self) -> None:
-        target, settings = self.target, self.settings()
+        settings = self.settings()
         temperature = settings.get("temperature") or 0
         sampling = "greedy" if not temperature else f"temperature {temperature:g}, top_p {settings.get('top_p')}"
-        step = f" (step {target['step']})" if target.get("step") is not None else ""
         changed = " (ctrl+g: changed)" if self.session and self.session.overrides else " (ctrl+g)"
+        who = f"{self.run_name} · {target_text(self.target)}"
+        if self.vs_run:
+            who += f" vs {self.other_name} · {target_text(self.other_target)}"
         self.query_one("#chat-title", Static).update(
-            f"{self.run_name} · {target.get('label', 'final')}{step} · {target.get('kind')} {target.get('method')} · "
-            f"{sampling}, up to {settings.get('max_new_tokens')} tokens{changed}"
+            f"{who} · {sampling}, up to {settings.get('max_new_tokens')} tokens{changed}"
+            + (" · single turn (ctrl+t)" if self.single_turn else "")
             + (f" · system: {settings['system']}" if settings.get("system") else ""))
 
     def on_chat_screen_ready(self, message: Ready) -> None:
         self.ready = True
         target = message.event.get("target") or {}
         self.target = target
+        self.other_target = message.other.get("target") or {}
         self.defaults = dict(message.event.get("settings") or {})
         self.show_title()
-        self.column("tuned").border_title = f"tuned · {target.get('label', 'final')}"
+        label = target.get("label", "final")
+        self.column("tuned").border_title = f"{self.run_name} · {label}" if self.vs_run else f"tuned · {label}"
+        self.column("other").border_title = f"{self.other_name} · {self.other_target.get('label', 'final')}"
         self.column("base").border_title = f"base · {Path(str(target.get('base', ''))).name}"
         field = self.query_one("#chat-input", Input)
         field.disabled = False
-        field.placeholder = "message (enter sends; ctrl+b base beside; ctrl+l new chat)"
+        field.placeholder = "message (enter sends; ctrl+b base beside; ctrl+t single turn; ctrl+l new chat)"
         field.focus()
 
     def on_chat_screen_failed(self, message: Failed) -> None:
@@ -282,19 +336,60 @@ class ChatScreen(Screen):
                 self.notify(str(exc), title="Settings", severity="error", markup=False)
                 return
             self.session.overrides = {k: v for k, v in values.items() if v != self.defaults.get(k)}
+            if self.other is not None:  # the arena's other run answers alike
+                self.other.overrides = self.session.answering_settings()
             self.show_title()
             self.notify(settings_text(self.settings()) + " from the next answer", title="Settings")
 
         self.app.ask("Generation settings", "key=value: temperature (0 greedy), top_p, max_new_tokens, "
                      "repetition_penalty. Empty: the run's [generate] table.", settings_text(self.settings()), apply)
 
+    def action_single_turn(self) -> None:
+        """Answer each message alone (the conversation so far is not sent), or keep it again."""
+        self.single_turn = not self.single_turn
+        for session in self.sessions():
+            session.single_turn = self.single_turn
+        note = ("(single turn: each message is answered alone)" if self.single_turn
+                else "(the conversation is kept again)")
+        for model in self.models:
+            self.column(model).say(note, "chat-note")
+        if self.ready:
+            self.show_title()
+
     def action_reset(self) -> None:
         if self.busy:
             return
-        if self.session is not None:
-            self.session.reset()
+        for session in self.sessions():
+            session.reset()
         for model in MODELS:
             self.column(model).clear()
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+
+def target_text(target: dict) -> str:
+    """'final (step 60) · full sft': which model of a run answers."""
+    step = f" (step {target['step']})" if target.get("step") is not None else ""
+    return f"{target.get('label', 'final')}{step} · {target.get('kind')} {target.get('method')}"
+
+
+def in_parallel(*jobs) -> None:
+    """Run the jobs in threads of their own (one inline) and wait for all; the first error is raised."""
+    errors: list[BaseException] = []
+
+    def run(job) -> None:
+        try:
+            job()
+        except BaseException as exc:  # handed to the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(job,), name="chat-side", daemon=True) for job in jobs[1:]]
+    for thread in threads:
+        thread.start()
+    if jobs:
+        run(jobs[0])
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]

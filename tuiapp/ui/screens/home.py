@@ -73,7 +73,8 @@ class HomeScreen(HistoryManageActions, Screen):
         Binding("t", "cycle_status", "Status", tooltip="Filter by status (cycles)"),
         Binding("m", "cycle_method", "Method", tooltip="Filter by method (cycles)"),
         Binding("e", "clone", "Clone", tooltip="New experiment from this run's recipe"),
-        Binding("C", "chat", "Chat", tooltip="Talk to the run's final model (ctrl+b there: its base beside)"),
+        Binding("C", "chat", "Chat", tooltip="Talk to the run's final model (ctrl+b there: its base beside); "
+                "with two runs marked, an arena: both answer each prompt side by side"),
         Binding("E", "evaluate", "Evaluate", tooltip="Score the run's final model vs its base on held-out data "
                 "(loss, perplexity, exact match, ROUGE-L), as `llmtui eval`"),
         Binding("X", "export", "Export", tooltip="Write the run's model to a folder (merged, cast), as `llmtui export`"),
@@ -410,6 +411,10 @@ class HomeScreen(HistoryManageActions, Screen):
             self.app.open_clone(row.path)
 
     def action_chat(self) -> None:
+        marked = [run_id for run_id in self.model.marked if run_id in self.model.rows]
+        if len(marked) == 2:  # an arena: the two marked runs answer each prompt side by side
+            self.app.open_chat(marked[0], vs_run=marked[1])
+            return
         row = self.query_one(RunsTable).cursor_row
         if row is not None and not isinstance(row, GroupRow):
             self.app.open_chat(row.id)
