@@ -92,8 +92,9 @@ def test_two_slots_run_two_at_once(runs_dir):
     watch.start()
     try:
         for index in range(2):
-            llmtui("run", "recipes/tiny-lora.toml", *SHORT, "--set", f"name=two{index}", "--queue", "--slots", "2",
-                   "--detach", runs_dir=runs_dir, check=True)
+            # 40 steps: the first run still trains when the second's start-up ends, on a loaded machine too
+            llmtui("run", "recipes/tiny-lora.toml", *SHORT, "--set", "train.max_steps=40", "--set", f"name=two{index}",
+                   "--queue", "--slots", "2", "--detach", runs_dir=runs_dir, check=True)
         wait_for(lambda: _all_final(runs_dir), timeout=600, interval=1, what="both runs to end")
     finally:
         watch.done.set()
