@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.after_runs import lora_run, sft_run
-from tuiapp.core import evals
+from tuiapp.core import evals, exports
 from tuiapp.core.chat import ChatSession
 from tuiapp.core.metrics import dedupe_steps, eval_rows, read_jsonl, train_rows
 
@@ -232,5 +232,7 @@ def test_export_casts_to_a_dtype_and_refuses_to_push_offline(run, tmp_path):
     assert done.returncode == 0, done.stderr
     assert _safetensors_dtypes(out / "model.safetensors") == {"BF16"}
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    (record,) = exports.made(run)  # in the run folder, for an open TUI to show
+    assert record["out"] == str(out.resolve()) and record["dtype"] == "bfloat16" and record["files"] >= 2
     pushed = llmtui(run, "export", run.name, "--out", str(tmp_path / "p"), "--push", "me/tiny", env={"HF_HUB_OFFLINE": "1"})
     assert pushed.returncode == 2 and "needs the network" in pushed.stderr and "Traceback" not in pushed.stderr

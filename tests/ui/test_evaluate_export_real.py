@@ -15,7 +15,7 @@ from textual.widgets import Checkbox, Input, Select, Static
 from ui_fixtures import screen_text, test_app, wait_for
 
 from tests.after_runs import lora_run
-from tuiapp.core import evals
+from tuiapp.core import evals, exports
 from tuiapp.ui.screens.evaluate import EvaluateScreen
 from tuiapp.ui.screens.export import ExportScreen
 from tuiapp.ui.screens.home import HomeScreen
@@ -114,5 +114,7 @@ def test_export_from_the_history_merges_casts_and_lists_the_files(runs_root, tmp
             assert f"to {out}:" in result and "config.json" in result
             assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
             assert not (out / "adapter_config.json").exists()  # merged: a full model
+            (record,) = exports.made(root / run_id)  # the run view lists it
+            assert record["out"] == str(out.resolve()) and record["merged"] and record["dtype"] == "bfloat16"
 
     asyncio.run(scenario())

@@ -17,6 +17,8 @@ def cmd_export(args) -> int:
     if code == 0 and planned.ollama:
         exporting.register_with_ollama(planned)
         print(f"ollama: created {planned.ollama[2]} (ollama run {planned.ollama[2]})")
+    if code == 0:  # an open TUI shows it (the run view, the history's detail line)
+        exporting.record(planned, exporting.written(planned.out))
     return code
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tuiapp.core import gguf_tools
+from tuiapp.core import exports, gguf_tools
 from tuiapp.core.child_tool import ChildTool
 from tuiapp.core.errors import RunError, UserError
 from tuiapp.core.model_check import hub_offline
@@ -42,6 +42,8 @@ class ExportPlan:
     out: Path
     argv: list[str]
     ollama: list[str] | None = None  # the `ollama create` command, run after the export
+    run_dir: Path | None = None  # where the export's record goes (runs/<id>/exports/)
+    request: ExportRequest | None = None
 
 
 OLLAMA_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._/-]*(:[a-zA-Z0-9._-]+)?$")
@@ -122,7 +124,7 @@ def plan(run: Run, request: ExportRequest) -> ExportPlan:
     out = Path(request.out).expanduser()
     check_out(out)
     argv = [str(run.final_path), "--out", str(out)] + (["--merge"] if request.merge else []) + tool_options(request)
-    return ExportPlan(run.id, out, argv, ollama_command(request.ollama, request.gguf, out.resolve()))
+    return ExportPlan(run.id, out, argv, ollama_command(request.ollama, request.gguf, out.resolve()), run.path, request)
 
 
 def register_with_ollama(planned: ExportPlan) -> None:
@@ -152,7 +154,19 @@ def run(planned: ExportPlan, on_line: Callable[[str], None] | None = None, child
         message, fix = outcome.message_and_fix(f"the export failed (exit {outcome.code})", "see the output above")
         raise RunError(message=message, fix=fix)
     register_with_ollama(planned)
-    return written(planned.out)
+    files = written(planned.out)
+    record(planned, files)
+    return files
+
+
+def record(planned: ExportPlan, files: list[str]) -> None:
+    """The export's record in the run folder (the TUI shows it live: history detail, run view)."""
+    if planned.run_dir is None:
+        return
+    request = planned.request or ExportRequest(out=str(planned.out))
+    exports.record(planned.run_dir, {
+        "out": str(planned.out.resolve()), "merged": bool(request.merge or request.gguf), "dtype": request.dtype,
+        "gguf": request.gguf, "push": request.push, "ollama": request.ollama, "files": len(files)})
 
 
 def written(folder: Path) -> list[str]:

@@ -229,3 +229,12 @@ class ToolFinished(Message):
         self.result = result
         self.error = error
         self.refused = refused
+
+
+class AfterTrainingRead(Message):
+    """Runs' evaluations or exports changed on disk (from the TUI or a shell): run id -> what they
+    hold now (a tuiapp.ui.after_training.AfterTraining)."""
+
+    def __init__(self, found: dict[str, Any]) -> None:
+        super().__init__()
+        self.found = found

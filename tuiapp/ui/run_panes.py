@@ -6,11 +6,14 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from tuiapp.core.evals import perplexity_text
 from tuiapp.core.metrics import as_number
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number
 from tuiapp.core.rundata import RunData
 from tuiapp.core.rundir import attempt_count, duration_s
 from tuiapp.core.runstate import error_log, error_summary, reason_summary, status_of
+from tuiapp.ui.after_training import AfterTraining
+from tuiapp.ui.after_training import lines as after_lines
 from tuiapp.ui.footer_keys import plural
 
 # the badge's colour per shown status (runstate.status_view gives the text)
@@ -34,9 +37,11 @@ def literal(text: str) -> str:
     return str(text).replace("\\", "\\\\").replace("[", "\\[")
 
 
-def status_text(info: dict, data: RunData, now: float, stopping: bool = False, run_path: Path | None = None) -> str:
+def status_text(info: dict, data: RunData, now: float, stopping: bool = False, run_path: Path | None = None,
+                after: AfterTraining | None = None) -> str:
     """The run view's header: badge, name and what it trains; progress; time over every attempt;
-    then what needs saying (a hang, orphans, a stall, the root cause of a failure)."""
+    the latest evaluation and the exports made after training; then what needs saying (a hang,
+    orphans, a stall, the root cause of a failure)."""
     status = info.get("status", "unknown")
     times = [t for t in (as_number(r.get("time")) for r in data.recent) if t is not None]
     view = status_of(info, now, times, stopping=stopping)
@@ -66,6 +71,10 @@ def status_text(info: dict, data: RunData, now: float, stopping: bool = False, r
         parts.append(f"ETA {fmt_duration(data.eta_seconds())}")
     if isinstance(info.get("ranks"), int) and info["ranks"]:
         parts.append(f"{plural(info['ranks'], 'rank')} on {escape(str(info.get('accelerator', '?')))}")
+    if after is not None and after.perplexity[0] is not None:
+        parts.append(f"eval ppl {perplexity_text(*after.perplexity)}")
+    if after is not None and after.exports:
+        parts.append(f"{plural(len(after.exports), 'export')}")
     lines = [head, " · ".join(parts) or "no metrics yet"]
     nodes = info.get("nodes")
     if isinstance(nodes, list) and nodes:
@@ -164,7 +173,9 @@ def experts_text(row: dict) -> str:
     return text
 
 
-def samples_text(data: RunData) -> str:
+def samples_text(data: RunData, after: AfterTraining | None = None) -> str:
+    """In-training evals and their samples; first, what was evaluated and exported after training."""
+    done = after_lines(after) if after is not None else []
     lines = []
     evals = data.eval_loss
     if len(evals):
@@ -179,4 +190,4 @@ def samples_text(data: RunData) -> str:
             lines.append(f"\n> {sample.get('prompt', '')}\n{sample.get('output', '')}")
     if not lines:
         lines.append("no eval yet (set train.eval_steps and train.sample_prompts)")
-    return "\n".join(lines)
+    return "\n".join([*done, *([""] if done else []), *lines])

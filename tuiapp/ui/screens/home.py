@@ -24,6 +24,7 @@ from textual.worker import get_current_worker
 from tuiapp.core import evals
 from tuiapp.core.rundata import numpy_module
 from tuiapp.core.rundir import ACTIVE
+from tuiapp.ui.after_training import AfterWatch
 from tuiapp.ui.alerts import run_alerts, sweep_alerts
 from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.groups import GroupRow, read_groups
@@ -31,6 +32,7 @@ from tuiapp.ui.history import HistoryLoader, RunRow, detail_text, with_meta
 from tuiapp.ui.history_model import FLAGGED, HistoryModel
 from tuiapp.ui.manage_keys import HISTORY_BINDINGS, META_BINDINGS, HistoryManageActions, Target
 from tuiapp.ui.messages import (
+    AfterTrainingRead,
     GroupsRead,
     QueueReordered,
     RunMetaChanged,
@@ -134,6 +136,7 @@ class HomeScreen(HistoryManageActions, Screen):
         self.load_history(loader, names[len(first):], first)
         if self.app.config.live:
             self.set_interval(1.0, self._tick)
+            self.watch_after_training()
 
     # ------------------------------------------------------------ the worker
 
@@ -170,6 +173,37 @@ class HomeScreen(HistoryManageActions, Screen):
             if fresh_groups != groups:
                 groups = fresh_groups
                 self.post_message(GroupsRead(groups))
+
+    @work(thread=True, exclusive=True, group="after-training")
+    def watch_after_training(self) -> None:
+        """Evaluations and exports made anywhere (`llmtui eval` in a shell, say) reach the eval
+        column within a poll: two folder stats per run, a folder read only when it changed."""
+        config = self.app.config
+        worker = get_current_worker()
+        watch = AfterWatch()
+        while not worker.is_cancelled:
+            if self.summarized:  # after the first load: it read every run's latest eval itself
+                try:
+                    runs = [(row.id, row.path) for row in list(self.model.rows.values())]
+                except RuntimeError:  # the rows changed while copied: next time
+                    runs = []
+                found = watch.poll(runs)
+                if found:
+                    self.post_message(AfterTrainingRead(found))
+            deadline = time.monotonic() + config.history_poll_s
+            while time.monotonic() < deadline and not worker.is_cancelled:
+                time.sleep(0.05)
+
+    def on_after_training_read(self, message: AfterTrainingRead) -> None:
+        rows = []
+        for run_id, after in message.found.items():
+            row = self.model.rows.get(run_id)
+            if row is not None and (row.eval_ppl, row.eval_base_ppl) != after.perplexity:
+                tuned, base = after.perplexity
+                rows.append(replace(row, eval_ppl=tuned, eval_base_ppl=base))
+        if rows:
+            self.model.update(rows)
+            self._show_rows()
 
     def _summarize(self, loader: HistoryLoader, rows, worker, final: bool = False) -> None:
         pending, last = [], time.monotonic()

@@ -27,12 +27,14 @@ from tuiapp.core.metrics import JsonlReader
 from tuiapp.core.rundata import RunData
 from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.core.tail import TextTail, log_sources
-from tuiapp.ui import actions
+from tuiapp.ui import actions, after_training
+from tuiapp.ui.after_training import AfterTraining
 from tuiapp.ui.footer_keys import footer_by_priority
 from tuiapp.ui.generations import GenerationBrowser
 from tuiapp.ui.manage_keys import META_BINDINGS, RunMetaActions, Target
 from tuiapp.ui.messages import (
     ActionFailed,
+    AfterTrainingRead,
     DoctorReported,
     GenerationsAppended,
     LogAppended,
@@ -119,6 +121,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.is_rl = False  # grpo/rloo: the Generations pane follows completions.jsonl
         self.generations = GenerationBrowser()
         self.generations_shown: tuple | None = None  # the step drawn last
+        self.after: AfterTraining | None = None  # evaluations and exports (None: not read yet)
 
     @property
     def run_path(self) -> Path:
@@ -195,6 +198,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         generations = GenerationsTail(self.run_path) if self.is_rl else None
         run = Run(self.run_path)
         last_info: dict | None = None
+        last_after: tuple | None = None  # the evals/ and exports/ folders' stamp when last read
         last_status_check = 0.0
         while not worker.is_cancelled:
             records = reader.read_new()
@@ -211,6 +215,10 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
                 if info != last_info:
                     last_info = dict(info)
                     self.post_message(RunStatusChanged(self.run_id, last_info))
+                stamp = after_training.stamp(self.run_path)  # `llmtui eval` / export from a shell too
+                if stamp != last_after:
+                    last_after = stamp
+                    self.post_message(AfterTrainingRead({self.run_id: after_training.read(self.run_path)}))
             if not config.live:
                 return
             time.sleep(config.poll_s if (last_info or {}).get("status") in ACTIVE else config.poll_s * 4)
@@ -264,6 +272,17 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
             mem_chart.set_series(sorted(self.data.memory.items()))
         for chart in self.query(MetricChart):
             chart.data_changed()
+        self._show_status()
+        self._show_panes()
+
+    def on_after_training_read(self, message: AfterTrainingRead) -> None:
+        after = message.found.get(self.run_id)
+        if after is None:
+            return
+        before, self.after = self.after, after
+        if before is not None:  # arrived while the view is open: say so
+            for text in after_training.news(before, after):
+                self.notify(text, title=str(self.sub_title or self.run_id), markup=False)
         self._show_status()
         self._show_panes()
 
@@ -348,13 +367,14 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
             self._show_status()
 
     def _show_status(self) -> None:
-        text = status_text(self.info, self.data, self.app.config.clock(), stopping=self.stopping, run_path=self.run_path)
+        text = status_text(self.info, self.data, self.app.config.clock(), stopping=self.stopping, run_path=self.run_path,
+                           after=self.after)
         self.query_one("#rv-status", Static).update(text)
 
     def _show_panes(self) -> None:
         self.query_one("#rv-mem", Static).update(memory_text(self.data, self.system, self.app.config.system_monitor))
         self.query_one("#rv-speed", Static).update(speed_text(self.data))
-        self.query_one("#rv-samples", Static).update(samples_text(self.data))
+        self.query_one("#rv-samples", Static).update(samples_text(self.data, self.after))
         self._show_log_source()
 
     def _show_generations(self) -> None:
