@@ -52,6 +52,16 @@ def test_memory_over_twice_the_ram_is_an_error_and_oversubscribe_makes_it_a_warn
     assert forced.level == "warning" and forced.message == tight.message
 
 
+@pytest.mark.parametrize("gpus, words", [(1, "1 CPU rank"), (2, "2 CPU ranks")])
+def test_the_ram_estimate_counts_cpu_ranks_in_words(gpus, words):
+    """'for 1 CPU rank', 'for 2 CPU ranks' in the form's Checks pane and `llmtui check`, never 'rank(s)'."""
+    tiny = recipe(launch={"gpus": gpus})
+    [fits] = check_memory(tiny, TINY_CONFIG, cuda=False, gpus=[], ram_available=100 * GB)
+    assert fits.message.endswith(f"GB of RAM for {words}") and "(s)" not in fits.message
+    [tight] = check_memory(tiny, TINY_CONFIG, cuda=False, gpus=[], ram_available=10**12 // 10**6)
+    assert tight.message.startswith(f"memory: {words} need about") and "(s)" not in tight.message
+
+
 def test_gpu_memory_over_twice_free_is_an_error():
     qwen = recipe(method={"kind": "sft"}, model={"name": "Qwen/Qwen2.5-7B"}, train={"micro_batch": 64})
     small = GpuInfo(0, "NVIDIA T4", 16 * 10**9, 0, [])

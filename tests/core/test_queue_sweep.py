@@ -204,6 +204,9 @@ def test_cli_tags_notes_archive_delete(tmp_path):
     assert not run.path.exists() and run.id in llmtui("trash", runs_dir=tmp_path, check=True).stdout
     llmtui("trash", "--restore", run.id, runs_dir=tmp_path, check=True)
     assert run.path.is_dir()
+    llmtui("delete", run.id, "--yes", runs_dir=tmp_path, check=True)
+    purged = llmtui("trash", "--purge", "--older-than", "0", runs_dir=tmp_path, check=True)
+    assert purged.stdout.strip() == "purged 1 run"  # not '1 run(s)'
 
 
 def test_notify_command_runs_without_a_shell_with_the_event(tmp_path):

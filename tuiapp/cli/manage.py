@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tuiapp.core import meta, queue, service, sweep
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, RunError, UserError
-from tuiapp.core.progress import fmt_duration
+from tuiapp.core.progress import fmt_duration, plural
 from tuiapp.core.recipe import read_recipe_data
 from tuiapp.core.runs import Run, RunStore
 
@@ -145,7 +145,7 @@ def cmd_delete(args) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
             raise UserError(message="delete asks for confirmation", fix="add --yes to confirm without a terminal")
-        answer = input(f"move {len(runs)} run(s) to {meta.trash_dir(store.root)}? [y/N] ")
+        answer = input(f"move {plural(len(runs), 'run')} to {meta.trash_dir(store.root)}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing deleted")
             return EXIT_OK
@@ -154,7 +154,7 @@ def cmd_delete(args) -> int:
         print(f"{run.id}: moved to {target} (restore with `llmtui trash --restore {target.name}`)")
     purged = meta.purge(store.root)
     if purged:
-        print(f"purged {len(purged)} run(s) deleted over {meta.TRASH_DAYS:.0f} days ago")
+        print(f"purged {plural(len(purged), 'run')} deleted over {meta.TRASH_DAYS:.0f} days ago")
     return EXIT_OK
 
 
@@ -165,7 +165,7 @@ def cmd_trash(args) -> int:
         return EXIT_OK
     if args.purge:
         gone = meta.purge(store.root, older_than_days=args.older_than)
-        print(f"purged {len(gone)} run(s)")
+        print(f"purged {plural(len(gone), 'run')}")
         return EXIT_OK
     items = meta.trashed(store.root)
     if not items:

@@ -32,6 +32,7 @@ from tuiapp.core.findings import Finding
 from tuiapp.core.generation_server import server_gpu_count
 from tuiapp.core.gpus import GpuInfo, cuda_available, detect_gpus
 from tuiapp.core.kinds import RL_KINDS
+from tuiapp.core.progress import plural
 from tuiapp.core.recipe import NO_PACKING_KINDS, PREFERENCE_KINDS, Recipe
 
 
@@ -382,16 +383,16 @@ def check_memory(recipe: Recipe, model_config: dict, *, cuda: bool, gpus: list[G
     if ram_available is None:
         ram_available = psutil.virtual_memory().available
     if need > OVER_MARGIN * ram_available:
-        return [Finding("error", "launch.gpus", f"memory: {ranks} CPU rank(s) need about {size_text(need)} of RAM, "
+        return [Finding("error", "launch.gpus", f"memory: {plural(ranks, 'CPU rank')} need about {size_text(need)} of RAM, "
                         f"over {OVER_MARGIN:.0f}x the {size_text(ram_available)} available",
                         "use fewer ranks (launch.gpus), a smaller micro_batch or max_seq_len, or "
                         f"gradient_checkpointing = true; or pass {OVERSUBSCRIBE_FLAG} to launch anyway")]
     if need > ram_available * USABLE_FRACTION:
-        return [Finding("warning", "launch.gpus", f"memory: {ranks} CPU rank(s) need about "
+        return [Finding("warning", "launch.gpus", f"memory: {plural(ranks, 'CPU rank')} need about "
                         f"{need / GB:.1f} GB of RAM; {ram_available / GB:.1f} GB is available",
                         "use fewer ranks (launch.gpus), a smaller micro_batch or max_seq_len, "
                         "or gradient_checkpointing = true")]
-    return [Finding("info", None, f"memory: about {need / GB:.1f} GB of RAM for {ranks} CPU rank(s)")]
+    return [Finding("info", None, f"memory: about {need / GB:.1f} GB of RAM for {plural(ranks, 'CPU rank')}")]
 
 
 def disk_needed_bytes(recipe: Recipe, model_config: dict, *, cuda: bool) -> int:

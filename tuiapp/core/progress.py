@@ -8,6 +8,11 @@ import time
 from tuiapp.core.metrics import as_number, peak_memory
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """'1 run', '2 runs' (or the given plural): never '1 run(s)'."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def fmt_bytes(value: float | None) -> str:
     if value is None:
         return "-"

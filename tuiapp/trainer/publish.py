@@ -167,7 +167,7 @@ def main(argv=None) -> int:
         return code
     if args.dtype:
         count = cast_folder(args.out, args.dtype)
-        print(f"cast {count} weight file(s) to {args.dtype}")
+        print(f"cast {count} weight file{'' if count == 1 else 's'} to {args.dtype}")
     if args.push:
         try:
             url = push(args.out, args.push)

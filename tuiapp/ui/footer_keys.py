@@ -11,6 +11,8 @@ from dataclasses import replace
 from textual.app import App
 from textual.binding import ActiveBinding
 
+from tuiapp.core.progress import plural  # noqa: F401 (the UI's word counts: '1 rank', '2 ranks')
+
 PALETTE_CELLS = 13  # the docked "▏^p palette" key at the right
 
 
@@ -32,7 +34,3 @@ def footer_by_priority(app: App, bindings: dict[str, ActiveBinding], priority: l
     return {key: active if key in keep or not active.binding.show
             else active._replace(binding=replace(active.binding, show=False)) for key, active in bindings.items()}
 
-
-def plural(count: int, noun: str, nouns: str | None = None) -> str:
-    """'1 run', '2 runs' (or the given plural)."""
-    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
