@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
+from tuiapp.core.built_folder import cache_root
 from tuiapp.core.errors import EXIT_OK, UserError
 from tuiapp.core.jsonout import write_document
 from tuiapp.core.progress import fmt_bytes, fmt_duration
 
 ENTRY_INFO = "llmtui.json"  # tuiapp.trainer.tokenize_cache.ENTRY_INFO (the trainer is not imported here)
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LLMTUI_CACHE") or "~/.cache/llmtui").expanduser()
 
 
 def entries(root: Path) -> list[dict]:

@@ -11,6 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def cache_root() -> Path:
+    """llmtui's cache: $LLMTUI_CACHE, else ~/.cache/llmtui (tiny models, demo data, tokenized
+    datasets, model profiles, DeepSpeed's ops, llama.cpp's converter)."""
+    return Path(os.environ.get("LLMTUI_CACHE") or "~/.cache/llmtui").expanduser()
+
+
 def build_once(target: Path, build: Callable[[Path], None], complete: Callable[[Path], bool]) -> Path:
     """`target`, made by `build(folder)` unless `complete(target)` says it is there already."""
     if complete(target):

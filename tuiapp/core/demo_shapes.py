@@ -10,11 +10,10 @@ Everything is drawn from fixed seeds and written once into the llmtui cache as a
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 
-from tuiapp.core.built_folder import build_once
+from tuiapp.core.built_folder import build_once, cache_root
 
 SHAPES_VERSION = "2"
 IMAGE_SIZE = 64
@@ -91,10 +90,6 @@ def draw(scene: list[dict]):
         else:
             pen.polygon([(left + size // 2, top), (left, top + size), (left + size, top + size)], fill=fill)
     return image
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LLMTUI_CACHE") or "~/.cache/llmtui").expanduser()
 
 
 def shapes_folder(cache_dir: Path | str | None = None) -> Path:

@@ -40,7 +40,7 @@ def torch_extensions_dir(env: dict | None = None) -> str:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = "none"
-    cache = Path(env.get("LLMTUI_CACHE") or Path.home() / ".cache" / "llmtui")
+    cache = Path(env.get("LLMTUI_CACHE") or "~/.cache/llmtui").expanduser()
     key = hashlib.sha1(f"{sys.prefix}\0{torch_version}".encode()).hexdigest()[:12]
     return str(cache / "torch_extensions" / key)
 

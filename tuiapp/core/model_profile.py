@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuiapp.core.built_folder import cache_root
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.findings import Finding
 from tuiapp.core.recipe import CHAT_TEMPLATES, Recipe
@@ -136,7 +137,7 @@ def config_problems(folder: Path) -> list[Finding]:
 
 
 def _cache_root() -> Path:
-    return Path(os.environ.get("LLMTUI_CACHE") or "~/.cache/llmtui").expanduser() / "profiles"
+    return cache_root() / "profiles"
 
 
 def _cache_key(folder: Path, trust_remote_code: bool) -> str:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from tuiapp.core import demo_data
-from tuiapp.core.built_folder import build_once
+from tuiapp.core.built_folder import build_once, cache_root
 from tuiapp.core.estimate import TINY_CONFIG
 
 # Bump when the build changes in a way the definition hash below cannot see.
@@ -56,7 +55,7 @@ def definition_version() -> str:
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("LLMTUI_CACHE") or "~/.cache/llmtui").expanduser()
+    return cache_root()
 
 
 def ensure_tiny_model(cache_dir: Path | str | None = None) -> Path:
