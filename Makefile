@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test test-fast install bench gpu-check wheelhouse install-offline
+.PHONY: quickstart test test-fast install bench gpu-check wheelhouse install-offline gguf
 
 $(BIN)/llmtui: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,18 @@ quickstart: install
 
 # Every tier, slow tests (real DeepSpeed ranks) included, in a random order (pytest-randomly prints
 # the seed; rerun one order with --randomly-seed=N). `pytest` alone runs the fast tier only.
+# llama-cpp-python (the GGUF export's parity check) compiles llama.cpp: tools/gguf_setup.py builds it at
+# the lowest priority while the other tests run (cached in $LLMTUI_CACHE/gguf after), installs it, and
+# the GGUF tests run last.
 test: install
-	$(BIN)/python -m pytest -q -m "slow or not slow"
+	$(BIN)/python tools/gguf_setup.py start
+	$(BIN)/python -m pytest -q -m "(slow or not slow) and not gguf"
+	$(BIN)/python tools/gguf_setup.py wait
+	$(BIN)/python -m pytest -q -m gguf
+
+# llama-cpp-python and llama.cpp's converter, for `llmtui export --gguf` (tools/gguf_setup.py)
+gguf: install
+	$(BIN)/python tools/gguf_setup.py install
 
 test-fast: install
 	$(BIN)/python -m pytest -q

@@ -32,16 +32,26 @@ def parse_quants(text: str) -> list[str]:
     return list(dict.fromkeys(quants))
 
 
+def converter_home(version: str) -> Path:
+    """Where tools/gguf_setup.py (`make gguf`) unpacks the converter of llama-cpp-python `version`'s
+    source archive (its vendor/llama.cpp)."""
+    from tuiapp.core.built_folder import cache_root
+
+    return cache_root() / "gguf" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+
+
 def bundled_llama_cpp() -> Path | None:
-    """llama.cpp's converter shipped beside llama-cpp-python (an install from its source keeps
-    vendor/llama.cpp), when there is one."""
+    """llama.cpp's converter of the installed llama-cpp-python: the one `make gguf` unpacked, or
+    one beside the package (an install from its source folder keeps vendor/llama.cpp)."""
     import importlib.util
 
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.origin:
         return None
     package = Path(spec.origin).parent
-    for folder in (package / "vendor" / "llama.cpp", package.parent / "vendor" / "llama.cpp"):
+    version = llama_cpp_python()
+    candidates = [converter_home(version)] if version and version != "unknown" else []
+    for folder in (*candidates, package / "vendor" / "llama.cpp", package.parent / "vendor" / "llama.cpp"):
         if (folder / CONVERTER).is_file():
             return folder
     return None
@@ -106,7 +116,8 @@ def check_tools(model_dir: Path | None, quants: list[str], llama_dir: Path | Non
             "--target llama-quantize for k-quants)"
     if folder is None:
         raise ToolError("--gguf needs llama.cpp's converter (convert_hf_to_gguf.py), and no llama.cpp folder was "
-                        "given or found beside llama-cpp-python", f"pass --llama-cpp DIR, a llama.cpp checkout: {clone}")
+                        "given or found beside llama-cpp-python", "run `make gguf` in llmtui's folder (llama-cpp-python "
+                        f"and its converter), or pass --llama-cpp DIR, a llama.cpp checkout: {clone}")
     folder = Path(folder).expanduser()
     if not (folder / CONVERTER).is_file():
         raise ToolError(f"--llama-cpp {folder}: no {CONVERTER} there", f"name the root of a llama.cpp checkout: {clone}")
@@ -142,7 +153,7 @@ def check_tools(model_dir: Path | None, quants: list[str], llama_dir: Path | Non
 
 def pre_tokenizer_name(model_dir: Path) -> str | None:
     """The llama.cpp pre-tokenizer a tokenizer.json declares when it is one llama.cpp has by name:
-    a lone ByteLevel pre-tokenizer with GPT-2's split pattern is 'gpt2'. The converter knows
+    a lone ByteLevel pre-tokenizer with GPT-2's split pattern is 'gpt-2' (llama-vocab.cpp's name). The converter knows
     tokenizers by a hash of their output on a test text, so a tokenizer trained here (the tiny one)
     is unknown to it even when its pre-tokenizer is GPT-2's."""
     import json
@@ -152,5 +163,5 @@ def pre_tokenizer_name(model_dir: Path) -> str | None:
     except (OSError, ValueError):
         return None
     if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
-        return "gpt2"
+        return "gpt-2"
     return None
