@@ -488,3 +488,13 @@ def test_a_colocated_vllm_engine_takes_its_share_of_each_gpu():
     plain = recipe.model_copy(update={"method": recipe.method.model_copy(update={"generation_backend": "transformers"})})
     assert estimate_recipe(plain, config, 1, gpu_memory_bytes=small).fits
     assert estimate_recipe(plain, config, 1).generation_share == 0.0
+
+
+def test_the_setup_line_counts_ranks_once_and_says_cpu_ranks_without_cuda():
+    from tuiapp.core.recipe import parse_recipe
+
+    recipe = parse_recipe('[model]\nname = "tiny"\n[method]\nkind = "lora"\n[launch]\ngpus = 2\n')
+    on_cpu = format_estimate(estimate_recipe(recipe, dict(TINY_CONFIG), 2, cuda=False))
+    assert "setup        2 CPU ranks, ZeRO-" in on_cpu and "per rank" in on_cpu and "GPU" not in on_cpu
+    on_gpu = format_estimate(estimate_recipe(recipe, dict(TINY_CONFIG), 1, cuda=True))
+    assert "setup        1 GPU, ZeRO-" in on_gpu and "world size" not in on_gpu and "per GPU" in on_gpu

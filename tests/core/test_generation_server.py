@@ -127,7 +127,7 @@ def test_the_estimate_shows_the_server_on_its_own_gpus_and_leaves_the_ranks_whol
     est = estimate_recipe(recipe, config, 1, gpu_memory_bytes=80 * 10**9)
     assert est.generation_share == 0.0 and est.server_gpus == 1 and est.server_share == 0.9
     text = format_estimate(est)
-    assert "1 GPU(s) of its own" in text and "90% of each GPU" in text
+    assert "1 GPU of its own" in text and "90% of each GPU" in text
 
 
 def test_the_gpu_server_preset_is_valid_and_refused_on_cpu_with_the_fix():

@@ -26,6 +26,7 @@ from tuiapp.core import model_profile, tiny_vlm
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.generation_server import memory_share, server_gpu_count
 from tuiapp.core.kinds import RL_KINDS
+from tuiapp.core.progress import plural
 from tuiapp.core.recipe import (
     METHOD_MODELS,
     PREFERENCE_KINDS,
@@ -494,6 +495,7 @@ class Estimate:
     generation_share: float = 0.0  # grpo/rloo with vLLM colocated: the share of each GPU its engine takes
     server_gpus: int = 0  # grpo/rloo with a vLLM server: the GPUs it takes besides the ranks'
     server_share: float = 0.0  # ... and the share of each of them it fills
+    cpu: bool = False  # CPU ranks (no CUDA): the setup line counts ranks, not GPUs
 
     @property
     def total(self) -> int:
@@ -665,7 +667,7 @@ def estimate_recipe(
         gpu_memory_bytes=gpu_memory_bytes, fits=fits, warning=warning, suggestions=suggestions,
         world_size=world, micro_batch_auto=train.micro_batch == "auto", kernels=kernels_text(recipe),
         active_params=_active_params(model_config, recipe), generation_share=share,
-        server_gpus=server_gpu_count(recipe),
+        server_gpus=server_gpu_count(recipe), cpu=not cuda and nodes == 1,  # several nodes: GPUs elsewhere
         server_share=memory_share(recipe.method) if server_gpu_count(recipe) else 0.0,
     )
 
@@ -746,8 +748,9 @@ def format_pipeline(info: dict) -> list[str]:
 def format_estimate(est: Estimate) -> str:
     """A compact table, GB with one decimal."""
     m = est.memory
-    gpus = f"{est.n_gpus} GPU{'s' if est.n_gpus > 1 else ''}" + (f" x {est.nodes} nodes" if est.nodes > 1 else "")
-    gpus += f" (world size {est.world_size or est.n_gpus * est.nodes})"
+    gpus = plural(est.n_gpus, "CPU rank" if est.cpu else "GPU") + (f" x {est.nodes} nodes" if est.nodes > 1 else "")
+    if est.nodes > 1 or (est.world_size and est.world_size != est.n_gpus):
+        gpus += f" (world size {est.world_size or est.n_gpus * est.nodes})"
     rows = [
         f"model        {est.model}: {_count(est.total_params)} params"
         + (f" ({_count(est.active_params)} active per token)" if est.active_params else "") + ", "
@@ -755,7 +758,7 @@ def format_estimate(est: Estimate) -> str:
         f"setup        {gpus}, ZeRO-{est.zero_stage}, {est.precision}, micro_batch {_micro_batch_text(est)} x "
         f"{est.seq_len} tokens, checkpointing {'on' if est.gradient_checkpointing else 'off'}"
         + (f", {est.kernels}" if est.kernels else ""),
-        "per GPU          GB",
+        "per rank         GB" if est.cpu else "per GPU          GB",
     ]
     for name in ("params", "grads", "optimizer"):
         rows.append(f"  {name:<12} {getattr(m, name) / GB:>6.1f}")
@@ -776,7 +779,8 @@ def format_estimate(est: Estimate) -> str:
                     "beside the training (method.vllm_gpu_memory_utilization)")
     if est.server_gpus:
         weights = est.total_params * 2 / est.server_gpus  # vLLM serves in 16 bits
-        rows.append(f"  {'+ vLLM':<12} {est.server_gpus} GPU(s) of its own besides the ranks' (method.vllm_server_gpus): "
+        rows.append(f"  {'+ vLLM':<12} {plural(est.server_gpus, 'GPU')} of its own besides the ranks' "
+                    "(method.vllm_server_gpus): "
                     f"{weights / GB:.1f} GB of weights each, {est.server_share:.0%} of each GPU with its KV cache")
     if m.cpu_offload_total:
         rows.append(f"CPU offload  {m.cpu_offload_total / GB:.1f} GB per node")

@@ -7,7 +7,6 @@ service refuses; the workers report it through tuiapp.ui.worker_errors."""
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,19 +37,6 @@ def machine_on_cpu() -> bool:
     return not cuda_available()
 
 
-def rank_wording(estimate: str, on_cpu: bool) -> str:
-    """The estimate's setup line without its echo: `1 GPU (world size 1)` says `1 GPU`, and on a
-    machine without CUDA `1 CPU rank` (memory per rank, not per GPU). Several nodes keep theirs."""
-    def setup(match: re.Match) -> str:
-        count = int(match.group(1))
-        if on_cpu:
-            return f"{count} CPU rank{'s' if count != 1 else ''}"
-        return f"{count} GPU{'s' if count != 1 else ''}"
-
-    text = re.sub(r"\b(\d+) GPUs? \(world size \1\)", setup, estimate)
-    return text.replace("per GPU ", "per rank").replace("per GPU", "per rank") if on_cpu else text
-
-
 def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Path) -> FormReport:
     """Recipe errors, then (for a valid recipe) static findings and the memory estimate."""
     from tuiapp.ui import formdata
@@ -70,7 +56,7 @@ def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Pat
         report.finding_errors = sum(f.level == "error" for f in findings)
         report.on_cpu = machine_on_cpu()
         try:
-            report.estimate = rank_wording(checks.estimate_report(check.recipe, store, base_dir)["text"], report.on_cpu)
+            report.estimate = checks.estimate_report(check.recipe, store, base_dir)["text"]
         except UserError as exc:
             report.estimate = f"no estimate:\n{exc}"
     except ImportError as exc:  # core checks mid-rewrite: say so, keep the form usable
