@@ -5,7 +5,6 @@ that overruns its time being stopped with the whole process group. The real buil
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import sys
 import tarfile
@@ -15,19 +14,16 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from tests.tool_scripts import load_tool
 from tuiapp.core import gguf_tools
 from tuiapp.core.procs import group_processes
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "tools" / "gguf_setup.py"
 
 
 @pytest.fixture(scope="module")
 def setup_tool():
-    spec = importlib.util.spec_from_file_location("gguf_setup", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("gguf_setup")
 
 
 def _archive(path: Path, version: str) -> Path:

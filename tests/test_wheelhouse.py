@@ -3,7 +3,6 @@ pins it checks, and a real partial wheelhouse installed into a fresh venv with t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,6 +11,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from tests.tool_scripts import load_tool
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "wheelhouse.py"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -19,10 +20,7 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 @pytest.fixture(scope="module")
 def wh():
-    spec = importlib.util.spec_from_file_location("wheelhouse", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("wheelhouse")
 
 
 def test_build_commands_for_a_cuda_server(wh, tmp_path):

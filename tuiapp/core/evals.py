@@ -13,11 +13,10 @@ and compare. A result:
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import time
 from pathlib import Path
+
+from tuiapp.core import stamped
 
 EVALS = "evals"
 COLUMNS = (("loss", "loss", ".4f"), ("perplexity", "perplexity", ".3f"), ("exact_match", "exact match", ".1%"),
@@ -26,45 +25,26 @@ COLUMNS = (("loss", "loss", ".4f"), ("perplexity", "perplexity", ".3f"), ("exact
 
 def new_path(run_dir: Path, now: float | None = None) -> Path:
     """Where the next result goes (never an existing file)."""
-    folder = Path(run_dir) / EVALS
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
-    path = folder / f"{stamp}.json"
-    n = 1
-    while path.exists():
-        n += 1
-        path = folder / f"{stamp}_{n:03d}.json"  # sorts after {stamp}.json ('_' > '.')
-    return path
+    return stamped.new_path(Path(run_dir) / EVALS, now)
 
 
 def write(path: Path, result: dict) -> None:
     """Atomically: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    stamped.write(path, result)
 
 
 def read(path: Path) -> dict | None:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("models"), dict) else None
+    data = stamped.read(path)
+    return data if data is not None and isinstance(data.get("models"), dict) else None
 
 
 def results(run_dir: Path) -> list[dict]:
     """Every readable result of a run, oldest first (each with its `path`)."""
-    folder = Path(run_dir) / EVALS
-    try:
-        names = sorted(p for p in os.listdir(folder) if p.endswith(".json") and not p.startswith("."))
-    except OSError:
-        return []
-    out = []
-    for name in names:
-        data = read(folder / name)
-        if data is not None:
-            out.append({**data, "path": str(folder / name)})
-    return out
+    return [{**data, "path": str(path)} for path, data in stamped.listing(Path(run_dir) / EVALS, _is_result)]
+
+
+def _is_result(data: dict) -> bool:
+    return isinstance(data.get("models"), dict)
 
 
 def latest(run_dir: Path) -> dict | None:

@@ -8,10 +8,10 @@ them. A record:
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
+
+from tuiapp.core import stamped
 
 EXPORTS = "exports"
 
@@ -19,35 +19,14 @@ EXPORTS = "exports"
 def record(run_dir: Path, entry: dict, now: float | None = None) -> Path:
     """Write one export's record (atomically: a reader never sees half a file); its path."""
     now = time.time() if now is None else now
-    folder = Path(run_dir) / EXPORTS
-    folder.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
-    path, n = folder / f"{stamp}.json", 1
-    while path.exists():
-        n += 1
-        path = folder / f"{stamp}_{n:03d}.json"
-    tmp = folder / f".{path.name}.tmp"
-    tmp.write_text(json.dumps({"time": now, **entry}, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    path = stamped.new_path(Path(run_dir) / EXPORTS, now)
+    stamped.write(path, {"time": now, **entry})
     return path
 
 
 def made(run_dir: Path) -> list[dict]:
     """Every readable export record of a run, oldest first."""
-    folder = Path(run_dir) / EXPORTS
-    try:
-        names = sorted(p for p in os.listdir(folder) if p.endswith(".json") and not p.startswith("."))
-    except OSError:
-        return []
-    out = []
-    for name in names:
-        try:
-            data = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("out"):
-            out.append(data)
-    return out
+    return [data for _, data in stamped.listing(Path(run_dir) / EXPORTS, lambda data: bool(data.get("out")))]
 
 
 def describe(entry: dict) -> str:
