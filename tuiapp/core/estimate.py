@@ -44,6 +44,14 @@ USABLE_FRACTION = 0.9
 # 4-bit storage per weight: 4 bits + the blockwise fp32 absmax (0.5 bit per weight at block size
 # 64), or 0.127 bit when the constants are quantized again (double quantization, QLoRA paper).
 QLORA_BYTES = {True: 4.127 / 8, False: 4.5 / 8}
+# Host memory of a rank beyond its model (bench/RESULTS.md, "Data at any size", tiny model): torch,
+# transformers, datasets and DeepSpeed imported (a warm rank's peak, its data memory-mapped); what
+# tokenizing in the rank adds while a dataset is first cached (805-890 MB cold against 480 warm); what
+# each tokenizing worker process adds (a fork of the rank) for a corpus of 20,000+ documents.
+RANK_RUNTIME_BYTES = 480 * 10**6
+TOKENIZING_BYTES = 400 * 10**6
+TOKENIZE_WORKER_BYTES = 600 * 10**6
+TOKENIZE_WORKERS_MAX = 8  # tuiapp.trainer.tokenize_cache.MAX_WORKERS
 
 # The bundled tiny model (tuiapp/assets builds it from this dict).
 PROFILE_COUNTS = "llmtui_parameters"  # a config dict's key for the model profile's parameter counts
@@ -496,6 +504,9 @@ class Estimate:
     server_gpus: int = 0  # grpo/rloo with a vLLM server: the GPUs it takes besides the ranks'
     server_share: float = 0.0  # ... and the share of each of them it fills
     cpu: bool = False  # CPU ranks (no CUDA): the setup line counts ranks, not GPUs
+    ram_per_rank: int = 0  # host memory of one rank: runtime, data and (CPU ranks) its model
+    ram_first_tokenizing: int = 0  # what the rank building the data cache adds while it builds it
+    streaming: bool = False  # dataset.streaming: no cache to build, examples tokenized as they come
 
     @property
     def total(self) -> int:
@@ -668,8 +679,24 @@ def estimate_recipe(
         world_size=world, micro_batch_auto=train.micro_batch == "auto", kernels=kernels_text(recipe),
         active_params=_active_params(model_config, recipe), generation_share=share,
         server_gpus=server_gpu_count(recipe), cpu=not cuda and nodes == 1,  # several nodes: GPUs elsewhere
+        ram_per_rank=RANK_RUNTIME_BYTES + (memory.total if not cuda else 0),
+        ram_first_tokenizing=0 if recipe.dataset.streaming else TOKENIZING_BYTES,
+        streaming=bool(recipe.dataset.streaming),
         server_share=memory_share(recipe.method) if server_gpu_count(recipe) else 0.0,
     )
+
+
+def _ram_rows(est: Estimate) -> list[str]:
+    """Host memory per rank, and what building the data cache adds the first time."""
+    import os
+
+    what = "runtime and model" if est.cpu else "runtime"
+    if est.streaming:
+        return [f"RAM per rank {est.ram_per_rank / GB:.1f} GB ({what}); the data streamed, tokenized as it comes"]
+    workers = min(TOKENIZE_WORKERS_MAX, os.cpu_count() or 1)
+    return [f"RAM per rank {est.ram_per_rank / GB:.1f} GB ({what}); the data memory-mapped once cached",
+            f"  caching it: +{est.ram_first_tokenizing / GB:.1f} GB in one rank, +{TOKENIZE_WORKER_BYTES / GB:.1f} GB "
+            f"per worker for 20,000+ documents ({workers} here)"]
 
 
 def generation_share(recipe: Recipe) -> float:
@@ -782,6 +809,7 @@ def format_estimate(est: Estimate) -> str:
         rows.append(f"  {'+ vLLM':<12} {plural(est.server_gpus, 'GPU')} of its own besides the ranks' "
                     "(method.vllm_server_gpus): "
                     f"{weights / GB:.1f} GB of weights each, {est.server_share:.0%} of each GPU with its KV cache")
+    rows += _ram_rows(est)
     if m.cpu_offload_total:
         rows.append(f"CPU offload  {m.cpu_offload_total / GB:.1f} GB per node")
     if est.pipeline:

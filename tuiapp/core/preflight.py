@@ -379,7 +379,8 @@ def check_memory(recipe: Recipe, model_config: dict, *, cuda: bool, gpus: list[G
         ranks = f" ({est.world_size} ranks on {est.nodes} nodes)" if est.nodes > 1 else ""
         return [Finding("info", None, f"memory: about {est.total / GB:.1f} GB per GPU{where}{ranks}")]
     ranks = est.n_gpus  # CPU ranks on this machine
-    need = est.total * ranks + est.memory.cpu_offload_total
+    # each rank's runtime and model, offload, and the data cache's first tokenization in one of them
+    need = est.ram_per_rank * ranks + est.memory.cpu_offload_total + est.ram_first_tokenizing
     if ram_available is None:
         ram_available = psutil.virtual_memory().available
     if need > OVER_MARGIN * ram_available:
