@@ -12,9 +12,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from tuiapp.core import served
+from tuiapp.core import queue, served
 from tuiapp.core.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
-from tuiapp.core.gpus import cuda_available
+from tuiapp.core.gpus import cuda_available, detect_gpus
 from tuiapp.core.runs import RunStore
 from tuiapp.core.targets import model_target
 
@@ -82,20 +82,25 @@ def start(run, args, token: str | None) -> dict:
     if token:
         env[served.TOKEN_ENV if backend == "transformers" else "VLLM_API_KEY"] = token
     log = served.log_path(run.path)
-    with open(log, "ab") as out:
-        out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, cwd=Path.cwd())
     import psutil
 
-    try:
-        created = psutil.Process(proc.pid).create_time()
-    except psutil.Error:
-        created = None
+    gpus = detect_gpus() if backend == "vllm" else []
+    with queue.decision_lock(run.path.parent):  # the GPU is chosen and claimed as a run's are
+        devices = served.take_devices(run.path, backend, gpus)
+        with open(log, "ab") as out:
+            out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=served.server_env(env, backend, devices), start_new_session=True,
+                                    cwd=Path.cwd())
+        try:
+            created = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            created = None
+        served.claim(run.path, devices, proc.pid, created)
     record = {"pid": proc.pid, "pgid": proc.pid, "create_time": created, "host": args.host, "port": args.port,
               "backend": backend, "model": run.id, "target": target.label, "argv": argv, "auth": bool(token),
-              "started": time.time(), "log": str(log)}
+              "started": time.time(), "log": str(log), "gpus": devices}
     served.write_record(run.path, record)
     return record
 
@@ -114,6 +119,7 @@ def _status_line(run_dir: Path, record: dict) -> str:
     now = served.state(record)
     where = served.url_of(record) if record else ""
     extra = f"  pid {record.get('pid')}  {record.get('backend')}  {record.get('target')}" if record else ""
+    extra += f"  GPUs {record['gpus']}" if record.get("gpus") else ""
     auth = "  token required" if record.get("auth") else ""
     return f"{run_dir.name}: {now}" + (f"  {where}{extra}{auth}" if now in (served.LOADING, served.SERVING) else "")
 
@@ -122,7 +128,7 @@ def _status_document(run_dir: Path, record: dict) -> dict:
     now = served.state(record)
     return {"run": run_dir.name, "state": now, "url": served.url_of(record) if record else None,
             **{k: record.get(k) for k in ("pid", "host", "port", "backend", "model", "target", "auth", "started",
-                                          "stopped_at", "log")}}
+                                          "stopped_at", "log", "gpus")}}
 
 
 def cmd_serve(args) -> int:

@@ -1,4 +1,5 @@
-"""`llmtui doctor RUN`: every rank's phase, process state and Python stack, and which rank is behind.
+"""`llmtui doctor RUN`: every rank's phase, process state and Python stack, and which rank is behind;
+the run's vLLM generation server and its model served by `llmtui serve` (a finished run too).
 
 Stacks come from py-spy (`dump --nonblocking`: the rank is not paused, and a rank stopped with
 SIGSTOP can still be read), else from the rank's own faulthandler (SIGUSR1 makes it write every
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from tuiapp.core import rundir
+from tuiapp.core import rundir, served
 from tuiapp.core.errors import RunError
 from tuiapp.core.procs import process_alive
 from tuiapp.core.runs import Run
@@ -121,7 +122,10 @@ def diagnose(run: Run, timeout_s: float = STACK_TIMEOUT_S) -> str:
     states = rank_states(run)
     server_pid = (run.info.get("generation_server") or {}).get("pid")
     server_alive = bool(server_pid) and _state(int(server_pid), None) != "gone"
-    if not server_alive and not any(s.state not in ("gone", "elsewhere") for s in states):
+    ranks_live = any(s.state not in ("gone", "elsewhere") for s in states)
+    if not ranks_live and served.alive(served.read_record(run.path)):
+        return "\n".join([f"{run.id}: {run.status}", *_served_lines(run, timeout_s)])  # a served finished run
+    if not server_alive and not ranks_live:
         raise RunError(message=f"{run.id} has no live rank on this machine ({run.status})",
                        fix="doctor reads the stacks of running ranks; run it on the machine that runs them")
     now = time.time()
@@ -141,7 +145,7 @@ def diagnose(run: Run, timeout_s: float = STACK_TIMEOUT_S) -> str:
                "disk-sleep": "it is blocked in the kernel (I/O)"}.get(
             lag.state, f"it is still in '{lag.phase}' after {now - lag.since:.0f}s")
         lines.append(f"behind: rank {lag.rank} (pid {lag.pid}) — {why}")
-    lines += _server_lines(run, timeout_s)
+    lines += _server_lines(run, timeout_s) + _served_lines(run, timeout_s)
     for state in states:
         lines.append("")
         lines.append(f"rank {state.rank}  pid {state.pid or '?'}  {state.host or '?'}  {state.state}  "
@@ -168,4 +172,19 @@ def _server_lines(run: Run, timeout_s: float) -> list[str]:
     if state != "gone":
         stack = stack_by_py_spy(int(pid), timeout_s)
         lines += ["  " + line for line in stack.splitlines()] if stack else ["  (no stack: py-spy could not read it)"]
+    return lines
+
+
+def _served_lines(run: Run, timeout_s: float) -> list[str]:
+    """The run's model served by `llmtui serve` (serve.json), while its server lives: its state, and
+    its Python stack (py-spy)."""
+    record = served.read_record(run.path)
+    if not record or not served.alive(record):
+        return []
+    pid = int(record["pid"])
+    gpus = f"  GPUs {record.get('gpus')}" if record.get("gpus") else ""
+    lines = ["", f"served model ({record.get('backend')})  pid {pid}  {served.state(record)} on {served.url_of(record)}"
+             f"{gpus}  {_state(pid, None)}  (log: {served.log_path(run.path)})"]
+    stack = stack_by_py_spy(pid, timeout_s)
+    lines += ["  " + line for line in stack.splitlines()] if stack else ["  (no stack: py-spy could not read it)"]
     return lines

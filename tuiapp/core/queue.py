@@ -8,7 +8,8 @@ Files under <runs>/.queue/:
   claims/<id>.json   devices a started run holds: {devices, slots, host, pid, pid_create_time, pgid}
 Every started run claims (queued or not), so runs outside the queue count too. A waiting entry
 whose supervisor is gone is ignored and removed; so is a claim, once no process of the
-supervisor's group (its ranks, which can outlive it) is left.
+supervisor's group (its ranks, which can outlive it) is left. A model `llmtui serve` serves
+claims too, as `<id>.serve` owned by its server (tuiapp.core.served).
 
 Devices are GPU ids with CUDA; without CUDA each run takes one of `slots` slots (default 1,
 LLMTUI_QUEUE_SLOTS or --slots).
@@ -212,14 +213,15 @@ def fit(want: int | list[int], *, cuda_gpus: list[GpuInfo], live: dict[str, dict
     return free[:want] if len(free) >= want else None
 
 
-def write_claim(runs_root: Path, run_id: str, devices: list[int], pid: int, pid_create_time: float,
-                pgid: int | None = None) -> None:
+def write_claim(runs_root: Path, run_id: str, devices: list[int], pid: int, pid_create_time: float | None,
+                pgid: int | None = None, slots_used: int = 1) -> None:
+    """`slots_used`: CPU slots it takes (0 for a served model, see tuiapp.core.served)."""
     if pgid is None:
         try:
             pgid = os.getpgid(pid)  # the supervisor's group: its ranks', which may outlive it
         except ProcessLookupError:
             pgid = None
-    _write(claim_path(runs_root, run_id), {"devices": devices, "slots_used": 1, "host": socket.gethostname(),
+    _write(claim_path(runs_root, run_id), {"devices": devices, "slots_used": slots_used, "host": socket.gethostname(),
                                            "pid": pid, "pid_create_time": pid_create_time, "pgid": pgid,
                                            "since": time.time()})
 

@@ -10,6 +10,16 @@ the record says, and a live one is asked over HTTP (`/health`) whether it is loa
 
 The auth token never reaches the record, the command line or the log: it travels in the
 server's environment ($LLMTUI_SERVE_TOKEN) and the record only says that one is required.
+
+The device queue counts a served model (tuiapp.core.queue): its claim, `<run id>.serve` in
+.queue/claims/, is owned by the server's own pid and process group, so it goes when the server
+stops (`stop` removes it) or dies (the queue prunes a claim whose processes are gone). vLLM takes
+one GPU (the lowest free one: no run's claim, no foreign process on it), given to it alone by
+CUDA_VISIBLE_DEVICES, and a queued run waits for it; a serve is refused when no GPU is free. The
+transformers backend answers on the CPU (tuiapp.trainer.inference loads there), so its claim holds
+no GPU (CUDA is hidden from it) and no CPU slot: a served model is idle between requests, and
+counting it as a slot would hold every queued CPU run (1 slot by default) for as long as it is
+served.
 """
 
 from __future__ import annotations
@@ -22,9 +32,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuiapp.core import queue
 from tuiapp.core.errors import RunError, UserError
+from tuiapp.core.gpus import GpuInfo
 from tuiapp.core.metrics import atomic_write_text
 from tuiapp.core.procs import group_processes, process_alive
 
@@ -96,6 +110,44 @@ def state(record: dict) -> str:
         return STOPPED if record.get("stopped_at") else EXITED
     answer = health(record)
     return SERVING if answer and answer.get("status") == "ok" else LOADING
+
+
+def live_records(run_dirs: Iterable[Path]) -> dict[str, dict]:
+    """Run id -> the record of each run whose server lives (a stat per run; a read and a pid check
+    only where serve.json is): cheap enough for the history's poll."""
+    out = {}
+    for run_dir in run_dirs:
+        if record_path(run_dir).is_file():
+            record = read_record(run_dir)
+            if record and alive(record):
+                out[Path(run_dir).name] = record
+    return out
+
+
+@dataclass(frozen=True)
+class Served:
+    """A served model as the TUI's list and `llmtui serve --status` show it."""
+
+    run_id: str
+    run_dir: Path
+    url: str
+    state: str  # loading | serving (asked over HTTP)
+    backend: str
+    pid: int | None = None
+    gpus: list[int] = field(default_factory=list)
+    auth: bool = False
+
+
+def served_models(run_dirs: Iterable[Path]) -> list[Served]:
+    """Every live server among these runs, with its state (an HTTP /health each: call off the UI thread)."""
+    out = []
+    for run_dir in run_dirs:
+        record = live_records([run_dir]).get(Path(run_dir).name)
+        if record is not None:
+            out.append(Served(Path(run_dir).name, Path(run_dir), url_of(record), state(record),
+                              str(record.get("backend") or "?"), record.get("pid"), list(record.get("gpus") or []),
+                              bool(record.get("auth"))))
+    return out
 
 
 def log_tail(run_dir: Path, lines: int = 12) -> str:
@@ -184,6 +236,47 @@ def vllm_argv(model_path: str, port: int, host: str, model_id: str, adapter: str
     return argv + ["--model", model_path, "--served-model-name", model_id]
 
 
+# ---------------------------------------------------------------- the device queue
+
+
+def claim_id(run_dir: Path) -> str:
+    """The served model's name in .queue/claims/ (beside its run's own claim, if it trains again)."""
+    return f"{Path(run_dir).name}.serve"
+
+
+def take_devices(run_dir: Path, backend: str, cuda_gpus: list[GpuInfo]) -> list[int]:
+    """Under queue.decision_lock: the GPUs the server gets. vLLM on CUDA: the lowest free one, or
+    RunError naming who holds them; transformers (CPU) or no CUDA: none."""
+    if backend != "vllm" or not cuda_gpus:
+        return []
+    root = Path(run_dir).parent
+    live = queue.claims(root)
+    devices = queue.fit(1, cuda_gpus=cuda_gpus, live=live, slots=1)
+    if devices is None:
+        holders = ", ".join(sorted(f"{name} (GPUs {c.get('devices')})" for name, c in live.items() if c.get("devices")))
+        raise RunError(message="no free GPU to serve on: " + (f"held by {holders}" if holders else
+                                                               "each is used by a process outside llmtui"),
+                       fix="wait for a run to end (or stop one), or serve on the CPU with --backend transformers")
+    return devices
+
+
+def server_env(env: dict, backend: str, devices: list[int]) -> dict:
+    """The server sees only the GPUs it claimed (none for the transformers backend, on the CPU)."""
+    if backend == "vllm" and not devices:
+        return env
+    return {**env, "CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in devices)}
+
+
+def claim(run_dir: Path, devices: list[int], pid: int, create_time: float | None) -> None:
+    """The served model's claim in the queue, owned by the server's process (group)."""
+    queue.write_claim(Path(run_dir).parent, claim_id(run_dir), devices, pid, create_time, pgid=pid, slots_used=0)
+
+
+def queue_claim(run_dir: Path) -> dict | None:
+    """The served model's live claim (None once its processes are gone: the queue pruned it)."""
+    return queue.claims(Path(run_dir).parent).get(claim_id(run_dir))
+
+
 # ---------------------------------------------------------------- stop
 
 
@@ -213,4 +306,7 @@ def stop(run_dir: Path, grace_s: float = STOP_GRACE_S) -> bool:
             deadline = time.monotonic() + 5.0
             while time.monotonic() < deadline and (alive(record) or group_processes(pgid)):
                 time.sleep(0.1)
-    return not alive(record) and not group_processes(pgid)
+    gone = not alive(record) and not group_processes(pgid)
+    if gone:
+        queue.release(Path(run_dir).parent, claim_id(run_dir))
+    return gone

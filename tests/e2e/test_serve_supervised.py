@@ -1,0 +1,74 @@
+"""`llmtui serve` supervised like a run, with the real server of the finished tiny SFT run on CPU:
+it claims in the device queue (owned by its own process, no GPU and no CPU slot on the CPU),
+`llmtui doctor` of the finished run shows the server's state and Python stack, `--status` says
+where it is, and the claim goes when the server stops or dies (kill -9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+
+import psutil
+import pytest
+
+from tests.after_runs import sft_run
+from tests.e2e.helpers import llmtui
+from tuiapp.core import launcher, queue, served
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def run(tmp_path_factory, tmp_path):
+    source = sft_run(tmp_path_factory)
+    root = tmp_path / "runs"
+    root.mkdir()
+    shutil.copytree(source, root / source.name)
+    path = root / source.name
+    yield path
+    served.stop(path, grace_s=5)
+
+
+def test_queue_claim_doctor_and_the_claim_gone_when_stopped_or_dead(run):
+    root = run.parent
+    port = launcher.free_port()
+    started = llmtui("serve", run.name, "--port", str(port), runs_dir=root, timeout=300)
+    assert started.returncode == 0, started.stdout + started.stderr
+    record = served.read_record(run)
+    claim = queue.claims(root)[served.claim_id(run)]
+    assert claim["pid"] == claim["pgid"] == record["pid"] and claim["devices"] == [] and claim["slots_used"] == 0
+    assert record["gpus"] == []
+    # a queued CPU run is not held back by it (1 slot)
+    assert queue.fit(1, cuda_gpus=[], live=queue.claims(root), slots=1) == []
+    # the server sees no GPU (the transformers backend answers on the CPU)
+    assert psutil.Process(record["pid"]).environ().get("CUDA_VISIBLE_DEVICES") == ""
+
+    # doctor of the finished run: the served model's state and stack, no refusal
+    report = llmtui("doctor", run.name, runs_dir=root, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert f"served model (transformers)  pid {record['pid']}  serving on http://localhost:{port}/v1" in report.stdout
+    assert "Thread" in report.stdout and "serve_forever" in report.stdout  # its Python stack, by py-spy
+    status = json.loads(llmtui("serve", run.name, "--status", "--json", runs_dir=root).stdout)
+    assert status["state"] == "serving" and status["gpus"] == []
+
+    # stopped: the claim goes; doctor refuses as for any run without a live process
+    assert llmtui("serve", run.name, "--stop", runs_dir=root).returncode == 0
+    assert not queue.claim_path(root, served.claim_id(run)).exists()
+    refused = llmtui("doctor", run.name, runs_dir=root)
+    assert refused.returncode == 2 and "no live rank" in refused.stderr
+
+    # served again, then killed: the queue prunes the dead server's claim
+    again = llmtui("serve", run.name, "--port", str(port), "--no-wait", runs_dir=root, timeout=120)
+    assert again.returncode == 0, again.stderr
+    pid = served.read_record(run)["pid"]
+    assert served.claim_id(run) in queue.claims(root)
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while served.alive(served.read_record(run)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert served.state(served.read_record(run)) == served.EXITED
+    assert served.claim_id(run) not in queue.claims(root)
+    assert not queue.claim_path(root, served.claim_id(run)).exists()
