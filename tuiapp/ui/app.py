@@ -149,6 +149,12 @@ class LlmtuiApp(App):
 
         self.push_screen(ExportScreen(run_id, self.config.runs_root / run_id, self.config.base_dir))
 
+    def open_served(self) -> None:
+        """The models `llmtui serve` serves, with stop and doctor."""
+        from tuiapp.ui.screens.served import ServedScreen
+
+        self.push_screen(ServedScreen(self.config.runs_root))
+
     def confirm(self, question: str, detail: str, then: Callable[[bool | None], None]) -> None:
         """Ask yes/no in a modal; `then` gets the answer."""
         self.push_screen(ConfirmScreen(question, detail), then)

@@ -238,3 +238,31 @@ class AfterTrainingRead(Message):
     def __init__(self, found: dict[str, Any]) -> None:
         super().__init__()
         self.found = found
+
+
+class ServedListed(Message):
+    """The models `llmtui serve` serves, read (core.served.Served each) with their runs' names."""
+
+    def __init__(self, models: list, names: dict[str, str]) -> None:
+        super().__init__()
+        self.models = models
+        self.names = names
+
+
+class ServedStopped(Message):
+    """A served model was asked to stop; `gone`: nothing of its server is left."""
+
+    def __init__(self, run_id: str, url: str, gone: bool) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.url = url
+        self.gone = gone
+
+
+class ServingChanged(Message):
+    """The runs whose model is served changed (history): run id -> URL."""
+
+    def __init__(self, serving: dict[str, str]) -> None:
+        super().__init__()
+        self.serving = serving
+

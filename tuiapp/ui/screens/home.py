@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
-from tuiapp.core import evals
+from tuiapp.core import evals, served
 from tuiapp.core.rundata import numpy_module
 from tuiapp.core.rundir import ACTIVE
 from tuiapp.ui.after_training import AfterWatch
@@ -41,6 +41,7 @@ from tuiapp.ui.messages import (
     RunStopped,
     RunStopping,
     RunsUpdated,
+    ServingChanged,
 )
 from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.runs_table import COLUMNS, FIXED, SORTABLE, RunsTable
@@ -80,6 +81,8 @@ class HomeScreen(HistoryManageActions, Screen):
         Binding("E", "evaluate", "Evaluate", tooltip="Score the run's final model vs its base on held-out data "
                 "(loss, perplexity, exact match, ROUGE-L), as `llmtui eval`"),
         Binding("X", "export", "Export", tooltip="Write the run's model to a folder (merged, cast), as `llmtui export`"),
+        Binding("V", "served", "Served", tooltip="The models `llmtui serve` serves (⇄ in the list): URL, state, "
+                "backend; stop one or read its doctor report"),
         *HISTORY_BINDINGS,
         *META_BINDINGS,
         Binding("escape", "clear_filters", "Clear", tooltip="Clear the filters (marks stay; u clears them)"),
@@ -137,6 +140,9 @@ class HomeScreen(HistoryManageActions, Screen):
         if self.app.config.live:
             self.set_interval(1.0, self._tick)
             self.watch_after_training()
+            self.watch_served()
+        else:
+            self.watch_served(once=True)
 
     # ------------------------------------------------------------ the worker
 
@@ -193,6 +199,37 @@ class HomeScreen(HistoryManageActions, Screen):
             deadline = time.monotonic() + config.history_poll_s
             while time.monotonic() < deadline and not worker.is_cancelled:
                 time.sleep(0.05)
+
+    @work(thread=True, exclusive=True, group="served")
+    def watch_served(self, once: bool = False) -> None:
+        """Runs whose model `llmtui serve` serves (a stat of serve.json per run and poll, a pid
+        check where it is): the ⇄ marker, the detail line's URL and the status line's count."""
+        config = self.app.config
+        worker = get_current_worker()
+        shown: dict[str, str] = {}  # nothing served: nothing to say
+        while not worker.is_cancelled:
+            try:
+                paths = [row.path for row in list(self.model.rows.values())] if self.model else []
+            except RuntimeError:  # the rows changed while copied: next time
+                paths = None
+            if paths is not None:
+                found = {run_id: served.url_of(record) for run_id, record in served.live_records(paths).items()}
+                if found != shown:
+                    shown = found
+                    self.post_message(ServingChanged(found))
+                if once and self.loaded:
+                    return
+            deadline = time.monotonic() + config.history_poll_s
+            while time.monotonic() < deadline and not worker.is_cancelled:
+                time.sleep(0.05)
+
+    def on_serving_changed(self, message: ServingChanged) -> None:
+        self.query_one(RunsTable).set_serving(message.serving)
+        self._show_status()
+        self._show_detail()
+
+    def action_served(self) -> None:
+        self.app.open_served()
 
     def on_after_training_read(self, message: AfterTrainingRead) -> None:
         rows = []
@@ -312,6 +349,10 @@ class HomeScreen(HistoryManageActions, Screen):
             text = row.status_text()
         else:
             text = detail_text(row, self.app.config.clock()) if row else ""
+            url = self.query_one(RunsTable).serving.get(row.id) if row else None
+            if url:  # first, where 80 columns still show it
+                head, _, rest = text.partition(": ")
+                text = f"{head}: ⇄ serving on {url} (V) · {rest}"
         self.query_one("#home-detail", Static).update(text)
 
     def on_runs_table_highlighted(self, message: RunsTable.Highlighted) -> None:
@@ -334,6 +375,9 @@ class HomeScreen(HistoryManageActions, Screen):
         for status in ("running", "starting", "stopping", "queued", FLAGGED):
             if counts.get(status):
                 parts.append(f"{counts[status]} {status}")
+        serving = len(self.query_one(RunsTable).serving)
+        if serving:
+            parts.append(f"{serving} serving (V)")
         if archived:
             parts.append(f"{archived} archived" + (" shown" if model.show_archived else " hidden (A shows)"))
         if model.marked:

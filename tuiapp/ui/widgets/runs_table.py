@@ -169,6 +169,7 @@ class RunsTable(ScrollView, can_focus=True):
         super().__init__(id=id, classes=classes)
         self.rows: list[RunRow | GroupRow] = []
         self.marked: set[str] = set()
+        self.serving: dict[str, str] = {}  # run id -> URL of its served model
         self.cursor = 0
         self.sort_key: str | None = None
         self.sort_reverse = False
@@ -195,6 +196,10 @@ class RunsTable(ScrollView, can_focus=True):
         self.refresh()
         if self.cursor_run_id != current:
             self.post_message(self.Highlighted(self.cursor_run_id))
+
+    def set_serving(self, serving: dict[str, str]) -> None:
+        self.serving = dict(serving)
+        self.refresh()
 
     def set_sort(self, key: str | None, reverse: bool) -> None:
         self.sort_key, self.sort_reverse = key, reverse
@@ -241,6 +246,8 @@ class RunsTable(ScrollView, can_focus=True):
             return self._group_line(row, cursor, width)
         texts = cells(row, self.now, web=self.app.is_web)
         texts["mark"] = "◆" if row.id in self.marked else ""
+        if row.id in self.serving:  # its model is served (`llmtui serve`): the history's V lists it
+            texts["name"] = "⇄ " + texts["name"]
         tags = len(tags_text(row))
         if cursor is not None:
             return self._line(texts, cursor, width, tags=tags)
