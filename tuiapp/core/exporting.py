@@ -100,12 +100,36 @@ def tool_options(request: ExportRequest) -> list[str]:
         if value:
             argv += [flag, str(Path(value).expanduser().resolve()) if flag != "--gguf" else value]
     if request.gguf:  # the tools, found before any work (the tool adds the architecture check)
-        gguf_tools.check_tools(None, gguf_tools.parse_quants(request.gguf),
-                               Path(request.llama_cpp).expanduser() if request.llama_cpp else None,
-                               not request.no_parity)
+        check_gguf_tools(request)
     if request.parity_min is not None:
         argv += ["--parity-min", str(request.parity_min)]
     return argv + (["--no-parity"] if request.no_parity else [])
+
+
+def check_gguf_tools(request: ExportRequest) -> dict:
+    """The GGUF export's tools (converter, quantizer, llama-cpp-python for the parity check), found
+    before any work; gguf_tools.ToolError says what is missing and the fix."""
+    return gguf_tools.check_tools(None, gguf_tools.parse_quants(request.gguf or ""),
+                                  Path(request.llama_cpp).expanduser() if request.llama_cpp else None,
+                                  not request.no_parity)
+
+
+def gguf_readiness(request: ExportRequest) -> str:
+    """What the GGUF part of an export will use, in one line ('' without --gguf); UserError when it
+    would be refused: the same checks as `plan` (the form shows this before starting)."""
+    tool_options(request)  # every refusal `plan` makes of the options, the tools' included
+    ollama_command(request.ollama, request.gguf, Path(request.out or ".").expanduser())
+    if not request.gguf:
+        return ""
+    found = check_gguf_tools(request)
+    quants = gguf_tools.parse_quants(request.gguf)
+    parts = [f"GGUF {', '.join(quants)} with {found['converter']}"]
+    if found.get("quantize"):
+        parts.append(f"quantized by {Path(found['quantize']).name}")
+    parts.append(f"parity via llama-cpp-python {found['llama_cpp_python']}" if not request.no_parity else "no parity check")
+    if request.ollama:
+        parts.append(f"then ollama create {request.ollama}")
+    return " · ".join(parts)
 
 
 def check_out(out: Path) -> None:

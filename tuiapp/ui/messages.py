@@ -266,3 +266,13 @@ class ServingChanged(Message):
         super().__init__()
         self.serving = serving
 
+
+class ExportToolsChecked(Message):
+    """The Export form's GGUF fields checked (core.exporting.gguf_readiness): what the export will
+    use, or its refusal with the fix."""
+
+    def __init__(self, text: str, refused: bool = False, number: int = 0) -> None:
+        super().__init__()
+        self.text = text
+        self.refused = refused
+        self.number = number  # which check of the form: only the latest is shown

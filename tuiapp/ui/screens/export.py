@@ -1,13 +1,17 @@
 """Export a run's model from the app (X on the history or the run view), as `llmtui export` does:
-a new folder, the adapter merged into its base or not, the weights cast or not; then the files
-written. Refusals (a folder that is not empty, no final model...) are shown in the form with the
-fix; the export runs in a child process (core.exporting)."""
+a new folder, the adapter merged into its base or not, the weights cast or not, GGUF files of some
+types (with a llama.cpp folder, or the converter `make gguf` unpacked), their parity check and an
+Ollama name; then the files written. What the GGUF export will use, or why it would be refused
+(core.exporting.gguf_readiness, the checks `llmtui export` makes), shows under its fields as they
+change, before anything starts; other refusals (a folder that is not empty, no final model...)
+are shown with the fix when it starts. The export runs in a child process (core.exporting)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable
 
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Checkbox, Input, Label, Select, Static
@@ -16,6 +20,7 @@ from tuiapp.core import exporting
 from tuiapp.core.child_tool import ChildTool
 from tuiapp.core.errors import UserError
 from tuiapp.core.runs import Run
+from tuiapp.ui.messages import ExportToolsChecked
 from tuiapp.ui.tool_form import ToolFormScreen
 
 FILES_SHOWN = 8
@@ -35,6 +40,10 @@ def files_text(folder: str, files: list[str]) -> str:
 
 
 class ExportScreen(ToolFormScreen):
+    DEFAULT_CSS = """
+    #export-gguf-check { color: $text-success; margin-bottom: 1; }
+    #export-gguf-check.-refused { color: $text-error; }
+    """
     ACTION = "exports"
 
     def compose(self) -> ComposeResult:
@@ -49,16 +58,71 @@ class ExportScreen(ToolFormScreen):
                 yield Select([(name, name) for name in exporting.DTYPES], prompt="as trained", compact=True,
                              id="export-dtype")
             yield Checkbox("merge the adapter into its base model", False, compact=True, id="export-merge")
+            with Horizontal(classes="tool-field"):
+                yield Label("gguf ", classes="tool-label")
+                yield Input("", placeholder="GGUF types, e.g. q8_0,q4_k_m (empty: no GGUF)", compact=True,
+                            id="export-gguf")
+            with Horizontal(classes="tool-field"):
+                yield Label("llama", classes="tool-label")
+                yield Input("", placeholder="llama.cpp folder (empty: the converter `make gguf` unpacked)",
+                            compact=True, id="export-llama-cpp")
+            with Horizontal(classes="tool-field"):
+                yield Label("ollama", classes="tool-label")
+                yield Input("", placeholder="a name to `ollama create` from the GGUF (optional)", compact=True,
+                            id="export-ollama")
+            yield Checkbox("parity check of the GGUF (greedy answers vs the trained model)", True, compact=True,
+                           id="export-parity")
+            yield Static("", id="export-gguf-check", markup=False)
             yield from self.tool_lines()
+
+    _checks = 0  # the GGUF fields' checks started; only the latest one's answer is shown
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.show("#export-gguf-check", "")
+
+    def _text(self, selector: str) -> str | None:
+        return self.query_one(selector, Input).value.strip() or None
 
     def request(self) -> exporting.ExportRequest:
         out = self.query_one("#export-out", Input).value
         if not out.strip():
             raise UserError(message="no folder to export to", key="to", fix="type a new (or empty) folder")
+        llama_cpp = self._text("#export-llama-cpp")
+        return self._request(out_folder(out, self.base_dir), llama_cpp and out_folder(llama_cpp, self.base_dir))
+
+    def _request(self, out: str, llama_cpp: str | None) -> exporting.ExportRequest:
         dtype = self.query_one("#export-dtype", Select).value
-        return exporting.ExportRequest(out=out_folder(out, self.base_dir),
-                                       merge=self.query_one("#export-merge", Checkbox).value,
-                                       dtype=None if dtype is Select.NULL else str(dtype))
+        return exporting.ExportRequest(out=out, merge=self.query_one("#export-merge", Checkbox).value,
+                                       dtype=None if dtype is Select.NULL else str(dtype),
+                                       gguf=self._text("#export-gguf"), llama_cpp=llama_cpp,
+                                       no_parity=not self.query_one("#export-parity", Checkbox).value,
+                                       ollama=self._text("#export-ollama"))
+
+    @on(Input.Changed, "#export-gguf, #export-llama-cpp, #export-ollama")
+    @on(Checkbox.Changed, "#export-parity")
+    def gguf_fields_changed(self) -> None:
+        """What the GGUF export will use, or its refusal, checked again as its fields change."""
+        out = self.query_one("#export-out", Input).value.strip() or "."
+        llama_cpp = self._text("#export-llama-cpp")
+        self._checks += 1
+        self.check_gguf(self._request(out_folder(out, self.base_dir),
+                                      llama_cpp and out_folder(llama_cpp, self.base_dir)), self._checks)
+
+    @work(thread=True, group="gguf-check")
+    def check_gguf(self, request: exporting.ExportRequest, number: int) -> None:
+        try:
+            text = exporting.gguf_readiness(request)
+        except UserError as exc:
+            self.post_message(ExportToolsChecked(f"✗ {exc}", refused=True, number=number))
+        else:
+            self.post_message(ExportToolsChecked(f"✓ {text}" if text else "", number=number))
+
+    def on_export_tools_checked(self, message: ExportToolsChecked) -> None:
+        if message.number != self._checks:
+            return  # a check of fields changed since: its answer is stale
+        self.show("#export-gguf-check", message.text)
+        self.query_one("#export-gguf-check", Static).set_class(message.refused, "-refused")
 
     def plan(self, request: exporting.ExportRequest) -> exporting.ExportPlan:
         return exporting.plan(Run(self.run_path).load(), request)
