@@ -50,3 +50,17 @@ def lora_run(tmp_path_factory) -> Path:
         _made["lora"] = _train(root, "recipes/tiny-lora.toml", [
             "train.max_steps=6", "train.save_steps=0", "train.eval_steps=0"])
     return _made["lora"]
+
+
+VLM_STEPS, VLM_LR = 400, 5e-3  # demo:shapes learned on CPU: ~30% held-out exact match, the base 0%
+
+
+def vlm_run(tmp_path_factory) -> Path:
+    """LoRA on the tiny VLM (Gemma 3 family) over demo:shapes, long enough to learn the answers
+    (the chat-with-an-image and image-QA eval tests)."""
+    if "vlm" not in _made:
+        root = tmp_path_factory.mktemp("after-vlm")
+        _made["vlm"] = _train(root, "recipes/tiny-vlm-lora.toml", [
+            f"train.max_steps={VLM_STEPS}", f"train.learning_rate={VLM_LR}", "train.save_steps=0",
+            "train.eval_steps=0", "train.seed=0"])
+    return _made["vlm"]

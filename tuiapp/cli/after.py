@@ -11,13 +11,14 @@ import time
 
 from tuiapp.cli.shared import json_document, print_err
 from tuiapp.core import evals, evaluation
-from tuiapp.core.chat import ChatSession, check_overrides
+from tuiapp.core.chat import ChatSession, check_image, check_overrides, image_label
 from tuiapp.core.child_tool import ChildTool
 from tuiapp.core.datasets import FORMATS
 from tuiapp.core.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
 from tuiapp.core.runs import RunStore
 
 EXIT_COMMANDS = ("/quit", "/exit")
+IMAGE_COMMAND = "/image"
 
 
 def _models(args) -> list[str]:
@@ -81,7 +82,12 @@ def _label(session: ChatSession, model: str) -> str:
     return f"{session.target.label} of {session.run_dir.name}" if model == "tuned" else f"base {session.target.base}"
 
 
-def _stream_answer(session: ChatSession, text: str, model: str, heading: str) -> dict:
+def _images(args) -> list[str]:
+    """--image paths, checked (they exist and decode) before any process starts."""
+    return [check_image(path) for path in (getattr(args, "image", None) or [])]
+
+
+def _stream_answer(session: ChatSession, text: str, model: str, heading: str, images: list[str] | None = None) -> dict:
     if heading:
         print(f"[{heading}]", flush=True)
 
@@ -89,7 +95,7 @@ def _stream_answer(session: ChatSession, text: str, model: str, heading: str) ->
         if event.get("event") == "token":
             print(event.get("text", ""), end="", flush=True)
 
-    done = session.ask(text, model, on_event=show)
+    done = session.ask(text, model, on_event=show, images=images)
     print(flush=True)
     if done.get("event") == "error":
         print_err(str(done.get("message")))
@@ -99,15 +105,18 @@ def _stream_answer(session: ChatSession, text: str, model: str, heading: str) ->
 def cmd_chat(args) -> int:
     if args.json:
         return _chat_json(args)
+    attached = _images(args)  # the next message's images (--image, then /image PATH)
     arena = Arena(args)
     sides = arena.sides
     headings = {key: (f"{key}: {arena.label(key, session, model)}" if len(sides) > 1 else "")
                 for key, session, model in sides}
 
     def answer(text: str) -> list[str]:
-        """Every side's answer to the message; the sides that failed."""
+        """Every side's answer to the message (with the attached images); the sides that failed."""
+        images = list(attached)
+        attached.clear()
         return [key for key, session, model in sides
-                if _stream_answer(session, text, model, headings[key]).get("event") != "done"]
+                if _stream_answer(session, text, model, headings[key], images).get("event") != "done"]
 
     print(f"loading {', '.join(arena.label(*side) for side in sides)}...", file=sys.stderr, flush=True)
     try:
@@ -118,7 +127,8 @@ def cmd_chat(args) -> int:
             return EXIT_FAILED if answer(args.prompt) else EXIT_OK
         interactive = sys.stdin.isatty()
         if interactive:
-            print("type a message; /reset forgets the conversation, /quit (or Ctrl-D) ends"
+            print("type a message; /image PATH attaches an image to the next one, /reset forgets the "
+                  "conversation, /quit (or Ctrl-D) ends"
                   + (" (single turn: each message is answered alone)" if args.single_turn else ""), file=sys.stderr)
         while True:
             try:
@@ -135,6 +145,14 @@ def cmd_chat(args) -> int:
                     session.reset()
                 print("(conversation forgotten)", file=sys.stderr)
                 continue
+            if text == IMAGE_COMMAND or text.startswith(IMAGE_COMMAND + " "):
+                try:
+                    attached.append(check_image(text[len(IMAGE_COMMAND):]))
+                except UserError as exc:
+                    print_err(str(exc) + (f" ({exc.fix})" if exc.fix else ""))
+                    continue
+                print(f"(attached {image_label(attached[-1])} to the next message)", file=sys.stderr)
+                continue
             answer(text)
     finally:
         arena.close()
@@ -148,12 +166,13 @@ def _chat_document(args) -> dict:
     if args.prompt is None:
         raise UserError(message="--json needs --prompt TEXT (one answer, one document)",
                         fix='llmtui chat RUN --prompt "..." --json')
+    images = _images(args)
     arena = Arena(args)
     try:
         arena.start()
         answers = {}
         for key, session, model in arena.sides:
-            done = session.ask(args.prompt, model)
+            done = session.ask(args.prompt, model, images=images)
             if done.get("event") != "done":
                 raise RunError(message=f"the {key} model failed to answer: {done.get('message')}",
                                fix=f"see {session.log_path}")
@@ -161,6 +180,8 @@ def _chat_document(args) -> dict:
         main = arena.main
         document = {"run": main.run_dir.name, "target": main.target.as_dict(),
                     "settings": {**main.settings, **main.overrides}, "prompt": args.prompt, "answers": answers}
+        if images:
+            document["images"] = images
         if arena.other is not None:
             document["vs"] = {"run": arena.other.run_dir.name, "target": arena.other.target.as_dict()}
         return document
@@ -230,6 +251,8 @@ def add_commands(add) -> None:
                    "too, with RUN's settings (with --vs-base: and RUN's base)")
     p.add_argument("--single-turn", action="store_true", help="answer each message alone (no conversation history)")
     p.add_argument("--prompt", default=None, metavar="TEXT", help="answer once and exit")
+    p.add_argument("--image", action="append", default=None, metavar="PATH", help="an image the first message "
+                   "shows a vision-language model (repeat for more; in the chat, /image PATH attaches one)")
     p.add_argument("--json", action="store_true", help="with --prompt: one JSON document")
     p.add_argument("--system", default=None, help="system prompt (default: the run's generate.system)")
     p.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: generate.temperature)")

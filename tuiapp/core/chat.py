@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from tuiapp.core.errors import RunError, UserError
+from tuiapp.core.images import ImageProblem, check_image_file
 from tuiapp.core.targets import Target, model_target
 
 SETTING_KEYS = ("system", "temperature", "top_p", "max_new_tokens", "repetition_penalty")
@@ -168,11 +169,14 @@ class ChatSession:
                     if kind in ("done", "error"):
                         return
 
-    def ask(self, text: str, model: str = "tuned", on_event=None) -> dict:
-        """The answer of `model` to `text`, following its own history (none in single-turn mode);
-        the done (or error) event."""
+    def ask(self, text: str, model: str = "tuned", on_event=None, images: list[str] | None = None) -> dict:
+        """The answer of `model` to `text` (with `images`, paths a vision-language model sees before
+        the text), following its own history (none in single-turn mode); the done (or error) event."""
         history = self.history.setdefault(model, [])
-        messages = [*([] if self.single_turn else history), {"role": "user", "content": text}]
+        turn: dict = {"role": "user", "content": text}
+        if images:
+            turn["images"] = [str(Path(p).expanduser().resolve()) for p in images]
+        messages = [*([] if self.single_turn else history), turn]
         last: dict = {}
         for event in self.stream(messages, model):
             if on_event:
@@ -190,6 +194,29 @@ class ChatSession:
     def reset(self) -> None:
         for history in self.history.values():
             history.clear()
+
+
+def check_image(path: str) -> str:
+    """An image to attach to a message: its absolute path, or UserError naming the problem (before
+    anything is sent)."""
+    text = str(path).strip()
+    if not text:
+        raise UserError(message="no image path given", fix="e.g. /image pictures/cat.png")
+    resolved = str(Path(text).expanduser().resolve())
+    try:
+        check_image_file(resolved)
+    except ImageProblem as problem:
+        raise UserError(message=problem.message, fix=problem.fix) from None
+    return resolved
+
+
+def image_label(path: str) -> str:
+    """'cat.png (64x64 PNG)' for a line that says what is attached."""
+    try:
+        width, height, kind = check_image_file(path)
+    except ImageProblem:
+        return Path(path).name
+    return f"{Path(path).name} ({width}x{height} {kind})"
 
 
 EDITABLE = {"temperature": float, "top_p": float, "max_new_tokens": int, "repetition_penalty": float}

@@ -7,6 +7,8 @@
   labels as training, tuiapp.trainer.data), for data of any supported format;
 - for prompt→response records: greedy answers scored by exact match and ROUGE-L (rouge-score);
 - lm-evaluation-harness tasks (`--tasks`) when the package and the task data are here.
+A vision-language model reads each record's images through its processor, for the loss (the
+training collator) and the answers: exact match scores image QA (demo:shapes-heldout).
 The result goes to FILE (runs/<id>/evals/<time>.json, read by tuiapp.core.evals).
 """
 
@@ -71,19 +73,37 @@ def example(record: dict, tokenizer, max_len: int) -> dict | None:
 # ---------------------------------------------------------------- metrics
 
 
+def _inputs(loaded: inference.Loaded, record: dict, max_len: int, collator) -> tuple[dict, object] | None:
+    """(model inputs, labels) of a record: a vision-language model's through the training collator
+    (images and all), a text model's as training tokenizes it."""
+    device = next(loaded.model.parameters()).device
+    if collator is not None:
+        messages = conversations(record)
+        if not messages:
+            return None
+        batch = {k: v.to(device) for k, v in collator([{"messages": messages, "images": record.get("images") or []}]).items()}
+        return batch, batch.pop("labels")
+    item = example(record, loaded.tokenizer, max_len)
+    if item is None:
+        return None
+    return ({"input_ids": torch.tensor([item["input_ids"]], device=device)},
+            torch.tensor([item["labels"]], device=device))
+
+
 def loss_of(loaded: inference.Loaded, records: list[dict], max_len: int) -> dict:
     """Mean cross-entropy over the trained tokens of every record, and its perplexity."""
-    model, tokenizer = loaded.model, loaded.tokenizer
-    device = next(model.parameters()).device
+    from tuiapp.trainer.vision import VisionCollator
+
+    model = loaded.model
+    collator = VisionCollator(loaded.processor) if loaded.processor is not None else None
     total, count, used = 0.0, 0, 0
     with torch.no_grad():
         for record in records:
-            item = example(record, tokenizer, max_len)
-            if item is None:
+            inputs = _inputs(loaded, record, max_len, collator)
+            if inputs is None:
                 continue
-            ids = torch.tensor([item["input_ids"]], device=device)
-            labels = torch.tensor([item["labels"]], device=device)
-            logits = model(input_ids=ids).logits[:, :-1].float()
+            batch, labels = inputs
+            logits = model(**batch).logits[:, :-1].float()
             target = labels[:, 1:]
             mask = target != IGNORE
             if not mask.any():
@@ -110,22 +130,23 @@ class _Words:
         return re.findall(r"\w+", text.lower())
 
 
-def generation_of(loaded: inference.Loaded, pairs: list[tuple[list[dict], str]], settings) -> dict:
-    """Greedy answers to the prompts, scored against the references."""
+def generation_of(loaded: inference.Loaded, pairs: list[tuple[list[dict], str, list[str]]], settings) -> dict:
+    """Greedy answers to the prompts (with their images), scored against the references."""
     from rouge_score import rouge_scorer
 
     scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_Words())
     greedy = settings.model_copy(update={"temperature": 0.0})
     exact = rouge = 0.0
     samples = []
-    for prompt, reference in pairs:
+    for prompt, reference, images in pairs:
         room = len(loaded.tokenizer(reference, add_special_tokens=False)["input_ids"]) + 16
         answer = inference.generate(loaded, prompt, greedy.model_copy(update={
-            "max_new_tokens": min(settings.max_new_tokens, room)}))["text"]
+            "max_new_tokens": min(settings.max_new_tokens, room)}), images=images)["text"]
         exact += normalize(answer) == normalize(reference)
         rouge += scorer.score(reference, answer)["rougeL"].fmeasure
         if len(samples) < SAMPLES:
-            samples.append({"prompt": prompt[-1]["content"], "reference": reference, "answer": answer})
+            samples.append({"prompt": prompt[-1]["content"], "reference": reference, "answer": answer,
+                            **({"images": images} if images else {})})
     n = len(pairs)
     return {"exact_match": exact / n, "rouge_l": rouge / n, "generated": n, "samples": samples} if n else {}
 
@@ -162,7 +183,8 @@ def evaluate(args) -> dict:
     records = load_records(spec, Path.cwd())
     if args.limit:
         records = records[: args.limit]
-    pairs = [p for p in (prompt_response(conversations(r)) for r in records) if p is not None]
+    pairs = [(*p, list(r.get("images") or [])) for r in records
+             if (p := prompt_response(conversations(r))) is not None]
     pairs = pairs[: args.gen_limit] if args.gen_limit else []
     names = ["tuned"] if args.no_base else ["tuned", "base"]
     result: dict = {"time": time.time(), "data": args.data, "format": args.format, "records": len(records),

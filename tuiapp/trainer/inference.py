@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from transformers import AutoModelForCausalLM, TextStreamer
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, TextStreamer
 
+from tuiapp.core.images import IMAGE_PLACEHOLDER
 from tuiapp.core.model_check import adapter_kind
 from tuiapp.core.recipe import GenerateSpec, Recipe, parse_recipe
 from tuiapp.core.targets import Target
-from tuiapp.trainer import bottleneck
+from tuiapp.trainer import bottleneck, vision
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.data import _render, _template_messages
 from tuiapp.trainer.model import _merge_adapter_folder, load_tokenizer
@@ -33,6 +34,7 @@ class Loaded:
     model: object
     tokenizer: object
     load_s: float
+    processor: object | None = None  # a vision-language model's: images and text in, tensors out
 
 
 def frozen_recipe(run_dir: Path) -> Recipe:
@@ -41,7 +43,17 @@ def frozen_recipe(run_dir: Path) -> Recipe:
 
 
 def _full_model(path: str, trust: bool):
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust)
+    auto = AutoModelForImageTextToText if vision.is_vision_model(path, trust) else AutoModelForCausalLM
+    return auto.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust)
+
+
+def _processor(path: str, base: str | None, trust: bool):
+    """A vision-language model's processor (from the run's folder, else its base's); None for text models."""
+    model_path = path if Path(path, "config.json").is_file() or not base else resolve_model_path(base)
+    if not vision.is_vision_model(model_path, trust):
+        return None
+    folder = path if Path(path, "processor_config.json").is_file() or not base else resolve_model_path(base)
+    return vision.load_processor(folder, trust)
 
 
 def load_base(base: str, trust: bool = False) -> tuple[object, object]:
@@ -89,12 +101,16 @@ def load(name: str, target: Target, trust: bool = False) -> Loaded:
     if name == "base":
         model, tokenizer = load_base(target.base, trust)
         label = Path(target.base).name if "/" in target.base else target.base
+        processor = _processor(resolve_model_path(target.base), None, trust)
     else:
         model, tokenizer = load_target(target, trust)
         label = target.label
+        processor = _processor(target.path, None if target.kind == "full" else target.base, trust)
     model.eval()
     cpu_threads(model)
-    return Loaded(name, label, model, tokenizer, time.perf_counter() - started)
+    if processor is not None:
+        tokenizer = processor.tokenizer
+    return Loaded(name, label, model, tokenizer, time.perf_counter() - started, processor)
 
 
 # ---------------------------------------------------------------- prompting
@@ -105,6 +121,39 @@ def conversation(messages: list[dict], system: str = "") -> list[dict]:
     if system and not any(m.get("role") == "system" for m in messages):
         return [{"role": "system", "content": system}, *messages]
     return list(messages)
+
+
+def with_images(messages: list[dict], images: list[str] | None = None) -> tuple[list[dict], list[str]]:
+    """Turns and the image paths they show, in order: a turn's own `images` list becomes `<image>`
+    placeholders in front of its text (unless the text has as many already); `images` given apart
+    go with the placeholders the turns already have (a record of the data, as evaluation reads it)."""
+    turns, paths = [], list(images or [])
+    for message in messages:
+        own = [str(p) for p in message.get("images") or []]
+        content = str(message.get("content") or "")
+        if own and content.count(IMAGE_PLACEHOLDER) < len(own):
+            content = IMAGE_PLACEHOLDER * (len(own) - content.count(IMAGE_PLACEHOLDER)) + content
+        paths += own
+        turns.append({"role": message["role"], "content": content})
+    return turns, paths
+
+
+def vision_inputs(processor, messages: list[dict], images: list[str]) -> dict:
+    """The processor's tensors for the conversation and its images, ending with the assistant's turn opened."""
+    from PIL import Image
+
+    placeholders = sum(str(m.get("content") or "").count(IMAGE_PLACEHOLDER) for m in messages)
+    if placeholders != len(images):
+        raise ValueError(f"{placeholders} '{IMAGE_PLACEHOLDER}' placeholder(s) but {len(images)} image(s)")
+    loaded = []
+    for path in images:
+        if not Path(path).is_file():
+            raise ValueError(f"image '{path}' does not exist")
+        with Image.open(path) as image:
+            loaded.append(image.convert("RGB"))
+    text = processor.apply_chat_template(vision.conversation(messages), tokenize=False, add_generation_prompt=True)
+    kwargs = {"images": [loaded]} if loaded else {}
+    return dict(processor(text=[text], return_tensors="pt", **kwargs))
 
 
 def prompt_text(tokenizer, messages: list[dict]) -> str:
@@ -149,11 +198,18 @@ def settings_kwargs(settings: GenerateSpec) -> dict:
 
 
 def generate(loaded: Loaded, messages: list[dict], settings: GenerateSpec,
-             on_text: Callable[[str], None] | None = None) -> dict:
-    """One answer to the conversation: {text, tokens, seconds}; `on_text` gets it piece by piece."""
+             on_text: Callable[[str], None] | None = None, images: list[str] | None = None) -> dict:
+    """One answer to the conversation: {text, tokens, seconds}; `on_text` gets it piece by piece.
+    A turn's `images` (paths) and `images` given apart go to a vision-language model's processor."""
     model, tokenizer = loaded.model, loaded.tokenizer
-    text = prompt_text(tokenizer, conversation(messages, settings.system))
-    enc = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    messages = conversation(messages, settings.system)
+    turns, paths = with_images(messages, images)
+    if loaded.processor is not None:
+        enc = vision_inputs(loaded.processor, turns, paths)
+    elif paths:
+        raise ValueError(f"{loaded.label} reads text only; images need a vision-language model (e.g. tiny-vlm)")
+    else:
+        enc = tokenizer(prompt_text(tokenizer, messages), return_tensors="pt", add_special_tokens=False)
     device = next(model.parameters()).device
     enc = {k: v.to(device) for k, v in enc.items()}
     streamer = _Stream(tokenizer, on_text) if on_text else None

@@ -8,12 +8,14 @@ flushed as they happen; library output goes to stderr (fd 1 is pointed there).
 
 requests:
   {"op": "generate", "id": 1, "model": "tuned"|"base", "messages": [{"role", "content"}...],
-   "settings": {"temperature": 0.7, ...}}        settings override the run's [generate] table
+   "settings": {"temperature": 0.7, ...}}        settings override the run's [generate] table; a turn's
+                                                  "images": [paths] go to a vision-language model
   {"op": "load", "model": "base"}                 load a model now rather than at its first use
   {"op": "quit"}                                  (end of input does the same)
 events:
   {"event": "loading", "model"}, {"event": "loaded", "model", "label", "load_s"}
-  {"event": "ready", "target", "settings", "models"}            once, after the --load models
+  {"event": "ready", "target", "settings", "models", "images"}  once, after the --load models (images:
+                                                                 whether the loaded models see images)
   {"event": "token", "id", "model", "text"}                     streamed pieces of an answer
   {"event": "done", "id", "model", "text", "tokens", "seconds"}
   {"event": "error", "id", "message"}                            a bad request; the server goes on
@@ -138,7 +140,8 @@ def main(argv=None) -> int:
         Server(out, None, None).emit({"event": "fatal", "message": f"{type(exc).__name__}: {exc}"})
         return 2
     server.emit({"event": "ready", "target": target.as_dict(), "settings": server.recipe.generate.model_dump(),
-                 "models": {n: loaded.label for n, loaded in server.loaded.items()}})
+                 "models": {n: loaded.label for n, loaded in server.loaded.items()},
+                 "images": {n: loaded.processor is not None for n, loaded in server.loaded.items()}})
     server.serve(sys.stdin)
     return 0
 
