@@ -37,7 +37,7 @@ def main(argv=None) -> int:
         phases.enter("importing")
         recipe = _recipe(args.run_dir)
         if recipe.launch.strategy == "pipeline":  # its own loop: stages and micro-batches, no Trainer
-            from tuiapp.trainer.pipeline import train
+            from tuiapp.trainer.pipeline.runner import train
 
             return train(args.run_dir, args.resume)
         from tuiapp.trainer.run import train

@@ -11,7 +11,7 @@ from tuiapp.trainer.model import FINAL_INFO, PROMPT_LEARNING
 
 
 def export(final: Path, out: Path, merge: bool) -> str:
-    from tuiapp.trainer import pipeline_checkpoints
+    from tuiapp.trainer.pipeline import checkpoints as pipeline_checkpoints
 
     if pipeline_checkpoints.is_pipeline_folder(final):  # a pipeline run's checkpoint: one folder per stage
         pipeline_checkpoints.merge_checkpoint(final, out)

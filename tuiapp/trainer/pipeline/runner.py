@@ -34,11 +34,11 @@ from transformers.trainer_pt_utils import get_parameter_names
 from tuiapp.core.pipeline_plan import split_layers
 from tuiapp.core.recipe import Recipe, parse_recipe
 from tuiapp.trainer import checkpoints, phases
-from tuiapp.trainer import pipeline_checkpoints as stage_ckpt
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import GracefulStop, RunRecorder, generate_samples
 from tuiapp.trainer.model import FINAL_INFO, cache_dir, load_model, load_tokenizer
-from tuiapp.trainer.pipeline_stage import IGNORE, CausalLoss, cut, hf_state_dict, load_hf_state_dict, tied_head
+from tuiapp.trainer.pipeline import checkpoints as stage_ckpt
+from tuiapp.trainer.pipeline.stage import IGNORE, CausalLoss, cut, hf_state_dict, load_hf_state_dict, tied_head
 
 
 class Topology:
