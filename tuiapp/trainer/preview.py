@@ -1,4 +1,7 @@
-"""`llmtui data`: the first training examples exactly as the trainer sees them."""
+"""`llmtui data`: the first training examples exactly as the trainer sees them. Image chats for a
+vision-language model go through its processor, as training collates them (each image's tokens in
+the sequence, never trained), and each example names its images: path, size and format (the UI
+draws them beside the turns; in a terminal the text output adds a small half-block picture of each)."""
 
 from __future__ import annotations
 
@@ -85,13 +88,18 @@ def _show(args, out) -> int:
         from tuiapp.trainer.bundled import resolve_model_path
         from tuiapp.trainer.model import load_tokenizer
 
-        tokenizer = load_tokenizer(resolve_model_path(recipe.model.name), recipe.model.trust_remote_code, recipe)
-        if recipe.method.kind in RL_KINDS:  # prompts only: the policy writes the completions
+        path = resolve_model_path(recipe.model.name)
+        tokenizer = load_tokenizer(path, recipe.model.trust_remote_code, recipe)
+        vision_examples = _vision_examples(recipe, path, args.show)
+        if vision_examples is not None:
+            tokenizer, examples = vision_examples
+        elif recipe.method.kind in RL_KINDS:  # prompts only: the policy writes the completions
             from tuiapp.trainer import rl
 
             rl.preview(recipe, tokenizer, args.show, args.json, out)
             return 0
-        examples = preview_examples(recipe, tokenizer, args.show)
+        else:
+            examples = preview_examples(recipe, tokenizer, args.show)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if args.json:
@@ -112,6 +120,10 @@ def _show(args, out) -> int:
             continue
         label = f", label {str(example['label']).lower()}" if "label" in example else ""
         out.write(f"── example {index}: {_counts(example)}{label} (masked text inside ⟦ ⟧) ──\n")
+        for image in example.get("images") or []:
+            out.write(f"image {image['path']} ({image['width']}x{image['height']} {image['format']})\n")
+            if out.isatty():  # a picture for a terminal, not for a file or a pipe
+                out.write(half_blocks(image["path"]) + "\n")
         out.write(render(example, tokenizer) + "\n")
     return 0
 
@@ -134,7 +146,57 @@ def _json_example(example: dict, tokenizer) -> dict:
         out["rejected"] = _json_example(example["rejected"], tokenizer)
     if "label" in example:
         out["label"] = bool(example["label"])
+    if example.get("images"):
+        out["images"] = example["images"]
     return out
+
+
+def _vision_examples(recipe, path: str, n: int):
+    """(tokenizer, examples) of a vision-language model's recipe, as its collator makes them; None
+    for a text model."""
+    from tuiapp.core.datasets import load_records
+    from tuiapp.core.images import check_image_file
+    from tuiapp.trainer import vision
+
+    if not vision.is_vision_model(path, recipe.model.trust_remote_code):
+        return None
+    processor = vision.load_processor(path, recipe.model.trust_remote_code)
+    collator = vision.VisionCollator(processor)
+    examples = []
+    for record in load_records(recipe.dataset)[:n]:
+        if "messages" not in record:
+            continue
+        batch = collator([{"messages": record["messages"], "images": record.get("images") or []}])
+        images = []
+        for image in record.get("images") or []:
+            width, height, kind = check_image_file(image)
+            images.append({"path": image, "width": width, "height": height, "format": kind})
+        examples.append({"input_ids": batch["input_ids"][0].tolist(), "labels": batch["labels"][0].tolist(),
+                         "images": images})
+    return processor.tokenizer, examples
+
+
+HALF_BLOCK_WIDTH = 16  # characters of the text output's picture (two pixels a character, one above the other)
+
+
+def half_blocks(path: str, width: int = HALF_BLOCK_WIDTH) -> str:
+    """A small picture of the image for a terminal: '▀' characters whose foreground is the upper
+    pixel and background the lower one (24-bit colour escapes)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        rgb = image.convert("RGB")
+    height = max(2, round(rgb.height * width / rgb.width / 2) * 2)  # pixel rows, even: two a line
+    small = rgb.resize((width, height))
+    pixels = small.load()
+    lines = []
+    for y in range(0, height, 2):
+        cells = []
+        for x in range(width):
+            (r1, g1, b1), (r2, g2, b2) = pixels[x, y], pixels[x, y + 1]
+            cells.append(f"\x1b[38;2;{r1};{g1};{b1}m\x1b[48;2;{r2};{g2};{b2}m▀")
+        lines.append("".join(cells) + "\x1b[0m")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

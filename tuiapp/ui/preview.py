@@ -106,9 +106,37 @@ def _counts(example: dict) -> str:
     return f"{len(labels)} tokens, {trained} trained" + ("" if trained < len(labels) else " (all)")
 
 
+def example_heading(kind: str, index: int, example: dict) -> str:
+    """'— example 1 · 38 tokens, 4 trained' (a block, a pair, a label, its images)."""
+    what = "block" if kind == "pretrain" else "pair" if "rejected" in example else "example"
+    label = f", label {str(example['label']).lower()}" if "label" in example else ""
+    images = len(example.get("images") or [])
+    shown = f" · {images} image{'s' if images != 1 else ''}" if images else ""
+    return f"— {what} {index} · {_counts(example)}{label}{shown}"
+
+
+def example_text(example: dict) -> Text:
+    """An example's sequence (a pair: chosen, then rejected), trained tokens bright, masked dim."""
+    out = Text()
+    if "rejected" in example:
+        out.append("chosen: ", style="italic")
+        _sequence(out, example)
+        out.append(f"rejected ({_counts(example['rejected'])}): ", style="italic")
+        _sequence(out, example["rejected"])
+    else:
+        _sequence(out, example)
+    return out
+
+
+def image_caption(image: dict) -> str:
+    """'train-0000.png 64x64 PNG' under an image of the preview."""
+    return f"{Path(str(image.get('path', ''))).name} {image.get('width')}x{image.get('height')} {image.get('format', '')}"
+
+
 def trainer_view_text(kind: str, examples: list[dict] | None, error: str | None = None) -> Text:
     """The examples as the trainer sees them for the method: pretrain text blocks, or chat
-    sequences with the trained tokens marked and the masked ones (label -100) dim inside ⟦ ⟧."""
+    sequences with the trained tokens marked and the masked ones (label -100) dim inside ⟦ ⟧.
+    Image chats are drawn below it, each with its images (widgets.example_images)."""
     out = Text()
     out.append(f"as the trainer sees it ({kind})\n", style="bold")
     if error:
@@ -127,15 +155,12 @@ def trainer_view_text(kind: str, examples: list[dict] | None, error: str | None 
         out.append("\n")
     if not examples:
         out.append("no examples\n")
+    if any(example.get("images") for example in examples):
+        out.append("each image's tokens are in the sequence, never trained; the images are drawn beside\n",
+                   style=MASKED_STYLE)
     for index, example in enumerate(examples, start=1):
-        what = "block" if kind == "pretrain" else "pair" if "rejected" in example else "example"
-        label = f", label {str(example['label']).lower()}" if "label" in example else ""
-        out.append(f"\n— {what} {index} · {_counts(example)}{label}\n", style="bold")
-        if "rejected" in example:
-            out.append("chosen: ", style="italic")
-            _sequence(out, example)
-            out.append(f"rejected ({_counts(example['rejected'])}): ", style="italic")
-            _sequence(out, example["rejected"])
-        else:
-            _sequence(out, example)
+        if example.get("images"):
+            continue  # drawn with its images
+        out.append(f"\n{example_heading(kind, index, example)}\n", style="bold")
+        out.append_text(example_text(example))
     return out

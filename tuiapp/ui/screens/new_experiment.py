@@ -36,6 +36,7 @@ from tuiapp.ui.candidates import (
 from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.messages import ActionFailed, DatasetInspected, ModelsFound, RecipeChecked, RunLaunched
 from tuiapp.ui.preview import dataset_preview, read_trainer_view, trainer_view_text
+from tuiapp.ui.widgets.example_images import ExampleImages
 from tuiapp.ui.widgets.form import FieldRow, FormSection, field_help, read_value, set_value
 from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.worker_errors import reports_errors
@@ -139,6 +140,7 @@ class NewExperimentScreen(Screen):
                 with TabPane("Data", id="tab-data"):
                     with VerticalScroll():
                         yield Static("", id="ne-trainer-view", markup=False)
+                        yield ExampleImages(id="ne-examples")  # image chats: their images beside the turns
                         yield Static("", id="ne-data", markup=False)
         yield Static("", id="ne-help", markup=False)
         yield Static("", id="ne-verdict", markup=False)
@@ -342,6 +344,7 @@ class NewExperimentScreen(Screen):
         if self.trainer_view is not None and self.trainer_view.toml == toml:
             return
         view.update(trainer_view_text(self.kind, None))
+        self.query_one("#ne-examples", ExampleImages).show(self.kind, None)
         self.read_trainer_view(toml, self.kind)
 
     @work(thread=True, exclusive=True, group="trainer-view")
@@ -352,6 +355,7 @@ class NewExperimentScreen(Screen):
     def on_trainer_view_read(self, message: TrainerViewRead) -> None:
         self.trainer_view = message if message.error is None else None
         self.query_one("#ne-trainer-view", Static).update(trainer_view_text(message.kind, message.examples, message.error))
+        self.query_one("#ne-examples", ExampleImages).show(message.kind, None if message.error else message.examples)
 
     @on(TabbedContent.TabActivated, "#ne-side")
     def tab_activated(self) -> None:
