@@ -94,6 +94,8 @@ class NewExperimentScreen(Screen):
         self._data_timer: Timer | None = None
         self._view_timer: Timer | None = None
         self._last_form_focus: Widget | None = None
+        self.later_sections = ("train", "launch", *formdata.sections()[len(formdata.SECTIONS):])
+        self.filled = False  # every section's fields are mounted
 
     @property
     def active_bindings(self):
@@ -126,10 +128,8 @@ class NewExperimentScreen(Screen):
                         yield Static("kind", classes="field-label")
                         yield kind
                     yield Vertical(*self._rows("method"), id="method-params")
-                yield FormSection("Train", *self._rows("train"))
-                yield FormSection("Launch", *self._rows("launch"))
-                for section in formdata.sections()[len(formdata.SECTIONS):]:  # tables added to the schema
-                    yield FormSection(section.capitalize(), *self._rows(section))
+                for section in self.later_sections:  # below the first screenful: filled after the first frame
+                    yield FormSection(section.capitalize(), id=f"section-{section}")
             with TabbedContent(id="ne-side"):
                 with TabPane("Checks", id="tab-checks"):
                     yield VerticalScroll(Static("checking…", id="ne-checks", markup=False))
@@ -147,11 +147,29 @@ class NewExperimentScreen(Screen):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.pristine = (self.kind, self.collect())
+        self.pristine = (self.kind, self.collect())  # fields not mounted yet read as self.values
         self.find_models()
         self.schedule_check(now=True)
         self.schedule_dataset(now=True)
         self.query_one("#f-name").focus()
+        self.call_after_refresh(self._fill_later_sections, list(self.later_sections))
+
+    async def _fill_later_sections(self, sections: list[str]) -> None:
+        """The sections below the first screenful, one per frame once the form is on screen, so
+        the form takes keys at once (their ~280 widgets took ~0.5 s before the first frame)."""
+        if not self.is_attached:
+            return  # closed while it filled
+        if not sections:
+            self.filled = True
+            return
+        section, *rest = sections
+        rows = self._rows(section)
+        await self.query_one(f"#section-{section}").mount_all(rows)
+        if self.last_check is not None:  # a check that came back before these fields were there
+            bad = self.last_check.check.error_keys
+            for row in rows:
+                row.query_one(".field-input").set_class(row.spec.key in bad, "-invalid")
+        self.call_after_refresh(self._fill_later_sections, rest)
 
     def on_resize(self) -> None:
         self.refresh_bindings()
@@ -181,11 +199,17 @@ class NewExperimentScreen(Screen):
 
     # ------------------------------------------------------------ values
 
+    def _field_widgets(self) -> dict[str, Widget]:
+        """The form's widgets by id, in one walk of the form (a query by id per field walked the
+        whole screen once per field: ~100 fields x ~600 widgets, most of the form's first second)."""
+        return {w.id: w for w in self.query_one("#ne-form").walk_children(Widget) if w.id}
+
     def collect(self) -> dict[str, str]:
         values = {}
+        widgets = self._field_widgets()
         for key, spec in self.specs.items():
-            widgets = self.query(f"#{spec.widget_id}")
-            values[key] = read_value(widgets.first()) if widgets else self.values.get(key, "")
+            widget = widgets.get(spec.widget_id)
+            values[key] = read_value(widget) if widget is not None else self.values.get(key, "")
         return values
 
     def set_field(self, key: str, text: str) -> None:
@@ -278,9 +302,10 @@ class NewExperimentScreen(Screen):
         self.query_one("#ne-toml", Static).update(check.toml)
         self.query_one("#ne-estimate", Static).update(message.estimate or "(valid recipe needed for an estimate)")
         bad = check.error_keys
+        widgets = self._field_widgets()
         for key, spec in self.specs.items():
-            for widget in self.query(f"#{spec.widget_id}"):
-                widget.set_class(key in bad, "-invalid")
+            if spec.widget_id in widgets:
+                widgets[spec.widget_id].set_class(key in bad, "-invalid")
         verdict = self.query_one("#ne-verdict", Static)
         errors = len(check.errors) + message.finding_errors  # as the Checks pane counts them
         if message.has_errors:

@@ -4,8 +4,10 @@ description shows in the help line under the form (`field_help`), not only as a 
 
 from __future__ import annotations
 
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.widget import Widget
 from textual.widgets import Input, Label, Select, TextArea
 
@@ -23,11 +25,27 @@ def field_help(spec: FieldSpec) -> str:
     return text
 
 
+class FieldSelect(Select):
+    """A form's Select that may be mounted while the app closes: the form fills its later sections
+    after its first frame, and a Select whose mount meets the app's shutdown misses its parts
+    (Textual's own _on_mount then raised NoMatches as the app quit)."""
+
+    def _on_mount(self, event: events.Mount) -> None:
+        event.prevent_default()  # the handlers of the classes below are called here
+        try:
+            Select._on_mount(self, event)
+        except NoMatches:
+            if self.app.is_running:
+                raise
+            return  # its parts were never mounted: the app is closing
+        Widget._on_mount(self, event)
+
+
 def field_widget(spec: FieldSpec, text: str) -> Widget:
     if spec.kind in ("choice", "bool"):
         options = [(choice_text(c), choice_text(c)) for c in spec.choices]
         value = text if any(text == o[1] for o in options) else options[0][1]
-        widget: Widget = Select(options, value=value, allow_blank=False, compact=True, id=spec.widget_id, classes="field-input")
+        widget: Widget = FieldSelect(options, value=value, allow_blank=False, compact=True, id=spec.widget_id, classes="field-input")
     elif spec.kind == "lines":
         widget = TextArea(text, compact=True, soft_wrap=True, tab_behavior="focus", show_line_numbers=False,
                           placeholder=PLACEHOLDERS["lines"], id=spec.widget_id, classes="field-input field-lines")
