@@ -104,3 +104,14 @@ def test_demo_shapes_is_drawn_once_and_deterministic():
         "one", "two", "three"}
     held_images = {p for r in heldout for p in r["images"]}
     assert not held_images & {p for r in load_records(DatasetSpec(name="demo:shapes")) for p in r["images"]}
+
+
+@pytest.mark.slow
+def test_a_record_over_max_seq_len_is_refused_naming_it(tmp_path):
+    long = chat("<image>" + "Which colour is this picture, please? " * 4, "red", ["images/red.png"])
+    data = image_data(tmp_path, long)
+    runs = tmp_path / "runs"
+    result = llmtui("run", recipe_for(tmp_path, data, "[train]\nmax_seq_len = 24\npacking = false\n"),
+                    runs_dir=runs, timeout=300)
+    assert_refused(result, runs, "train.max_seq_len", "record 3 of", "image tokens", "never cut",
+                   "raise train.max_seq_len above", "drop the record")

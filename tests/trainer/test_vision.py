@@ -87,7 +87,8 @@ def test_full_fine_tune_freezes_the_vision_tower(llmtui_cache):
 def test_a_record_over_max_seq_len_is_an_error(llmtui_cache):
     recipe = Recipe.model_validate({"model": {"name": "tiny-vlm"}, "dataset": {"name": "demo:shapes"},
                                     "method": {"kind": "lora"}, "train": {"max_seq_len": 16, "packing": False}})
-    with pytest.raises(DatasetError, match=r"record 0: \d+ tokens with its images, over train.max_seq_len \(16\)"):
+    with pytest.raises(DatasetError, match=r"record 1 \(and \d+ more of the first 1000\): \d+ tokens with its images, "
+                       r"over train.max_seq_len \(16\)"):
         vision.vision_datasets(recipe)
     fits = recipe.model_copy(update={"train": recipe.train.model_copy(update={"max_seq_len": 128})})
     train, held_out = vision.vision_datasets(fits)

@@ -630,6 +630,33 @@ class GenerateSpec(Section):
     repetition_penalty: float = Field(1.0, gt=0, le=5, description="Penalty for repeated tokens (1 = none).")
 
 
+class VisionSpec(Section):
+    train_language_model: bool = Field(
+        True, description="Vision-language models: the language model trains (a full fine-tune: every weight; "
+        "LoRA/DoRA: adapters on its linear layers and output head). false = frozen, no adapters.",
+    )
+    train_projector: bool | Literal["auto"] = Field(
+        "auto", description="Vision-language models: the projector (multi-modal connector) trains, every "
+        "weight of it (under LoRA as peft's modules_to_save). 'auto' = with a full fine-tune, frozen under adapters.",
+    )
+    train_vision_tower: bool = Field(
+        False, description="Vision-language models: the vision tower (image encoder) trains too (a full "
+        "fine-tune: every weight; LoRA/DoRA: adapters on its linear layers). Frozen by default.",
+    )
+    projector_lr: float = Field(
+        0.0, ge=0, lt=1, description="Peak learning rate of the projector (0 = train.learning_rate).",
+    )
+    vision_tower_lr: float = Field(
+        0.0, ge=0, lt=1, description="Peak learning rate of the vision tower (0 = train.learning_rate); "
+        "often 5-10x lower than the language model's.",
+    )
+    max_pixels: int = Field(
+        0, ge=0, description="Largest image, in pixels (width x height), the processor resizes images down to "
+        "(Qwen2-VL style dynamic resolution: fewer pixels = fewer image tokens per example). 0 = the "
+        "processor's own limit. Refused for processors that resize every image to one fixed size.",
+    )
+
+
 class Recipe(Section):
     name: str = Field("run", pattern=NAME_PATTERN, description="Run name: letters, digits, . _ -")
     description: str = Field("", description="Free text shown in history.")
@@ -646,6 +673,9 @@ class Recipe(Section):
     notify: NotifySpec = Field(default_factory=NotifySpec, description="Tell someone when the run ends.")
     generate: GenerateSpec = Field(default_factory=GenerateSpec, description="Generation settings of the "
                                    "trained model: `llmtui chat`, `llmtui eval` and the TUI chat.")
+    vision: VisionSpec = Field(default_factory=VisionSpec, description="Vision-language models on image data: "
+                               "what trains (language model, projector, vision tower), their learning rates, "
+                               "the image size limit.")
 
     @model_validator(mode="after")
     def _hold_out_for_evals(self) -> Recipe:

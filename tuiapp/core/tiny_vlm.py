@@ -8,11 +8,18 @@ TEXT_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 
               "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512}
 VISION_SHAPE = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
                 "image_size": 32, "patch_size": 8}
+TOKENS_PER_IMAGE = {"gemma3": 4 + 2, "llava": (VISION_SHAPE["image_size"] // VISION_SHAPE["patch_size"]) ** 2}
 VOCAB_SIZE = 2048  # an upper bound of the bundled tokenizer with the image tokens
 
 
 def is_tiny_vlm(name: str) -> bool:
     return name in TINY_VLMS
+
+
+def image_tokens(name: str) -> int:
+    """Tokens one image takes in the sequence (Gemma 3: 4 pooled soft tokens between its start and end
+    markers; LLaVA: one per 8x8 patch of the 32x32 image)."""
+    return TOKENS_PER_IMAGE[TINY_VLMS[name]]
 
 
 def estimate_config(name: str) -> dict:

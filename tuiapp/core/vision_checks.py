@@ -1,17 +1,21 @@
 """What a recipe on image data must hold before launch: a vision-language model, a method that trains
-image chats, no packing."""
+image chats, no packing, something that trains ([vision]), a max_pixels the image processor can take,
+and records whose image tokens and text fit train.max_seq_len (an image's tokens are never cut)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
-from tuiapp.core import estimate, tiny_vlm
+from tuiapp.core import datasets, estimate, model_check, tiny_vlm, vision_plan
 from tuiapp.core.datasets import DatasetInfo
 from tuiapp.core.errors import UserError
 from tuiapp.core.findings import Finding
 from tuiapp.core.recipe import BUNDLED_MODEL, Recipe
 
 VISION_METHODS = ("sft", "lora")
+LENGTH_CHECKS = 1000  # records whose length is checked before launch (the trainer checks as many, exactly)
+TINY_PROCESSORS = {"gemma3": "Gemma3ImageProcessor", "llava": "LlavaImageProcessor"}
 
 
 def is_vision_model(name: str, base_dir: Path | None = None) -> bool | None:
@@ -44,4 +48,85 @@ def data_findings(recipe: Recipe, info: DatasetInfo, base_dir: Path | None = Non
                                 "another's; image data is never packed", "set train.packing = false"))
     elif recipe.train.packing == "auto":
         findings.append(Finding("info", "train.packing", "image data: batches are padded, not packed", ""))
+    findings += part_findings(recipe)
+    config, processor = _model_config(recipe.model.name, base_dir), processor_config(recipe.model.name, base_dir)
+    problem = vision_plan.max_pixels_problem(processor, recipe.vision.max_pixels)
+    if problem:
+        findings.append(Finding("error", "vision.max_pixels", *problem))
+    elif config is not None and not any(f.level == "error" for f in findings):
+        findings += length_findings(recipe, config, processor, base_dir)
     return findings
+
+
+def part_findings(recipe: Recipe) -> list[Finding]:
+    """Something trains; a learning rate set for a frozen part is said to do nothing."""
+    parts = vision_plan.trained_parts(recipe)
+    findings = []
+    if not any(parts.values()):
+        findings.append(Finding("error", "vision.train_language_model", "nothing would train: the language model, "
+                                "the projector and the vision tower are all frozen",
+                                "set vision.train_language_model, vision.train_projector or "
+                                "vision.train_vision_tower to true"))
+    elif recipe.method.kind not in vision_plan.FULL_KINDS and not (parts["language_model"] or parts["vision_tower"]):
+        findings.append(Finding("error", "vision.train_language_model", f"{recipe.method.kind} needs a part to put "
+                                "adapters on, but the language model and the vision tower are both frozen",
+                                "set vision.train_language_model (or train_vision_tower) = true, or method.kind = "
+                                "'sft' to train the projector alone"))
+    for part, key in (("projector", "projector_lr"), ("vision_tower", "vision_tower_lr")):
+        if getattr(recipe.vision, key) and not parts[part]:
+            findings.append(Finding("warning", f"vision.{key}", f"the {part.replace('_', ' ')} is frozen, so its "
+                                    "learning rate is not used", f"set vision.train_{part} = true, or remove "
+                                    f"vision.{key}"))
+    return findings
+
+
+def _model_config(name: str, base_dir: Path | None) -> dict | None:
+    if tiny_vlm.is_tiny_vlm(name):
+        return {"model_type": tiny_vlm.TINY_VLMS[name]}
+    try:
+        return estimate.load_model_config(name, base_dir)
+    except UserError:
+        return None
+
+
+def processor_config(name: str, base_dir: Path | None = None) -> dict:
+    """The model's image processor settings ({} when they cannot be read here)."""
+    if tiny_vlm.is_tiny_vlm(name):
+        side = tiny_vlm.VISION_SHAPE["image_size"]
+        return {"image_processor_type": TINY_PROCESSORS[tiny_vlm.TINY_VLMS[name]],
+                "size": {"height": side, "width": side}}
+    return vision_plan.processor_config(model_check.model_folder(name, base_dir))
+
+
+def length_findings(recipe: Recipe, config: dict, processor: dict, base_dir: Path | None = None) -> list[Finding]:
+    """The first LENGTH_CHECKS records: image tokens + (at least) one token per word must fit
+    train.max_seq_len, since an image's tokens are never cut. The first record over names the fix."""
+    from PIL import Image  # lazily: only image data needs PIL
+
+    name, limit, max_pixels = recipe.model.name, recipe.train.max_seq_len, recipe.vision.max_pixels
+    fixed = vision_plan.fixed_image_tokens(name, config, processor)
+    over = []
+    for index, record in enumerate(itertools.islice(datasets.iter_records(recipe.dataset, base_dir), LENGTH_CHECKS)):
+        image_tokens = 0
+        for path in record.get("images") or []:
+            if fixed is not None:
+                image_tokens += fixed
+                continue
+            try:
+                with Image.open(path) as image:
+                    size = image.size
+            except OSError:
+                continue  # the dataset's own check names it
+            image_tokens += vision_plan.image_tokens(name, config, processor, size, max_pixels) or 0
+        if image_tokens and image_tokens + vision_plan.text_tokens_at_least(record["messages"]) > limit:
+            over.append((index + 1, image_tokens, vision_plan.text_tokens_at_least(record["messages"])))
+    if not over:
+        return []
+    number, image_tokens, text = over[0]
+    more = f" (and {len(over) - 1} more of the first {LENGTH_CHECKS})" if len(over) > 1 else ""
+    pixels = ", lower vision.max_pixels" if vision_plan.dynamic_resolution(processor) else ""
+    need = max(i + t for _, i, t in over)
+    return [Finding("error", "train.max_seq_len", f"record {number} of {recipe.dataset.name}{more}: {image_tokens} "
+                    f"image tokens + at least {text} text tokens, over train.max_seq_len ({limit}); an image's "
+                    "tokens are never cut", f"raise train.max_seq_len above {need}{pixels}, or drop "
+                    f"{'the record' if len(over) == 1 else 'those records'} from the data")]

@@ -156,7 +156,7 @@ class RunTrainerMixin:
             self.processing_class.save_pretrained(output_dir)
 
 
-class RunTrainer(strategies.StrategyMixin, RunTrainerMixin, Trainer):
+class RunTrainer(strategies.StrategyMixin, vision.PartLearningRates, RunTrainerMixin, Trainer):
     """The Trainer of pretraining, SFT and the adapter methods."""
 
 
@@ -245,6 +245,7 @@ def train(run_dir: Path, resume: bool) -> int:
     processor = vision.load_processor(model_path, recipe.model.trust_remote_code) \
         if vision.is_vision_model(model_path) else None
     if processor is not None:  # image chats: raw records, tokenized with their images per batch
+        vision.apply_max_pixels(processor, recipe.vision.max_pixels)
         phases.enter("reading images")
         train_set, eval_set = vision.vision_datasets(recipe, processor=processor)
     else:
@@ -284,13 +285,15 @@ def train(run_dir: Path, resume: bool) -> int:
         args=args,
         train_dataset=train_set,
         eval_dataset=eval_set,
-        data_collator=vision.VisionCollator(processor) if processor is not None else
+        data_collator=vision.VisionCollator(processor, recipe.train.max_seq_len) if processor is not None else
         make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
         processing_class=processor or tokenizer,
         callbacks=callbacks,
     )
     trainer.method_kind = recipe.method.kind
     trainer.step_agreement = stopper
+    if processor is not None:
+        trainer.part_lrs = vision.part_param_lrs(model, recipe)  # [vision]'s own learning rates
     trainer.trained_logits_only = processor is None and \
         trained_logits.applies(model, recipe.method.kind, recipe.train.liger_kernel)
     if recipe.train.batching == "tokens":

@@ -8,9 +8,12 @@ and a ChatML template that renders an image part as the family's placeholder. A 
 placeholders become those image parts, so the collator is the same for every family.
 
 Training runs through AutoModelForImageTextToText and AutoProcessor. Labels are -100 everywhere but
-the assistant's answers (through their <|im_end|>); image tokens are never trained. The vision
-tower is frozen; a full fine-tune (sft) trains the projector and the language model, LoRA adds
-adapters to the language model's linear layers only.
+the assistant's answers (through their <|im_end|>); image tokens are never trained. What trains is
+the recipe's [vision] table (tuiapp.core.vision_plan decides it): by default the vision tower is
+frozen, a full fine-tune (sft) trains the projector and the language model, LoRA adds adapters to
+the language model's linear layers only. A trained vision tower gets every weight (sft) or adapters
+on its linear layers (LoRA); a trained projector trains whole (under LoRA as modules_to_save). Each
+part's learning rate is an optimizer param group of its own (PartLearningRates).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import re
 from pathlib import Path
 
+from tuiapp.core import vision_plan
 from tuiapp.core.built_folder import build_once
 from tuiapp.core.images import IMAGE_PLACEHOLDER
 from tuiapp.core.tiny_vlm import TEXT_SHAPE, TINY_VLMS, VISION_SHAPE
@@ -33,7 +37,8 @@ IMAGE_SIZE = VISION_SHAPE["image_size"]  # pixels the tiny models' image process
 _TEXT, _VISION = TEXT_SHAPE, VISION_SHAPE
 # each family's image tokens (the placeholder an image part renders as comes first)
 IMAGE_TOKENS = {"gemma3": ["<start_of_image>", "<image_soft_token>", "<end_of_image>"], "llava": ["<image>"]}
-VISION_PARTS = ("vision_tower", "vision_model")  # frozen by default
+VISION_PARTS = ("vision_tower", "vision_model", "visual")  # the image encoder, frozen by default
+PROJECTORS = ("multi_modal_projector", "merger", "connector", "mm_projector")  # image features -> text embeddings
 LANGUAGE_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -175,7 +180,7 @@ def load_processor(path: str, trust_remote_code: bool = False):
 
 
 def load_vision_model(recipe, path: str, precision: str):
-    """The VLM to train, its vision tower frozen; a full fine-tune keeps fp32 master weights."""
+    """The VLM to train, the parts [vision] leaves frozen frozen; a full fine-tune keeps fp32 master weights."""
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -185,15 +190,26 @@ def load_vision_model(recipe, path: str, precision: str):
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype,
                                                         trust_remote_code=recipe.model.trust_remote_code)
     model.config.use_cache = False
-    freeze_vision(model)
+    if recipe.method.kind == "sft":
+        freeze_parts(model, vision_plan.trained_parts(recipe))
     return model
 
 
-def freeze_vision(model) -> int:
-    """Freezes the vision tower's parameters; returns how many tensors were frozen."""
+def part_of(name: str) -> str:
+    """The part a parameter or module belongs to: 'projector', 'vision_tower' or 'language_model'."""
+    words = name.split(".")
+    if any(word in PROJECTORS for word in words):
+        return "projector"
+    if any(word in VISION_PARTS for word in words):
+        return "vision_tower"
+    return "language_model"
+
+
+def freeze_parts(model, trained: dict[str, bool]) -> int:
+    """requires_grad off for every parameter of a part that does not train; returns how many tensors."""
     frozen = 0
     for name, param in model.named_parameters():
-        if any(part in name.split(".") for part in VISION_PARTS):
+        if not trained[part_of(name)]:
             param.requires_grad_(False)
             frozen += 1
     return frozen
@@ -206,17 +222,97 @@ def lora_targets(target_modules) -> str:
     return rf".*language_model.*\.({'|'.join(re.escape(n) for n in names)})|lm_head"
 
 
+def adapter_modules(model, target_modules, trained: dict[str, bool]) -> tuple[list[str], list[str]]:
+    """(modules that get adapters, modules trained whole) under LoRA: the language model's named
+    linear layers and its output head, every linear layer of a trained vision tower, and a trained
+    projector whole (peft's modules_to_save)."""
+    import torch
+
+    language = re.compile(lora_targets(target_modules))
+    targets, whole = [], []
+    for name, module in model.named_modules():
+        part = part_of(name)
+        if part == "projector":
+            if trained["projector"] and not any(w in PROJECTORS for w in name.split(".")[:-1]) \
+                    and name.split(".")[-1] in PROJECTORS:
+                whole.append(name)
+            continue
+        if not isinstance(module, torch.nn.Linear) or not trained[part]:
+            continue
+        if part == "vision_tower" or language.fullmatch(name):
+            targets.append(name)
+    return targets, whole
+
+
 def apply_vision_method(model, recipe):
-    """sft: the projector and the language model train; lora: adapters on the language model's
-    linear layers and its output head (which a random-weight tiny model needs to learn at all)."""
+    """sft: the parts [vision] trains, every weight; lora: adapters on the language model's linear
+    layers and its output head (which a random-weight tiny model needs to learn at all), on a trained
+    vision tower's linear layers, and a trained projector whole."""
     if recipe.method.kind == "sft":
         return model
     import peft
 
     method = recipe.method
+    trained = vision_plan.trained_parts(recipe)
+    for param in model.parameters():
+        param.requires_grad_(False)  # peft trains the adapters and modules_to_save only
+    targets, whole = adapter_modules(model, method.target_modules, trained)
     config = peft.LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
-                             target_modules=lora_targets(method.target_modules), task_type=peft.TaskType.CAUSAL_LM)
+                             target_modules=targets, modules_to_save=whole or None,
+                             task_type=peft.TaskType.CAUSAL_LM)
     return peft.get_peft_model(model, config)
+
+
+def part_param_lrs(model, recipe) -> dict[str, float]:
+    """{parameter name: its part's learning rate} for every trainable parameter whose part has a
+    learning rate other than train.learning_rate ({} when none has)."""
+    lrs = vision_plan.part_lrs(recipe)
+    base = recipe.train.learning_rate
+    return {name: lrs[part_of(name)] for name, param in model.named_parameters()
+            if param.requires_grad and lrs.get(part_of(name), base) != base}
+
+
+class PartLearningRates:
+    """Trainer mixin: parameters named in `part_lrs` move to optimizer param groups of their own
+    learning rate (weight decay kept per group), which the schedule then scales like the rest."""
+
+    part_lrs: dict[str, float] = {}
+
+    def create_optimizer(self, *args, **kwargs):
+        fresh = self.optimizer is None
+        optimizer = super().create_optimizer(*args, **kwargs)
+        if fresh and self.part_lrs:
+            regroup(optimizer, self.model, self.part_lrs)
+        return optimizer
+
+
+def regroup(optimizer, model, part_lrs: dict[str, float]) -> None:
+    """Split the optimizer's groups so each learning rate of `part_lrs` has groups of its own."""
+    lr_of = {id(param): part_lrs[name] for name, param in model.named_parameters() if name in part_lrs}
+    groups = []
+    for group in optimizer.param_groups:
+        by_lr: dict[float, list] = {}
+        for param in group["params"]:
+            by_lr.setdefault(lr_of.get(id(param), group["lr"]), []).append(param)
+        groups += [{**group, "params": params, "lr": lr} for lr, params in by_lr.items()]
+    optimizer.param_groups.clear()
+    for group in groups:
+        optimizer.add_param_group(group)
+
+
+def apply_max_pixels(processor, max_pixels: int) -> None:
+    """Caps the image processor's pixel budget (vision.max_pixels); a processor of one fixed size is
+    refused, as the check before launch refuses it."""
+    if not max_pixels:
+        return
+    from tuiapp.core.errors import RecipeError
+
+    image_processor = processor.image_processor if hasattr(processor, "image_processor") else processor
+    settings = {"image_processor_type": type(image_processor).__name__, "size": dict(image_processor.size or {})}
+    problem = vision_plan.max_pixels_problem(settings, max_pixels)
+    if problem:
+        raise RecipeError(message=problem[0], key="vision.max_pixels", fix=problem[1])
+    image_processor.size = {**settings["size"], "longest_edge": max_pixels}
 
 
 # ---------------------------------------------------------------- data
@@ -268,22 +364,32 @@ LENGTH_CHECKS = 1000
 
 
 def check_lengths(records: list[dict], collator, max_len: int, where: str) -> None:
-    """A record longer than max_len tokens with its images is an error (an image's tokens are never cut)."""
+    """A record longer than max_len tokens with its images is an error naming the record and the fixes
+    (an image's tokens are never cut, and a record is never cut mid-image)."""
+    over = [(index, length) for index, record in enumerate(records[:LENGTH_CHECKS])
+            if (length := collator([record])["input_ids"].shape[1]) > max_len]
+    if over:
+        raise too_long(over[0][0] + 1, over[0][1], max_len, where, more=len(over) - 1,
+                       need=max(length for _, length in over))
+
+
+def too_long(number: int | None, length: int, max_len: int, where: str, more: int = 0, need: int = 0):
     from tuiapp.core.errors import DatasetError
 
-    for index, record in enumerate(records[:LENGTH_CHECKS]):
-        length = collator([record])["input_ids"].shape[1]
-        if length > max_len:
-            raise DatasetError(message=f"record {index}: {length} tokens with its images, over train.max_seq_len "
-                               f"({max_len}); image data is never truncated", file=where, key="train.max_seq_len",
-                               fix=f"set train.max_seq_len = {length} or more, or shorten the record")
+    record = f"record {number}" if number else "an example"
+    others = f" (and {more} more of the first {LENGTH_CHECKS})" if more else ""
+    return DatasetError(message=f"{record}{others}: {length} tokens with its images, over train.max_seq_len "
+                        f"({max_len}); image data is never truncated", file=where, key="train.max_seq_len",
+                        fix=f"raise train.max_seq_len to {max(need, length)} or more, lower vision.max_pixels "
+                        "(dynamic-resolution models), or drop the record from the data")
 
 
 class VisionCollator:
     """Image chats → the processor's tensors (input_ids, attention_mask, pixel_values, ...) + labels."""
 
-    def __init__(self, processor):
+    def __init__(self, processor, max_len: int = 0):
         self.processor = processor
+        self.max_len = max_len  # a longer example is an error, never cut (0 = no limit)
         tokenizer = processor.tokenizer
         self.answer_start = tokenizer.encode(f"{IM_START}assistant\n", add_special_tokens=False)
         self.turn_end = tokenizer.convert_tokens_to_ids(IM_END)
@@ -305,6 +411,10 @@ class VisionCollator:
             images.append(loaded)
         kwargs = {"images": images} if any(images) else {}
         batch = self.processor(text=texts, padding=True, return_tensors="pt", **kwargs)
+        if self.max_len and batch["input_ids"].shape[1] > self.max_len:
+            longest = int(batch["attention_mask"].sum(dim=1).max())
+            if longest > self.max_len:
+                raise too_long(None, longest, self.max_len, "the training data")
         batch["labels"] = answer_labels(batch["input_ids"], self.answer_start, self.turn_end, self.image_ids)
         return dict(batch)
 
