@@ -174,7 +174,7 @@ def test_memory_held_by_others_counts_against_capacity():
 def test_cpu_ranks_against_ram():
     two = recipe(method={"kind": "sft"}, launch={"gpus": 2})
     assert check_memory(two, TINY_CONFIG, cuda=False, gpus=[], ram_available=10**12)[0].level == "info"
-    assert check_memory(two, TINY_CONFIG, cuda=False, gpus=[], ram_available=2 * 10**8)[0].level == "warning"
+    assert check_memory(two, TINY_CONFIG, cuda=False, gpus=[], ram_available=12 * 10**8)[0].level == "warning"
     assert check_memory(two, TINY_CONFIG, cuda=False, gpus=[], ram_available=10**6)[0].level == "error"
 
 
