@@ -15,6 +15,7 @@ from tuiapp.cli.shared import trainer_tool
 from tuiapp.core import merging
 from tuiapp.core.errors import EXIT_OK, RunError
 from tuiapp.core.recipe import load_recipe
+from tuiapp.core.rundir import RECIPE_TOML
 from tuiapp.core.runs import RunStore
 
 
@@ -28,7 +29,7 @@ def cmd_merge(args) -> int:
         code = trainer_tool("tuiapp.trainer.merge", [plan.to_json(), "--out", str(work / "final")])
         if code != 0:
             raise RunError(message=f"the merge failed (exit {code}); no run was made", fix="see the output above")
-        recipe = load_recipe(runs[0].path / "recipe.toml").model_copy(update={"name": args.name})
+        recipe = load_recipe(runs[0].path / RECIPE_TOML).model_copy(update={"name": args.name})
         run = store.create(recipe, model_ref=runs[0].info.get("model_ref"))
         (work / "final").replace(run.final_path)
         now = time.time()

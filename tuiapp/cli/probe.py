@@ -16,6 +16,7 @@ from tuiapp.core import checks, launcher, probe
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, UserError
 from tuiapp.core.jsonout import error_document, write_document
 from tuiapp.core.recipe import load_recipe
+from tuiapp.core.rundir import RECIPE_TOML
 from tuiapp.core.runs import RunStore
 
 EXIT_NOTHING_FITS = 1  # no size fit under the memory limit
@@ -103,14 +104,14 @@ def cmd_probe(args) -> int:
         return EXIT_BAD_INPUT
     out_dir = store.root / probe.PROBES_DIR / (time.strftime("%Y%m%d-%H%M%S") + f"-{recipe.name or 'probe'}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "recipe.toml").write_text(recipe.to_toml(), encoding="utf-8")
+    (out_dir / RECIPE_TOML).write_text(recipe.to_toml(), encoding="utf-8")
     sizes = probe.candidate_sizes(recipe.train.max_micro_batch)
     if not args.json:
         print(f"probing micro_batch {', '.join(map(str, sizes))} on {'cuda' if cuda else 'cpu'}, {args.steps} steps "
               f"each (folder {out_dir})", flush=True)
     started = time.time()
     try:
-        with probe.running(recipe, out_dir / "recipe.toml", out_dir, gpu_id=0 if cuda else None, limit_bytes=limit,
+        with probe.running(recipe, out_dir / RECIPE_TOML, out_dir, gpu_id=0 if cuda else None, limit_bytes=limit,
                            steps=args.steps, new_session=True) as child:
             code = _wait(child, out_dir, quiet=args.json)
     except KeyboardInterrupt:

@@ -31,7 +31,7 @@ from tuiapp.core import launcher
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.hosts import Host, host_fix, parse_host_entries, parse_hostfile_text, read_hostfile  # noqa: F401
 from tuiapp.core.metrics import atomic_write_text
-from tuiapp.core.rundir import ACTIVE, NODE_KEYS, check_keys
+from tuiapp.core.rundir import ACTIVE, NODE_KEYS, RUN_JSON, STDOUT_LOG, check_keys
 from tuiapp.core.secrets import is_secret_name
 from tuiapp.core.tail import tail_lines
 
@@ -289,7 +289,7 @@ def link_node0_log(run_dir: Path) -> None:
     try:
         nodes_dir(run_dir).mkdir(parents=True, exist_ok=True)
         if not link.exists() and not link.is_symlink():
-            link.symlink_to(Path("..") / "stdout.log")
+            link.symlink_to(Path("..") / STDOUT_LOG)
     except OSError:
         pass
 
@@ -431,7 +431,7 @@ class Launch:
         return not self.node_rank
 
     def log_path(self, run_dir: Path) -> Path:
-        return Path(run_dir) / "stdout.log" if self.owner else node_log(run_dir, self.node_rank)
+        return Path(run_dir) / STDOUT_LOG if self.owner else node_log(run_dir, self.node_rank)
 
 
 def active_hosts(launch: "LaunchSpec", hosts: list[Host]) -> list[tuple[str, int]]:
@@ -534,7 +534,7 @@ def write_files(launch: Launch) -> None:
 def node_gone_reason(run_dir: Path, node_rank: int) -> str | None:
     """For node K's supervisor: why it should stop because node 0 has ended the run."""
     try:
-        info = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+        info = json.loads((Path(run_dir) / RUN_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     status = info.get("status")

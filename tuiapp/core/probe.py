@@ -28,6 +28,7 @@ from tuiapp.core import estimate, launcher, shm
 from tuiapp.core.errors import RecipeError, UserError
 from tuiapp.core.findings import Finding
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe
+from tuiapp.core.rundir import RECIPE_TOML
 
 PROBE_FILE = "probe.json"  # the choice, in a run folder or a probe folder
 PROBE_DIR = "probe"  # the probing rank's rows and log, inside that folder
@@ -264,7 +265,7 @@ def fix_micro_batch(run_dir: Path, recipe: Recipe, size: int) -> Recipe:
     (probe.json says it was 'auto')."""
     chosen = recipe.model_copy(deep=True)
     chosen.train.micro_batch = size
-    path = Path(run_dir) / "recipe.toml"
+    path = Path(run_dir) / RECIPE_TOML
     tmp = path.with_suffix(".tmp")
     tmp.write_text(chosen.to_toml(), encoding="utf-8")
     tmp.replace(path)

@@ -16,6 +16,13 @@ from typing import Any, Literal
 
 from typing_extensions import NotRequired, TypedDict  # pydantic validates these on Python < 3.12
 
+# The run folder's files: what the CLI, the supervisor, the ranks and the UI read and write.
+RUN_JSON = "run.json"  # the run's record (RunRecord)
+RECIPE_TOML = "recipe.toml"  # the recipe as launched (written once; micro_batch 'auto' fixed by the probe)
+METRICS_JSONL = "metrics.jsonl"  # one row per logged step and eval
+EVENTS_JSONL = "events.jsonl"  # launched, phases, errors, outcomes
+STDOUT_LOG = "stdout.log"  # the launcher's (and one rank's) output
+
 STATUSES = ("created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown")
 ACTIVE = ("created", "queued", "starting", "running", "stopping")
 FINAL = ("succeeded", "failed", "stopped")

@@ -22,7 +22,12 @@ from tuiapp.core.metrics import atomic_write_text, read_jsonl, summarize
 from tuiapp.core.procs import group_processes, process_alive
 from tuiapp.core.rundir import (  # noqa: F401 (ACTIVE, FINAL re-exported)
     ACTIVE,
+    EVENTS_JSONL,
     FINAL,
+    METRICS_JSONL,
+    RECIPE_TOML,
+    RUN_JSON,
+    STDOUT_LOG,
     attempts_of,
     check_keys,
     close_attempt,
@@ -118,7 +123,7 @@ def rank_log(run_dir: Path, rank: int) -> Path | None:
 def root_cause(run_dir: Path, since: float | None = None) -> dict | None:
     """The first real exception of this attempt: the earliest `error` event a rank wrote
     (later ones are usually other ranks losing their peer). {rank, type, message, log}."""
-    errors = [e for e in read_jsonl(Path(run_dir) / "events.jsonl")
+    errors = [e for e in read_jsonl(Path(run_dir) / EVENTS_JSONL)
               if e.get("event") == "error" and (since is None or (e.get("time") or 0) >= since - 1)]
     if not errors:
         return None
@@ -147,7 +152,7 @@ def failure_cause(run_dir: Path, log: Path | None = None, since: float | None = 
     first, since the other ranks then fail only because they lost their peer; else the first
     exception a rank recorded. {rank, type, message, log}, or None."""
     cause = root_cause(run_dir, since)
-    lines = tail_lines(Path(log or Path(run_dir) / "stdout.log"), 400)
+    lines = tail_lines(Path(log or Path(run_dir) / STDOUT_LOG), 400)
     starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]  # each attempt logs its command first
     killed = killed_rank(lines[starts[-1]:] if starts else lines)
     if killed and (cause is None or cause.get("rank") != killed[0]):
@@ -161,7 +166,7 @@ def failure_cause(run_dir: Path, log: Path | None = None, since: float | None = 
     if cause and PEER_LOSS.search(cause.get("message") or ""):
         # a rank that raised only because a peer vanished: the peer that left no error of its own
         # (SIGKILL gives it no chance to) is the cause
-        errored = {e.get("rank") for e in read_jsonl(Path(run_dir) / "events.jsonl")
+        errored = {e.get("rank") for e in read_jsonl(Path(run_dir) / EVENTS_JSONL)
                    if e.get("event") == "error" and (since is None or (e.get("time") or 0) >= since - 1)}
         silent = sorted(r for r in read_phases(run_dir, since=(since - 1) if since else None) if r not in errored)
         if silent:
@@ -179,7 +184,7 @@ def failure_reason(run_dir: Path, log: Path | None = None, since: float | None =
     cause = failure_cause(run_dir, log, since)
     if cause:
         return cause_text(cause)
-    main = log or run_dir / "stdout.log"
+    main = log or run_dir / STDOUT_LOG
     for candidate in [*rank_logs(run_dir), main] if log is None else [main]:
         found, lines = error_lines(candidate)
         explained = explain_rank_exit(lines)
@@ -199,7 +204,7 @@ LAUNCHER_LINE = re.compile(r"^\$ |\[(INFO|WARNING|DEBUG)\]|^\s*(env )?\S*python\
 def logged_errors(run_dir: Path) -> str | None:
     """The error lines (a traceback's end, a rank's exit in llmtui's words) of the first log that
     holds one; never the launcher's INFO lines or a command line."""
-    for log in [*rank_logs(run_dir), Path(run_dir) / "stdout.log"]:
+    for log in [*rank_logs(run_dir), Path(run_dir) / STDOUT_LOG]:
         found, lines = error_lines(log)
         if not found:
             continue
@@ -207,7 +212,7 @@ def logged_errors(run_dir: Path) -> str | None:
         kept = [line for line in lines if not LAUNCHER_LINE.search(line)]
         text = "\n".join(([explained] if explained else []) + kept).strip()
         if text:
-            return (f"[{log.name}] " if log.name != "stdout.log" else "") + text
+            return (f"[{log.name}] " if log.name != STDOUT_LOG else "") + text
     return None
 
 
@@ -221,7 +226,7 @@ def unsupervised_outcome(run_dir: Path, info: dict) -> tuple[str, str]:
     if info.get("status") == "queued":
         return "failed", (f"{SUPERVISOR_GONE} while the run waited in the queue; it never started "
                           "(`llmtui resume` puts it back in the queue)")
-    events = [e for e in read_jsonl(run_dir / "events.jsonl")
+    events = [e for e in read_jsonl(run_dir / EVENTS_JSONL)
               if started is None or (e.get("time") or 0) >= started - 1]
     kinds = {e.get("event"): e for e in events}
     if "finished" in kinds and (run_dir / "final").is_dir():
@@ -268,19 +273,19 @@ class Run:
 
     @property
     def info_path(self) -> Path:
-        return self.path / "run.json"
+        return self.path / RUN_JSON
 
     @property
     def metrics_path(self) -> Path:
-        return self.path / "metrics.jsonl"
+        return self.path / METRICS_JSONL
 
     @property
     def events_path(self) -> Path:
-        return self.path / "events.jsonl"
+        return self.path / EVENTS_JSONL
 
     @property
     def log_path(self) -> Path:
-        return self.path / "stdout.log"
+        return self.path / STDOUT_LOG
 
     @property
     def final_path(self) -> Path:
@@ -313,7 +318,7 @@ class Run:
     def recipe(self) -> Recipe:
         from tuiapp.core.recipe import parse_recipe
 
-        path = self.path / "recipe.toml"
+        path = self.path / RECIPE_TOML
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -397,7 +402,7 @@ class RunStore:
         try:
             if lock:
                 run.lock_fd = runlock.acquire(runlock.lock_path(staging))
-            (staging / "recipe.toml").write_text(recipe.to_toml(), encoding="utf-8")
+            (staging / RECIPE_TOML).write_text(recipe.to_toml(), encoding="utf-8")
             run.info = {
                 "name": recipe.name,
                 "status": "created",

@@ -35,7 +35,7 @@ from tuiapp.core.launcher import (
 )
 from tuiapp.core.procs import group_processes, process_alive
 from tuiapp.core.recipe import Recipe
-from tuiapp.core.rundir import ACTIVE
+from tuiapp.core.rundir import ACTIVE, RECIPE_TOML, RUN_JSON
 from tuiapp.core.runs import Run, RunStore
 
 Say = Callable[[str], None]
@@ -329,7 +329,7 @@ def _wait_for_run(store: RunStore, run_id: str, timeout_s: float, say: Say) -> R
     path = Path(store.root) / run_id
     deadline = time.monotonic() + timeout_s
     said = False
-    while not (path / "run.json").is_file() or not (path / "recipe.toml").is_file():
+    while not (path / RUN_JSON).is_file() or not (path / RECIPE_TOML).is_file():
         if time.monotonic() > deadline:
             raise RunError(message=f"run '{run_id}' did not appear in {store.root} within {timeout_s:.0f}s",
                            fix="start node 0 first with the same --run-id, and put the runs folder on "

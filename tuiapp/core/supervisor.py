@@ -288,7 +288,7 @@ class Supervisor:
                      stop_requested=None, pid=me.pid, pgid=os.getpgid(0), pid_create_time=me.create_time(),
                      started=self.started, ended=None, exit_code=None, reason=None)
         limit = probe.default_limit(recipe, cuda)
-        with probe.running(recipe, self.run.path / "recipe.toml", self.run.path,
+        with probe.running(recipe, self.run.path / rundir.RECIPE_TOML, self.run.path,
                            gpu_id=(devices[0] if devices else 0) if cuda else None, limit_bytes=limit) as self.child:
             code = self._wait_probe()
             self._kill_leftovers()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tuiapp.core.rundir import STDOUT_LOG
+
 MAX_READ = 4 << 20  # at most this much per read: a burst of output cannot stall the worker
 
 
@@ -58,7 +60,7 @@ class TextTail:
 def log_sources(run_path: Path) -> list[tuple[str, Path]]:
     """(label, path) of every log of a run: stdout.log first, then ranks/*.log and stack dumps, and
     nodes/*.log (if present)."""
-    sources = [("stdout", run_path / "stdout.log")]
+    sources = [("stdout", run_path / STDOUT_LOG)]
     ranks = run_path / "ranks"
     try:
         # rank logs and stack dumps; not the ranks' phase and memory records (JSON)

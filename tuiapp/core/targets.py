@@ -16,6 +16,7 @@ import tomllib
 
 from tuiapp.core.errors import RunError
 from tuiapp.core.model_check import FINAL_INFO, adapter_kind, folder_problems
+from tuiapp.core.rundir import RECIPE_TOML, RUN_JSON
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}  # adapters that add virtual tokens (peft)
@@ -62,7 +63,7 @@ def _read_json(path: Path) -> dict:
 
 def _frozen_method(run_dir: Path) -> str:
     try:
-        recipe = tomllib.loads((run_dir / "recipe.toml").read_text(encoding="utf-8"))
+        recipe = tomllib.loads((run_dir / RECIPE_TOML).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return ""
     method = recipe.get("method") or {}
@@ -73,7 +74,7 @@ def base_of(run_dir: Path) -> str:
     """The base model a run trained from: final/llmtui.json's resolved path when it still exists,
     else what run.json recorded (a resolved path or 'tiny'), else the recipe's model.name."""
     run_dir = Path(run_dir)
-    info = _read_json(run_dir / "run.json")
+    info = _read_json(run_dir / RUN_JSON)
     candidates = [_read_json(run_dir / "final" / FINAL_INFO).get("base_model"), info.get("model")]
     recipe = info.get("recipe") if isinstance(info.get("recipe"), dict) else {}
     candidates.append((recipe.get("model") or {}).get("name"))
@@ -90,7 +91,7 @@ def base_of(run_dir: Path) -> str:
 def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "chat") -> Target:
     """The run's final model, or its checkpoint `checkpoint`; RunError names what is missing."""
     run_dir = Path(run_dir)
-    info = _read_json(run_dir / "run.json")
+    info = _read_json(run_dir / RUN_JSON)
     run_id = run_dir.name
     method = str(info.get("method") or _frozen_method(run_dir) or "")
     if method in NO_CHAT:

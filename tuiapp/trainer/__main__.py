@@ -8,6 +8,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from tuiapp.core.rundir import EVENTS_JSONL, RECIPE_TOML
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="tuiapp.trainer")
@@ -20,7 +22,7 @@ def parse_args(argv=None):
 def _recipe(run_dir: Path):
     from tuiapp.core.recipe import parse_recipe
 
-    path = Path(run_dir) / "recipe.toml"
+    path = Path(run_dir) / RECIPE_TOML
     return parse_recipe(path.read_text(encoding="utf-8"), str(path))
 
 
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
         try:
             from tuiapp.core.metrics import JsonlWriter
 
-            with JsonlWriter(args.run_dir / "events.jsonl") as events:
+            with JsonlWriter(args.run_dir / EVENTS_JSONL) as events:
                 events.write({"event": "error", "rank": rank, "type": type(exc).__name__, "message": message[:2000],
                               "phase": phases.current()})
         except OSError:

@@ -27,6 +27,7 @@ from tuiapp.core.metrics import (
 )
 from tuiapp.core.rundata import MetricsWriter
 from tuiapp.trainer import phases
+from tuiapp.core.rundir import EVENTS_JSONL
 
 
 def _distributed() -> bool:
@@ -307,7 +308,7 @@ class RunRecorder(TrainerCallback):
         if self._is_writer(state):
             self.metrics = MetricsWriter(self.run_dir)  # keeps metrics.columns current: readers parse no long file
             atexit.register(self.metrics.close)  # a rank that exits through the interpreter (not os._exit)
-            self.events = JsonlWriter(self.run_dir / "events.jsonl")
+            self.events = JsonlWriter(self.run_dir / EVENTS_JSONL)
             total = trainable = 0
             for param in model.parameters():
                 n = getattr(param, "ds_numel", param.numel())

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, Text
 from tuiapp.core.images import IMAGE_PLACEHOLDER
 from tuiapp.core.model_check import adapter_kind
 from tuiapp.core.recipe import GenerateSpec, Recipe, parse_recipe
+from tuiapp.core.rundir import RECIPE_TOML
 from tuiapp.core.targets import Target
 from tuiapp.trainer import bottleneck, vision
 from tuiapp.trainer.bundled import resolve_model_path
@@ -38,7 +39,7 @@ class Loaded:
 
 
 def frozen_recipe(run_dir: Path) -> Recipe:
-    path = Path(run_dir) / "recipe.toml"
+    path = Path(run_dir) / RECIPE_TOML
     return parse_recipe(path.read_text(encoding="utf-8"), str(path))
 
 

@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tuiapp.core.rundir import RECIPE_TOML
+
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -67,7 +69,7 @@ def _shipping(args) -> dict | None:
     from tuiapp.trainer import parity
 
     recipe = None
-    if (args.final.parent / "recipe.toml").is_file():
+    if (args.final.parent / RECIPE_TOML).is_file():
         from tuiapp.core.errors import UserError
         from tuiapp.trainer.inference import frozen_recipe
 

@@ -33,6 +33,7 @@ from transformers.trainer_pt_utils import get_parameter_names
 
 from tuiapp.core.pipeline_plan import split_layers
 from tuiapp.core.recipe import Recipe, parse_recipe
+from tuiapp.core.rundir import RECIPE_TOML
 from tuiapp.trainer import checkpoints, phases
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import GracefulStop, RunRecorder, generate_samples
@@ -444,7 +445,7 @@ class PipelineRun:
 
 def train(run_dir: Path, resume: bool) -> int:
     run_dir = Path(run_dir).resolve()
-    recipe = parse_recipe((run_dir / "recipe.toml").read_text(encoding="utf-8"), str(run_dir / "recipe.toml"))
+    recipe = parse_recipe((run_dir / RECIPE_TOML).read_text(encoding="utf-8"), str(run_dir / RECIPE_TOML))
     transformers.logging.set_verbosity_warning()
     try:
         return PipelineRun(run_dir, recipe, resume).run()

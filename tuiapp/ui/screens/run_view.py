@@ -25,6 +25,7 @@ from tuiapp.core.completions import GenerationsTail
 from tuiapp.core.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.metrics import JsonlReader
 from tuiapp.core.rundata import RunData
+from tuiapp.core.rundir import METRICS_JSONL
 from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.core.tail import TextTail, log_sources
 from tuiapp.ui import actions, after_training
@@ -194,7 +195,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     def follow_metrics(self) -> None:
         config = self.app.config
         worker = get_current_worker()
-        reader = JsonlReader(self.run_path / "metrics.jsonl")
+        reader = JsonlReader(self.run_path / METRICS_JSONL)
         generations = GenerationsTail(self.run_path) if self.is_rl else None
         run = Run(self.run_path)
         last_info: dict | None = None
