@@ -2,7 +2,8 @@
 ctrl+t answers each message alone), the base model can answer beside it (ctrl+b), a second run can
 answer the same prompts beside it (an arena: `vs_run`, from the history with two runs marked), and
 the generation settings change between answers (ctrl+g: temperature, top_p, max_new_tokens; the
-next answer uses them, in an arena for both runs). Each run's model runs in its own inference
+next answer uses them, in an arena for both runs). `/image PATH` typed in the input attaches an
+image to the next message, for a vision-language model. Each run's model runs in its own inference
 server, a child process started once by a thread worker (tuiapp.core.chat) and kept warm while the
 screen is open; this process never imports torch. Workers only post messages; the handlers draw.
 """
@@ -21,12 +22,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from tuiapp.core import meta
-from tuiapp.core.chat import ChatSession, parse_settings, rate_text, settings_text
+from tuiapp.core.chat import ChatSession, check_image, image_label, parse_settings, rate_text, settings_text
 from tuiapp.core.errors import UserError
 from tuiapp.core.runs import Run
 from tuiapp.ui.widgets.header import AppHeader
 
 MODELS = ("tuned", "other", "base")  # the run, the arena's second run, the run's base
+IMAGE_COMMAND = "/image"  # `/image PATH` in the input: the next message shows a VLM that image
 
 
 def run_name(run_dir: Path) -> str:
@@ -64,8 +66,9 @@ class ChatColumn(VerticalScroll):
         self.scroll_end(animate=False)
         return line
 
-    def ask(self, text: str) -> None:
-        self.say(f"you: {text}", "chat-user")
+    def ask(self, text: str, images: list[str] | None = None) -> None:
+        shown = "".join(f"[image {Path(p).name}] " for p in images or [])
+        self.say(f"you: {shown}{text}", "chat-user")
         self.streamed = ""
         self.answer = self.say("…", "chat-answer")
 
@@ -149,6 +152,8 @@ class ChatScreen(Screen):
         self.target: dict = {}
         self.other_target: dict = {}
         self.defaults: dict = {}  # the run's [generate] table, as the server reported it
+        self.attached: list[str] = []  # images the next message shows the model (/image PATH)
+        self.sees_images: dict = {}  # model -> whether it reads images, as the server reported it
 
     @property
     def models(self) -> list[str]:
@@ -218,7 +223,7 @@ class ChatScreen(Screen):
         self.post_message(self.Ready(started["tuned"], started.get("other")))
 
     @work(thread=True, exclusive=True, group="chat-ask")
-    def ask(self, text: str, models: list[str]) -> None:
+    def ask(self, text: str, models: list[str], images: list[str] | None = None) -> None:
         """Each server answers in its own thread (an arena's two runs at once); one server's
         models one after the other."""
         by_session: dict[int, list[str]] = {}
@@ -232,7 +237,8 @@ class ChatScreen(Screen):
                 session, name = self.route(model)
                 if session is None:
                     return
-                session.ask(text, name, on_event=lambda event, m=model: self.post_message(self.Streamed(m, event)))
+                session.ask(text, name, on_event=lambda event, m=model: self.post_message(self.Streamed(m, event)),
+                            images=images)
 
         try:
             in_parallel(*[lambda columns=columns: answer(columns) for columns in by_session.values()])
@@ -266,6 +272,7 @@ class ChatScreen(Screen):
         self.target = target
         self.other_target = message.other.get("target") or {}
         self.defaults = dict(message.event.get("settings") or {})
+        self.sees_images = dict(message.event.get("images") or {})
         self.show_title()
         label = target.get("label", "final")
         self.column("tuned").border_title = f"{self.run_name} · {label}" if self.vs_run else f"tuned · {label}"
@@ -273,7 +280,8 @@ class ChatScreen(Screen):
         self.column("base").border_title = f"base · {Path(str(target.get('base', ''))).name}"
         field = self.query_one("#chat-input", Input)
         field.disabled = False
-        field.placeholder = "message (enter sends; ctrl+b base beside; ctrl+t single turn; ctrl+l new chat)"
+        field.placeholder = ("message (enter sends; /image PATH attaches an image; ctrl+b base beside; "
+                             "ctrl+t single turn; ctrl+l new chat)")
         field.focus()
 
     def on_chat_screen_failed(self, message: Failed) -> None:
@@ -309,10 +317,28 @@ class ChatScreen(Screen):
         if not text or not self.ready or self.busy:
             return
         event.input.value = ""
+        if text == IMAGE_COMMAND or text.startswith(IMAGE_COMMAND + " "):
+            self.attach(text[len(IMAGE_COMMAND):])
+            return
         self.busy = True
+        images, self.attached = self.attached, []
         for model in self.models:
-            self.column(model).ask(text)
-        self.ask(text, list(self.models))
+            self.column(model).ask(text, images)
+        self.ask(text, list(self.models), images)
+
+    def attach(self, path: str) -> None:
+        """The image goes with the next message (checked now: it exists and decodes)."""
+        try:
+            resolved = check_image(path)
+        except UserError as exc:
+            self.notify(str(exc) + (f"\n{exc.fix}" if exc.fix else ""), title="Image", severity="error", markup=False)
+            return
+        self.attached.append(resolved)
+        note = f"(attached {image_label(resolved)} to the next message)"
+        if self.sees_images and not self.sees_images.get("tuned", True):
+            note += " — this model reads text only; its server will refuse the image"
+        for model in self.models:
+            self.column(model).say(note, "chat-note")
 
     # ------------------------------------------------------------ actions
 
