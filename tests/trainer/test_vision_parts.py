@@ -11,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tuiapp.core import estimate, vision_plan
 from tuiapp.core.errors import DatasetError, RecipeError
 from tuiapp.core.recipe import Recipe
 from tuiapp.trainer import vision
@@ -98,6 +99,46 @@ def test_lora_on_the_tower_with_the_projector_whole_and_the_language_model_froze
     assert any("vision_tower" in n and "lora_B" in n for n in changed)
     assert any("modules_to_save" in n for n in changed)
     assert _lrs(trainer) == {"vision_tower": {2e-3}, "projector": {1e-2}}
+    tower_adapters = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    assert tower_adapters == vision_plan.vision_lora_parameters(estimate.load_model_config("tiny-vlm"), 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(vision.TINY_VLMS))
+def test_the_estimate_counts_the_real_vision_parts(name, llmtui_cache):
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(str(vision.ensure_tiny_vlm(name)))
+    assert vision_plan.vision_parameters(estimate.load_model_config(name)) == _part_counts(model)
+    config = model.config.to_dict()
+    assert vision_plan.vision_parameters(config) == _part_counts(model)  # from the saved config too
+    total = sum(p.numel() for p in model.parameters())
+    recipe = Recipe.model_validate({"model": {"name": name}, "method": {"kind": "sft"}})
+    estimated = estimate.estimate_recipe(recipe, estimate.load_model_config(name), 1, cuda=False).total_params
+    assert total <= estimated <= total * 1.4  # the language model's vocab is an upper bound
+
+
+def _part_counts(model) -> dict[str, int]:
+    counts = {"vision_tower": 0, "projector": 0}
+    for name, param in model.named_parameters():
+        if vision.part_of(name) in counts:
+            counts[vision.part_of(name)] += param.numel()
+    return counts
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
+def test_the_estimate_counts_qwen_vision_parts_as_transformers_builds_them(family):
+    from transformers import AutoModelForImageTextToText, Qwen2_5_VLConfig, Qwen2VLConfig
+
+    text = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2}
+    config = Qwen2VLConfig(text_config=text, vision_config={"depth": 2, "embed_dim": 32, "hidden_size": 64,
+                                                              "num_heads": 2, "mlp_ratio": 4}) \
+        if family == "qwen2_vl" else Qwen2_5_VLConfig(text_config=text, vision_config={
+            "depth": 2, "hidden_size": 32, "intermediate_size": 48, "out_hidden_size": 64, "num_heads": 2})
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    assert vision_plan.vision_parameters(config.to_dict()) == _part_counts(model)
 
 
 def test_max_pixels_caps_a_dynamic_processor_and_is_refused_by_a_fixed_one(llmtui_cache):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuiapp.core import model_profile, tiny_vlm
+from tuiapp.core import model_profile, tiny_vlm, vision_plan
 from tuiapp.core.errors import RecipeError
 from tuiapp.core.generation_server import memory_share, server_gpu_count
 from tuiapp.core.kinds import RL_KINDS
@@ -507,6 +507,7 @@ class Estimate:
     ram_per_rank: int = 0  # host memory of one rank: runtime, data and (CPU ranks) its model
     ram_first_tokenizing: int = 0  # what the rank building the data cache adds while it builds it
     streaming: bool = False  # dataset.streaming: no cache to build, examples tokenized as they come
+    vision: dict | None = None  # a VLM: {vision_tower, projector: parameters, image_tokens, trains: parts}
 
     @property
     def total(self) -> int:
@@ -545,6 +546,9 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
     full = method.kind in ("pretrain", "sft")
     extra = 0 if full else trainable_parameters(config, method)
     total, trainable = base + extra, (base if full else extra)
+    vision = vision_parts(config)
+    if vision:  # a vision-language model: its vision tower and projector, as [vision] trains them
+        total, trainable = vision_plan.with_vision(vision, config, recipe, base, extra)
     frozen_bytes = None
     if method.kind == "qlora":
         quantized = shape.layers * sum(l.in_features * l.out_features for l in shape.linears)
@@ -572,7 +576,30 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         bytes_per_value=2 if _half(precision) else 4,
         fused_attention=recipe.model.attn_implementation != "eager", fused_loss=recipe.train.liger_kernel,
     )
+    if vision and vision_plan.trained_parts(recipe)["vision_tower"]:  # the tower's own, per image
+        tower = config["vision_config"]
+        acts += activation_bytes(
+            seq_len=vision_plan.tower_patches(config, image_tokens(config, recipe)), micro_batch=rows,
+            hidden=int(tower.get("embed_dim") or tower["hidden_size"]),
+            heads=int(tower.get("num_attention_heads") or tower.get("num_heads") or 1),
+            layers=int(tower.get("num_hidden_layers") or tower.get("depth") or 1), vocab=0,
+            checkpointing=knobs.gradient_checkpointing, bytes_per_value=2 if _half(precision) else 4)
     return total, trainable, dataclasses.replace(states, activations=acts)
+
+
+def vision_parts(config: dict) -> dict[str, int] | None:
+    """A VLM's vision tower and projector parameters (None for a text model, or when the model
+    profile's exact count already holds them)."""
+    if "vision_config" not in config or PROFILE_COUNTS in config:
+        return None
+    return vision_plan.vision_parameters(config)
+
+
+def image_tokens(config: dict, recipe: Recipe) -> int:
+    """Tokens one image takes in each example's sequence (0 for a text model)."""
+    if "vision_config" not in config:
+        return 0
+    return vision_plan.image_tokens_per_image(recipe.model.name, config, recipe.vision.max_pixels)
 
 
 def _candidates(knobs: Knobs, world: int, grad_accum: int) -> list[tuple[str, Knobs]]:
@@ -683,7 +710,28 @@ def estimate_recipe(
         ram_first_tokenizing=0 if recipe.dataset.streaming else TOKENIZING_BYTES,
         streaming=bool(recipe.dataset.streaming),
         server_share=memory_share(recipe.method) if server_gpu_count(recipe) else 0.0,
+        vision=_vision_facts(model_config, recipe),
     )
+
+
+def _vision_facts(config: dict, recipe: Recipe) -> dict | None:
+    parts = vision_parts(config)
+    tokens = image_tokens(config, recipe)
+    if not parts and not tokens:
+        return None
+    trains = [part for part, on in vision_plan.trained_parts(recipe).items() if on]
+    return {**(parts or {}), "image_tokens": tokens, "trains": trains}
+
+
+def _vision_row(vision: dict) -> str:
+    """'images       vision tower 24K params (frozen), projector 2K (trains), 6 tokens per image'."""
+    def state(part: str) -> str:
+        return "trains" if part in vision["trains"] else "frozen"
+    parts = [f"vision tower {_count(vision['vision_tower'])} params ({state('vision_tower')}), projector "
+             f"{_count(vision['projector'])} ({state('projector')})"] if "vision_tower" in vision else []
+    if vision["image_tokens"]:
+        parts.append(f"up to {vision['image_tokens']} tokens per image, inside max_seq_len")
+    return "images       " + ", ".join(parts)
 
 
 def _ram_rows(est: Estimate) -> list[str]:
@@ -809,6 +857,8 @@ def format_estimate(est: Estimate) -> str:
         rows.append(f"  {'+ vLLM':<12} {plural(est.server_gpus, 'GPU')} of its own besides the ranks' "
                     "(method.vllm_server_gpus): "
                     f"{weights / GB:.1f} GB of weights each, {est.server_share:.0%} of each GPU with its KV cache")
+    if est.vision:
+        rows.append(_vision_row(est.vision))
     rows += _ram_rows(est)
     if m.cpu_offload_total:
         rows.append(f"CPU offload  {m.cpu_offload_total / GB:.1f} GB per node")

@@ -23,6 +23,11 @@ def image_tokens(name: str) -> int:
 
 
 def estimate_config(name: str) -> dict:
-    """The language model's config, as the memory estimate reads it (the vision tower is not counted yet)."""
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB_SIZE,
-            "tie_word_embeddings": False, "hidden_act": "silu", "rms_norm_eps": 1e-6, **TEXT_SHAPE}
+    """The model's config, as the memory estimate reads it: the language model (a Llama of the text
+    shape, its vocab an upper bound) and the family's vision part (tower and projector counted exactly)."""
+    family = TINY_VLMS[name]
+    vision = {**VISION_SHAPE, "model_type": "siglip_vision_model" if family == "gemma3" else "clip_vision_model"}
+    extra = {"mm_tokens_per_image": 4} if family == "gemma3" else {"vision_feature_layer": -1}
+    return {"architectures": ["LlamaForCausalLM"], "model_type": family, "vocab_size": VOCAB_SIZE,
+            "tie_word_embeddings": family == "gemma3", "hidden_act": "silu", "rms_norm_eps": 1e-6, **TEXT_SHAPE,
+            "vision_config": vision, **extra}
