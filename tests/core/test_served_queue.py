@@ -49,6 +49,7 @@ def test_a_vllm_server_holds_its_gpu_and_queued_runs_wait_for_it(run_dir):
         claim = live[served.claim_id(run_dir)]
         assert claim["devices"] == [0] and claim["pid"] == claim["pgid"] == proc.pid and claim["slots_used"] == 0
         assert served.queue_claim(run_dir)["devices"] == [0]
+        assert served.queue_claims(run_dir.parent) == {run_dir.name: claim}
         assert queue.fit(2, cuda_gpus=GPUS, live=live, slots=1) is None  # a 2-GPU run waits for the server
         assert queue.fit(1, cuda_gpus=GPUS, live=live, slots=1) == [1]
         assert queue.fit([0], cuda_gpus=GPUS, live=live, slots=1) is None

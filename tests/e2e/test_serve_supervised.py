@@ -41,6 +41,8 @@ def test_queue_claim_doctor_and_the_claim_gone_when_stopped_or_dead(run):
     claim = queue.claims(root)[served.claim_id(run)]
     assert claim["pid"] == claim["pgid"] == record["pid"] and claim["devices"] == [] and claim["slots_used"] == 0
     assert record["gpus"] == []
+    listed = llmtui("queue", runs_dir=root)
+    assert f"served by `llmtui serve`: {run.name} (no GPU, no CPU slot)" in listed.stdout, listed.stdout
     # a queued CPU run is not held back by it (1 slot)
     assert queue.fit(1, cuda_gpus=[], live=queue.claims(root), slots=1) == []
     # the server sees no GPU (the transformers backend answers on the CPU)

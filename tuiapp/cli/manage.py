@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp.core import meta, queue, service, sweep
+from tuiapp.core import meta, queue, served, service, sweep
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, RunError, UserError
 from tuiapp.core.progress import fmt_duration, plural
 from tuiapp.core.recipe import read_recipe_data
@@ -56,12 +56,15 @@ def cmd_queue(args) -> int:
         return EXIT_OK
     if not rows:
         print("the queue is empty")
-        return EXIT_OK
-    print(f"{'#':>3} {'ID':<44} {'PRIO':>4} {'DEVICES':>8} {'WAITED':>8}")
+    else:
+        print(f"{'#':>3} {'ID':<44} {'PRIO':>4} {'DEVICES':>8} {'WAITED':>8}")
     for row in rows:
         devices = ",".join(map(str, row["devices"])) if isinstance(row["devices"], list) else str(row["devices"])
         print(f"{row['position']:>3} {row['id'][:44]:<44} {row['priority']:>4} {devices:>8} "
               f"{fmt_duration(row['waited_s']):>8}")
+    for run_id, claim in sorted(served.queue_claims(store.root).items()):  # what they hold, queued runs wait for
+        held = f"GPU {','.join(map(str, claim['devices']))}" if claim.get("devices") else "no GPU, no CPU slot"
+        print(f"served by `llmtui serve`: {run_id} ({held})")
     return EXIT_OK
 
 

@@ -272,6 +272,12 @@ def claim(run_dir: Path, devices: list[int], pid: int, create_time: float | None
     queue.write_claim(Path(run_dir).parent, claim_id(run_dir), devices, pid, create_time, pgid=pid, slots_used=0)
 
 
+def queue_claims(runs_root: Path) -> dict[str, dict]:
+    """Run id -> the live claim of its served model, for every served model (`llmtui queue` lists them)."""
+    suffix = claim_id(Path("x")).removeprefix("x")
+    return {name.removesuffix(suffix): claim for name, claim in queue.claims(runs_root).items() if name.endswith(suffix)}
+
+
 def queue_claim(run_dir: Path) -> dict | None:
     """The served model's live claim (None once its processes are gone: the queue pruned it)."""
     return queue.claims(Path(run_dir).parent).get(claim_id(run_dir))
