@@ -1,10 +1,12 @@
 """`llmtui serve` supervised like a run, with the real server of the finished tiny SFT run on CPU:
 it claims in the device queue (owned by its own process, no GPU and no CPU slot on the CPU),
 `llmtui doctor` of the finished run shows the server's state and Python stack, `--status` says
-where it is, and the claim goes when the server stops or dies (kill -9)."""
+where it is, and the claim goes when the server stops or dies (kill -9). On CUDA with vllm, its server
+holds its GPU alone."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -17,6 +19,7 @@ import pytest
 from tests.after_runs import sft_run
 from tests.e2e.helpers import llmtui
 from tuiapp.core import launcher, queue, served
+from tuiapp.core.gpus import cuda_available, detect_gpus
 
 pytestmark = pytest.mark.slow
 
@@ -74,3 +77,25 @@ def test_queue_claim_doctor_and_the_claim_gone_when_stopped_or_dead(run):
     assert served.state(served.read_record(run)) == served.EXITED
     assert served.claim_id(run) not in queue.claims(root)
     assert not queue.claim_path(root, served.claim_id(run)).exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or not cuda_available(), reason="needs CUDA and vllm")
+def test_a_vllm_server_claims_its_gpu_alone(run):
+    """On CUDA, vLLM's server gets the lowest free GPU, alone in its CUDA_VISIBLE_DEVICES, and holds it in
+    the queue (checked while it loads, whatever vLLM makes of the tiny model); stopped, the GPU is free."""
+    root = run.parent
+    gpus = detect_gpus()
+    expected = queue.fit(1, cuda_gpus=gpus, live=queue.claims(root), slots=1)
+    assert expected is not None, "no free GPU on this machine"
+    started = llmtui("serve", run.name, "--backend", "vllm", "--port", str(launcher.free_port()), "--no-wait",
+                     runs_dir=root, timeout=120)
+    assert started.returncode == 0, started.stdout + started.stderr
+    record = served.read_record(run)
+    assert record["backend"] == "vllm" and record["gpus"] == expected
+    assert queue.claims(root)[served.claim_id(run)]["devices"] == expected
+    env = psutil.Process(record["pid"]).environ()
+    assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, expected))
+    assert queue.fit(expected, cuda_gpus=gpus, live=queue.claims(root), slots=1) is None  # a run naming it waits
+    assert llmtui("serve", run.name, "--stop", runs_dir=root, timeout=120).returncode == 0
+    assert served.claim_id(run) not in queue.claims(root)
