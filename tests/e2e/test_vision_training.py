@@ -22,3 +22,26 @@ def test_tiny_vlm_lora_preset_trains(runs_dir):
     assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses)
     final = run / "final"
     assert (final / "adapter_config.json").is_file() and (final / "processor_config.json").is_file()
+
+
+def _cuda() -> bool:
+    from tuiapp.core.launcher import cuda_device_count
+
+    return cuda_device_count() > 0
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
+def test_the_gpu_vlm_preset_settings_train_on_cuda(runs_dir):
+    """The Qwen2.5-VL preset's [vision] settings (LoRA, the projector whole at its own rate, bf16,
+    gradient checkpointing) on the tiny VLM, whose fixed-size processor takes no max_pixels."""
+    result = llmtui("run", "recipes/gpu-qwen2.5-vl-3b-lora.toml", "--set", "model.name='tiny-vlm'",
+                    "--set", "vision.max_pixels=0", "--set", "train.max_steps=3", "--set", "train.eval_steps=0",
+                    "--set", "train.save_steps=0", "--set", "train.max_seq_len=128", "--set", "train.epochs=1",
+                    runs_dir=runs_dir, timeout=900)
+    run = only_run(runs_dir)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert run_info(run)["status"] == "succeeded"
+    losses = [r["loss"] for r in metrics(run) if r.get("split", "train") == "train" and "loss" in r]
+    assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
+    saved = (run / "final" / "adapter_config.json").read_text()
+    assert "multi_modal_projector" in saved  # trained whole, saved with the adapter

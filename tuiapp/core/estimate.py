@@ -92,6 +92,12 @@ PRESET_CONFIGS: dict[str, dict[str, Any]] = {
     "meta-llama/Llama-3.2-3B": _preset("llama", 128256, 3072, 8192, 28, 24, 8, 131072, True),
     "meta-llama/Llama-3.1-8B": _preset("llama", 128256, 4096, 14336, 32, 32, 8, 131072, False),
     "TinyLlama/TinyLlama-1.1B-Chat-v1.0": _preset("llama", 32000, 2048, 5632, 22, 32, 4, 2048, False),
+    "Qwen/Qwen2.5-VL-3B-Instruct": {  # a vision-language model: its vision tower and projector too
+        **_preset("qwen2", 151936, 2048, 11008, 36, 16, 2, 128000, True), "model_type": "qwen2_5_vl",
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "vision_config": {"model_type": "qwen2_5_vl", "depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
+                          "num_heads": 16, "out_hidden_size": 2048, "patch_size": 14, "spatial_merge_size": 2,
+                          "temporal_patch_size": 2, "in_chans": 3}},
 }
 
 

@@ -67,8 +67,8 @@ def dynamic_resolution(processor: dict) -> bool:
 
 def max_pixels_problem(processor: dict, max_pixels: int) -> tuple[str, str] | None:
     """(problem, fix) when vision.max_pixels cannot apply to this image processor; None when it can."""
-    if not max_pixels or dynamic_resolution(processor):
-        return None
+    if not max_pixels or not processor or dynamic_resolution(processor):
+        return None  # {}: the model is not here yet; the trainer checks its processor
     kind = processor.get("image_processor_type") or "this model's image processor"
     size = processor.get("size") or {}
     fixed = f" to {size['height']}x{size['width']} pixels" if {"height", "width"} <= set(size) else ""
@@ -97,7 +97,7 @@ def image_tokens(model: str, config: dict, processor: dict, size: tuple[int, int
         return tiny_vlm.image_tokens(model)
     kind = config.get("model_type", "")
     vision = config.get("vision_config") or {}
-    if dynamic_resolution(processor):
+    if dynamic_resolution(processor) or "depth" in vision:  # Qwen's towers: by the image's size
         patch, merge = processor.get("patch_size", 14), processor.get("merge_size", 2)
         bounds = processor.get("size") or {}
         low = processor.get("min_pixels") or bounds.get("shortest_edge") or 56 * 56
@@ -113,7 +113,7 @@ def image_tokens(model: str, config: dict, processor: dict, size: tuple[int, int
 
 def fixed_image_tokens(model: str, config: dict, processor: dict) -> int | None:
     """Tokens per image where they do not depend on its size (None: dynamic or unknown)."""
-    if dynamic_resolution(processor):
+    if dynamic_resolution(processor) or "depth" in (config.get("vision_config") or {}):
         return None
     return image_tokens(model, config, processor, (1, 1))
 
