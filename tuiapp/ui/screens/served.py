@@ -62,6 +62,8 @@ class ServedScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*COLUMNS)
         self.list_served()
+        if self.app.config.live:  # a server that finishes loading, or dies, shows so
+            self.set_interval(max(self.app.config.history_poll_s, 1.0), self.list_served)
 
     @work(thread=True, exclusive=True, group="served-list")
     def list_served(self) -> None:
@@ -77,9 +79,12 @@ class ServedScreen(ModalScreen[None]):
     def on_served_listed(self, message: ServedListed) -> None:
         self.models = message.models
         table = self.query_one(DataTable)
+        cursor = table.cursor_row
         table.clear()
         for model, row in zip(message.models, rows_of(message.models, message.names), strict=True):
             table.add_row(*row, key=model.run_id)
+        if message.models:
+            table.move_cursor(row=min(cursor or 0, len(message.models) - 1))
         count = len(message.models)
         self.query_one("#served-status", Static).update(
             "no model is served: `llmtui serve RUN` serves one" if not count else
