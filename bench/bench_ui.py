@@ -29,9 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tuiapp.core.columns import columns_path  # noqa: E402
 from tuiapp.core.metrics import JsonlWriter  # noqa: E402
 from tuiapp.core.recipe import LoraMethod, Recipe  # noqa: E402
-from tuiapp.core.rundata import Series, summarise_run  # noqa: E402
+from tuiapp.core.rundata import MetricsWriter, Series  # noqa: E402
 from tuiapp.core.runs import RunStore  # noqa: E402
 from tuiapp.ui.app import LlmtuiApp  # noqa: E402
 from tuiapp.ui.config import UiConfig  # noqa: E402
@@ -258,30 +259,61 @@ asyncio.run(main())
 """
 
 
-def bench_compare_load(tmp: Path, runs: int, points: int, code: Path, repeats: int = 5) -> list[list[float]]:
-    """Seconds from opening the compare screen (its module's import included, as on a first `c`)
-    to every run loaded, each in a fresh process: runs without cached columns (made by an older
-    llmtui, or still running: every line parsed), then the same runs once finished (the supervisor
-    wrote their columns at the run's end: `rundata.summarise_run`), `repeats` times."""
-    import subprocess
+COMPARE_STATES = (
+    ("older", "runs of an older llmtui (no columns: every line parsed)"),
+    ("running", "running runs (the trainer's columns 1/16 behind: the most its writer leaves)"),
+    ("finished", "finished runs (the trainer's columns hold every row)"),
+)
 
+
+def keep_columns(path: Path, behind: float) -> None:
+    """The columns the trainer's writer (rundata.MetricsWriter) keeps for a run, its last snapshot
+    `behind` (a fraction) of the rows behind metrics.jsonl; 0 removes them (an older llmtui)."""
+    metrics, kept = path / "metrics.jsonl", columns_path(path)
+    kept.unlink(missing_ok=True)
+    if not behind:
+        return
+    lines = metrics.read_bytes().splitlines(keepends=True)
+    cut = len(lines) - int(len(lines) * behind) if behind < 1 else len(lines)
+    metrics.write_bytes(b"".join(lines[:cut]))
+    MetricsWriter(path).close()  # reads the rows written so far, and leaves its snapshot of them
+    with open(metrics, "ab") as handle:  # the rows written since (the same file: appended)
+        handle.write(b"".join(lines[cut:]))
+
+
+def long_runs(tmp: Path, runs: int, points: int, state: str) -> Path:
+    """`runs` runs of `points` metric rows, in one of COMPARE_STATES (the TUI's cache removed)."""
     root = tmp / f"compare-load-{runs}-{points}"
     if not root.exists():
         paths = make_runs(root, runs, metric_rows=1)
         for seed, path in enumerate(paths):
             write_long_metrics(path, points, seed)
-
-    def open_once() -> float:
-        done = subprocess.run([sys.executable, "-c", COMPARE_DRIVER, str(root)], cwd=code, capture_output=True, text=True, check=True)
-        return float(done.stdout.split()[-1])
-
     shutil.rmtree(root / ".cache", ignore_errors=True)
-    cold = open_once()
-    shutil.rmtree(root / ".cache", ignore_errors=True)
-    for path in root.iterdir():
-        if not path.name.startswith("."):
-            summarise_run(path)
-    return [[cold], [open_once() for _ in range(repeats)]]
+    made = tmp / f"{root.name}.state"
+    if not made.exists() or made.read_text() != state:
+        for path in root.iterdir():
+            if not path.name.startswith("."):
+                keep_columns(path, {"older": 0, "running": 1 / 16, "finished": 1}[state])
+        made.write_text(state)
+    return root
+
+
+def bench_compare_load(tmp: Path, runs: int, points: int, code: Path, repeats: int = 5) -> list[list[float]]:
+    """Seconds from opening the compare screen (its module's import included, as on a first `c`)
+    to every run loaded, each in a fresh process, for each of COMPARE_STATES, `repeats` times
+    (the TUI's own cache of the columns, made by a first open of runs that have none, removed
+    before each)."""
+    import subprocess
+
+    out = []
+    for state, _ in COMPARE_STATES:
+        times = []
+        for _ in range(repeats):
+            root = long_runs(tmp, runs, points, state)
+            done = subprocess.run([sys.executable, "-c", COMPARE_DRIVER, str(root)], cwd=code, capture_output=True, text=True, check=True)
+            times.append(float(done.stdout.split()[-1]))
+        out.append(times)
+    return out
 
 
 # A fresh interpreter: from its start (the parent's clock before spawning it) to the first frame
@@ -296,11 +328,12 @@ imported = time.time()
 app = LlmtuiApp(UiConfig(runs_root=Path(sys.argv[2]), base_dir=Path(sys.argv[3]), system_monitor=False, hf_cache_dirs=[], live=False))
 painted = []
 display = app._display
+summarized = len(sys.argv) > 4 and sys.argv[4] == "summarized"
 def _display(screen, renderable):  # the first frame handed to the terminal with rows in the table
-    display(screen, renderable)
+    display(screen, renderable)  # (with every row's metrics summarised, when asked)
     if renderable is not None and not painted and type(screen).__name__ == "HomeScreen":
         try:
-            if len(screen.query_one("RunsTable").rows) > 0:
+            if len(screen.query_one("RunsTable").rows) > 0 and (not summarized or screen.summarized):
                 painted.append(time.time())
         except Exception:
             pass
@@ -312,6 +345,64 @@ async def main():
         print(imported - spawned, painted[0] - spawned)
 asyncio.run(main())
 """
+
+
+# `n` in a fresh interpreter: from the keypress (the form's module's import included, as on the first
+# `n`) to the form's first frame, and to the first frame showing a key typed as soon as the form
+# was painted (the name field's "x"): the form takes keys. The history was read, then 1 s passed.
+FORM_DRIVER = r"""
+import asyncio, sys, time
+from pathlib import Path
+from textual import events
+from tuiapp.ui.app import LlmtuiApp
+from tuiapp.ui.config import UiConfig
+root = Path(sys.argv[1])
+app = LlmtuiApp(UiConfig(runs_root=root, base_dir=root.parent, system_monitor=False, hf_cache_dirs=[], live=False))
+painted, usable = [], []
+display = app._display
+def _display(screen, renderable):
+    display(screen, renderable)
+    if renderable is None or type(screen).__name__ != "NewExperimentScreen":
+        return
+    now = (time.perf_counter(), time.process_time())
+    if not painted:
+        painted.append(now)
+        app.post_message(events.Key("x", "x"))  # typed at once, into the focused field (the name)
+    elif not usable and screen.query_one("#f-name").value.endswith("x"):
+        usable.append(now)
+app._display = _display
+async def main():
+    async with app.run_test(size=(160, 48)) as pilot:
+        while not getattr(app.screen, "summarized", False):
+            await pilot.pause(0.05)
+        await pilot.pause(1.0)
+        start, cpu = time.perf_counter(), time.process_time()
+        app.post_message(events.Key("n", "n"))
+        while not usable:
+            await pilot.pause(0.05)
+        while not getattr(app.screen, "filled", True):  # the sections filled after the first frame
+            await pilot.pause(0.05)
+        await pilot.pause()
+        print(painted[0][0] - start, usable[0][0] - start, painted[0][1] - cpu, usable[0][1] - cpu)
+asyncio.run(main())
+"""
+
+
+def bench_form(tmp: Path, code: Path, repeats: int = 5) -> dict:
+    """`n` -> the new-experiment form painted, and taking keys, each in a fresh process."""
+    import subprocess
+
+    root = tmp / "form"
+    if not root.exists():
+        make_runs(root, 20, metric_rows=10)
+    painted, usable, cpu = [], [], []
+    for _ in range(repeats):
+        done = subprocess.run([sys.executable, "-c", FORM_DRIVER, str(root)], cwd=code, capture_output=True, text=True, check=True)
+        first, second, _, used = map(float, done.stdout.split()[-4:])
+        painted.append(first)
+        usable.append(second)
+        cpu.append(used)
+    return {"painted": painted, "usable": usable, "cpu": cpu}
 
 
 def compile_bytecode(code: Path) -> None:
@@ -340,29 +431,64 @@ def bench_process_start(tmp: Path, count: int, code: Path, repeats: int = 5) -> 
     return {"runs": count, "imports": imports, "first_rows": rows}
 
 
+def bench_history_long(tmp: Path, runs: int, points: int, code: Path, repeats: int = 5) -> list[list[float]]:
+    """Process start -> the history's first frame with every row summarised (step, loss, tokens/s,
+    sparkline), for `runs` runs of `points` metric rows in each of COMPARE_STATES."""
+    import subprocess
+
+    out = []
+    for state, _ in COMPARE_STATES:
+        times = []
+        for _ in range(repeats):
+            root = long_runs(tmp, runs, points, state)
+            spawned = time.time()
+            done = subprocess.run([sys.executable, "-c", START_DRIVER, str(spawned), str(root), str(tmp), "summarized"],
+                                  cwd=code, capture_output=True, text=True, check=True)
+            times.append(float(done.stdout.split()[-1]))
+        out.append(times)
+    return out
+
+
 def fmt(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-def side_by_side(tmp: Path, before: Path | None, quick: bool) -> list[str]:
-    """Process start -> first rows (10,000 runs) and the compare load (10 x 100,000 points), in
-    fresh processes of this checkout and, with --before, of an older one."""
+SIDE_BY_SIDE = ("start", "compare", "history", "form")
+
+
+def side_by_side(tmp: Path, before: Path | None, quick: bool, only: list[str] | None = None) -> list[str]:
+    """Process start -> first rows (10,000 runs), the compare load and the history of long runs
+    (10 x 100,000 points), in fresh processes of this checkout and, with --before, of an older one."""
     here = Path(__file__).resolve().parents[1]
     count, points = (1000, 10_000) if quick else (10_000, 100_000)
     trees = [("now", here)] + ([("before", before)] if before else [])
+    only = only or list(SIDE_BY_SIDE)
     for _, code in trees:
         compile_bytecode(code)
-    starts = {name: bench_process_start(tmp, count, code) for name, code in trees}
-    loads = {name: bench_compare_load(tmp, 10, points, code) for name, code in trees}
     head = "| benchmark (fresh process each; median, min-max) | " + " | ".join(name for name, _ in trees) + " |"
     lines = [head, "|---|" + "---|" * len(trees)]
-    lines.append(f"| process start -> history's first frame with rows, {count:,} runs | "
-                 + " | ".join(spread(starts[n]["first_rows"]) for n, _ in trees) + " |")
-    lines.append("| ... of which imports | " + " | ".join(spread(starts[n]["imports"]) for n, _ in trees) + " |")
-    for index, what in enumerate(("no cached columns (runs of an older llmtui, or running)",
-                                  "finished runs (columns written at the run's end)")):
-        lines.append(f"| compare 10 runs x {points:,} points: open -> first frame with every run loaded, {what} | "
-                     + " | ".join(spread(loads[n][index]) for n, _ in trees) + " |")
+    if "start" in only:
+        starts = {name: bench_process_start(tmp, count, code) for name, code in trees}
+        lines.append(f"| process start -> history's first frame with rows, {count:,} runs | "
+                     + " | ".join(spread(starts[n]["first_rows"]) for n, _ in trees) + " |")
+        lines.append("| ... of which imports | " + " | ".join(spread(starts[n]["imports"]) for n, _ in trees) + " |")
+    if "compare" in only:
+        loads = {name: bench_compare_load(tmp, 10, points, code) for name, code in trees}
+        for index, (_, what) in enumerate(COMPARE_STATES):
+            lines.append(f"| compare 10 runs x {points:,} points: open -> first frame with every run loaded, {what} | "
+                         + " | ".join(spread(loads[n][index]) for n, _ in trees) + " |")
+    if "history" in only:
+        histories = {name: bench_history_long(tmp, 10, points, code) for name, code in trees}
+        for index, (_, what) in enumerate(COMPARE_STATES):
+            lines.append(f"| process start -> history's first frame with every row summarised, 10 runs x {points:,} points, {what} | "
+                         + " | ".join(spread(histories[n][index]) for n, _ in trees) + " |")
+    if "form" in only:
+        forms = {name: bench_form(tmp, code) for name, code in trees}
+        lines.append("| `n` -> new-experiment form: first frame | " + " | ".join(spread(forms[n]["painted"]) for n, _ in trees) + " |")
+        lines.append("| `n` -> new-experiment form: a key typed at its first frame shown (usable) | "
+                     + " | ".join(spread(forms[n]["usable"]) for n, _ in trees) + " |")
+        lines.append("| ... CPU time of the process until then (all threads; steadier on a loaded machine) | "
+                     + " | ".join(spread(forms[n]["cpu"]) for n, _ in trees) + " |")
     return lines
 
 
@@ -372,12 +498,12 @@ def spread(values: list[float]) -> str:
     return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
 
 
-async def main(quick: bool, before: Path | None, only_side_by_side: bool) -> None:
+async def main(quick: bool, before: Path | None, only_side_by_side: bool, only: list[str] | None = None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="llmtui-bench-ui-"))
     started = time.perf_counter()
     try:
-        compared = side_by_side(tmp, before, quick)
-        if only_side_by_side:
+        compared = side_by_side(tmp, before, quick, only)
+        if only_side_by_side or only:
             print("\n".join(compared))
             return
         counts = [0, 1000] if quick else [0, 1000, 10000]
@@ -412,5 +538,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
     parser.add_argument("--before", type=Path, help="an older checkout (git worktree or git archive) to compare start-up and the compare load with")
     parser.add_argument("--side-by-side", action="store_true", help="only the start-up and compare-load comparison")
+    parser.add_argument("--only", action="append", choices=SIDE_BY_SIDE,
+                        help="only this side-by-side benchmark (repeatable)")
     args = parser.parse_args()
-    asyncio.run(main(args.quick, args.before, args.side_by_side))
+    asyncio.run(main(args.quick, args.before, args.side_by_side, args.only))
