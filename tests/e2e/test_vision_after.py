@@ -52,9 +52,10 @@ def llmtui(run: Path, *args: str, input: str | None = None) -> subprocess.Comple
 
 
 def test_the_tiny_vlm_learns_demo_shapes_held_out_exact_match_above_its_base(run):
-    done = llmtui(run, "eval", run.name, "--data", "demo:shapes-heldout", "--gen-limit", "100", "--json")
+    done = llmtui(run, "eval", run.name, "--gen-limit", "100", "--json")  # no --data: demo:shapes-heldout
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
+    assert result["data"] == "demo:shapes-heldout" and result["records"] == 100
     tuned, base = result["models"]["tuned"], result["models"]["base"]
     assert tuned["generated"] == base["generated"] == 100
     assert tuned["exact_match"] >= base["exact_match"] + MARGIN, (VLM_STEPS, VLM_LR, tuned, base)

@@ -206,7 +206,8 @@ def _echo(line: str) -> None:
 
 def _evaluate(args) -> dict:
     run = RunStore(args.runs_dir).get(args.run)
-    request = evaluation.EvalRequest(data=args.data, format=args.format, columns=args.columns,
+    data = args.data if args.data is not None else evaluation.default_data(run.path)
+    request = evaluation.EvalRequest(data=data, format=args.format, columns=args.columns,
                                      checkpoint=args.checkpoint, no_base=args.no_base, limit=args.limit,
                                      gen_limit=args.gen_limit, tasks=args.tasks)
     planned = evaluation.plan(run.path, request)  # every check, before any work
@@ -261,8 +262,9 @@ def add_commands(add) -> None:
 
     p = add("eval", cmd_eval, "loss, perplexity and answer scores of a run's model vs its base on held-out data")
     p.add_argument("run")
-    p.add_argument("--data", required=True, help="a local file (.json .jsonl .csv .parquet .txt), a folder, or "
-                   "a demo (demo:facts-heldout)")
+    p.add_argument("--data", default=None, help="a local file (.json .jsonl .csv .parquet .txt), a folder, or "
+                   "a demo (default: the held-out split of the demo the run trained on, demo:shapes-heldout for "
+                   "demo:shapes, else demo:facts-heldout)")
     p.add_argument("--format", default="auto", choices=("auto", *FORMATS))
     p.add_argument("--columns", default="", metavar="ROLE=COL,...", help="column names, as the recipe's "
                    "dataset.columns: prompt=question,response=answer")

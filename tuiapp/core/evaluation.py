@@ -15,10 +15,12 @@ from tuiapp.core.child_tool import ChildTool
 from tuiapp.core.datasets import load_records, resolve_source
 from tuiapp.core.errors import DatasetError, RunError, UserError
 from tuiapp.core.recipe import DatasetSpec
+from tuiapp.core.runs import Run
 from tuiapp.core.targets import model_target
 
 TOOL = "tuiapp.trainer.evaluate"
 DEFAULT_DATA = "demo:facts-heldout"
+HELDOUT = {"demo:facts": "demo:facts-heldout", "demo:shapes": "demo:shapes-heldout"}  # a demo -> its held-out split
 
 
 @dataclass
@@ -45,6 +47,16 @@ class EvalPlan:
     @property
     def summary(self) -> str:
         return f"evaluating {self.label} of {self.run_id} on {self.data} ({self.records} records)..."
+
+
+def default_data(run_dir: Path) -> str:
+    """What a run is evaluated on when no data is named: the held-out split of the demo it trained
+    on (image QA for demo:shapes), else demo:facts-heldout."""
+    try:
+        name = Run(Path(run_dir)).recipe().dataset.name
+    except UserError:
+        return DEFAULT_DATA
+    return HELDOUT.get(name, DEFAULT_DATA)
 
 
 def parse_columns(text: str) -> dict[str, str]:

@@ -45,7 +45,8 @@ class EvaluateScreen(ToolFormScreen):
             yield Static(f"Evaluate {self.run_id}", id="tool-title", markup=False)
             with Horizontal(classes="tool-field"):
                 yield Label("data ", classes="tool-label")
-                yield Input(evaluation.DEFAULT_DATA, placeholder="demo:facts-heldout or a .jsonl/.json/.csv file",
+                yield Input(evaluation.default_data(self.run_path), placeholder="demo:facts-heldout or a "
+                            ".jsonl/.json/.csv file",
                             compact=True, id="eval-data")
             with Horizontal(classes="tool-field"):
                 yield Label("limit", classes="tool-label")
