@@ -18,7 +18,8 @@ from tuiapp.ui.widgets.example_images import RENDERER_ENV, ImageExample
 
 pytestmark = pytest.mark.slow  # the preview tokenizes in a child process (torch import): ~10 s on 2 cores
 ROOT = Path(__file__).resolve().parents[2]
-SIZES = [(80, 24), (120, 36)]
+# 80x24 only: there the Data tab fills the screen; wider, the form beside it changes with every recipe key
+SIZES = [(80, 24)]
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +50,7 @@ async def _data_tab_with_images(pilot, recipe) -> NewExperimentScreen:
     return screen
 
 
-@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x36"])
+@pytest.mark.parametrize("size", SIZES, ids=["80x24"])
 def test_data_preview_shows_the_image_beside_the_turns_and_mask(snap_compare, tmp_path, size):
     app, recipe = _app(tmp_path)
 
@@ -64,6 +65,11 @@ def test_data_preview_shows_the_image_beside_the_turns_and_mask(snap_compare, tm
         assert "<image_soft_token>" in text.plain and "⟦<|im_start|>user" in text.plain  # image tokens: masked
         trained = [text.plain[s.start:s.end] for s in text.spans if "green" in str(s.style)]
         assert trained == ["two<|im_end|>"]  # only the answer trains
+        # the frame is about the pictures: the form's verdict (its memory estimate) and the records as
+        # read (whose length sets the scrollbar) change with other work, so they are left out of it
+        screen.query_one("#ne-verdict").display = False
+        screen.query_one("#ne-data").display = False
+        await pilot.pause()
         first.scroll_visible(animate=False, top=True)
         await pilot.pause()
         screen.query_one("#f-name").cursor_blink = False

@@ -191,6 +191,10 @@ def create_app(runs_root: Path | str, **options) -> LlmtuiApp:
 
 def run_app(runs_root: Path) -> int:
     """Run the TUI until the user quits; runs started from it keep going."""
+    # textual-image asks the terminal which graphics it speaks (Kitty, Sixel) when first imported,
+    # which works only before Textual reads the terminal: the data preview's pictures need it now
+    from tuiapp.ui.widgets import example_images  # noqa: F401
+
     app = create_app(runs_root)
     app.run()
     return app.return_code or 0
