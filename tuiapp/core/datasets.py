@@ -41,7 +41,7 @@ DEFAULT_COLUMNS = {
     "sharegpt": {"messages": "conversations", "system": "system", "tools": "tools", **PAIR_COLUMNS,
                  "label": "label", "images": "images"},
     "messages": {"messages": "messages", "tools": "tools", **PAIR_COLUMNS, "label": "label", "images": "images"},
-    "preference": {"prompt": "prompt", "system": "system", "tools": "tools", **PAIR_COLUMNS},
+    "preference": {"prompt": "prompt", "system": "system", "tools": "tools", **PAIR_COLUMNS, "images": "images"},
     "unpaired": {"prompt": "prompt", "completion": "completion", "label": "label", "system": "system",
                  "tools": "tools"},
 }
@@ -348,8 +348,8 @@ def normalise_record(row: object, fmt: str, columns: dict) -> dict | None:
         return {"text": text} if text.strip() else None
     has_images = bool(row.get(columns.get("images") or "", None))
     if fmt == "preference" or (fmt != "unpaired" and _is_pairs(columns, list(row))):
-        _no_images(has_images, columns)
-        return _pair_record(row, fmt, columns)
+        pair = _pair_record(row, fmt, columns)
+        return _with_images(pair, row, pair["prompt"], columns) if pair is not None else None  # images: the prompt's
     if fmt == "unpaired" or (fmt in ("sharegpt", "messages") and columns.get("label") in row):
         _no_images(has_images, columns)
         return _unpaired_record(row, fmt, columns)
@@ -359,12 +359,16 @@ def normalise_record(row: object, fmt: str, columns: dict) -> dict | None:
         messages = _system(row, columns) + _turns(row, columns["messages"])
     if not any(m["role"] in TRAINED_ROLES and m["content"].strip() for m in messages):
         return None
-    record = {"messages": messages, "tools": _tools(row, columns.get("tools"))}
+    return _with_images({"messages": messages, "tools": _tools(row, columns.get("tools"))}, row, messages, columns)
+
+
+def _with_images(record: dict, row: dict, turns: list[dict], columns: dict) -> dict:
+    """The record with the row's `images` list, as many as the `<image>` placeholders in `turns`."""
     if columns.get("images") in row:
         try:
             listed = images.image_list(row[columns["images"]], columns["images"])
-            if listed or images.placeholder_count(messages):
-                images.check_placeholders(listed, messages, columns["images"])
+            if listed or images.placeholder_count(turns):
+                images.check_placeholders(listed, turns, columns["images"])
         except images.ImageProblem as problem:
             raise _Problem(problem.message, fix=problem.fix) from None
         if listed:
@@ -374,8 +378,8 @@ def normalise_record(row: object, fmt: str, columns: dict) -> dict | None:
 
 def _no_images(has_images: bool, columns: dict) -> None:
     if has_images:
-        raise _Problem(f"column '{columns['images']}': images in preference or feedback records are not "
-                       "supported yet", fix="train on image chats with method.kind = 'sft' or 'lora'")
+        raise _Problem(f"column '{columns['images']}': images in feedback (KTO) records are not "
+                       "supported yet", fix="train on image chats with method.kind = 'sft', 'lora' or 'dpo'")
 
 
 def _attach_images(record: dict, row: Row, where: str, open_it: bool) -> None:

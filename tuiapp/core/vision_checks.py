@@ -7,13 +7,13 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from tuiapp.core import datasets, estimate, model_check, tiny_vlm, vision_plan
+from tuiapp.core import datasets, estimate, model_check, preference, tiny_vlm, vision_plan
 from tuiapp.core.datasets import DatasetInfo
 from tuiapp.core.errors import UserError
 from tuiapp.core.findings import Finding
-from tuiapp.core.recipe import BUNDLED_MODEL, Recipe
+from tuiapp.core.recipe import BUNDLED_MODEL, PREFERENCE_KINDS, Recipe, weights_method
 
-VISION_METHODS = ("sft", "lora")
+VISION_METHODS = ("sft", "lora", "dpo")  # dpo: on image preference pairs
 LENGTH_CHECKS = 1000  # records whose length is checked before launch (the trainer checks as many, exactly)
 TINY_PROCESSORS = {"gemma3": "Gemma3ImageProcessor", "llava": "LlavaImageProcessor"}
 
@@ -48,6 +48,8 @@ def data_findings(recipe: Recipe, info: DatasetInfo, base_dir: Path | None = Non
                                 "another's; image data is never packed", "set train.packing = false"))
     elif recipe.train.packing == "auto":
         findings.append(Finding("info", "train.packing", "image data: batches are padded, not packed", ""))
+    if info.kind and (recipe.method.kind in PREFERENCE_KINDS or info.kind in ("pairs", "unpaired")):
+        findings += preference.data_findings(recipe, info.kind, info.source)  # pairs for dpo, chats for sft
     findings += part_findings(recipe)
     config, processor = _model_config(recipe.model.name, base_dir), processor_config(recipe.model.name, base_dir)
     problem = vision_plan.max_pixels_problem(processor, recipe.vision.max_pixels)
@@ -67,17 +69,31 @@ def part_findings(recipe: Recipe) -> list[Finding]:
                                 "the projector and the vision tower are all frozen",
                                 "set vision.train_language_model, vision.train_projector or "
                                 "vision.train_vision_tower to true"))
-    elif recipe.method.kind not in vision_plan.FULL_KINDS and not (parts["language_model"] or parts["vision_tower"]):
+    elif weights_method(recipe.method).kind not in vision_plan.FULL_KINDS and \
+            not (parts["language_model"] or parts["vision_tower"]):
         findings.append(Finding("error", "vision.train_language_model", f"{recipe.method.kind} needs a part to put "
                                 "adapters on, but the language model and the vision tower are both frozen",
                                 "set vision.train_language_model (or train_vision_tower) = true, or method.kind = "
                                 "'sft' to train the projector alone"))
+    adapter = getattr(recipe.method, "adapter", None)
+    if adapter is not None and adapter.kind != "lora":
+        findings.append(Finding("error", "method.adapter.kind", f"a {adapter.kind} adapter does not train on images "
+                                "yet", "set [method.adapter] kind = 'lora', or leave the table out to train every "
+                                "weight"))
     for part, key in (("projector", "projector_lr"), ("vision_tower", "vision_tower_lr")):
         if getattr(recipe.vision, key) and not parts[part]:
             findings.append(Finding("warning", f"vision.{key}", f"the {part.replace('_', ' ')} is frozen, so its "
                                     "learning rate is not used", f"set vision.train_{part} = true, or remove "
                                     f"vision.{key}"))
     return findings
+
+
+def _turns(record: dict) -> list[dict]:
+    """A record's turns as one sequence: a chat's, or a pair's prompt with its longer answer."""
+    if "messages" in record:
+        return record["messages"]
+    answers = [record.get("chosen") or [], record.get("rejected") or []]
+    return (record.get("prompt") or []) + max(answers, key=vision_plan.text_tokens_at_least)
 
 
 def _model_config(name: str, base_dir: Path | None) -> dict | None:
@@ -118,8 +134,9 @@ def length_findings(recipe: Recipe, config: dict, processor: dict, base_dir: Pat
             except OSError:
                 continue  # the dataset's own check names it
             image_tokens += vision_plan.image_tokens(name, config, processor, size, max_pixels) or 0
-        if image_tokens and image_tokens + vision_plan.text_tokens_at_least(record["messages"]) > limit:
-            over.append((index + 1, image_tokens, vision_plan.text_tokens_at_least(record["messages"])))
+        text = vision_plan.text_tokens_at_least(_turns(record))
+        if image_tokens and image_tokens + text > limit:
+            over.append((index + 1, image_tokens, text))
     if not over:
         return []
     number, image_tokens, text = over[0]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tuiapp.core import tiny_vlm
 from tuiapp.core.images import IMAGE_PLACEHOLDER
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.recipe import Recipe, weights_method
 
 PARTS = ("language_model", "projector", "vision_tower")
 FULL_KINDS = ("sft",)  # every weight of a trained part trains; the rest put adapters on it
@@ -32,7 +32,7 @@ def trained_parts(recipe: Recipe) -> dict[str, bool]:
     vision = recipe.vision
     projector = vision.train_projector
     if projector == "auto":
-        projector = recipe.method.kind in FULL_KINDS
+        projector = weights_method(recipe.method).kind in FULL_KINDS  # dpo: its adapter, else every weight
     return {"language_model": vision.train_language_model, "projector": bool(projector),
             "vision_tower": vision.train_vision_tower}
 
@@ -225,7 +225,7 @@ def with_vision(parts: dict[str, int], config: dict, recipe: Recipe, base: int, 
         trainable += base if full else adapters
         total += 0 if full else adapters
     if trained["vision_tower"]:
-        extra = tower if full else vision_lora_parameters(config, getattr(recipe.method, "rank", 8))
+        extra = tower if full else vision_lora_parameters(config, getattr(weights_method(recipe.method), "rank", 8))
         trainable += extra
         total += 0 if full else extra
     if trained["projector"]:

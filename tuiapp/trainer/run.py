@@ -247,7 +247,12 @@ def train(run_dir: Path, resume: bool) -> int:
     if processor is not None:  # image chats: raw records, tokenized with their images per batch
         vision.apply_max_pixels(processor, recipe.vision.max_pixels)
         phases.enter("reading images")
-        train_set, eval_set = vision.vision_datasets(recipe, processor=processor)
+        if recipe.method.kind in PREFERENCE_KINDS:  # dpo on image pairs
+            from tuiapp.trainer.vision_preference import image_pairs
+
+            train_set, eval_set = image_pairs(recipe, processor)
+        else:
+            train_set, eval_set = vision.vision_datasets(recipe, processor=processor)
     else:
         phases.enter("tokenizing")
         datasets_of = streaming.build_datasets if recipe.dataset.streaming else build_datasets
@@ -257,7 +262,7 @@ def train(run_dir: Path, resume: bool) -> int:
     transformers.set_seed(recipe.train.seed)  # adapters are initialised before the Trainer seeds
     if recipe.method.kind in PREFERENCE_KINDS:  # TRL's trainers: dpo, simpo, cpo, orpo, kto, reward
         trainer, recorder = _preference_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,
-                                                eval_set, stopper)
+                                                eval_set, stopper, processor)
         return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
     phases.enter("loading model")
     _record_plan(run_dir, recipe, model_path, precision)
@@ -353,12 +358,16 @@ def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, 
 
 
 def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, train_set,
-                        eval_set, stopper):
-    from tuiapp.trainer import preference
+                        eval_set, stopper, processor=None):
+    from tuiapp.trainer import preference, vision_preference
 
     phases.enter("loading model")
     _record_plan(run_dir, recipe, model_path, precision)
-    model, ref_model, peft_config = preference.load_models(recipe, model_path, precision)
+    if processor is not None:  # image pairs: the VLM with [vision]'s parts, TRL's vision collator
+        model, ref_model = vision_preference.load_models(recipe, model_path, precision)
+        peft_config = None
+    else:
+        model, ref_model, peft_config = preference.load_models(recipe, model_path, precision)
     if not strategies.joined_early(recipe):
         phases.enter("joining ranks")
     kwargs = training_kwargs(recipe, run_dir, precision, eval_set is not None)
@@ -371,10 +380,14 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
                         recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
         )
     callbacks += [*early_stopping(recipe, recorder), *_expert_load(model, recipe, model_path), recorder]
-    trainer = preference.build_trainer(
-        recipe, model, ref_model, peft_config, kwargs, train_set, eval_set, tokenizer, callbacks,
-        mixins=(strategies.StrategyMixin, RunTrainerMixin),
-    )
+    if processor is not None:
+        trainer = vision_preference.build_trainer(recipe, model, ref_model, kwargs, train_set, eval_set, processor,
+                                                  callbacks, mixins=(strategies.StrategyMixin, RunTrainerMixin))
+    else:
+        trainer = preference.build_trainer(
+            recipe, model, ref_model, peft_config, kwargs, train_set, eval_set, tokenizer, callbacks,
+            mixins=(strategies.StrategyMixin, RunTrainerMixin),
+        )
     trainer.method_kind = recipe.method.kind
     trainer.step_agreement = stopper
     if _is_main():  # before the first step, so a stop at any time finds it

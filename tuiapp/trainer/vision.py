@@ -222,7 +222,7 @@ def lora_targets(target_modules) -> str:
     return rf".*language_model.*\.({'|'.join(re.escape(n) for n in names)})|lm_head"
 
 
-def adapter_modules(model, target_modules, trained: dict[str, bool]) -> tuple[list[str], list[str]]:
+def adapter_modules(model, target_modules, trained: dict[str, bool], lm_head: bool = True) -> tuple[list[str], list[str]]:
     """(modules that get adapters, modules trained whole) under LoRA: the language model's named
     linear layers and its output head, every linear layer of a trained vision tower, and a trained
     projector whole (peft's modules_to_save)."""
@@ -239,14 +239,15 @@ def adapter_modules(model, target_modules, trained: dict[str, bool]) -> tuple[li
             continue
         if not isinstance(module, torch.nn.Linear) or not trained[part]:
             continue
-        if part == "vision_tower" or language.fullmatch(name):
+        if part == "vision_tower" or (language.fullmatch(name) and (lm_head or name.split(".")[-1] != "lm_head")):
             targets.append(name)
     return targets, whole
 
 
-def apply_vision_method(model, recipe):
+def apply_vision_method(model, recipe, lm_head: bool = True):
     """sft: the parts [vision] trains, every weight; lora: adapters on the language model's linear
-    layers and its output head (which a random-weight tiny model needs to learn at all), on a trained
+    layers and its output head (which a random-weight tiny model needs to learn at all; not under
+    DPO, whose log-probabilities read the head's weight directly: `lm_head=False`), on a trained
     vision tower's linear layers, and a trained projector whole."""
     if recipe.method.kind == "sft":
         return model
@@ -256,7 +257,7 @@ def apply_vision_method(model, recipe):
     trained = vision_plan.trained_parts(recipe)
     for param in model.parameters():
         param.requires_grad_(False)  # peft trains the adapters and modules_to_save only
-    targets, whole = adapter_modules(model, method.target_modules, trained)
+    targets, whole = adapter_modules(model, method.target_modules, trained, lm_head)
     config = peft.LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
                              target_modules=targets, modules_to_save=whole or None,
                              task_type=peft.TaskType.CAUSAL_LM)
@@ -294,7 +295,8 @@ def regroup(optimizer, model, part_lrs: dict[str, float]) -> None:
         by_lr: dict[float, list] = {}
         for param in group["params"]:
             by_lr.setdefault(lr_of.get(id(param), group["lr"]), []).append(param)
-        groups += [{**group, "params": params, "lr": lr} for lr, params in by_lr.items()]
+        ordered = sorted(by_lr.items(), key=lambda item: item[0] != group["lr"])  # train.learning_rate's first: logged
+        groups += [{**group, "params": params, "lr": lr} for lr, params in ordered]
     optimizer.param_groups.clear()
     for group in groups:
         optimizer.add_param_group(group)
