@@ -4,6 +4,7 @@ images; `llmtui data` names each example's images and can draw one in half-block
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,18 @@ def test_half_blocks_draw_the_upper_pixel_over_the_lower(tmp_path):
     assert len(lines) == 2 and all(line.count("▀") == 4 for line in lines)  # a square picture: 4 wide, 2 lines
     assert lines[0] == "\x1b[38;2;220;30;30m\x1b[48;2;30;70;220m▀" * 4 + "\x1b[0m"  # red over blue
     assert lines[1] == "\x1b[38;2;255;255;255m\x1b[48;2;255;255;255m▀" * 4 + "\x1b[0m"
+
+
+def test_llmtui_data_names_each_examples_images_as_the_collator_sees_them(capfd):
+    from tuiapp.trainer import preview
+
+    recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny-vlm-lora.toml")
+    assert preview.main([recipe, "--show", "1"]) == 0
+    out = capfd.readouterr().out
+    assert "── example 0: 38 tokens, 4 trained" in out
+    assert "train-0000.png (64x64 PNG)" in out and "\x1b[" not in out  # no picture outside a terminal
+    assert "⟦<|im_start|>user" in out and "<image_soft_token>" in out and "⟧two<|im_end|>" in out
+    assert preview.main([recipe, "--show", "2", "--json"]) == 0
+    examples = json.loads(capfd.readouterr().out)
+    assert [e["images"][0]["width"] for e in examples] == [64, 64]
+    assert all(e["images"][0]["path"].endswith(".png") and e["images"][0]["format"] == "PNG" for e in examples)
