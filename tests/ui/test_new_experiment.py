@@ -62,7 +62,10 @@ def test_fill_form_and_save_gives_a_valid_recipe(tmp_path):
             prompts.text = "What is the capital of France?"
             screen.query_one("#f-train--scheduler", Select).value = "linear"
             await settled(pilot, screen)
-            assert "✓ valid" in str(screen.query_one("#ne-verdict", Static).render())
+            verdict = str(screen.query_one("#ne-verdict", Static).render())
+            assert "✓ valid" in verdict
+            if screen.last_check is not None and screen.last_check.on_cpu:  # a CPU rank's memory: RAM, runtime too
+                assert "GB of RAM per rank" in verdict and "estimate 0.0 GB" not in verdict
             await pilot.press("ctrl+s")
             path = tmp_path / "recipes" / "my-exp.toml"
             await wait_for(pilot, path.exists, what="the saved recipe")

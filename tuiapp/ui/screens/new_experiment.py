@@ -312,8 +312,13 @@ class NewExperimentScreen(Screen):
             first = str(check.errors[0]).splitlines()[0] if check.errors else message.findings_text.splitlines()[0]
             verdict.update(f"✗ {plural(max(errors, 1), 'error')}: {first}")
         else:
-            total = next((line.split()[-1] for line in message.estimate.splitlines() if line.strip().startswith("total")), None)
-            memory = f" · estimate {total} GB per {'rank' if message.on_cpu else 'GPU'}" if total else ""
+            if message.on_cpu:  # a CPU rank's memory is RAM: its runtime and model (the estimate's RAM row)
+                total = next((line.split()[3] for line in message.estimate.splitlines()
+                              if line.startswith("RAM per rank")), None)
+            else:
+                total = next((line.split()[-1] for line in message.estimate.splitlines()
+                              if line.strip().startswith("total")), None)
+            memory = f" · estimate {total} GB {'of RAM per rank' if message.on_cpu else 'per GPU'}" if total else ""
             held = ""
             if check.recipe is not None and check.recipe.dataset.eval_split_auto:
                 held = f" · {check.recipe.dataset.eval_split:.0%} held out for eval"
