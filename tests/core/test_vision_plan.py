@@ -110,3 +110,16 @@ def test_a_large_image_over_max_seq_len_names_max_pixels_in_the_fix(tmp_path):
     assert "lower vision.max_pixels" in error.fix
     capped = r.model_copy(update={"vision": r.vision.model_copy(update={"max_pixels": 448 * 448})})
     assert not [f for f in findings(capped) if f.level == "error"]
+
+
+def test_a_vision_table_on_a_text_model_is_a_warning(tmp_path):
+    from tuiapp.core import checks
+    from tuiapp.core.runs import RunStore
+
+    text = Recipe.model_validate({"model": {"name": "tiny"}, "method": {"kind": "lora"},
+                                  "vision": {"train_vision_tower": True}})
+    found = [f for f in checks.static_findings(text, RunStore(tmp_path), tmp_path) if f.key == "vision"]
+    assert [(f.level, f.message) for f in found] == [
+        ("warning", "'tiny' is not a vision-language model, so vision.train_vision_tower changes nothing")]
+    assert not vision_checks.unused_findings(recipe(vision={"train_vision_tower": True}))  # tiny-vlm
+    assert not vision_checks.unused_findings(Recipe.model_validate({"method": {"kind": "lora"}}))

@@ -85,6 +85,7 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
     findings += rl.rules(recipe)
     findings += probe.rules(recipe)
     findings += _dataset_findings(recipe, base_dir)
+    findings += vision_checks.unused_findings(recipe, base_dir)
     label = f"{ref} ({recipe.model.name})" if ref != recipe.model.name else None
     found = model_check.model_findings(recipe, base_dir, label=label)
     findings += found

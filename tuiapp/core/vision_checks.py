@@ -11,7 +11,7 @@ from tuiapp.core import datasets, estimate, model_check, preference, tiny_vlm, v
 from tuiapp.core.datasets import DatasetInfo
 from tuiapp.core.errors import UserError
 from tuiapp.core.findings import Finding
-from tuiapp.core.recipe import BUNDLED_MODEL, PREFERENCE_KINDS, Recipe, weights_method
+from tuiapp.core.recipe import BUNDLED_MODEL, PREFERENCE_KINDS, Recipe, VisionSpec, weights_method
 
 VISION_METHODS = ("sft", "lora", "dpo")  # dpo: on image preference pairs
 LENGTH_CHECKS = 1000  # records whose length is checked before launch (the trainer checks as many, exactly)
@@ -58,6 +58,15 @@ def data_findings(recipe: Recipe, info: DatasetInfo, base_dir: Path | None = Non
     elif config is not None and not any(f.level == "error" for f in findings):
         findings += length_findings(recipe, config, processor, base_dir)
     return findings
+
+
+def unused_findings(recipe: Recipe, base_dir: Path | None = None) -> list[Finding]:
+    """A [vision] table set for a model without a vision part does nothing: said as a warning."""
+    if recipe.vision == VisionSpec() or is_vision_model(recipe.model.name, base_dir) is not False:
+        return []
+    keys = ", ".join(f"vision.{key}" for key in sorted(recipe.vision.model_fields_set))
+    return [Finding("warning", "vision", f"'{recipe.model.name}' is not a vision-language model, so {keys or '[vision]'} "
+                    "changes nothing", "remove the [vision] table, or use a vision-language model")]
 
 
 def part_findings(recipe: Recipe) -> list[Finding]:
