@@ -13,7 +13,6 @@ import urllib.request
 
 import pytest
 
-from tests.after_runs import sft_run
 from tests.e2e.helpers import llmtui
 from tuiapp.core import served
 
@@ -28,15 +27,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def run(tmp_path_factory, tmp_path):
-    """A private copy of the finished tiny SFT run (the server writes serve.json and serve.log into it)."""
-    source = sft_run(tmp_path_factory)
-    root = tmp_path / "runs"
-    root.mkdir()
-    shutil.copytree(source, root / source.name)
-    path = root / source.name
-    yield path
-    served.stop(path, grace_s=5)
+def run(served_run):
+    return served_run
 
 
 def _serve(run, *args: str, env: dict | None = None):

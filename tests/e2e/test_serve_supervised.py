@@ -9,14 +9,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import time
 
 import psutil
 import pytest
 
-from tests.after_runs import sft_run
 from tests.e2e.helpers import llmtui
 from tuiapp.core import launcher, queue, served
 from tuiapp.core.gpus import cuda_available, detect_gpus
@@ -25,14 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def run(tmp_path_factory, tmp_path):
-    source = sft_run(tmp_path_factory)
-    root = tmp_path / "runs"
-    root.mkdir()
-    shutil.copytree(source, root / source.name)
-    path = root / source.name
-    yield path
-    served.stop(path, grace_s=5)
+def run(served_run):
+    return served_run
 
 
 def test_queue_claim_doctor_and_the_claim_gone_when_stopped_or_dead(run):
