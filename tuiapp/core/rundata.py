@@ -22,6 +22,7 @@ from tuiapp.core import columns
 from tuiapp.core.columns import columns_cache, columns_path
 from tuiapp.core.metrics import PREFERENCE_METRICS, RL_METRICS, JsonlReader, JsonlWriter, as_number, device_peak
 from tuiapp.core.progress import eta_seconds
+from tuiapp.core.rundir import METRICS_JSONL
 
 _np = None  # numpy, imported on first use (it costs ~0.15 s of the app's start-up)
 _np_tried = False
@@ -268,7 +269,7 @@ def summarise_run(run_dir: Path) -> None:
     the run's outcome is recorded): a run whose trainer kept metrics.columns to its end needs
     nothing; another's (an older llmtui's, one killed before its last snapshot) get the TUI's
     cache, so the compare screen's first open of it reads columns instead of parsing JSON."""
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path = run_dir / METRICS_JSONL
     try:
         if metrics_path.stat().st_size >= SUMMARISE_MIN_BYTES:
             read_run_data(metrics_path, columns_cache(run_dir))
@@ -371,7 +372,7 @@ class MetricsWriter(JsonlWriter):
     when they hold, else by reading metrics.jsonl once."""
 
     def __init__(self, run_dir: Path, every_rows: int = 1000, every_s: float = 30.0):
-        super().__init__(Path(run_dir) / "metrics.jsonl")
+        super().__init__(Path(run_dir) / METRICS_JSONL)
         self.columns = columns_path(run_dir)
         self.every_rows, self.every_s = every_rows, every_s
         if self._file.tell():

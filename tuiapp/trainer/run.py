@@ -15,6 +15,7 @@ import transformers
 from transformers import Trainer, TrainingArguments
 
 from tuiapp.core import trackers
+from tuiapp.core.rundir import EVENTS_JSONL, METRICS_JSONL, RECIPE_TOML
 from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
@@ -214,7 +215,7 @@ def _varlen_attention(model) -> bool:
 
 def _trim_metrics(run_dir: Path, step: int) -> None:
     """On resume, drop metric rows past the checkpoint so steps are never duplicated."""
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / METRICS_JSONL
     if not path.exists():
         return
     kept = [r for r in read_jsonl(path) if (r.get("step") or 0) <= step]
@@ -223,7 +224,7 @@ def _trim_metrics(run_dir: Path, step: int) -> None:
 
 def train(run_dir: Path, resume: bool) -> int:
     run_dir = Path(run_dir).resolve()
-    recipe = parse_recipe((run_dir / "recipe.toml").read_text(encoding="utf-8"), str(run_dir / "recipe.toml"))
+    recipe = parse_recipe((run_dir / RECIPE_TOML).read_text(encoding="utf-8"), str(run_dir / RECIPE_TOML))
     transformers.logging.set_verbosity_warning()
     stopper = GracefulStop()
     # before any process group: transformers' save_pretrained writes nothing off rank 0 once one
@@ -329,7 +330,7 @@ def _record_plan(run_dir: Path, recipe: Recipe, model_path: str, precision: str)
     """The model plan (attention kernel, adapter targets, notes) as a run event, from rank 0."""
     plan = model_plan(recipe, model_path, precision)
     if _is_main():
-        with JsonlWriter(run_dir / "events.jsonl") as events:
+        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
             events.write({"time": time.time(), **plan.to_event()})
 
 
@@ -352,7 +353,7 @@ def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, 
     trainer.method_kind = recipe.method.kind
     trainer.step_agreement = stopper
     if _is_main():
-        with JsonlWriter(run_dir / "events.jsonl") as events:
+        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
             events.write(rl.generation_event(recipe))
     return trainer, recorder, eval_set
 
@@ -391,7 +392,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
     trainer.method_kind = recipe.method.kind
     trainer.step_agreement = stopper
     if _is_main():  # before the first step, so a stop at any time finds it
-        with JsonlWriter(run_dir / "events.jsonl") as events:
+        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
             events.write(preference.reference_event(trainer))
     return trainer, recorder
 

@@ -19,6 +19,7 @@ import tomllib
 from tuiapp.core import evals, meta
 from tuiapp.core.metrics import JsonlReader, preference_best
 from tuiapp.core.rundata import RunData, Series, columns_cache, read_run_data
+from tuiapp.core.rundir import RECIPE_TOML
 from tuiapp.core.runs import Run
 from tuiapp.core.runstate import STALL_WINDOW
 from tuiapp.ui.downsample import numpy_module
@@ -146,7 +147,7 @@ def _number(value) -> float | None:
 
 def read_frozen_recipe(run: Run) -> dict:
     try:
-        return tomllib.loads((run.path / "recipe.toml").read_text(encoding="utf-8"))
+        return tomllib.loads((run.path / RECIPE_TOML).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         recipe = run.info.get("recipe")
         return recipe if isinstance(recipe, dict) else {}

@@ -459,7 +459,7 @@ class HistoryLoader:
         """Read a run's metrics once; active runs keep their reader for later polls. A long run
         (over SUMMARISE_MIN_BYTES) is read in columns: those its trainer keeps, else the TUI's
         cache of them (made here on the first read), and the lines written since."""
-        path = row.path / "metrics.jsonl"
+        path = row.path / rundir.METRICS_JSONL
         try:
             long = path.stat().st_size >= SUMMARISE_MIN_BYTES
         except OSError:
@@ -528,7 +528,7 @@ def _mtime(path: Path) -> float:
 
 def _stamp(path: Path) -> tuple[float, float]:
     """When a run's run.json and meta.json last changed (0.0 for a missing file)."""
-    return _mtime(path / "run.json"), _mtime(path / meta.META_NAME)
+    return _mtime(path / rundir.RUN_JSON), _mtime(path / meta.META_NAME)
 
 
 def detail_text(row: RunRow, now: float) -> str:
