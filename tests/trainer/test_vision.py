@@ -93,3 +93,31 @@ def test_a_record_over_max_seq_len_is_an_error(llmtui_cache):
     fits = recipe.model_copy(update={"train": recipe.train.model_copy(update={"max_seq_len": 128})})
     train, held_out = vision.vision_datasets(fits)
     assert len(train) == 600 and held_out is None and json.loads(train[0]["messages"])[0]["role"] == "user"
+
+
+GEMMA_STYLE = (  # Gemma 3's turn layout: <start_of_turn>user / model ... <end_of_turn>
+    "{%- for message in messages %}{{- '<start_of_turn>' + ('model' if message.role == 'assistant' else message.role)"
+    " + '\\n' }}{%- for part in message.content %}{%- if part.type == 'image' %}{{- '" + vision.IMAGE_TOKENS["gemma3"][0]
+    + "' }}{%- else %}{{- part.text }}{%- endif %}{%- endfor %}{{- '<end_of_turn>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}")
+
+
+@pytest.mark.slow
+def test_the_answer_mask_follows_the_models_own_template(tmp_path, llmtui_cache):
+    """Not only ChatML: the assistant turn's opener and end come from the processor's template, so a
+    Gemma-style template trains on the answers, and a template whose turns cannot be found is an
+    error, never a silent run on no token."""
+    processor = vision.load_processor(str(vision.ensure_tiny_vlm("tiny-vlm")))
+    processor.tokenizer.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
+    processor.chat_template = GEMMA_STYLE
+    start, end = vision.answer_markers(processor)
+    tokenizer = processor.tokenizer
+    assert tokenizer.decode(start) == "<start_of_turn>model\n" and tokenizer.convert_ids_to_tokens(end) == "<end_of_turn>"
+    batch = vision.VisionCollator(processor)(_features(tmp_path))
+    trained = [tokenizer.decode(ids[labels != -100]) for ids, labels in zip(batch["input_ids"], batch["labels"],
+                                                                            strict=True)]
+    assert trained == ["red<end_of_turn>", "same shape<end_of_turn>two<end_of_turn>"]
+    collator = vision.VisionCollator(processor)
+    collator.answer_start = tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)  # not in this text
+    with pytest.raises(ValueError, match="no answer token found"):
+        collator(_features(tmp_path))

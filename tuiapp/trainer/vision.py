@@ -393,8 +393,7 @@ class VisionCollator:
         self.processor = processor
         self.max_len = max_len  # a longer example is an error, never cut (0 = no limit)
         tokenizer = processor.tokenizer
-        self.answer_start = tokenizer.encode(f"{IM_START}assistant\n", add_special_tokens=False)
-        self.turn_end = tokenizer.convert_tokens_to_ids(IM_END)
+        self.answer_start, self.turn_end = answer_markers(processor)
         self.pad = tokenizer.pad_token_id
         self.image_ids = image_token_ids(processor)
 
@@ -418,7 +417,33 @@ class VisionCollator:
             if longest > self.max_len:
                 raise too_long(None, longest, self.max_len, "the training data")
         batch["labels"] = answer_labels(batch["input_ids"], self.answer_start, self.turn_end, self.image_ids)
+        if not (batch["labels"] != IGNORE).any():  # never train on nothing: the template's markers were not found
+            opened = self.processor.tokenizer.decode(self.answer_start)
+            raise ValueError(f"no answer token found in a batch of image chats: the chat template's assistant turn "
+                             f"starts with {opened!r}, which is not in the rendered text; set dataset.template to "
+                             "the model's template, or check the data has assistant turns")
         return dict(batch)
+
+
+def answer_markers(processor) -> tuple[list[int], int]:
+    """What opens an assistant turn (token ids) and the token that ends it, in the processor's own
+    chat template: ChatML's `<|im_start|>assistant\\n` ... `<|im_end|>`, Gemma's `<start_of_turn>model\\n`
+    ... `<end_of_turn>`, Llama 3's header ... `<|eot_id|>`. Found by rendering a probe chat: the
+    generation prompt is the opener, the first token after the answer the end."""
+    tokenizer = processor.tokenizer
+    user = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    sentinel = "ANSWER_SENTINEL_7"
+    answered = user + [{"role": "assistant", "content": [{"type": "text", "text": sentinel}]}]
+    try:
+        prompt = processor.apply_chat_template(user, tokenize=False, add_generation_prompt=False)
+        opened = processor.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+        full = processor.apply_chat_template(answered, tokenize=False)
+    except Exception:  # a template that cannot render the probe: the ChatML markers the tiny VLMs use
+        return tokenizer.encode(f"{IM_START}assistant\n", add_special_tokens=False), tokenizer.convert_tokens_to_ids(IM_END)
+    opener = opened[len(prompt):] if opened.startswith(prompt) and len(opened) > len(prompt) else f"{IM_START}assistant\n"
+    after = tokenizer.encode(full.split(sentinel, 1)[1], add_special_tokens=False) if sentinel in full else []
+    end = after[0] if after else tokenizer.eos_token_id
+    return tokenizer.encode(opener, add_special_tokens=False), end
 
 
 def image_token_ids(processor) -> set[int]:
