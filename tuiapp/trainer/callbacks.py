@@ -26,8 +26,8 @@ from tuiapp.core.metrics import (
     write_rank_memory,
 )
 from tuiapp.core.rundata import MetricsWriter
-from tuiapp.trainer import phases
 from tuiapp.core.rundir import EVENTS_JSONL
+from tuiapp.trainer import phases
 
 
 def _distributed() -> bool:

@@ -47,7 +47,7 @@ def render(example: dict, tokenizer) -> str:
             out.append(tokenizer.decode(trained_run))
             trained_run.clear()
 
-    for token, label in zip(example["input_ids"], example["labels"]):
+    for token, label in zip(example["input_ids"], example["labels"], strict=True):
         if label == MASK:
             if trained_run:
                 flush()
@@ -84,8 +84,8 @@ def main(argv=None) -> int:
 def _show(args, out) -> int:
     try:
         recipe = load_recipe(args.recipe, args.set)
-        from tuiapp.trainer.data import preview_examples
         from tuiapp.trainer.bundled import resolve_model_path
+        from tuiapp.trainer.data import preview_examples
         from tuiapp.trainer.model import load_tokenizer
 
         path = resolve_model_path(recipe.model.name)

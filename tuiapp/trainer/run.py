@@ -15,10 +15,10 @@ import transformers
 from transformers import Trainer, TrainingArguments
 
 from tuiapp.core import trackers
-from tuiapp.core.rundir import EVENTS_JSONL, METRICS_JSONL, RECIPE_TOML
-from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.kinds import RL_KINDS
+from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
+from tuiapp.core.rundir import EVENTS_JSONL, METRICS_JSONL, RECIPE_TOML
 from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, streaming, trained_logits, varlen, vision
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
