@@ -161,6 +161,7 @@ def _vision_examples(recipe, path: str, n: int):
     if not vision.is_vision_model(path, recipe.model.trust_remote_code):
         return None
     processor = vision.load_processor(path, recipe.model.trust_remote_code)
+    vision.apply_max_pixels(processor, recipe.vision.max_pixels)  # the images as training sizes them
     collator = vision.VisionCollator(processor)
     examples = []
     for record in load_records(recipe.dataset)[:n]:
