@@ -205,3 +205,14 @@ def test_grpo_generates_with_the_runs_own_vllm_server(tmp_path):
     assert server["gpus"] == [1] and server.get("ready") and info["gpus"] == [0]
     assert (run_dir / "vllm-server.log").stat().st_size > 0 and not process_alive(server["pid"], None)
     assert train_steps(run_dir) == [1, 2, 3]
+
+
+@needs_cuda
+@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="needs bitsandbytes")
+def test_qlora_trains_a_vlm_on_gpu(tmp_path):
+    """The language model in 4 bits, the vision tower, projector and head as loaded, LoRA on top."""
+    result = llmtui("run", "recipes/tiny-vlm-lora.toml", "--set", "method.kind='qlora'", "--set", "train.max_steps=3",
+                    "--set", "train.precision='bf16'", runs_dir=tmp_path / "runs")
+    run_dir = only_run(tmp_path / "runs")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert train_steps(run_dir) == [1, 2, 3] and (run_dir / "final" / "adapter_config.json").exists()

@@ -168,3 +168,17 @@ def test_an_example_over_max_seq_len_is_an_error_never_cut(tmp_path, llmtui_cach
     with pytest.raises(DatasetError, match="an example: \\d+ tokens with its images"):
         vision.VisionCollator(processor, 20)(records)  # the trainer's collator: an error, not a cut
     assert vision.VisionCollator(processor, 64)(records)["input_ids"].shape[1] <= 64
+
+
+@pytest.mark.slow
+def test_dora_trains_its_magnitudes_and_directions_on_a_vlm(tmp_path, llmtui_cache):
+    """DoRA on images: weight-decomposed adapters (magnitude vectors beside the LoRA matrices) on the
+    language model, the vision tower and projector frozen, the base weights untouched."""
+    recipe = Recipe.model_validate({"model": {"name": "tiny-vlm"}, "method": {"kind": "dora", "rank": 4},
+                                    "train": {"learning_rate": 1e-2}})
+    model, before, _ = _train("tiny-vlm", recipe, tmp_path)
+    magnitudes = [n for n, p in model.named_parameters() if "lora_magnitude_vector" in n and p.requires_grad]
+    assert magnitudes and all(vision.part_of(n) == "language_model" for n in magnitudes)
+    changed = {n for n, p in model.named_parameters() if n in before and not torch.equal(p.detach(), before[n])}
+    assert any("lora_magnitude_vector" in n for n in changed) and any("lora_B" in n for n in changed)
+    assert not any("base_layer" in n or vision.part_of(n) != "language_model" for n in changed)

@@ -13,7 +13,7 @@ from tuiapp.core.errors import UserError
 from tuiapp.core.findings import Finding
 from tuiapp.core.recipe import BUNDLED_MODEL, PREFERENCE_KINDS, Recipe, VisionSpec, weights_method
 
-VISION_METHODS = ("sft", "lora", "dpo")  # dpo: on image preference pairs
+VISION_METHODS = ("sft", "lora", "dora", "qlora", "dpo")  # dpo: on image preference pairs
 LENGTH_CHECKS = 1000  # records whose length is checked before launch (the trainer checks as many, exactly)
 TINY_PROCESSORS = {"gemma3": "Gemma3ImageProcessor", "llava": "LlavaImageProcessor"}
 
@@ -85,10 +85,10 @@ def part_findings(recipe: Recipe) -> list[Finding]:
                                 "set vision.train_language_model (or train_vision_tower) = true, or method.kind = "
                                 "'sft' to train the projector alone"))
     adapter = getattr(recipe.method, "adapter", None)
-    if adapter is not None and adapter.kind != "lora":
-        findings.append(Finding("error", "method.adapter.kind", f"a {adapter.kind} adapter does not train on images "
-                                "yet", "set [method.adapter] kind = 'lora', or leave the table out to train every "
-                                "weight"))
+    if adapter is not None and adapter.kind not in ("lora", "dora"):
+        findings.append(Finding("error", "method.adapter.kind", f"a {adapter.kind} adapter does not train on image "
+                                "pairs yet", "set [method.adapter] kind = 'lora' or 'dora', or leave the table out to "
+                                "train every weight"))
     for part, key in (("projector", "projector_lr"), ("vision_tower", "vision_tower_lr")):
         if getattr(recipe.vision, key) and not parts[part]:
             findings.append(Finding("warning", f"vision.{key}", f"the {part.replace('_', ' ')} is frozen, so its "

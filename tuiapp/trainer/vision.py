@@ -187,8 +187,20 @@ def load_vision_model(recipe, path: str, precision: str):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     if recipe.method.kind == "sft":
         dtype = torch.float32
+    kwargs = {}
+    if recipe.method.kind == "qlora":  # the language model in 4 bits; the vision tower, projector and head as loaded
+        import os
+
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type=recipe.method.quant_type,
+            bnb_4bit_use_double_quant=recipe.method.double_quant,
+            bnb_4bit_compute_dtype=dtype if dtype != torch.float32 else torch.bfloat16,
+            llm_int8_skip_modules=[*VISION_PARTS, *PROJECTORS, "lm_head"])
+        kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", 0))}
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype,
-                                                        trust_remote_code=recipe.model.trust_remote_code)
+                                                        trust_remote_code=recipe.model.trust_remote_code, **kwargs)
     model.config.use_cache = False
     if recipe.method.kind == "sft":
         freeze_parts(model, vision_plan.trained_parts(recipe))
@@ -245,7 +257,8 @@ def adapter_modules(model, target_modules, trained: dict[str, bool], lm_head: bo
 
 
 def apply_vision_method(model, recipe, lm_head: bool = True):
-    """sft: the parts [vision] trains, every weight; lora: adapters on the language model's linear
+    """sft: the parts [vision] trains, every weight; lora (dora: weight-decomposed; qlora: over the
+    language model in 4 bits): adapters on the language model's linear
     layers and its output head (which a random-weight tiny model needs to learn at all; not under
     DPO, whose log-probabilities read the head's weight directly: `lm_head=False`), on a trained
     vision tower's linear layers, and a trained projector whole."""
@@ -257,9 +270,13 @@ def apply_vision_method(model, recipe, lm_head: bool = True):
     trained = vision_plan.trained_parts(recipe)
     for param in model.parameters():
         param.requires_grad_(False)  # peft trains the adapters and modules_to_save only
+    if method.kind == "qlora":
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=recipe.train.gradient_checkpointing)
+        for param in model.parameters():
+            param.requires_grad_(False)
     targets, whole = adapter_modules(model, method.target_modules, trained, lm_head)
     config = peft.LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
-                             target_modules=targets, modules_to_save=whole or None,
+                             target_modules=targets, modules_to_save=whole or None, use_dora=method.kind == "dora",
                              task_type=peft.TaskType.CAUSAL_LM)
     return peft.get_peft_model(model, config)
 
