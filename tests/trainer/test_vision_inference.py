@@ -90,3 +90,17 @@ def test_llmtui_data_names_each_examples_images_as_the_collator_sees_them(capfd)
     examples = json.loads(capfd.readouterr().out)
     assert [e["images"][0]["width"] for e in examples] == [64, 64]
     assert all(e["images"][0]["path"].endswith(".png") and e["images"][0]["format"] == "PNG" for e in examples)
+
+
+def test_the_runs_max_pixels_reach_the_processor(tmp_path, monkeypatch):
+    recipe = 'name = "x"\n[model]\nname = "tiny-vlm"\n[method]\nkind = "lora"\n[vision]\nmax_pixels = 4096\n'
+    (tmp_path / "recipe.toml").write_text(recipe)
+    target = Target(run_dir=str(tmp_path), path=str(tmp_path), label="final", kind="full", method="sft",
+                    base="tiny-vlm")
+    assert inference._max_pixels(target) == 4096
+    assert inference._max_pixels(Target(run_dir=str(tmp_path / "none"), path="", label="final", kind="full",
+                                        method="sft", base="tiny-vlm")) == 0  # no recipe: the processor's own
+    seen = []
+    monkeypatch.setattr(inference.vision, "apply_max_pixels", lambda processor, pixels: seen.append(pixels))
+    inference.load("base", target)
+    assert seen == [4096]

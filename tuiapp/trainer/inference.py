@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, TextStreamer
 
+from tuiapp.core.errors import UserError
 from tuiapp.core.images import IMAGE_PLACEHOLDER
 from tuiapp.core.model_check import adapter_kind
 from tuiapp.core.recipe import GenerateSpec, Recipe, parse_recipe
@@ -96,6 +97,14 @@ def cpu_threads(model) -> None:
         torch.set_num_threads(1)
 
 
+def _max_pixels(target: Target) -> int:
+    """The run's vision.max_pixels (0: the processor's own size, also when the recipe is unreadable)."""
+    try:
+        return frozen_recipe(Path(target.run_dir)).vision.max_pixels
+    except (OSError, ValueError, UserError):
+        return 0
+
+
 def load(name: str, target: Target, trust: bool = False) -> Loaded:
     """'tuned' (the target) or 'base' (what it trained from), in eval mode."""
     started = time.perf_counter()
@@ -110,6 +119,7 @@ def load(name: str, target: Target, trust: bool = False) -> Loaded:
     model.eval()
     cpu_threads(model)
     if processor is not None:
+        vision.apply_max_pixels(processor, _max_pixels(target))  # the images as the run trained on them
         tokenizer = processor.tokenizer
     return Loaded(name, label, model, tokenizer, time.perf_counter() - started, processor)
 
