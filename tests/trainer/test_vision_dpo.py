@@ -56,8 +56,9 @@ def test_dpo_on_image_pairs_passes_the_checks_and_other_adapters_are_refused(tmp
     info = datasets.inspect_dataset(recipe.dataset)
     assert info.kind == "pairs" and info.with_images == 4
     assert not [f for f in vision_checks.data_findings(recipe, info) if f.level == "error"]
-    (error,) = [f for f in vision_checks.data_findings(dpo_recipe(data, "dora"), info) if f.level == "error"]
-    assert error.key == "method.adapter.kind" and "kind = 'lora'" in error.fix
+    assert not [f for f in vision_checks.data_findings(dpo_recipe(data, "dora"), info) if f.level == "error"]
+    (error,) = [f for f in vision_checks.data_findings(dpo_recipe(data, "qlora"), info) if f.level == "error"]
+    assert error.key == "method.adapter.kind" and "kind = 'lora' or 'dora'" in error.fix
     sft = recipe.model_copy(update={"method": Recipe.model_validate({"method": {"kind": "sft"}}).method})
     assert any(f.level == "error" and f.key == "dataset.name" for f in vision_checks.data_findings(sft, info))
 
