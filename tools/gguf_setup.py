@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from tuiapp.core.built_folder import build_once  # noqa: E402
 from tuiapp.core.gguf_tools import CONVERTER, converter_home  # noqa: E402
+from tuiapp.core.procs import process_alive  # noqa: E402
 
 # A CPU build of what the bindings load: the core library and ggml's CPU backend.
 CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF "
@@ -143,28 +144,16 @@ def wait(version: str, timeout_s: float) -> int:
     if pid_file.is_file():
         pid = int(pid_file.read_text())
         deadline = time.monotonic() + timeout_s
-        while _alive(pid) and time.monotonic() < deadline:
+        while process_alive(pid, None) and time.monotonic() < deadline:
             time.sleep(2)
         pid_file.unlink(missing_ok=True)
-        if _alive(pid):
+        if process_alive(pid, None):
             os.killpg(pid, signal.SIGKILL)
             print(f"gguf: the build took over {timeout_s:.0f}s and was stopped (see {log_path(version)})",
                   file=sys.stderr)
             return 1
         return install(version, build=False)  # the background build's wheel, or why there is none
     return install(version)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a finished child of a gone parent is a zombie until reaped
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:

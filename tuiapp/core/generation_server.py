@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuiapp.core.kinds import RL_KINDS
+from tuiapp.core.tail import tail_lines
 
 URL_ENV = "LLMTUI_VLLM_SERVER_URL"
 GROUP_PORT_ENV = "LLMTUI_VLLM_GROUP_PORT"
@@ -139,12 +140,6 @@ def died_reason(code: int, run_dir: Path) -> str:
 
 def _last_line(run_dir: Path) -> str:
     """The server log's last non-empty line, which names what went wrong more often than not."""
-    try:
-        with open(log_path(run_dir), "rb") as log:
-            log.seek(0, os.SEEK_END)
-            log.seek(max(0, log.tell() - 8192))
-            lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
+    lines = [line.strip() for line in tail_lines(log_path(run_dir), 200, max_bytes=8192) if line.strip()]
     last = next((line for line in reversed(lines) if not line.startswith("$ ")), "")
     return f": {last[:300]} (see {LOG_NAME})" if last else f" (see {LOG_NAME})"
