@@ -27,6 +27,7 @@ class FormReport:
     estimate: str = ""
     finding_errors: int = 0  # preflight findings of level error
     on_cpu: bool = False  # no CUDA on this machine: the estimate speaks of CPU ranks
+    memory_bytes: int = 0  # the verdict's figure: RAM per CPU rank, or the total per GPU (0: no estimate)
 
 
 @functools.lru_cache(maxsize=1)
@@ -56,7 +57,10 @@ def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Pat
         report.finding_errors = sum(f.level == "error" for f in findings)
         report.on_cpu = machine_on_cpu()
         try:
-            report.estimate = checks.estimate_report(check.recipe, store, base_dir)["text"]
+            estimated = checks.estimate_report(check.recipe, store, base_dir)
+            report.estimate = estimated["text"]
+            data = estimated["json"]
+            report.memory_bytes = int(data["ram_per_rank"] if report.on_cpu else data["memory"]["total"])
         except UserError as exc:
             report.estimate = f"no estimate:\n{exc}"
     except ImportError as exc:  # core checks mid-rewrite: say so, keep the form usable

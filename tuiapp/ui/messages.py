@@ -123,6 +123,7 @@ class RecipeChecked(Message):
     estimate: str
     finding_errors: int = 0  # preflight findings of level error (the Checks pane counts them)
     on_cpu: bool = False  # no CUDA here: the ranks are CPU processes
+    memory_bytes: int = 0  # RAM per CPU rank, or the total per GPU, as the estimate has it (0: none)
 
 
 @dataclass(eq=False)

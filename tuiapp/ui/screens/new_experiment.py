@@ -284,7 +284,8 @@ class NewExperimentScreen(Screen):
         config = self.app.config
         report = actions.check_form(values, kind, config.runs_root, config.base_dir)
         self.post_message(RecipeChecked(generation, report.check, report.findings, report.has_errors, report.estimate,
-                                        finding_errors=report.finding_errors, on_cpu=report.on_cpu))
+                                        finding_errors=report.finding_errors, on_cpu=report.on_cpu,
+                                        memory_bytes=report.memory_bytes))
 
     def on_recipe_checked(self, message: RecipeChecked) -> None:
         if message.generation != self.generation:
@@ -312,13 +313,9 @@ class NewExperimentScreen(Screen):
             first = str(check.errors[0]).splitlines()[0] if check.errors else message.findings_text.splitlines()[0]
             verdict.update(f"✗ {plural(max(errors, 1), 'error')}: {first}")
         else:
-            if message.on_cpu:  # a CPU rank's memory is RAM: its runtime and model (the estimate's RAM row)
-                total = next((line.split()[3] for line in message.estimate.splitlines()
-                              if line.startswith("RAM per rank")), None)
-            else:
-                total = next((line.split()[-1] for line in message.estimate.splitlines()
-                              if line.strip().startswith("total")), None)
-            memory = f" · estimate {total} GB {'of RAM per rank' if message.on_cpu else 'per GPU'}" if total else ""
+            total = message.memory_bytes / 1e9  # a CPU rank's memory is RAM: its runtime and model
+            per = "of RAM per rank" if message.on_cpu else "per GPU"
+            memory = f" · estimate {total:.1f} GB {per}" if message.memory_bytes else ""
             held = ""
             if check.recipe is not None and check.recipe.dataset.eval_split_auto:
                 held = f" · {check.recipe.dataset.eval_split:.0%} held out for eval"
