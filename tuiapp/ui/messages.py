@@ -28,6 +28,14 @@ class RunsUpdated(Message):
 
 
 @dataclass(eq=False)
+class MetricsRead(Message):
+    """The followed run's metrics as read when its view opened (columns and the lines after them)."""
+
+    run_id: str
+    data: Any  # core.rundata.RunData
+
+
+@dataclass(eq=False)
 class MetricsAppended(Message):
     """New metrics.jsonl records of the followed run."""
 

@@ -3,7 +3,9 @@ run's generations with their rewards, step by step.
 
 Thread workers tail metrics.jsonl (and an RL run's completions.jsonl) and the logs by offset and
 post MetricsAppended / GenerationsAppended / LogAppended / RunStatusChanged; the handlers feed
-RunData, the GenerationBrowser and the widgets. A finished run is read whole by the same path.
+RunData, the GenerationBrowser and the widgets. The first read of the metrics is read_run_data's
+(MetricsRead): a long run's columns (metrics.columns, or the TUI's cache) and only the lines after
+them, never the whole file parsed again.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from textual.worker import get_current_worker
 from tuiapp.core import meta
 from tuiapp.core.completions import GenerationsTail
 from tuiapp.core.kinds import PREFERENCE_KINDS, RL_KINDS
-from tuiapp.core.metrics import JsonlReader
-from tuiapp.core.rundata import RunData
+from tuiapp.core.rundata import RunData, columns_cache, read_run_data
 from tuiapp.core.rundir import METRICS_JSONL
 from tuiapp.core.runs import ACTIVE, Run
 from tuiapp.core.tail import TextTail, log_sources
@@ -41,6 +42,7 @@ from tuiapp.ui.messages import (
     LogAppended,
     LogSourcesFound,
     MetricsAppended,
+    MetricsRead,
     RunLaunched,
     RunMetaChanged,
     RunStatusChanged,
@@ -167,18 +169,8 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         run = Run(self.run_path).load()
         self.info = run.info
         self.sub_title = meta.read_meta(self.run_path).get("display_name") or run.name
-        data = self.data
-        self.query_one("#chart-loss", MetricChart).set_series([("train", data.loss), ("eval", data.eval_loss)])
-        self.query_one("#chart-lr", MetricChart).set_series([("lr", data.series["lr"])])
-        self.query_one("#chart-grad", MetricChart).set_series([("grad norm", data.series["grad_norm"])])
+        self._bind_charts()
         self.query_one("#rv-log-search", Input).display = False
-        self.query_one("#chart-speed", MetricChart).set_series([("tokens/s", data.series["tokens_per_s"])])
-        if self.query("#chart-rewards"):  # preference runs (dpo, simpo, cpo, orpo, kto, reward)
-            self.query_one("#chart-rewards", MetricChart).set_series(
-                [("chosen", data.series["rewards/chosen"]), ("rejected", data.series["rewards/rejected"]),
-                 ("margin", data.series["rewards/margins"])])
-            self.query_one("#chart-accuracy", MetricChart).set_series(
-                [("accuracy", data.series["rewards/accuracies"]), ("kl", data.series["kl"])])
         self.sources = log_sources(self.run_path)
         self.source_index = first_log(self.sources)
         self._show_status()
@@ -189,13 +181,29 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         if self.app.config.system_monitor:
             self.monitor_system()
 
+    def _bind_charts(self) -> None:
+        """Point the charts at self.data's series (again once the first read replaced it)."""
+        data = self.data
+        self.query_one("#chart-loss", MetricChart).set_series([("train", data.loss), ("eval", data.eval_loss)])
+        self.query_one("#chart-lr", MetricChart).set_series([("lr", data.series["lr"])])
+        self.query_one("#chart-grad", MetricChart).set_series([("grad norm", data.series["grad_norm"])])
+        self.query_one("#chart-speed", MetricChart).set_series([("tokens/s", data.series["tokens_per_s"])])
+        if self.query("#chart-rewards"):  # preference runs (dpo, simpo, cpo, orpo, kto, reward)
+            self.query_one("#chart-rewards", MetricChart).set_series(
+                [("chosen", data.series["rewards/chosen"]), ("rejected", data.series["rewards/rejected"]),
+                 ("margin", data.series["rewards/margins"])])
+            self.query_one("#chart-accuracy", MetricChart).set_series(
+                [("accuracy", data.series["rewards/accuracies"]), ("kl", data.series["kl"])])
+        self.query_one("#chart-mem", MetricChart).set_series(sorted(data.memory.items()))
+
     # ------------------------------------------------------------ workers
 
     @work(thread=True, exclusive=True, group="metrics")
     def follow_metrics(self) -> None:
         config = self.app.config
         worker = get_current_worker()
-        reader = JsonlReader(self.run_path / METRICS_JSONL)
+        data, reader = read_run_data(self.run_path / METRICS_JSONL, columns_cache(self.run_path))
+        self.post_message(MetricsRead(self.run_id, data))
         generations = GenerationsTail(self.run_path) if self.is_rl else None
         run = Run(self.run_path)
         last_info: dict | None = None
@@ -203,7 +211,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         last_status_check = 0.0
         while not worker.is_cancelled:
             records = reader.read_new()
-            if records or last_info is None:
+            if records:
                 self.post_message(MetricsAppended(self.run_id, records))
             if generations is not None:
                 found, reset = generations.read_new()
@@ -263,8 +271,14 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     # ------------------------------------------------------------ handlers
 
-    def on_metrics_appended(self, message: MetricsAppended) -> None:
+    def on_metrics_read(self, message: MetricsRead) -> None:
+        self.data = message.data
+        self._bind_charts()
         self.loaded = True
+        self._show_status()
+        self._show_panes()
+
+    def on_metrics_appended(self, message: MetricsAppended) -> None:
         if not message.records:
             return
         self.data.extend(message.records)
