@@ -21,7 +21,7 @@ def cmd_validate(args) -> int:
     print(checks.format_findings(findings) or "")
     if checks.has_errors(findings):
         return EXIT_BAD_INPUT
-    print(f"{args.recipe}: ok ({recipe.method.kind} on {recipe.model.name}, data {recipe.dataset.name})")
+    print(f"{args.recipe}: ok ({recipe.method.kind} on {recipe.model.name}, data {recipe.dataset.label})")
     return EXIT_OK
 
 

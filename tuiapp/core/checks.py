@@ -38,6 +38,20 @@ def resolve_recipe(recipe: Recipe, store: RunStore) -> tuple[Recipe, str]:
 
 
 def _dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
+    """The dataset's findings; a mixture's, source by source (their keys dataset.sources.N.*)."""
+    if not recipe.dataset.sources or recipe.method.kind in rl.RL_KINDS:  # rl: mixture_rules refuses sources
+        return _one_dataset_findings(recipe, base_dir)
+    out: list[Finding] = []
+    for index, (source, spec) in enumerate(zip(recipe.dataset.sources, recipe.dataset.source_specs(), strict=True)):
+        one = recipe.model_copy(update={"dataset": spec})
+        for finding in _one_dataset_findings(one, base_dir):
+            key = finding.key.replace("dataset.", f"dataset.sources.{index}.", 1) \
+                if finding.key and finding.key.startswith("dataset.") else finding.key
+            out.append(Finding(finding.level, key, f"source '{source.key}': {finding.message}", finding.fix))
+    return out
+
+
+def _one_dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     if recipe.method.kind in rl.RL_KINDS:  # prompts only, and the columns the rewards read
         return rl.data_findings(recipe, base_dir)
     try:

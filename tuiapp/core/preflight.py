@@ -33,7 +33,7 @@ from tuiapp.core.generation_server import server_gpu_count
 from tuiapp.core.gpus import GpuInfo, cuda_available, detect_gpus
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.progress import plural
-from tuiapp.core.recipe import NO_PACKING_KINDS, PREFERENCE_KINDS, Recipe
+from tuiapp.core.recipe import AUTO_EVAL_SPLIT, NO_PACKING_KINDS, PREFERENCE_KINDS, Recipe
 
 
 def bitsandbytes_installed() -> bool:
@@ -58,12 +58,14 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
     if recipe.dataset.eval_split_auto:
         asked = " and ".join(n for n, on in (("train.eval_steps", train.eval_steps), ("train.sample_prompts",
                                                                                     train.sample_prompts)) if on)
-        out.append(Finding("info", "dataset.eval_split", f"{recipe.dataset.eval_split:.0%} of the training data is "
+        share = recipe.dataset.eval_split if not recipe.dataset.sources else AUTO_EVAL_SPLIT
+        out.append(Finding("info", "dataset.eval_split", f"{share:.0%} of the training data is "
                            f"held out for eval: {asked} {'ask' if ' and ' in asked else 'asks'} for evals, and eval_split 0 "
                            "would skip them",
                            "set dataset.eval_split to another fraction or an eval file, or train.eval_steps = 0 "
                            "and no sample_prompts for no evals"))
-    if train.early_stopping_patience and (not train.eval_steps or recipe.dataset.eval_split in (0, 0.0, "")):
+    splits = [s.eval_split for s in recipe.dataset.sources] or [recipe.dataset.eval_split]
+    if train.early_stopping_patience and (not train.eval_steps or all(s in (0, 0.0, "") for s in splits)):
         out.append(Finding("error", "train.early_stopping_patience", "early stopping watches the eval loss, but "
                            "this run never evaluates before its end", "set train.eval_steps > 0 and dataset.eval_split "
                            "(a fraction or a file), or early_stopping_patience = 0"))
@@ -96,16 +98,37 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
                                "create it on a local NVMe drive, or fix the path"))
 
     out += batching_rules(recipe)
+    out += mixture_rules(recipe)
     out += streaming_rules(recipe)
     out += scale_rules(recipe)
     out += pipeline_plan.rules(recipe)
     return out
 
 
+def mixture_rules(recipe: Recipe) -> list[Finding]:
+    """[[dataset.sources]]: what a mixture of sources trains (the Trainer of pretraining, SFT and the
+    adapter methods, on text and chats, from tokenized cache entries)."""
+    spec, kind = recipe.dataset, recipe.method.kind
+    if not spec.sources:
+        return []
+    one = "or use one dataset (no [[dataset.sources]])"
+    out: list[Finding] = []
+    if kind in PREFERENCE_KINDS | RL_KINDS:
+        out.append(Finding("error", "dataset.sources", f"{kind} reads its pairs, feedback or prompts from one "
+                           "dataset: mixtures are for pretraining, SFT and the adapter methods", one))
+    if spec.streaming:
+        out.append(Finding("error", "dataset.streaming", "a mixture interleaves its sources' tokenized cache "
+                           "entries, which a stream does not build", f"set dataset.streaming = false, {one}"))
+    if recipe.launch.strategy == "pipeline":
+        out.append(Finding("error", "launch.strategy", "the pipeline strategy batches one dataset",
+                           f"use the deepspeed strategy, {one}"))
+    return out
+
+
 def streaming_rules(recipe: Recipe) -> list[Finding]:
     """dataset.streaming reads and tokenizes the files while training: what a stream cannot do."""
     spec, train, kind = recipe.dataset, recipe.train, recipe.method.kind
-    if not spec.streaming:
+    if not spec.streaming or spec.sources:  # a mixture's stream: mixture_rules
         return []
     out: list[Finding] = []
     off = "or dataset.streaming = false"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import tomli_w
 import tomllib
@@ -94,6 +94,62 @@ class ModelSpec(Section):
         return value
 
 
+MIX_BY = ("examples", "tokens")
+
+
+def source_label(name: str) -> str:
+    """The short name a source's metrics go under (tokens/<label>): a demo's kind, a file's stem,
+    a hub id's last part."""
+    if name.startswith("demo:"):
+        return name.split(":", 1)[1] or "demo"
+    stem = Path(name.rstrip("/")).name
+    return (stem.rsplit(".", 1)[0] if "." in stem else stem) or "source"
+
+
+class SourceSpec(Section):
+    name: str = Field(description="This source's data, as dataset.name takes it: 'demo:facts', a local file or "
+                      "folder, or a hub id.")
+    label: str = Field("", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                       description="Short name of the source in the metrics (tokens/<label>) and the run view "
+                       "('' = from the name: a demo's kind, a file's stem).")
+    format: Literal["auto", "text", "alpaca", "sharegpt", "messages", "preference", "unpaired"] = Field(
+        "auto", description="Record layout of this source, as dataset.format.")
+    columns: dict[str, str] = Field(default_factory=dict, description="Map of roles to this source's column "
+                                    "names, as dataset.columns.")
+    split: str = Field("train", description="Split to read from a hub dataset or folder.")
+    weight: float = Field(1.0, gt=0, description="This source's share of the mixture, relative to the other "
+                          "sources' weights (by examples or by tokens: dataset.mix_by).")
+    eval_split: float | str = Field(0.0, description="Held-out fraction (0 to 0.5) of this source, or an eval "
+                                    "file; the sources' held-out examples make one eval set.")
+    max_samples: int = Field(0, ge=0, description="Use at most this many records of this source (0 = all).")
+
+    @property
+    def key(self) -> str:
+        return self.label or source_label(self.name)
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():
+            raise PydanticCustomError("empty", "the source's name is empty")
+        return value
+
+    @field_validator("columns")
+    @classmethod
+    def _known_roles(cls, value: dict[str, str]) -> dict[str, str]:
+        return DatasetSpec._known_roles(value)
+
+    @field_validator("eval_split")
+    @classmethod
+    def _eval_fraction(cls, value: float | str) -> float | str:
+        return DatasetSpec._eval_fraction(value)
+
+
+def _mixture_error(key: str, message: str, fix: str) -> PydanticCustomError:
+    """A mixture rule's error: _error_for reports its own key, message and fix."""
+    return PydanticCustomError("mixture", "{message}", {"message": message, "key": key, "fix": fix})
+
+
 class DatasetSpec(Section):
     name: str = Field(
         "demo:facts",
@@ -129,6 +185,16 @@ class DatasetSpec(Section):
         "(a base model without one is refused before launch), or chatml, llama3, qwen (ChatML), gemma, mistral, "
         "phi. The one chosen is saved with the trained model's tokenizer.",
     )
+    sources: list[SourceSpec] = Field(
+        default_factory=list,
+        description="A mixture: [[dataset.sources]] tables, each with its own name, format, columns, weight, "
+        "eval_split and max_samples (then leave dataset.name, format, columns, eval_split and max_samples "
+        "unset). Training interleaves them by weight, reproducibly (train.seed). Empty = the one dataset above.",
+    )
+    mix_by: Literal[MIX_BY] = Field(
+        "examples", description="What the sources' weights share out: 'examples' (a weight-2 source gives twice "
+        "the examples) or 'tokens' (twice the tokens: its examples are drawn by weight / mean tokens per example).",
+    )
     _eval_split_auto: bool = PrivateAttr(False)  # eval_split was 0 and the recipe's evals set it
 
     @property
@@ -159,6 +225,42 @@ class DatasetSpec(Section):
         if isinstance(value, float) and not (0.0 <= value <= 0.5):
             raise ValueError("eval_split as a fraction must be between 0 and 0.5")
         return value
+
+    @model_validator(mode="after")
+    def _mixture(self) -> DatasetSpec:
+        """With sources, the single dataset's keys stay unset (each source has its own), and
+        each source has a label of its own."""
+        if not self.sources:
+            return self
+        single = {"name": "demo:facts", "format": "auto", "columns": {}, "max_samples": 0, "eval_split": 0.0}
+        for key, default in single.items():
+            if getattr(self, key) != default and not (key == "eval_split" and self.eval_split in (0, "")):
+                raise _mixture_error(f"dataset.{key}", f"dataset.{key} is set together with [[dataset.sources]]",
+                                     f"move {key} into each [[dataset.sources]] table (every source has its own), "
+                                     "or remove the sources")
+        seen: dict[str, int] = {}
+        for index, source in enumerate(self.sources):
+            if source.key in seen:
+                raise _mixture_error(f"dataset.sources.{index}.label", f"sources {seen[source.key]} and {index} "
+                                     f"are both labelled '{source.key}'", "set label = \"...\" on one of them "
+                                     "(a label names the source's tokens/<label> metric)")
+            seen[source.key] = index
+        return self
+
+    @property
+    def label(self) -> str:
+        """The data in a few words: the dataset's name, or a mixture's sources and weights."""
+        if not self.sources:
+            return self.name
+        by = " by tokens" if self.mix_by == "tokens" else ""
+        return "mix(" + ", ".join(f"{s.key}:{s.weight:g}" for s in self.sources) + f"){by}"
+
+    def source_specs(self) -> list[DatasetSpec]:
+        """Each source of a mixture as a dataset of its own (the shared split, template and streaming
+        kept); [] for one dataset."""
+        return [DatasetSpec(name=s.name, format=s.format, columns=dict(s.columns), split=s.split,
+                            eval_split=s.eval_split, max_samples=s.max_samples, template=self.template,
+                            streaming=self.streaming) for s in self.sources]
 
 
 class _LoraParams(Section):
@@ -684,6 +786,12 @@ class Recipe(Section):
         asked = self.train.eval_steps > 0 or bool(self.train.sample_prompts)
         if self.dataset.streaming:
             return self  # a stream holds nothing out: preflight asks for an eval file instead
+        if asked and self.dataset.sources:  # each source holds its share out
+            for source in self.dataset.sources:
+                if isinstance(source.eval_split, float) and source.eval_split == 0.0:
+                    source.eval_split = AUTO_EVAL_SPLIT
+                    self.dataset._eval_split_auto = True
+            return self
         if asked and isinstance(self.dataset.eval_split, float) and self.dataset.eval_split == 0.0:
             self.dataset.eval_split = AUTO_EVAL_SPLIT
             self.dataset._eval_split_auto = True
@@ -700,16 +808,20 @@ class Recipe(Section):
 def key_line(text: str, path: tuple) -> int | None:
     """Best-effort line number of a dotted key path inside TOML text."""
     lines = text.splitlines()
-    names = [str(p) for p in path if not isinstance(p, int)]
-    if not names:
+    names = [str(p) for p in path]  # an index follows an array of tables' name: [[dataset.sources]] n
+    if not [p for p in path if not isinstance(p, int)]:
         return None
     table: list[str] = []
     best = None
+    arrays: dict[str, int] = {}  # [[a.b]] tables seen so far, by name
     for number, raw in enumerate(lines, start=1):
         line = raw.split("#", 1)[0].strip()
-        header = re.match(r"^\[\s*([^\]]+?)\s*\]$", line)
+        header = re.match(r"^\[\[\s*([^\]]+?)\s*\]\]$", line) or re.match(r"^\[\s*([^\]]+?)\s*\]$", line)
         if header:
             table = [part.strip().strip('"') for part in header.group(1).split(".")]
+            if line.startswith("[["):
+                arrays[header.group(1)] = arrays.get(header.group(1), -1) + 1
+                table.append(str(arrays[header.group(1)]))
             if table == names:
                 best = best or number
             continue
@@ -751,6 +863,11 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
         message = f"unknown reward kind '{given}'" if given else "missing: the reward's kind"
         fix = (did_you_mean(str(given), REWARD_KINDS) if given else None) or f"set kind = one of: {', '.join(REWARD_KINDS)}"
         key = ".".join(str(p) for p in loc[:3]) + ".kind"
+    elif kind == "mixture":
+        context = item.get("ctx", {})
+        message, key, fix = context["message"], context["key"], context["fix"]
+        parts = tuple(int(p) if p.isdigit() else p for p in key.split("."))
+        line = key_line(text, parts) or key_line(text, parts[:-1]) or line
     elif kind == "extra_forbidden":
         field = str(loc[-1])
         parent = _model_at(loc[:-1], item)
@@ -827,11 +944,20 @@ def _model_at(loc: list, item: dict):
                 tags = [p for p in item["loc"][3:4] if p in ADAPTER_CHOICES]
                 return METHOD_MODELS[tags[0]] if tags else LoraMethod
             return METHOD_MODELS.get(_method_kind_of(item), LoraMethod) if len(loc) == 1 else None
+        if isinstance(part, int):  # an item of a list of tables ([[dataset.sources]])
+            continue
         field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
         if field is None:
             return None
-        model = field.annotation if isinstance(field.annotation, type) else None
+        model = _item_model(field.annotation)
     return model
+
+
+def _item_model(annotation):
+    """A field's model: its type, or a list's item type."""
+    if get_origin(annotation) is list:
+        annotation = get_args(annotation)[0]
+    return annotation if isinstance(annotation, type) else None
 
 
 def _method_kind_of(item: dict) -> str:
@@ -853,13 +979,15 @@ def _description_of(loc: list) -> str | None:
                     info = candidate.model_fields[str(loc[index + 1])]
                     return f"expected: {info.description}"
             return None
+        if isinstance(part, int):
+            continue
         fields = getattr(model, "model_fields", {})
         info = fields.get(str(part))
         if info is None:
             return None
         if index == len(loc) - 1:
             return f"expected: {info.description}" if info.description else None
-        model = info.annotation
+        model = _item_model(info.annotation) or info.annotation
     return None
 
 
@@ -955,12 +1083,28 @@ def apply_override(data: dict, override: str) -> None:
     except tomllib.TOMLDecodeError:
         parsed = value.strip()
     node = data
-    for part in parts[:-1]:
+    for index, part in enumerate(parts[:-1]):
+        if isinstance(node, list):  # an array of tables: dataset.sources.0.weight
+            node = _list_item(node, part, key)
+            continue
         child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise RecipeError(message=f"--set {key}: '{part}' is not a table", key=key, fix="check the key path")
+        if not isinstance(child, (dict, list)) or (isinstance(child, list) and not parts[index + 1].isdigit()):
+            what = "a list: name an item by its index, e.g. dataset.sources.0.weight" if isinstance(child, list) \
+                else "not a table"
+            raise RecipeError(message=f"--set {key}: '{part}' is {what}", key=key, fix="check the key path")
         node = child
+    if isinstance(node, list):
+        raise RecipeError(message=f"--set {key}: the last part names a list item, not a key", key=key,
+                          fix="name a key of the item, e.g. dataset.sources.0.weight")
     node[parts[-1]] = parsed
+
+
+def _list_item(items: list, part: str, key: str) -> dict:
+    """The table at index `part` of an array of tables, for `--set` and sweep keys."""
+    if not part.isdigit() or int(part) >= len(items) or not isinstance(items[int(part)], dict):
+        raise RecipeError(message=f"--set {key}: no item {part} (the list has {len(items)})", key=key,
+                          fix=f"use an index from 0 to {len(items) - 1}" if items else "add the tables first")
+    return items[int(part)]
 
 
 def json_schema() -> dict:

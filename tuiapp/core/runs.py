@@ -411,7 +411,7 @@ class RunStore:
                 "recipe_file": recipe_file,
                 "method": recipe.method.kind,
                 "model": recipe.model.name,
-                "dataset": recipe.dataset.name,
+                "dataset": recipe.dataset.label,
                 "trust_remote_code": recipe.model.trust_remote_code,
                 "recipe": recipe.model_dump(mode="json"),
                 "attempts": [],
