@@ -18,8 +18,7 @@ import tomllib
 from tuiapp.core.errors import RecipeError, UserError
 from tuiapp.core.metrics import atomic_write_text
 from tuiapp.core.recipe import Recipe, SweepSpec, apply_override, recipe_from_dict
-
-GROUPS_DIR = ".groups"
+from tuiapp.core.sweep_groups import groups_dir
 
 
 def parse_value(text: str):
@@ -144,10 +143,6 @@ def plan_sweep(data: dict, text: str, file: str, grid_flags: dict[str, list], *,
 # ---------------------------------------------------------------- groups on disk
 
 
-def groups_dir(runs_root: Path) -> Path:
-    return Path(runs_root) / GROUPS_DIR
-
-
 def new_group_id(name: str) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     return f"sweep-{stamp}-{re.sub(r'[^A-Za-z0-9._-]+', '-', name)[:40]}-{secrets.token_hex(2)}"
@@ -167,19 +162,6 @@ def read_group(runs_root: Path, group_id: str) -> dict | None:
         return json.loads((groups_dir(runs_root) / f"{group_id}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def list_groups(runs_root: Path) -> dict[str, dict]:
-    """Every sweep's record in runs/.groups/, by id (unreadable files are skipped)."""
-    out: dict[str, dict] = {}
-    for path in sorted(groups_dir(runs_root).glob("*.json")):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("id"):
-            out[str(record["id"])] = record
-    return out
 
 
 def halving_path(runs_root: Path, group_id: str, run_id: str) -> Path:

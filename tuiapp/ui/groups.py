@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.text import Text
 
 from tuiapp.core.rundir import ACTIVE, FINAL
+from tuiapp.core.sweep_groups import list_groups
 from tuiapp.ui.history import RunRow
 
 GROUP_PREFIX = "group:"  # a group row's id in the history table
@@ -25,9 +26,7 @@ SHADES = "░▒▓█"  # worse → better
 
 def read_groups(runs_root: Path) -> dict[str, dict]:
     """Every sweep's record, by id."""
-    from tuiapp.core import sweep  # imports the recipe schema: kept off the history's start-up
-
-    return sweep.list_groups(runs_root)
+    return list_groups(runs_root)
 
 
 def metric_of(record: dict | None) -> str:
