@@ -51,22 +51,35 @@ GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
 def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple[Dataset, Dataset | None]:
-    """(train, eval or None) with input_ids, labels (and attention_mask unless packing)."""
-    spec = recipe.dataset
+    """(train, eval or None) with input_ids, labels (and attention_mask unless packing); a mixture's
+    training examples carry their source's index in a `source` column (mixture.SourceTokens drops it)."""
+    if recipe.dataset.sources:
+        from tuiapp.trainer import mixture
+
+        return mixture.build_mixture(recipe, tokenizer, Path(cache_dir), base_dir)
+    train, held_out, shuffle = split_source(recipe.dataset, recipe, tokenizer, Path(cache_dir), base_dir)
+    return train, bounded_eval(held_out, recipe, shuffle=shuffle) if held_out is not None else None
+
+
+def split_source(spec: DatasetSpec, recipe: Recipe, tokenizer, cache_dir: Path, base_dir,
+                 key: str = "dataset.eval_split", tag=None) -> tuple[Dataset, Dataset | None, bool]:
+    """(train, held-out or None, whether the held-out examples are in file order) of one dataset: its
+    eval file, or a seeded split of its cache entry. `tag(dataset)` is applied to the entries before
+    any split (a column added after one would copy the data)."""
+    tag = tag or (lambda dataset: dataset)
     eval_spec = eval_file_spec(spec)
-    train = cached_tokenized(spec, recipe, tokenizer, Path(cache_dir), base_dir)
+    train = tag(cached_tokenized(spec, recipe, tokenizer, cache_dir, base_dir))
     if eval_spec is not None:
-        held_out = cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir)
-        return train, bounded_eval(held_out, recipe, shuffle=True)
+        return train, tag(cached_tokenized(eval_spec, recipe, tokenizer, cache_dir, base_dir)), True
     fraction = eval_fraction(spec)
     if not fraction:
-        return train, None
+        return train, None, False
     if len(train) < 2:
         raise DatasetError(message=f"only {len(train)} example; too few to hold some out for eval",
-                           key="dataset.eval_split", fix="set eval_split = 0 or add records")
+                           key=key, fix="set eval_split = 0 or add records")
     # datasets writes the split's index files next to the cached data, via temp file + rename
     parts = train.train_test_split(test_size=fraction, seed=recipe.train.seed)
-    return parts["train"], bounded_eval(parts["test"], recipe, shuffle=False)
+    return parts["train"], parts["test"], False
 
 
 def bounded_eval(held_out: Dataset, recipe: Recipe, shuffle: bool) -> Dataset:
