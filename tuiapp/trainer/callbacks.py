@@ -22,11 +22,12 @@ from tuiapp.core.metrics import (
     JsonlWriter,
     TrainRow,
     rank_memory_path,
+    read_jsonl,
     read_rank_memory,
     write_rank_memory,
 )
 from tuiapp.core.rundata import MetricsWriter
-from tuiapp.core.rundir import EVENTS_JSONL
+from tuiapp.core.rundir import EVENTS_JSONL, METRICS_JSONL
 from tuiapp.trainer import phases
 
 
@@ -124,6 +125,22 @@ class GracefulStop(TrainerCallback):
 
     def _on_signal(self, signum, frame):
         self.requested = True
+
+    source_count = 0  # a mixture's sources, whose tokens are summed too (source_totals)
+    _sources = None  # this rank's tokens per source so far (a tensor, on the batch's device)
+
+    def add_source_tokens(self, counts: torch.Tensor) -> None:
+        """A mixture's micro batch: its tokens per source on this rank; no host sync."""
+        self._sources = counts if self._sources is None else self._sources + counts.to(self._sources.device)
+
+    def source_totals(self) -> list[int]:
+        """Every rank's tokens per source so far, one blocking all_reduce (CUDA: a device sync); every
+        rank calls it at the same train log, where the loss is read from the device anyway."""
+        local = (self._sources.detach().to("cpu", torch.int64).clone() if self._sources is not None
+                 else torch.zeros(self.source_count, dtype=torch.int64))
+        if self._several:
+            dist.all_reduce(local, op=dist.ReduceOp.SUM, group=self._group)
+        return local.tolist()
 
     def add_tokens(self, count: torch.Tensor) -> None:
         """A micro batch's non-padding tokens on this rank; no host sync."""
@@ -256,6 +273,18 @@ END_EVENTS = ("finished", "stop_checkpoint")  # the trainer writes no metrics ro
 EVAL_PROGRESS_EVERY_S = 1.0  # how often rank 0 writes an eval_progress event while it evaluates
 
 
+def _source_tokens_at(path: Path, step: int, keys: list[str]) -> dict[str, int]:
+    """Each source's tokens in the last train row at or before `step` of an earlier attempt."""
+    try:
+        rows = read_jsonl(path)
+    except OSError:
+        return {}
+    for row in reversed(rows):
+        if row.get("step", step + 1) <= step and f"tokens/{keys[0]}" in row:
+            return {key: int(row.get(f"tokens/{key}") or 0) for key in keys}
+    return {}
+
+
 class RunRecorder(TrainerCallback):
     """Writes metrics.jsonl and events.jsonl (rank 0 only). Each rank writes its own memory to
     ranks/memory-<rank>.json (read at most every MEMORY_SAMPLE_S, written at most every
@@ -274,6 +303,8 @@ class RunRecorder(TrainerCallback):
         self.loss_is_nll = loss_is_nll
         self.agreement = agreement
         self.active_parameters = 0  # the base's parameters a token goes through (set by the trainer)
+        self.source_keys: list[str] = []  # a mixture's source labels: rows get tokens/<label> (set by the trainer)
+        self._source_base: dict[str, int] = {}  # resumed: each source's tokens before this attempt
         self._held: list[tuple[TrainRow, float]] = []  # rows waiting for their step's token total
         self._samples_per_step = 0
         self.metrics = None
@@ -306,6 +337,9 @@ class RunRecorder(TrainerCallback):
             dist.barrier()
             self._rank_memory(force=True)
         if self._is_writer(state):
+            if self.source_keys and state.global_step:  # resumed: the sources' tokens go on from the checkpoint
+                self._source_base = _source_tokens_at(self.run_dir / METRICS_JSONL, state.global_step,
+                                                      self.source_keys)
             self.metrics = MetricsWriter(self.run_dir)  # keeps metrics.columns current: readers parse no long file
             atexit.register(self.metrics.close)  # a rank that exits through the interpreter (not os._exit)
             self.events = JsonlWriter(self.run_dir / EVENTS_JSONL)
@@ -360,9 +394,11 @@ class RunRecorder(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = dict(logs or {})
         memory = self._rank_memory()
+        train_row = "loss" in logs and "train_loss" not in logs
+        sources = self.agreement.source_totals() if train_row and self.source_keys and self.agreement else None
         if not self._is_writer(state) or self.metrics is None:
             return
-        if "loss" not in logs or "train_loss" in logs:
+        if not train_row:
             return  # eval rows are written in on_evaluate; the final summary is not a step
         row: TrainRow = {
             "step": state.global_step,
@@ -379,6 +415,9 @@ class RunRecorder(TrainerCallback):
         if isinstance(logs.get("moe/load"), list):  # each expert's share of the routed tokens (trainer.moe)
             row["moe/load"] = logs["moe/load"]
         row.update(preference_metrics(logs))
+        if sources is not None:  # a mixture: each source's tokens so far (they add up to `tokens`)
+            row.update({f"tokens/{key}": self._source_base.get(key, 0) + count
+                        for key, count in zip(self.source_keys, sources, strict=True)})
         self._held.append((row, time.time()))
         self._write_rows(state)
 

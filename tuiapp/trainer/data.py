@@ -18,7 +18,7 @@ import logging
 import re
 from pathlib import Path
 
-from datasets import Dataset, Features, List, Value, load_dataset, load_from_disk
+from datasets import Dataset, Features, List, Value, concatenate_datasets, load_dataset, load_from_disk
 from datasets.exceptions import DatasetGenerationError
 from transformers import DataCollatorForSeq2Seq, DataCollatorWithFlattening, default_data_collator
 
@@ -37,7 +37,7 @@ from tuiapp.core.datasets import (
 )
 from tuiapp.core.errors import DatasetError
 from tuiapp.core.recipe import DatasetSpec, Recipe, packing_enabled
-from tuiapp.trainer import tokenize_cache
+from tuiapp.trainer import mixture, tokenize_cache
 from tuiapp.trainer.packing import IGNORE, PackedRowsCollator
 from tuiapp.trainer.tiny import CHATML_TEMPLATE
 
@@ -54,9 +54,7 @@ def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple
     """(train, eval or None) with input_ids, labels (and attention_mask unless packing); a mixture's
     training examples carry their source's index in a `source` column (mixture.SourceTokens drops it)."""
     if recipe.dataset.sources:
-        from tuiapp.trainer import mixture
-
-        return mixture.build_mixture(recipe, tokenizer, Path(cache_dir), base_dir)
+        return _mixture_datasets(recipe, tokenizer, Path(cache_dir), base_dir)
     train, held_out, shuffle = split_source(recipe.dataset, recipe, tokenizer, Path(cache_dir), base_dir)
     return train, bounded_eval(held_out, recipe, shuffle=shuffle) if held_out is not None else None
 
@@ -80,6 +78,30 @@ def split_source(spec: DatasetSpec, recipe: Recipe, tokenizer, cache_dir: Path, 
     # datasets writes the split's index files next to the cached data, via temp file + rename
     parts = train.train_test_split(test_size=fraction, seed=recipe.train.seed)
     return parts["train"], parts["test"], False
+
+
+def _mixture_datasets(recipe: Recipe, tokenizer, cache_dir: Path, base_dir=None) -> tuple[Dataset, Dataset | None]:
+    """(the interleaved training set with its `source` column, the sources' held-out examples
+    together (bounded by train.eval_max_samples) or None)."""
+    trains, held_outs = [], []
+    for index, spec in enumerate(recipe.dataset.source_specs()):
+        train, held_out, _ = split_source(spec, recipe, tokenizer, cache_dir, base_dir,
+                                          key=f"dataset.sources.{index}.eval_split",
+                                          tag=lambda dataset, k=index: mixture.tagged(dataset, k))
+        trains.append(train)
+        if held_out is not None:
+            held_outs.append(held_out)
+    weights = [source.weight for source in recipe.dataset.sources]
+    means = [mixture.mean_tokens(t) for t in trains]
+    probabilities = mixture.mixture_probabilities(weights, means, recipe.dataset.mix_by)
+    mixed = mixture.interleave(trains, probabilities, recipe.train.seed)
+    log.info("mixture of %d sources: %s", len(trains), ", ".join(
+        f"{s.key} p={p:.3f} ({len(t)} examples, {m:.0f} tokens each)"
+        for s, p, t, m in zip(recipe.dataset.sources, probabilities, trains, means, strict=True)))
+    if not held_outs:
+        return mixed, None
+    held_out = concatenate_datasets(mixture.aligned(held_outs)).remove_columns(mixture.SOURCE)  # eval batches count no sources
+    return mixed, bounded_eval(held_out, recipe, shuffle=True)
 
 
 def bounded_eval(held_out: Dataset, recipe: Recipe, shuffle: bool) -> Dataset:

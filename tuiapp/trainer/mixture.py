@@ -17,45 +17,15 @@ model and the callbacks add up into the metrics' tokens/<label>.
 
 from __future__ import annotations
 
-import logging
 import math
-from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
 import torch
 from datasets import Dataset, concatenate_datasets
 
-from tuiapp.core.recipe import Recipe
-from tuiapp.trainer import data
-
-log = logging.getLogger("llmtui.data")
 SOURCE = "source"  # the column with each example's source index
 SOURCE_TOKENS = "source_tokens"  # the batch's tokens per source
-
-
-def build_mixture(recipe: Recipe, tokenizer, cache_dir: Path, base_dir=None) -> tuple[Dataset, Dataset | None]:
-    """(the interleaved training set with its `source` column, the sources' held-out examples
-    together (bounded by train.eval_max_samples) or None)."""
-    trains, held_outs = [], []
-    for index, spec in enumerate(recipe.dataset.source_specs()):
-        train, held_out, _ = data.split_source(spec, recipe, tokenizer, cache_dir, base_dir,
-                                               key=f"dataset.sources.{index}.eval_split",
-                                               tag=lambda dataset, k=index: tagged(dataset, k))
-        trains.append(train)
-        if held_out is not None:
-            held_outs.append(held_out)
-    weights = [source.weight for source in recipe.dataset.sources]
-    means = [mean_tokens(t) for t in trains]
-    probabilities = mixture_probabilities(weights, means, recipe.dataset.mix_by)
-    mixed = interleave(trains, probabilities, recipe.train.seed)
-    log.info("mixture of %d sources: %s", len(trains), ", ".join(
-        f"{s.key} p={p:.3f} ({len(t)} examples, {m:.0f} tokens each)"
-        for s, p, t, m in zip(recipe.dataset.sources, probabilities, trains, means, strict=True)))
-    if not held_outs:
-        return mixed, None
-    held_out = concatenate_datasets(_aligned(held_outs)).remove_columns(SOURCE)  # eval batches count no sources
-    return mixed, data.bounded_eval(held_out, recipe, shuffle=True)
 
 
 def tagged(dataset: Dataset, index: int) -> Dataset:
@@ -100,10 +70,10 @@ def interleave(datasets: list[Dataset], probabilities: list[float], seed: int,
             continue
         order = np.concatenate([rng.permutation(n) for _ in range(math.ceil(len(where) / n))])[: len(where)]
         indices[where] = offsets[k] + order
-    return concatenate_datasets(_aligned(datasets)).select(indices)
+    return concatenate_datasets(aligned(datasets)).select(indices)
 
 
-def _aligned(datasets: list[Dataset]) -> list[Dataset]:
+def aligned(datasets: list[Dataset]) -> list[Dataset]:
     """The sources with the first one's column types (a list of int64 and one of int32 would not
     concatenate)."""
     first = datasets[0].features

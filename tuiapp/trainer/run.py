@@ -15,11 +15,22 @@ import transformers
 from transformers import Trainer, TrainingArguments
 
 from tuiapp.core import trackers
+from tuiapp.core.errors import DatasetError
 from tuiapp.core.kinds import RL_KINDS
 from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
 from tuiapp.core.rundir import EVENTS_JSONL, METRICS_JSONL, RECIPE_TOML
-from tuiapp.trainer import bottleneck, checkpoints, phases, strategies, streaming, trained_logits, varlen, vision
+from tuiapp.trainer import (
+    bottleneck,
+    checkpoints,
+    mixture,
+    phases,
+    strategies,
+    streaming,
+    trained_logits,
+    varlen,
+    vision,
+)
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.early_stop import early_stopping
@@ -78,7 +89,12 @@ class RunTrainerMixin:
     step_agreement: GracefulStop | None = None  # sums the ranks' token counts
     _grad_norm_kept = False
 
+    _source_tokens = None  # a mixture's micro batch: its tokens per source, taken off the batch
+
     def training_step(self, model, *args, **kwargs):
+        inputs = args[0] if args else kwargs.get("inputs")
+        if inputs is not None and mixture.SOURCE_TOKENS in inputs:  # counted, not a model input
+            self._source_tokens = inputs.pop(mixture.SOURCE_TOKENS)
         if not self._grad_norm_kept:
             self._grad_norm_kept = True
             keep_deepspeed_grad_norm(model)
@@ -89,6 +105,11 @@ class RunTrainerMixin:
         the step agreement (GracefulStop), which sums the ranks' counts on the all_reduce it makes
         anyway. The Trainer's own count gathers them and waits for the device every micro batch."""
         name = getattr(self.model, "main_input_name", "input_ids")
+        sources, self._source_tokens = self._source_tokens, None
+        if sources is not None and self.step_agreement is not None:  # a mixture: its total is theirs
+            self.step_agreement.add_source_tokens(sources)
+            self.step_agreement.add_tokens(sources.sum())
+            return
         if self.step_agreement is None or name not in inputs:
             return super()._track_num_input_tokens(inputs)
         pad = getattr(self.processing_class, "pad_token_id", None)
@@ -245,6 +266,10 @@ def train(run_dir: Path, resume: bool) -> int:
 
     processor = vision.load_processor(model_path, recipe.model.trust_remote_code) \
         if vision.is_vision_model(model_path) else None
+    if processor is not None and recipe.dataset.sources:
+        raise DatasetError(message="a mixture ([[dataset.sources]]) trains text and chats, not a vision-language "
+                           "model's image chats", key="dataset.sources",
+                           fix="use one image dataset (dataset.name), or a text model")
     if processor is not None:  # image chats: raw records, tokenized with their images per batch
         vision.apply_max_pixels(processor, recipe.vision.max_pixels)
         phases.enter("reading images")
@@ -278,6 +303,8 @@ def train(run_dir: Path, resume: bool) -> int:
         phases.enter("joining ranks")  # the process group starts with the training arguments
     args = _training_args(recipe, run_dir, precision, eval_set is not None)
     recorder = RunRecorder(run_dir, socket.gethostname(), agreement=stopper)
+    recorder.source_keys = [source.key for source in recipe.dataset.sources]  # tokens/<label> per row
+    stopper.source_count = len(recipe.dataset.sources)
     _count_active(recorder, recipe, model_path)
     callbacks = [stopper]
     if eval_set is not None and recipe.train.sample_prompts:
@@ -292,7 +319,8 @@ def train(run_dir: Path, resume: bool) -> int:
         train_dataset=train_set,
         eval_dataset=eval_set,
         data_collator=vision.VisionCollator(processor, recipe.train.max_seq_len) if processor is not None else
-        make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
+        mixture.SourceTokens(make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
+                             len(recipe.dataset.sources)),
         processing_class=processor or tokenizer,
         callbacks=callbacks,
     )

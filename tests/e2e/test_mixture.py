@@ -1,0 +1,27 @@
+"""A mixture of two sources trains with real ranks, and every train row carries each source's
+tokens so far (tokens/<label>), which add up to the row's token total."""
+
+import pytest
+
+from tests.e2e.helpers import llmtui, metrics, only_run, run_info
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_two_source_mixture_trains_on_two_ranks_and_logs_tokens_per_source(runs_dir):
+    result = llmtui("run", "recipes/tiny-mixture.toml", "--set", "launch.gpus=2", "--set", "train.max_steps=12",
+                    "--set", "train.logging_steps=2", "--set", "train.eval_steps=6", "--set", "train.save_steps=0",
+                    "--set", "train.micro_batch=4", runs_dir=runs_dir)
+    run_dir = only_run(runs_dir)
+    assert result.returncode == 0, result.stdout + (run_dir / "stdout.log").read_text()[-4000:]
+    info = run_info(run_dir)
+    assert info["ranks"] == 2 and info["dataset"] == "mix(facts:3, chat:1)"
+    rows = metrics(run_dir)
+    train = [r for r in rows if r.get("split", "train") == "train"]
+    assert [r["step"] for r in train] == [1, 2, 4, 6, 8, 10, 12]
+    for row in train:
+        assert row["tokens/facts"] + row["tokens/chat"] == row["tokens"], row
+    last = train[-1]
+    assert last["tokens/facts"] > 0 and last["tokens/chat"] > 0
+    assert [r["tokens/facts"] for r in train] == sorted(r["tokens/facts"] for r in train)
+    assert any(r.get("split") == "eval" and r.get("eval_loss") is not None for r in rows)  # the sources' held-out
