@@ -10,11 +10,17 @@ sample data, with the bundled tiny model's tokenizer:
 For context, the baseline script's docs-style tokenization (`load_dataset` + `.map`, fresh
 datasets cache) of the same file is timed too.
 
-    .venv/bin/python bench/bench_data.py --corpus-mb 1024,4096
+    .venv/bin/python bench/bench_data.py --corpus-mb 1024,4096 [--no-peer] [--json FILE]
 
 Data at any size: a pretraining corpus of each size made from the shared c4 sample repeated (in a
-temporary folder, never committed), tokenized cold in a rank-like child process (fresh cache) and
-loaded warm; the peak resident memory of the rank process and of it with its tokenizing workers.
+temporary folder, never committed, deleted after each size). For each size, three real
+`llmtui run`s of the tiny pretrain task (bench_train's, 3 steps), launch to the first logged step:
+streaming (`dataset.streaming = true`), cold (a fresh data cache: the run tokenizes the corpus;
+the rank's "tokenizing" phase gives the cold throughput) and warm (the cache the cold run wrote).
+The rank's peak resident memory is polled every 0.2 s, alone and with its tokenizing workers.
+Then LLaMA-Factory's own data preparation of the same file (stage pt, cutoff 512,
+preprocessing_num_workers 2, fresh datasets cache: `get_dataset` timed in its venv, made as by
+bench_peer.py) side by side; when that venv cannot be made, one line says why.
 """
 
 from __future__ import annotations
@@ -177,19 +183,6 @@ def run_all(quick: bool = False, log=print) -> dict:
     return {"results": results, "fingerprint": fingerprint, "markdown": markdown(results, reps, fingerprint)}
 
 
-BUILD = """
-import json, sys, time
-from transformers import AutoTokenizer
-from tuiapp.core.recipe import parse_recipe
-from tuiapp.trainer.data import build_datasets
-recipe = parse_recipe(open(sys.argv[1]).read())
-tokenizer = AutoTokenizer.from_pretrained(sys.argv[2])
-started = time.perf_counter()
-train, _ = build_datasets(recipe, tokenizer, sys.argv[3])
-print(json.dumps({"seconds": time.perf_counter() - started, "rows": len(train)}))
-"""
-
-
 def make_corpus(path: Path, megabytes: int) -> int:
     """The shared c4 sample repeated to `megabytes`; returns the number of documents."""
     sample = common.data_file(common.C4).read_bytes()
@@ -203,66 +196,264 @@ def make_corpus(path: Path, megabytes: int) -> int:
     return docs
 
 
-def _peak_rss(argv: list[str], env: dict) -> tuple[dict, float, float]:
-    """(the child's JSON line, peak RSS of the child alone, peak RSS of the child and its children) in MB."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                            cwd=common.ROOT)
-    own = tree = 0.0
-    parent = psutil.Process(proc.pid)
-    while proc.poll() is None:
+def corpus_recipe(corpus: Path, streaming: bool) -> str:
+    """The tiny pretrain run of the benchmarks (bench_train's task), on `corpus`, a few steps."""
+    text = common.recipe_toml({"name": "corpus", "data": str(corpus), "format": "text", "method": "pretrain",
+                               "max_seq_len": 512, "steps": FIRST_STEP_STEPS, "micro_batch": 8, "lr": 3e-3})
+    if streaming:
+        text = text.replace('format = "text"\n', 'format = "text"\nstreaming = true\n')
+    # a cold build of a 4 GB corpus is one long phase: not a hang
+    return text + "startup_timeout_s = 7200\n"
+
+
+FIRST_STEP_STEPS = 3
+
+
+def _tree_rss(process: psutil.Process) -> tuple[int, int]:
+    own = process.memory_info().rss
+    kids = 0
+    for child in process.children(recursive=True):
         try:
-            mine = parent.memory_info().rss
-            kids = sum(c.memory_info().rss for c in parent.children(recursive=True))
-            own, tree = max(own, mine / 1e6), max(tree, (mine + kids) / 1e6)
+            kids += child.memory_info().rss
         except psutil.Error:
             pass
-        time.sleep(0.1)
+    return own, own + kids
+
+
+def first_step(corpus: Path, work: Path, env: dict, streaming: bool, timeout: float) -> dict:
+    """`llmtui run` of the tiny pretrain recipe on `corpus`, launch to its first logged step; the
+    rank's phases (when it tokenized) and its peak resident memory, alone and with its workers."""
+    from tuiapp.core import rundir
+
+    work.mkdir(parents=True, exist_ok=True)
+    recipe = work / "recipe.toml"
+    recipe.write_text(corpus_recipe(corpus, streaming))
+    runs = work / "runs"
+    argv = [*common.llmtui_command(), "run", str(recipe), "--runs-dir", str(runs)]
+    phases: dict[str, float] = {}
+    own = tree = 0
+    rank = None
+    run_dir = None
+    first = None
+    completed = False
+    with open(work / "cli.log", "wb") as log:
+        t0 = time.time()
+        proc = subprocess.Popen(argv, cwd=common.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                if run_dir is None and runs.is_dir():
+                    run_dir = next((p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")), None)
+                if run_dir is not None:
+                    try:
+                        phase = json.loads(rundir.phase_path(run_dir, 0).read_text())
+                        phases.setdefault(phase["phase"], phase["since"])
+                        if rank is None or rank.pid != phase.get("pid"):
+                            rank = psutil.Process(phase["pid"])
+                    except (OSError, ValueError, KeyError, psutil.Error):
+                        pass
+                    if first is None:
+                        ev = {e.get("event"): e for e in common.read_jsonl(run_dir / "events.jsonl")}
+                        if "first_step" in ev:
+                            first = ev["first_step"]["time"]
+                if rank is not None:
+                    try:
+                        mine, everything = _tree_rss(rank)
+                        own, tree = max(own, mine), max(tree, everything)
+                    except psutil.Error:
+                        pass
+                time.sleep(0.2)
+            completed = proc.poll() is not None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if not completed:
+                common.kill_run(run_dir)
+    if run_dir is not None and first is None:
+        ev = {e.get("event"): e for e in common.read_jsonl(run_dir / "events.jsonl")}
+        first = ev.get("first_step", {}).get("time")
+    tokenizing = None
+    if "tokenizing" in phases:
+        after = [t for t in phases.values() if t > phases["tokenizing"]]
+        tokenizing = (min(after) - phases["tokenizing"]) if after else None
+    return {"ok": proc.returncode == 0 and first is not None, "ttfs": (first - t0) if first else None,
+            "tokenizing_s": tokenizing, "rank_mb": own / 1e6 or None, "tree_mb": tree / 1e6 or None,
+            "phases": {k: round(v - t0, 2) for k, v in phases.items()},
+            "log": common._tail(work / "cli.log") + ("\n" + common._tail(run_dir / "stdout.log") if run_dir else "")}
+
+
+# Runs in LLaMA-Factory's venv: its dataset building alone (load the JSON lines, align, tokenize and
+# group into blocks for stage pt), as `llamafactory-cli train` does before training.
+PEER_DATA = r"""
+import importlib.machinery, json, sys, time, types
+stub = types.ModuleType("torchaudio")  # see bench_peer.PEER_RUNNER
+stub.__spec__ = importlib.machinery.ModuleSpec("torchaudio", None)
+sys.modules["torchaudio"] = stub
+from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
+from llamafactory.hparams import get_train_args
+from llamafactory.model import load_tokenizer
+model_args, data_args, training_args, finetuning_args, _ = get_train_args(json.load(open(sys.argv[1])))
+tokenizer_module = load_tokenizer(model_args)
+template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
+started = time.perf_counter()
+module = get_dataset(template, model_args, data_args, training_args, stage="pt", **tokenizer_module)
+print(json.dumps({"seconds": time.perf_counter() - started, "rows": len(module["train_dataset"])}))
+"""
+
+
+def peer_preprocess(corpus: Path, model_dir: Path, work: Path, env: dict, timeout: float) -> dict:
+    """LLaMA-Factory's pretraining data preparation of `corpus`, 2 preprocessing workers, fresh caches."""
+    import bench_peer
+
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "data").mkdir(exist_ok=True)
+    (work / "data" / "dataset_info.json").write_text(json.dumps(
+        {"corpus": {"file_name": str(corpus), "columns": {"prompt": "text"}}}))
+    args = {"model_name_or_path": str(model_dir), "stage": "pt", "do_train": True, "finetuning_type": "full",
+            "dataset": "corpus", "dataset_dir": str(work / "data"), "template": "chatml", "cutoff_len": 512,
+            "preprocessing_num_workers": PEER_WORKERS, "overwrite_cache": True, "output_dir": str(work / "out"),
+            "report_to": "none", "per_device_train_batch_size": 8, "bf16": False, "fp16": False}
+    (work / "args.json").write_text(json.dumps(args))
+    (work / "runner.py").write_text(PEER_DATA)
+    peer_env = {**env, "HF_DATASETS_CACHE": str(work / "hf-datasets"), "CUDA_VISIBLE_DEVICES": "",
+                "DISABLE_VERSION_CHECK": "1", "WANDB_DISABLED": "true"}
+    argv = [str(bench_peer.PEER_PYTHON), str(work / "runner.py"), str(work / "args.json")]
+    try:
+        result, own, tree = _peak_rss(argv, peer_env, work / "peer.log", timeout)
+    except RuntimeError as exc:
+        return {"ok": False, "error": str(exc), "log": common._tail(work / "peer.log")}
+    return {"ok": True, "seconds": result["seconds"], "rows": result["rows"], "rank_mb": own, "tree_mb": tree}
+
+
+PEER_WORKERS = 2
+
+
+def _peak_rss(argv: list[str], env: dict, log_path: Path, timeout: float) -> tuple[dict, float, float]:
+    """(the child's last JSON line, peak RSS of the child alone, of the child and its children) in MB."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=log_path.parent,
+                                start_new_session=True)
+        own = tree = 0
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + timeout
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    mine, everything = _tree_rss(parent)
+                    own, tree = max(own, mine), max(tree, everything)
+                except psutil.Error:
+                    pass
+                time.sleep(0.2)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait()
     out = proc.stdout.read().strip().splitlines()
     if proc.returncode != 0 or not out:
-        raise RuntimeError(f"build failed ({proc.returncode})")
-    return json.loads(out[-1]), own, tree
+        raise RuntimeError(f"exit {proc.returncode}")
+    return json.loads(out[-1]), own / 1e6, tree / 1e6
 
 
-def corpus_scaling(sizes_mb: list[int], log=print) -> dict:
+def corpus_scaling(sizes_mb: list[int], peer: bool = True, log=print) -> dict:
+    """For each size: streaming, cold and warm first steps of `llmtui run`, then LLaMA-Factory's
+    preprocessing of the same file (when its venv can be made)."""
     work = common.temp_dir("corpus")
     rows = []
+    peer_note = None
     try:
-        model_dir = common.ensure_model(work / "model-cache")
+        model_dir = common.ensure_model(work / "cache")
+        env = common.bench_env(work / "cache", work / "hf-datasets")
+        if peer:
+            import bench_peer
+
+            peer_note = bench_peer.ensure_peer()
+            if peer_note:
+                log(f"LLaMA-Factory skipped: {peer_note}")
+            else:
+                peer_note = bench_peer.peer_version()
         for size in sizes_mb:
             corpus = work / f"c4-{size}mb.jsonl"
             docs = make_corpus(corpus, size)
-            recipe = work / f"r{size}.toml"
-            recipe.write_text(common.recipe_toml({"name": "corpus", "data": str(corpus), "format": "text",
-                                                  "method": "pretrain", "max_seq_len": 512, "steps": 10,
-                                                  "micro_batch": 8, "lr": 3e-3}))
-            cache = work / f"cache-{size}"
-            argv = [sys.executable, "-c", BUILD, str(recipe), str(model_dir), str(cache)]
-            env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-            log(f"corpus {size} MB ({docs:,} documents): cold")
-            cold, cold_own, cold_tree = _peak_rss(argv, env)
-            log(f"corpus {size} MB: warm")
-            warm, warm_own, _ = _peak_rss(argv, env)
-            rows.append({"mb": size, "docs": docs, "rows": cold["rows"], "cold_s": cold["seconds"],
-                         "docs_per_s": docs / cold["seconds"], "mb_per_s": corpus.stat().st_size / 1e6 / cold["seconds"],
-                         "cold_rank_mb": cold_own, "cold_tree_mb": cold_tree, "warm_s": warm["seconds"],
-                         "warm_rank_mb": warm_own})
-            corpus.unlink()
-            common.remove(cache)
+            row = {"mb": size, "docs": docs, "bytes": corpus.stat().st_size}
+            timeout = 600 + size * 3  # ~1.5 MB/s under load, twice over
+            try:
+                log(f"corpus {size} MB ({docs:,} documents): streaming first step")
+                row["streaming"] = first_step(corpus, work / f"stream-{size}", env, True, 600)
+                log(f"corpus {size} MB: streaming: {json.dumps(_summary(row)['streaming'])}")
+                common.remove(work / "cache" / "data")
+                log(f"corpus {size} MB: cold first step (tokenizing into a fresh cache)")
+                row["cold"] = first_step(corpus, work / f"cold-{size}", env, False, timeout)
+                log(f"corpus {size} MB: cold: {json.dumps(_summary(row)['cold'])}")
+                log(f"corpus {size} MB: warm first step")
+                row["warm"] = first_step(corpus, work / f"warm-{size}", env, False, 600)
+                log(f"corpus {size} MB: warm: {json.dumps(_summary(row)['warm'])}")
+                for key in ("streaming", "cold", "warm"):
+                    if not row[key]["ok"]:
+                        log(f"corpus {size} MB: {key} run failed:\n{row[key]['log']}")
+                if peer and not bench_peer.ensure_peer():
+                    log(f"corpus {size} MB: LLaMA-Factory's preprocessing, {PEER_WORKERS} workers")
+                    row["peer"] = peer_preprocess(corpus, model_dir, work / f"peer-{size}", env, timeout * 2)
+                    if not row["peer"]["ok"]:
+                        log(f"corpus {size} MB: LLaMA-Factory failed: {row['peer']}")
+                log(f"corpus {size} MB: {json.dumps(_summary(row))}")
+            except KeyboardInterrupt:
+                rows.append(row)
+                raise
+            finally:
+                if row not in rows:
+                    rows.append(row)
+                corpus.unlink(missing_ok=True)
+                common.remove(work / "cache" / "data")
+                for sub in ("stream", "cold", "warm", "peer"):
+                    common.remove(work / f"{sub}-{size}")
     finally:
         common.remove(work)
-    table = md_table(["corpus", "documents", "blocks of 512", "cold s", "docs/s", "MB/s", "peak rank MB (cold)",
-                      "peak rank + workers MB", "warm load s", "peak rank MB (warm)"],
-                     [[f"{r['mb']:,} MB", f"{r['docs']:,}", f"{r['rows']:,}", fmt(r["cold_s"], ".1f"),
-                       fmt(r["docs_per_s"], ",.0f"), fmt(r["mb_per_s"], ".2f"), fmt(r["cold_rank_mb"], ",.0f"),
-                       fmt(r["cold_tree_mb"], ",.0f"), fmt(r["warm_s"], ".2f"), fmt(r["warm_rank_mb"], ",.0f")]
-                      for r in rows])
-    return {"rows": rows, "markdown": table}
+    return {"rows": rows, "peer": peer_note, "markdown": corpus_markdown(rows, peer_note)}
+
+
+def _summary(row: dict) -> dict:
+    out = {"mb": row["mb"], "docs": row["docs"]}
+    for key in ("streaming", "cold", "warm", "peer"):
+        if key in row:
+            out[key] = {k: v for k, v in row[key].items() if k != "log"}
+    return out
+
+
+def corpus_markdown(rows: list[dict], peer_note: str | None) -> str:
+    def get(row, key, field):
+        return (row.get(key) or {}).get(field)
+
+    table = []
+    for r in rows:
+        mb = r["bytes"] / 1e6
+        tok, peer = get(r, "cold", "tokenizing_s"), get(r, "peer", "seconds")
+        table.append([
+            f"{r['mb']:,} MB", f"{r['docs']:,}", fmt(tok, ",.0f"), fmt(mb / tok if tok else None, ".2f"),
+            fmt(peer, ",.0f"), fmt(mb / peer if peer else None, ".2f"),
+            fmt(get(r, "cold", "ttfs"), ",.1f"), fmt(get(r, "warm", "ttfs"), ".1f"), fmt(get(r, "streaming", "ttfs"), ".1f"),
+            fmt(get(r, "cold", "rank_mb"), ",.0f"), fmt(get(r, "cold", "tree_mb"), ",.0f"),
+            fmt(get(r, "warm", "rank_mb"), ",.0f"), fmt(get(r, "streaming", "rank_mb"), ",.0f"),
+            fmt(get(r, "peer", "tree_mb"), ",.0f"),
+        ])
+    out = [md_table(["corpus", "documents", "llmtui tokenizing s (cold)", "llmtui MB/s",
+                     f"LLaMA-Factory s ({PEER_WORKERS} workers)", "LF MB/s", "first step s: cold", "warm", "streaming",
+                     "peak rank MB: cold", "cold + workers", "warm", "streaming", "LF peak MB (+ workers)"], table)]
+    out.append("")
+    out.append(f"Peer: {peer_note or 'not run'}.")
+    for r in rows:
+        out.append(f"- {r['mb']:,} MB phases (s after launch): " + "; ".join(
+            f"{key}: {get(r, key, 'phases')}" for key in ("cold", "warm", "streaming") if key in r))
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--corpus-mb", default="", help="sizes of generated c4 corpora, e.g. 1024,4096")
+    parser.add_argument("--no-peer", action="store_true", help="--corpus-mb without LLaMA-Factory's preprocessing")
+    parser.add_argument("--json", default="", help="--corpus-mb: also write the raw figures to this file")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
     if args.corpus_mb:
@@ -271,7 +462,10 @@ def main(argv=None) -> int:
             print(skipped)
             return 0
         sizes = [int(v) for v in args.corpus_mb.split(",") if v.strip()]
-        print(corpus_scaling(sizes, log=lambda m: print(m, file=sys.stderr, flush=True))["markdown"])
+        result = corpus_scaling(sizes, peer=not args.no_peer, log=lambda m: print(m, file=sys.stderr, flush=True))
+        print(result["markdown"])
+        if args.json:
+            Path(args.json).write_text(json.dumps({k: v for k, v in result.items() if k != "markdown"}, indent=1))
         return 0
     result = run_all(args.quick, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(result["markdown"])

@@ -10,9 +10,9 @@ number of threads. Repetitions alternate which tool goes first. Rows compare lik
 gradient checkpointing set the same in both, unpacked against unpacked, each tool's best
 setting against the other's.
 
-LLaMA-Factory runs in its own virtual environment, made here on first use (bench/.peer-venv,
-git-ignored): `pip install torch==<this torch> llamafactory`, torch coming from this machine's
-wheel. Its torchvision/torchaudio wheels are built for another torch and break
+LLaMA-Factory runs in its own virtual environment, made on first use outside the checkout
+(~/.cache/llmtui-bench/peer-venv, or $LLMTUI_BENCH_CACHE/peer-venv): `pip install
+torch==<this torch> llamafactory`, torch coming from this machine's wheel. Its torchvision/torchaudio wheels are built for another torch and break
 `import transformers`; it needs neither for text SFT, so they are removed (and an empty
 `torchaudio` module stands in for the one import LLaMA-Factory makes at the top of a module). When the peer cannot
 be installed the benchmark prints one line saying why and exits 0. It is run through its own
@@ -44,7 +44,8 @@ from tuiapp.core.launcher import torch_extensions_dir  # noqa: E402
 # not a cold folder per benchmark that rebuilds it for minutes on a busy machine
 os.environ["TORCH_EXTENSIONS_DIR"] = common.TORCH_EXTENSIONS = torch_extensions_dir({})
 
-PEER_VENV = common.BENCH / ".peer-venv"
+# outside the checkout (never in the working tree): LLMTUI_BENCH_CACHE, else ~/.cache/llmtui-bench
+PEER_VENV = common.BENCH_CACHE / "peer-venv"
 PEER_PYTHON = PEER_VENV / "bin" / "python"
 SECTION = "## Peer: LLaMA-Factory"
 SETTINGS = {"rank": 8, "alpha": 16, "dropout": 0.05, "micro_batch": 8, "max_len": 512, "lr": 1e-3,

@@ -47,6 +47,8 @@ BENCH = ROOT / "bench"
 PYTHON = sys.executable
 DATA_DIR = Path(os.environ.get("LLMTUI_BENCH_DATA") or ROOT.parent / "shared" / "data")
 C4 = "c4_demo.jsonl"
+# what the benchmarks install once and keep (the peer's venv): outside the checkout
+BENCH_CACHE = Path(os.environ.get("LLMTUI_BENCH_CACHE") or Path.home() / ".cache" / "llmtui-bench")
 ALPACA = "alpaca_en_demo.json"
 
 
