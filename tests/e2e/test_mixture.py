@@ -25,3 +25,5 @@ def test_a_two_source_mixture_trains_on_two_ranks_and_logs_tokens_per_source(run
     assert last["tokens/facts"] > 0 and last["tokens/chat"] > 0
     assert [r["tokens/facts"] for r in train] == sorted(r["tokens/facts"] for r in train)
     assert any(r.get("split") == "eval" and r.get("eval_loss") is not None for r in rows)  # the sources' held-out
+    shown = llmtui("show", run_dir.name, runs_dir=runs_dir, check=True).stdout
+    assert f"sources   facts {last['tokens/facts']:,}" in shown and "· chat " in shown

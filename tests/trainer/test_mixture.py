@@ -107,3 +107,17 @@ def test_the_collator_counts_each_sources_tokens_and_drops_the_column(tokenizer,
         assert int(batch["attention_mask"].sum()) == sum(expected)
     plain = collate([{k: v for k, v in f.items() if k != mixture.SOURCE} for f in features])
     assert mixture.SOURCE_TOKENS not in plain
+
+
+def test_a_resumed_mixture_goes_on_from_the_checkpoints_row(tmp_path):
+    from tuiapp.core.metrics import JsonlWriter
+    from tuiapp.trainer.callbacks import _source_tokens_at
+
+    path = tmp_path / "metrics.jsonl"
+    assert _source_tokens_at(path, 10, ["facts", "chat"]) == {}
+    with JsonlWriter(path) as writer:
+        for step in (5, 10, 15):
+            writer.write({"step": step, "loss": 1.0, "tokens": 40 * step, "tokens/facts": 30 * step,
+                          "tokens/chat": 10 * step})
+        writer.write({"split": "eval", "step": 10, "eval_loss": 1.0})
+    assert _source_tokens_at(path, 12, ["facts", "chat"]) == {"facts": 300, "chat": 100}

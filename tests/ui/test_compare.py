@@ -319,3 +319,20 @@ def test_ticks_limits_ranges_and_values():
     assert default_x_range([40, 40, 400]) == (0.0, 40)  # the 400-step run does not squeeze the others
     assert default_x_range([40, 60]) == (0.0, 60)
     assert value_at([1, 2, 3], [5.0, 6.0, 7.0], 2.5) == (2, 6.0) and value_at([1], [5.0], 0.5) is None
+
+
+def test_summary_shows_a_mixtures_tokens_per_source(runs_root, tmp_path):
+    """A run that mixes sources gets a `tokens per source` column in the summary; the others a dash."""
+    with JsonlWriter(RunStore(runs_root).get("live").path / "metrics.jsonl") as writer:
+        writer.write({"step": 999, "max_steps": 1000, "loss": 0.5, "lr": 1e-4, "tokens": 4000, "time": FIXED_NOW,
+                      "tokens/facts": 3000, "tokens/chat": 1000})
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_compare(pilot, runs_root, ["live", "baseline"])
+            table = screen.query_one("#cmp-summary", DataTable)
+            cells = {run.label: str(table.get_cell(run.id, "sources")) for run in screen.runs}
+            assert cells == {"live": "facts 3,000 (75%) · chat 1,000 (25%)", "baseline": "-"}
+
+    asyncio.run(scenario())

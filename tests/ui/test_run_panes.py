@@ -38,3 +38,13 @@ def test_a_mixture_of_experts_run_shows_its_routing_in_the_speed_pane():
     dense = RunData()
     dense.extend([{k: v for k, v in row.items() if not k.startswith("moe/")}])
     assert "experts" not in speed_text(dense)
+
+
+def test_a_mixture_run_shows_each_sources_tokens_in_the_speed_pane():
+    data = RunData()
+    data.extend([{"step": 4, "max_steps": 8, "time": 10.0, "loss": 2.0, "tokens": 1000,
+                  "tokens/facts": 750, "tokens/chat": 250}])
+    assert "\nsources: facts 750 (75%) · chat 250 (25%)" in speed_text(data)
+    single = RunData()
+    single.extend([{"step": 4, "max_steps": 8, "time": 10.0, "loss": 2.0, "tokens": 1000}])
+    assert "sources" not in speed_text(single)

@@ -12,7 +12,7 @@ from tuiapp.cli.shared import print_err
 from tuiapp.core import meta, queue, rl, runstate
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.jsonout import error_document, write_document
-from tuiapp.core.metrics import dedupe_steps, summarize, train_rows
+from tuiapp.core.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, progress_line
 from tuiapp.core.recipe import batching_label
 from tuiapp.core.rundir import attempt_count, duration_s, first_started
@@ -111,7 +111,8 @@ def cmd_show(args) -> int:
     row = _row(run)
     rows = dedupe_steps(train_rows(run.metrics()))
     if args.json:
-        print(json.dumps({"run": run.info, "summary": row, "metrics_rows": len(rows)}, indent=2, default=str))
+        print(json.dumps({"run": run.info, "summary": row, "metrics_rows": len(rows),
+                          "source_tokens": source_tokens(rows[-1]) if rows else {}}, indent=2, default=str))
         return EXIT_OK
     print(f"{run.id}  [{run.status}]  {run.info.get('method')} on {row['model']}  data {row['dataset']}")
     print(f"  path      {run.path}")
@@ -122,6 +123,8 @@ def cmd_show(args) -> int:
         print(f"  phase     {row['phase']} (since {fmt_duration(time.time() - (run.info.get('phase_since') or time.time()))})")
     if rows:
         print(f"  progress  {progress_line(rows[-1], rows)}")
+        if source_tokens_text(rows[-1]):  # a mixture: each source's tokens so far
+            print(f"  sources   {source_tokens_text(rows[-1])}")
     print(f"  best eval {fmt_number(row['best_eval_loss'], '.4f')}")
     if row["best_reward_accuracy"] is not None:
         print(f"  rewards   best accuracy {fmt_number(row['best_reward_accuracy'], '.3f')} · "

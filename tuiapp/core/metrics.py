@@ -346,3 +346,25 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     except OSError:  # a full disk (ENOSPC): no half-written temp file is left behind
         tmp.unlink(missing_ok=True)
         raise
+
+
+SOURCE_TOKENS_PREFIX = "tokens/"  # a mixture's train rows: tokens/<source label> (the source's tokens so far)
+
+
+def source_tokens(row: dict) -> dict[str, float]:
+    """A mixture's tokens per source in a train row, by source label ({} for one dataset)."""
+    out: dict[str, float] = {}
+    for key, value in row.items():
+        number = as_number(value) if key.startswith(SOURCE_TOKENS_PREFIX) else None
+        if number is not None:
+            out[key[len(SOURCE_TOKENS_PREFIX):]] = number
+    return out
+
+
+def source_tokens_text(row: dict) -> str:
+    """'facts 12,345 (74%) · chat 4,321 (26%)': each source's tokens so far and its share ('' for one
+    dataset)."""
+    counts = source_tokens(row)
+    total = sum(counts.values())
+    return " · ".join(f"{label} {count:,.0f} ({count / total:.0%})" if total else f"{label} 0"
+                      for label, count in counts.items())

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from tuiapp.core.evals import perplexity_text
-from tuiapp.core.metrics import as_number
+from tuiapp.core.metrics import as_number, source_tokens_text
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number
 from tuiapp.core.rundata import RunData
 from tuiapp.core.rundir import attempt_count, duration_s
@@ -152,7 +152,8 @@ def speed_text(data: RunData) -> str:
     ]
     if row.get("model_tflops") is not None:  # 6 x the parameters a token goes through (active ones for MoE)
         parts.append(f"model {fmt_number(row.get('model_tflops'), '.3g')} TFLOP/s")
-    return " · ".join(parts) + experts_text(row)
+    sources = source_tokens_text(row)  # a mixture: each source's tokens so far
+    return " · ".join(parts) + (f"\nsources: {sources}" if sources else "") + experts_text(row)
 
 
 def experts_text(row: dict) -> str:

@@ -21,6 +21,7 @@ from textual.worker import get_current_worker
 
 from tuiapp.core import meta
 from tuiapp.core.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.metrics import source_tokens_text
 from tuiapp.core.progress import fmt_bytes, fmt_number
 from tuiapp.core.rundata import numpy_module
 from tuiapp.core.runs import ACTIVE, Run
@@ -483,6 +484,17 @@ class CompareScreen(PaneDeckActions, Screen):
             ]))
         fill_table(self.query_one("#cmp-summary", DataTable), headers, rows)
         self._show_evals()
+        self._show_sources()
+
+    def _show_sources(self) -> None:
+        """A mixture's tokens per source at its last step (a column only when a compared run mixes)."""
+        texts = {run.id: source_tokens_text(run.data.last_train) for run in self.runs}
+        if not any(texts.values()):
+            return
+        table = self.query_one("#cmp-summary", DataTable)
+        column = table.add_column("tokens per source", key="sources", default="-")
+        for run_id, text in texts.items():
+            table.update_cell(run_id, column, text or "-")
 
     def _show_evals(self) -> None:
         """The latest `llmtui eval` of each run beside its summary: tuned and base perplexity
