@@ -121,3 +121,10 @@ def test_a_resumed_mixture_goes_on_from_the_checkpoints_row(tmp_path):
                           "tokens/chat": 10 * step})
         writer.write({"split": "eval", "step": 10, "eval_loss": 1.0})
     assert _source_tokens_at(path, 12, ["facts", "chat"]) == {"facts": 300, "chat": 100}
+
+
+def test_the_preview_shows_each_source_in_turn(tokenizer):
+    shown = data.preview_examples(mix({"name": "demo:facts"}, {"name": "demo:chat"}), tokenizer, 4)
+    facts = data.preview_examples(mix({"name": "demo:facts"}, {"name": "demo:text", "label": "x"}), tokenizer, 1)
+    assert len(shown) == 4 and shown[0]["text"] == facts[0]["text"]
+    assert shown[1]["text"].count("<|im_start|>user") > 1  # a multi-turn chat from the second source

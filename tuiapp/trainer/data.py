@@ -133,7 +133,12 @@ def make_collator(recipe: Recipe, tokenizer, varlen_attention: bool = False):
 
 
 def preview_examples(recipe: Recipe, tokenizer, n: int, base_dir=None) -> list[dict]:
-    """The first n training examples as the trainer sees them (before packing), decoded."""
+    """The first n training examples as the trainer sees them (before packing), decoded; a mixture's
+    from each source in turn."""
+    if recipe.dataset.sources:
+        shown = [preview_examples(recipe.model_copy(update={"dataset": spec}), tokenizer, n, base_dir)
+                 for spec in recipe.dataset.source_specs()]
+        return [e for group in itertools.zip_longest(*shown) for e in group if e is not None][:n]
     spec = recipe.dataset
     hub = resolve_source(spec, base_dir).kind == "hub"
     records = iter(_canonical_records(spec, base_dir)) if hub else iter_records(spec, base_dir)  # reads what it shows
