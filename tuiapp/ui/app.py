@@ -11,7 +11,9 @@ history does not need.
 
 from __future__ import annotations
 
+import asyncio
 import gc
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -31,6 +33,9 @@ from tuiapp.ui.worker_errors import title_of
 
 if TYPE_CHECKING:
     from tuiapp.core.recipe import Recipe
+
+
+WORKER_THREADS = 64  # thread workers at once: every open screen's watchers, and the actions beside them
 
 
 class LlmtuiApp(App):
@@ -53,6 +58,11 @@ class LlmtuiApp(App):
         self.config = config
 
     def on_mount(self) -> None:
+        # Textual runs thread workers in the loop's default executor, which holds cpu_count + 4
+        # threads (6 on 2 cores). The history and an open run view keep six watchers alive, so a
+        # seventh worker (resume, stop, doctor) would wait for a free thread forever.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="llmtui-worker"))
         self.push_screen(HomeScreen())
         # what start-up made (modules, the history's widgets) is kept: later full collections skip
         # it instead of walking it each time (~0.1 s pauses while compare loads 10 long runs)
