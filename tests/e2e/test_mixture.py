@@ -1,5 +1,6 @@
 """A mixture of two sources trains with real ranks, and every train row carries each source's
-tokens so far (tokens/<label>), which add up to the row's token total."""
+tokens so far (tokens/<label>), which add up to the row's token total; a mixture by tokens chains
+from that run (`model.name = "run:NAME"`), and a sweep varies a source's weight."""
 
 import pytest
 
@@ -27,3 +28,20 @@ def test_a_two_source_mixture_trains_on_two_ranks_and_logs_tokens_per_source(run
     assert any(r.get("split") == "eval" and r.get("eval_loss") is not None for r in rows)  # the sources' held-out
     shown = llmtui("show", run_dir.name, runs_dir=runs_dir, check=True).stdout
     assert f"sources   facts {last['tokens/facts']:,}" in shown and "· chat " in shown
+
+    # chained: a mixture by tokens, from the first run's model, one rank
+    result = llmtui("run", "recipes/tiny-mixture.toml", "--set", 'model.name="run:tiny-mixture"', "--set",
+                    'name="mix-chained"', "--set", 'dataset.mix_by="tokens"', "--set", "train.max_steps=4",
+                    "--set", "train.logging_steps=2", "--set", "train.eval_steps=0", "--set", "train.save_steps=0",
+                    "--set", "launch.gpus=1", runs_dir=runs_dir)
+    chained = next(p for p in runs_dir.iterdir() if p.is_dir() and p.name != run_dir.name and p.name[0] != ".")
+    assert result.returncode == 0, result.stdout + (chained / "stdout.log").read_text()[-4000:]
+    assert run_info(chained)["model_ref"] == "run:tiny-mixture"
+    rows = [r for r in metrics(chained) if r.get("split", "train") == "train"]
+    assert rows and all(r["tokens/facts"] + r["tokens/chat"] == r["tokens"] for r in rows)
+
+
+def test_a_sweep_varies_a_sources_weight(runs_dir):
+    result = llmtui("sweep", "recipes/tiny-mixture.toml", "--grid", "dataset.sources.0.weight=1,3", "--dry-run",
+                    runs_dir=runs_dir, check=True)
+    assert "2 runs, varying dataset.sources.0.weight" in result.stdout

@@ -128,3 +128,14 @@ def test_the_preview_shows_each_source_in_turn(tokenizer):
     facts = data.preview_examples(mix({"name": "demo:facts"}, {"name": "demo:text", "label": "x"}), tokenizer, 1)
     assert len(shown) == 4 and shown[0]["text"] == facts[0]["text"]
     assert shown[1]["text"].count("<|im_start|>user") > 1  # a multi-turn chat from the second source
+
+
+def test_a_streamed_mixture_is_refused_in_the_rank_too(tokenizer, tmp_path):
+    from tuiapp.core.errors import DatasetError
+    from tuiapp.trainer import streaming
+
+    recipe = Recipe.model_validate({"method": {"kind": "sft"}, "train": {"max_steps": 3},
+                                    "dataset": {"streaming": True, "sources": [{"name": "demo:facts"}]}})
+    with pytest.raises(DatasetError) as info:
+        streaming.build_datasets(recipe, tokenizer, tmp_path)
+    assert info.value.key == "dataset.streaming" and "streaming = false" in info.value.fix

@@ -21,12 +21,16 @@ import torch
 from datasets import Dataset
 
 from tuiapp.core.datasets import eval_file_spec, iter_records
+from tuiapp.core.errors import DatasetError
 from tuiapp.core.recipe import Recipe
 from tuiapp.trainer import data
 
 
 def build_datasets(recipe: Recipe, tokenizer, cache_dir, base_dir=None) -> tuple["TokenizedStream", Dataset | None]:
     """(the training stream, the eval file's examples or None): data.build_datasets for a stream."""
+    if recipe.dataset.sources:  # preflight refuses it (preflight.mixture_rules)
+        raise DatasetError(message="a mixture ([[dataset.sources]]) is not streamed", key="dataset.streaming",
+                           fix="set dataset.streaming = false, or use one dataset")
     eval_spec = eval_file_spec(recipe.dataset)
     held_out = data.cached_tokenized(eval_spec, recipe, tokenizer, Path(cache_dir), base_dir) if eval_spec else None
     bounded = data.bounded_eval(held_out, recipe, shuffle=True) if held_out is not None else None
