@@ -330,6 +330,22 @@ def test_status_view_of_every_status():
     assert stalled.flagged and stalled.hint.startswith("stalled: no step for 16m10s")
 
 
+def test_a_resume_shows_starting_before_its_supervisor_records_the_attempt():
+    """Between `r` and the supervisor's first write, run.json says starting (the service's write)
+    while its last attempt is the stopped one: its old steps are not this start's, so the run
+    shows its phase, never `running` or `stalled` (the old steps are minutes old)."""
+    now = 1000.0
+    stopped = [{"number": 1, "started": 10.0, "ended": 40.0, "outcome": "stopped"}]
+    old_steps = [20.0, 25.0, 30.0, 35.0]
+    view = status_of({"status": "starting", "phase": "launching", "phase_since": now - 1, "attempts": stopped},
+                     now, step_times=old_steps)
+    assert view.badge == "○ starting · launching 0:01" and not view.flagged
+    resumed = [*stopped, {"number": 2, "started": now - 30}]
+    counting = status_of({"status": "starting", "phase": "loading model", "attempts": resumed}, now,
+                         step_times=[*old_steps, now - 2, now - 1])
+    assert counting.key == "running"  # the new attempt's steps count: it trains
+
+
 def test_history_loader_reports_a_phase_change_of_a_starting_run(store):
     run = starting_run(store, "warming", "importing", FIXED_NOW - 10)
     try:

@@ -117,7 +117,11 @@ def status_of(info: dict, now: float, step_times: list[float] | tuple = (), stop
 
 
 def steps_counting(status: str, info: dict, step_times: list[float] | tuple) -> bool:
-    """A `starting` run whose latest attempt already writes steps: it trains."""
+    """A `starting` run whose latest attempt already writes steps: it trains. Until its supervisor
+    records the new attempt, the last one recorded has ended, and the steps are that attempt's."""
+    attempts = rundir.attempts_of(info)
+    if status == "starting" and attempts and attempts[-1].get("ended"):
+        return False
     started = attempt_started(info)
     return status == "starting" and bool(step_times) and started is not None and step_times[-1] >= started
 
