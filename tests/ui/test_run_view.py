@@ -79,6 +79,31 @@ def test_log_tail_follows_appended_lines_and_switches_source(runs_root, tmp_path
     asyncio.run(scenario())
 
 
+def test_a_resumed_attempts_log_takes_over_unless_the_user_chose_one(runs_root, tmp_path):
+    """A resume's rank 0 writes a new log (named by the attempt's start): the open view follows it,
+    as it followed the first one; once the user picked a log with `l`, that choice stays."""
+    async def scenario():
+        app = test_app(runs_root, tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            screen = await open_run(pilot, run_id(runs_root, "halted"))
+            await pilot.press("5")
+            log = screen.query_one("#rv-log", LogTail)
+            ranks = runs_root / screen.run_id / "ranks"
+            await wait_for(pilot, lambda: screen.sources[screen.source_index][0].endswith("_rank0.log"), what="rank 0")
+            (ranks / "20260101001000_rank0.log").write_text("the second attempt trains\n", encoding="utf-8")
+            await wait_for(pilot, lambda: "the second attempt trains" in log.lines, timeout=10,
+                           what="the new attempt's log followed")
+            assert "ranks/20260101001000_rank0.log" in screen_text(app)
+            await pilot.press("l")  # the user's choice: the supervisor's log, or the next one
+            chosen = screen.sources[screen.source_index][0]
+            (ranks / "20260101002000_rank0.log").write_text("a third attempt\n", encoding="utf-8")
+            await wait_for(pilot, lambda: "ranks/20260101002000_rank0.log" in [label for label, _ in screen.sources],
+                           timeout=10, what="the new log listed")
+            assert screen.sources[screen.source_index][0] == chosen and "a third attempt" not in log.lines
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_finished_run_is_shown_whole(runs_root, tmp_path):
     async def scenario():

@@ -118,6 +118,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.system = None
         self.sources: list[tuple[str, Path]] = []
         self.source_index = 0
+        self.log_chosen = False  # the user picked a log with `l`: a new attempt's log does not take over
         self.loaded = False  # first read of metrics.jsonl done
         self.stopping = False  # the user confirmed a stop that is under way
         self.diagnosing = False
@@ -325,8 +326,20 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         current = self.sources[self.source_index][0]
         self.sources = message.sources
         labels = [s[0] for s in self.sources]
+        latest = first_log(self.sources)
+        if not self.log_chosen and labels[latest] != current:
+            # a resume's rank 0 writes a new log: follow it, as the view did when it opened
+            self._switch_log(latest)
+            return
         self.source_index = labels.index(current) if current in labels else 0
         self._show_log_source()
+
+    def _switch_log(self, index: int) -> None:
+        self.source_index = index
+        label, path = self.sources[index]
+        self._show_log_source()
+        self.query_one("#rv-log", LogTail).show([], reset=True)
+        self.follow_log(path, label)
 
     def on_system_sampled(self, message: SystemSampled) -> None:
         self.system = message.sample
@@ -529,8 +542,5 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     def action_next_log(self) -> None:
         self.sources = log_sources(self.run_path)
-        self.source_index = (self.source_index + 1) % len(self.sources)
-        label, path = self.sources[self.source_index]
-        self._show_log_source()
-        self.query_one("#rv-log", LogTail).show([], reset=True)
-        self.follow_log(path, label)
+        self.log_chosen = True
+        self._switch_log((self.source_index + 1) % len(self.sources))
