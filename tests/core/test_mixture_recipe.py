@@ -152,3 +152,12 @@ def test_validation_checks_every_source(tmp_path):
                                                                                  {"name": "demo:chat"}]}})
     assert not [f for f in checks.static_findings(good, RunStore(tmp_path / "runs"), base_dir=tmp_path)
                 if f.level == "error"]
+
+
+def test_llmtui_eval_defaults_to_the_first_sources_held_out_demo(tmp_path):
+    from tuiapp.core.evaluation import default_data
+
+    recipe = recipe_from_dict({"method": {"kind": "sft"}, "dataset": {"sources": [
+        {"name": "demo:shapes"}, {"name": "demo:facts"}]}})
+    (tmp_path / "recipe.toml").write_text(recipe.to_toml())
+    assert default_data(tmp_path) == "demo:shapes-heldout"

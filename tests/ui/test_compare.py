@@ -336,3 +336,11 @@ def test_summary_shows_a_mixtures_tokens_per_source(runs_root, tmp_path):
             assert cells == {"live": "facts 3,000 (75%) · chat 1,000 (25%)", "baseline": "-"}
 
     asyncio.run(scenario())
+
+
+def test_config_names_a_sources_keys_by_index():
+    from tuiapp.ui.comparing import config_rows
+
+    one = {"dataset": {"sources": [{"name": "demo:facts", "weight": 3.0}, {"name": "demo:chat", "weight": 1.0}]}}
+    other = {"dataset": {"sources": [{"name": "demo:facts", "weight": 1.0}, {"name": "demo:chat", "weight": 1.0}]}}
+    assert config_rows([one, other]) == [("dataset.sources.0.weight", [3.0, 1.0])]

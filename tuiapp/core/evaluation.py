@@ -53,7 +53,8 @@ def default_data(run_dir: Path) -> str:
     """What a run is evaluated on when no data is named: the held-out split of the demo it trained
     on (image QA for demo:shapes), else demo:facts-heldout."""
     try:
-        name = Run(Path(run_dir)).recipe().dataset.name
+        dataset = Run(Path(run_dir)).recipe().dataset
+        name = dataset.sources[0].name if dataset.sources else dataset.name  # a mixture: its first source
     except UserError:
         return DEFAULT_DATA
     return HELDOUT.get(name, DEFAULT_DATA)

@@ -339,13 +339,17 @@ def label_runs(runs: list[CompareRun]) -> None:
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted keys of a nested dict: {'train': {'lr': 1}} -> {'train.lr': 1}."""
+    """Dotted keys of a nested dict: {'train': {'lr': 1}} -> {'train.lr': 1}; a list of tables by
+    index, as --set and sweeps name them: dataset.sources.0.weight."""
     out: dict[str, Any] = {}
     if isinstance(data, dict):
         for key, value in data.items():
             path = f"{prefix}.{key}" if prefix else str(key)
             if isinstance(value, dict) and value:
                 out.update(flatten(value, path))
+            elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+                for index, item in enumerate(value):
+                    out.update(flatten(item, f"{path}.{index}"))
             else:
                 out[path] = value
     return out
