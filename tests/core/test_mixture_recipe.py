@@ -79,6 +79,8 @@ def test_a_source_needs_a_name():
 def test_mix_by_takes_examples_or_tokens():
     err = error_of(MIX.replace('"tokens"', '"bytes"'))
     assert err.key == "dataset.mix_by" and "'examples'" in err.fix and err.line == 5
+    err = error_of('[method]\nkind = "sft"\n[dataset]\nname = "demo:chat"\nmix_by = "tokens"\n')
+    assert (err.key, err.line) == ("dataset.mix_by", 5) and "[[dataset.sources]]" in err.fix
 
 
 @pytest.mark.parametrize("line, key", [

@@ -231,6 +231,9 @@ class DatasetSpec(Section):
         """With sources, the single dataset's keys stay unset (each source has its own), and
         each source has a label of its own."""
         if not self.sources:
+            if self.mix_by != "examples":
+                raise _mixture_error("dataset.mix_by", "dataset.mix_by weighs the sources of a mixture, and there "
+                                     "are no [[dataset.sources]]", "add [[dataset.sources]] tables, or remove mix_by")
             return self
         single = {"name": "demo:facts", "format": "auto", "columns": {}, "max_samples": 0, "eval_split": 0.0}
         for key, default in single.items():
