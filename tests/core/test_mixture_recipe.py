@@ -148,6 +148,8 @@ def test_validation_checks_every_source(tmp_path):
     errors = {f.key: f.message for f in found if f.level == "error"}
     assert set(errors) == {"dataset.sources.1.format", "dataset.sources.2.name", "dataset.sources.3.format"}
     assert errors["dataset.sources.1.format"].startswith("source 'bad': ")
+    fixes = {f.key: f.fix for f in found if f.level == "error"}
+    assert "set dataset.sources.1.columns" in fixes["dataset.sources.1.format"]
     assert "not found" in errors["dataset.sources.2.name"]
     assert "plain text" in errors["dataset.sources.3.format"]
     good = recipe_from_dict({"method": {"kind": "sft"}, "dataset": {"sources": [{"name": "demo:facts"},

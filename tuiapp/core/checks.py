@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -45,10 +46,17 @@ def _dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     for index, (source, spec) in enumerate(zip(recipe.dataset.sources, recipe.dataset.source_specs(), strict=True)):
         one = recipe.model_copy(update={"dataset": spec})
         for finding in _one_dataset_findings(one, base_dir):
-            key = finding.key.replace("dataset.", f"dataset.sources.{index}.", 1) \
-                if finding.key and finding.key.startswith("dataset.") else finding.key
-            out.append(Finding(finding.level, key, f"source '{source.key}': {finding.message}", finding.fix))
+            key, fix = (_source_keys(text, index) if text else text for text in (finding.key, finding.fix))
+            out.append(Finding(finding.level, key, f"source '{source.key}': {finding.message}", fix))
     return out
+
+
+_SOURCE_KEY = re.compile(r"\bdataset\.(name|format|columns|split|eval_split|max_samples)\b")
+
+
+def _source_keys(text: str, index: int) -> str:
+    """A single dataset's keys in a finding's key or fix as the source's: dataset.sources.N.columns."""
+    return _SOURCE_KEY.sub(lambda match: f"dataset.sources.{index}.{match.group(1)}", text)
 
 
 def _one_dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
