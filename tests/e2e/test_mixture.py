@@ -4,7 +4,8 @@ from that run (`model.name = "run:NAME"`), and a sweep varies a source's weight.
 
 import pytest
 
-from tests.e2e.helpers import llmtui, metrics, only_run, run_info
+from tests.e2e.helpers import kill_group, llmtui, metrics, only_run, run_info, steps_reached, wait_for
+from tuiapp.core.metrics import dedupe_steps
 
 pytestmark = pytest.mark.slow
 
@@ -45,3 +46,24 @@ def test_a_sweep_varies_a_sources_weight(runs_dir):
     result = llmtui("sweep", "recipes/tiny-mixture.toml", "--grid", "dataset.sources.0.weight=1,3", "--dry-run",
                     runs_dir=runs_dir, check=True)
     assert "2 runs, varying dataset.sources.0.weight" in result.stdout
+
+
+def test_a_stopped_then_resumed_mixture_keeps_its_tokens_per_source_adding_up(runs_dir):
+    llmtui("run", "recipes/tiny-mixture.toml", "--set", "train.max_steps=12", "--set", "train.logging_steps=1",
+           "--set", "train.eval_steps=0", "--set", "train.save_steps=0", "--set", "launch.gpus=1", "--detach",
+           runs_dir=runs_dir, check=True)
+    run_dir = only_run(runs_dir)
+    try:
+        wait_for(lambda: steps_reached(run_dir, 3), timeout=600, what="3 steps")
+        stopped = llmtui("stop", run_dir.name, runs_dir=runs_dir, timeout=300)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        [checkpoint] = (run_dir / "checkpoints").glob("checkpoint-*")
+        assert 3 <= int(checkpoint.name.split("-")[1]) < 12
+        resumed = llmtui("resume", run_dir.name, runs_dir=runs_dir, timeout=600)
+        assert resumed.returncode == 0, resumed.stdout + (run_dir / "stdout.log").read_text()[-4000:]
+    finally:
+        kill_group(run_dir)
+    rows = dedupe_steps([r for r in metrics(run_dir) if r.get("split", "train") == "train"])
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    for row in rows:
+        assert row["tokens/facts"] + row["tokens/chat"] == row["tokens"], row
