@@ -28,8 +28,9 @@ def test_eval_refuses_a_run_without_a_final_model_before_any_work(runs):
 
 def test_eval_data_is_read_as_training_reads_it_and_named_by_its_flag(tmp_path):
     assert evaluation.check_data("demo:facts-heldout", "auto", {}, tmp_path) > 0
-    with pytest.raises(DatasetError):
+    with pytest.raises(DatasetError) as caught:
         evaluation.check_data("missing.jsonl", "auto", {}, tmp_path)
+    assert caught.value.key == "--data"  # the flag the user typed, not --name
     with pytest.raises(UserError, match="is not ROLE=COLUMN"):
         evaluation.parse_columns("prompt")
     assert evaluation.parse_columns("prompt=q, response=a") == {"prompt": "q", "response": "a"}

@@ -87,8 +87,14 @@ def check_data(name: str, fmt: str, columns: dict[str, str], base_dir: Path | No
                                                                                       "response='answer'}",
                                                                                       "prompt=question,response=answer")
         raise DatasetError(message=exc.message, file=exc.file, line=exc.line,
-                           key=(exc.key or "").replace("dataset.format", "--format").replace("dataset.", "--") or None,
-                           fix=fix or None) from None
+                           key=_flag(exc.key), fix=fix or None) from None
+
+
+def _flag(key: str | None) -> str | None:
+    """The eval flag behind a dataset key (dataset.name is --data, dataset.format --format...)."""
+    if not key:
+        return None
+    return "--data" if key == "dataset.name" else key.replace("dataset.", "--")
 
 
 def plan(run_dir: Path, request: EvalRequest, base_dir: Path | None = None) -> EvalPlan:
