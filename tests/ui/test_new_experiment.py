@@ -32,7 +32,7 @@ async def open_form(pilot):
     await wait_for(pilot, lambda: app.screen.loaded, what="home")
     await pilot.press("n")
     assert isinstance(app.screen, NewExperimentScreen)
-    await wait_for(pilot, lambda: app.screen.last_check is not None, what="first check")
+    await wait_for(pilot, lambda: app.screen.last_check is not None and app.screen.filled, what="first check, every section")
     return app.screen
 
 

@@ -216,7 +216,7 @@ async def _form(pilot):
     await pilot.press("n")
     screen = pilot.app.screen
     assert isinstance(screen, NewExperimentScreen)
-    await wait_for(pilot, lambda: screen.last_check is not None, what="check")
+    await wait_for(pilot, lambda: screen.last_check is not None and screen.filled, what="check, every section")
     for widget in screen.query("Input, TextArea"):
         widget.cursor_blink = False
     await pilot.pause()

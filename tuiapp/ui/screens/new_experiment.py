@@ -42,6 +42,7 @@ from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.worker_errors import reports_errors
 
 CHECK_DELAY_S = 0.25
+FILL_ROWS = 6  # fields mounted per frame after the first (~30 ms each)
 TRAINER_VIEW_DELAY_S = 1.0  # the trainer's view costs a child process: only once typing pauses
 PICK_HELP = {
     "pick-model": "Models found here: the bundled one, the HF cache's, run:NAME of succeeded runs. Typing in "
@@ -75,6 +76,7 @@ class NewExperimentScreen(Screen):
         Binding("escape", "back", "Back", tooltip="Back to the previous screen (asks first when there are edits)"),
     ]
     FOOTER_PRIORITY = ["save", "launch", "open_recipe", "back", "help", "toggle_side", "next_tab"]
+    AUTO_FOCUS = "#f-name"  # not the first focusable (the form's scroll): its focus restyled every field in it
 
     def __init__(self, recipe: Recipe | None = None, title: str = "New experiment") -> None:
         super().__init__()
@@ -96,6 +98,7 @@ class NewExperimentScreen(Screen):
         self._last_form_focus: Widget | None = None
         self.later_sections = ("train", "launch", *formdata.sections()[len(formdata.SECTIONS):])
         self.filled = False  # every section's fields are mounted
+        self.resumed = False  # shown once: a later resume (back from a dialog) restyles as usual
 
     @property
     def active_bindings(self):
@@ -154,22 +157,33 @@ class NewExperimentScreen(Screen):
         self.query_one("#f-name").focus()
         self.call_after_refresh(self._fill_later_sections, list(self.later_sections))
 
-    async def _fill_later_sections(self, sections: list[str]) -> None:
-        """The sections below the first screenful, one per frame once the form is on screen, so
-        the form takes keys at once (their ~280 widgets took ~0.5 s before the first frame)."""
+    async def _fill_later_sections(self, sections: list[str], rows: list[FieldRow] | None = None) -> None:
+        """The sections below the first screenful, FILL_ROWS fields per frame once the form is on
+        screen, so the form takes keys at once (their ~280 widgets took ~0.5 s before the first
+        frame, and a whole section at once ~0.1 s, a key typed meanwhile waiting for it)."""
         if not self.is_attached:
             return  # closed while it filled
-        if not sections:
-            self.filled = True
-            return
-        section, *rest = sections
-        rows = self._rows(section)
-        await self.query_one(f"#section-{section}").mount_all(rows)
+        if not rows:
+            if not sections:
+                self.filled = True
+                return
+            rows = self._rows(sections[0])
+        chunk, rows = rows[:FILL_ROWS], rows[FILL_ROWS:]
+        await self.query_one(f"#section-{sections[0]}").mount_all(chunk)
+        if not self.is_attached:
+            return  # closed while these mounted
         if self.last_check is not None:  # a check that came back before these fields were there
             bad = self.last_check.check.error_keys
-            for row in rows:
-                row.query_one(".field-input").set_class(row.spec.key in bad, "-invalid")
-        self.call_after_refresh(self._fill_later_sections, rest)
+            for row in chunk:
+                for widget in row.query(".field-input"):
+                    widget.set_class(row.spec.key in bad, "-invalid")
+        self.call_after_refresh(self._fill_later_sections, sections if rows else sections[1:], rows)
+
+    def _on_screen_resume(self, event: events.ScreenResume) -> None:
+        if not self.resumed:  # its widgets were styled as they mounted: not all of them again at once
+            self.resumed = True
+            event.refresh_styles = False
+        super()._on_screen_resume(event)
 
     def on_resize(self) -> None:
         self.refresh_bindings()
