@@ -449,11 +449,62 @@ def bench_history_long(tmp: Path, runs: int, points: int, code: Path, repeats: i
     return out
 
 
+# The run view of one long run in a fresh interpreter: from pushing it (its module's import included,
+# as on a first enter) to its first frame with every row loaded. The history was read, then 1 s passed.
+RUN_VIEW_DRIVER = r"""
+import asyncio, sys, time
+from pathlib import Path
+from tuiapp.ui.app import LlmtuiApp
+from tuiapp.ui.config import UiConfig
+root, run_id, rows = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+app = LlmtuiApp(UiConfig(runs_root=root, base_dir=root.parent, system_monitor=False, hf_cache_dirs=[], live=False))
+painted = []
+display = app._display
+def _display(screen, renderable):  # the first frame handed to the terminal with every row loaded
+    display(screen, renderable)
+    if renderable is not None and not painted and type(screen).__name__ == "RunViewScreen" and screen.loaded \
+            and len(screen.data.loss) == rows:
+        painted.append(time.perf_counter())
+app._display = _display
+async def main():
+    async with app.run_test(size=(160, 48)) as pilot:
+        while not getattr(app.screen, "summarized", False):
+            await pilot.pause(0.05)
+        await pilot.pause(1.0)
+        start = time.perf_counter()
+        from tuiapp.ui.screens.run_view import RunViewScreen
+        app.push_screen(RunViewScreen(run_id))
+        while not painted:
+            await pilot.pause(0.05)
+        print(painted[0] - start)
+asyncio.run(main())
+"""
+
+
+def bench_run_view(tmp: Path, points: int, code: Path, repeats: int = 5) -> list[list[float]]:
+    """Opening the run view of one of the long runs -> its first frame with every row, in each of
+    COMPARE_STATES, each in a fresh process (the TUI's cache of the columns removed before each; the
+    history's summary, read first, makes it again for runs without columns)."""
+    import subprocess
+
+    out = []
+    for state, _ in COMPARE_STATES:
+        times = []
+        for _ in range(repeats):
+            root = long_runs(tmp, 10, points, state)
+            run_id = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))[0]
+            done = subprocess.run([sys.executable, "-c", RUN_VIEW_DRIVER, str(root), run_id, str(points)], cwd=code,
+                                  capture_output=True, text=True, check=True)
+            times.append(float(done.stdout.split()[-1]))
+        out.append(times)
+    return out
+
+
 def fmt(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-SIDE_BY_SIDE = ("start", "compare", "history", "form")
+SIDE_BY_SIDE = ("start", "compare", "history", "form", "runview")
 
 
 def side_by_side(tmp: Path, before: Path | None, quick: bool, only: list[str] | None = None) -> list[str]:
@@ -482,6 +533,11 @@ def side_by_side(tmp: Path, before: Path | None, quick: bool, only: list[str] | 
         for index, (_, what) in enumerate(COMPARE_STATES):
             lines.append(f"| process start -> history's first frame with every row summarised, 10 runs x {points:,} points, {what} | "
                          + " | ".join(spread(histories[n][index]) for n, _ in trees) + " |")
+    if "runview" in only:
+        views = {name: bench_run_view(tmp, points, code) for name, code in trees}
+        for index, (_, what) in enumerate(COMPARE_STATES):
+            lines.append(f"| run view of a run of {points:,} points: open -> first frame with every row, {what} | "
+                         + " | ".join(spread(views[n][index]) for n, _ in trees) + " |")
     if "form" in only:
         forms = {name: bench_form(tmp, code) for name, code in trees}
         lines.append("| `n` -> new-experiment form: first frame | " + " | ".join(spread(forms[n]["painted"]) for n, _ in trees) + " |")
