@@ -66,6 +66,15 @@ def test_a_method_the_architecture_cannot_take_is_refused_before_launch(tmp_path
     assert not runs_dir.exists() or not [p for p in runs_dir.iterdir() if not p.name.startswith(".")]
 
 
+def test_max_seq_len_beyond_a_learned_position_table_is_refused_before_launch(tmp_path, runs_dir, zoo):
+    # gpt2 looks positions up in a table of n_positions rows: a longer sequence failed in the rank (IndexError)
+    result = llmtui("run", str(_recipe(tmp_path, zoo("gpt2"), "lora", seq_len=1024)), runs_dir=runs_dir, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "train.max_seq_len = 1024 is longer than" in result.stderr and "512 learned positions" in result.stderr
+    assert "set train.max_seq_len = 512 or less" in result.stderr and "Traceback" not in result.stderr
+    assert not runs_dir.exists() or not [p for p in runs_dir.iterdir() if not p.name.startswith(".")]
+
+
 @pytest.mark.parametrize("damage, needle", [
     (lambda c: c.write_text(c.read_text()[:40]), "is not valid JSON (line"),
     (lambda c: c.write_text(json.dumps({**json.loads(c.read_text()), "hidden_size": -5})),

@@ -318,6 +318,20 @@ def method_findings(profile: ModelProfile, recipe: Recipe) -> tuple[list[Finding
     return out, chosen
 
 
+# Architectures whose positions are a learned table of context_length rows: a longer sequence has no row
+# to look up (IndexError in the rank), unlike rotary or ALiBi positions.
+LEARNED_POSITIONS = frozenset({"gpt2", "gpt_bigcode", "gpt_neo", "opt", "biogpt"})
+
+
+def context_findings(profile: ModelProfile, recipe: Recipe) -> list[Finding]:
+    """train.max_seq_len beyond a learned position table is an error before launch."""
+    context = profile.data.get("context_length")
+    if profile.model_type not in LEARNED_POSITIONS or not context or recipe.train.max_seq_len <= int(context):
+        return []
+    return [Finding("error", "train.max_seq_len", f"train.max_seq_len = {recipe.train.max_seq_len} is longer than "
+                    f"{profile.label}'s {context} learned positions", f"set train.max_seq_len = {context} or less")]
+
+
 def template_findings(profile: ModelProfile, recipe: Recipe) -> list[Finding]:
     """A chat method on a tokenizer without a chat template needs dataset.template; pad tokens said."""
     tok = profile.tokenizer
@@ -346,7 +360,8 @@ def plan_model(profile: ModelProfile, recipe: Recipe, *, cuda: bool, flash_insta
                                         flash_installed=flash_installed,
                                         precision=precision or recipe.train.precision)
     methods, chosen = method_findings(profile, recipe)
-    plan = ModelPlan(attention=attention, findings=found + methods + template_findings(profile, recipe), **chosen)
+    plan = ModelPlan(attention=attention, findings=found + methods + template_findings(profile, recipe)
+                     + context_findings(profile, recipe), **chosen)
     if recipe.model.router_aux_loss_coef is not None and not profile.moe:
         plan.findings.append(Finding("error", "model.router_aux_loss_coef", f"{profile.label} is not a mixture of "
                                      "experts: it has no router", "remove model.router_aux_loss_coef"))
