@@ -155,3 +155,16 @@ def test_names_and_notes_with_control_characters_are_refused_from_every_front_en
     assert meta.read_meta(run.path).get("display_name") is None and not meta.read_meta(run.path).get("note")
     manage.rename(run.path, "plain name\twith a tab")
     assert meta.read_meta(run.path)["display_name"] == "plain name\twith a tab"
+
+
+def test_show_gives_no_eta_for_a_run_that_has_ended(runs):
+    # a stopped run at step 17/400 showed "ETA 8m00s", as if it were still training
+    def show(run_id):
+        done = subprocess.run([sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(runs), "show", run_id],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return next(line for line in done.stdout.splitlines() if line.strip().startswith("progress"))
+
+    for ended in ("20260101-000258-halted-f005", "20260101-000343-crashed-f006", "20260101-000218-sft-f004"):
+        line = show(ended)
+        assert "step " in line and "ETA" not in line, line

@@ -16,7 +16,7 @@ from tuiapp.core.metrics import dedupe_steps, source_tokens, source_tokens_text,
 from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, progress_line
 from tuiapp.core.recipe import batching_label
 from tuiapp.core.rundir import attempt_count, duration_s, first_started
-from tuiapp.core.runs import RunStore
+from tuiapp.core.runs import ACTIVE, RunStore
 
 # how the CLI acts on a flagged status (core.runstate's hint says what is wrong)
 FLAG_COMMANDS = {
@@ -122,7 +122,7 @@ def cmd_show(args) -> int:
     if row["phase"]:
         print(f"  phase     {row['phase']} (since {fmt_duration(time.time() - (run.info.get('phase_since') or time.time()))})")
     if rows:
-        print(f"  progress  {progress_line(rows[-1], rows)}")
+        print(f"  progress  {progress_line(rows[-1], rows, eta=run.status in ACTIVE)}")
         if source_tokens_text(rows[-1]):  # a mixture: each source's tokens so far
             print(f"  sources   {source_tokens_text(rows[-1])}")
     print(f"  best eval {fmt_number(row['best_eval_loss'], '.4f')}")

@@ -65,7 +65,8 @@ def eta_seconds(rows: list[dict]) -> float | None:
     return max(0.0, (total - step) * elapsed / steps)
 
 
-def progress_line(row: dict, rows: list[dict]) -> str:
+def progress_line(row: dict, rows: list[dict], eta: bool = True) -> str:
+    """One line of a run's progress; `eta=False` for a run that has ended (no time is left to wait)."""
     step = row.get("step")
     total = row.get("max_steps")
     parts = [f"step {step}/{total}" if total else f"step {step}"]
@@ -74,5 +75,6 @@ def progress_line(row: dict, rows: list[dict]) -> str:
     if row.get("tokens_per_s") is not None:
         parts.append(f"tok/s {fmt_number(row.get('tokens_per_s'), '.0f')}")
     parts.append(f"mem {fmt_bytes(peak_memory(row))}")
-    parts.append(f"ETA {fmt_duration(eta_seconds(rows))}")
+    if eta:
+        parts.append(f"ETA {fmt_duration(eta_seconds(rows))}")
     return "  ".join(parts)
