@@ -106,12 +106,13 @@ def rank_states(run: Run) -> list[RankState]:
 
 def behind_rank(states: list[RankState]) -> RankState | None:
     """The rank holding the others up: a stopped or dead one first, else the one earliest in
-    start-up (longest in its phase)."""
+    start-up (longest in its phase). None when no rank waits on another: a single rank, or every
+    rank in the same phase."""
     for bad in ("stopped", "zombie", "gone", "disk-sleep"):
         found = [s for s in states if s.state == bad]
         if found and len(found) < len(states):
             return found[0]
-    if not states:
+    if len({rundir.phase_index(s.phase) for s in states}) < 2:
         return None
     return min(states, key=lambda s: (rundir.phase_index(s.phase), s.since))
 
