@@ -41,6 +41,7 @@ def test_two_lora_runs_merge_into_a_run_that_eval_and_chat_take(runs_dir):
     b = trained(runs_dir, "tiny-lora", "--set", "train.seed=2", "--set", "train.learning_rate=5e-3")
     done = llmtui(runs_dir, "merge", a, b, "--name", "facts-merged", "--weights", "0.7,0.3")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert ".merging-" not in done.stdout + done.stderr  # the work folder, gone once the run exists, is not named
     merged = next(p for p in runs_dir.iterdir() if "facts-merged" in p.name)
     info = run_info(merged)
     assert info["status"] == "succeeded" and info["merged_from"] == [a, b] and info["method"] == "lora"

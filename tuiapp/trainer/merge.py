@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         "method": plan["method"], "weights": plan["weights"], **({"density": plan["density"]}
                                                                 if plan["method"] != "linear" else {})}}
     (out / FINAL_INFO).write_text(json.dumps(info, indent=2))
-    print(f"merged {len(plan['finals'])} runs ({plan['method']}) into {out}", file=sys.stderr)
+    # `out` is the hidden work folder that becomes the new run: the CLI names the run, not this folder
+    print(f"merged {len(plan['finals'])} runs ({plan['method']})", file=sys.stderr)
     return 0
 
 
