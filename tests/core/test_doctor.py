@@ -1,5 +1,8 @@
 """`llmtui doctor`'s verdict on which rank holds the others up (core.doctor.behind_rank)."""
 
+import subprocess
+import sys
+
 from tuiapp.core.doctor import RankState, behind_rank
 
 
@@ -19,3 +22,12 @@ def test_the_rank_earliest_in_start_up_or_stopped_is_behind():
     assert behind_rank([_rank(0, "first step", 1.0), late]) is late
     stopped = _rank(1, "training", 5.0, state="stopped")
     assert behind_rank([_rank(0, "training", 1.0), stopped]) is stopped
+
+
+def test_doctor_of_an_ended_run_says_it_ended_not_that_it_runs_elsewhere(runs):
+    # a succeeded run was told to "run it on the machine that runs them"
+    done = subprocess.run([sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(runs), "doctor",
+                           "20260101-000218-sft-f004"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "has ended (succeeded)" in done.stderr and "llmtui show 20260101-000218-sft-f004" in done.stderr
+    assert "machine that runs them" not in done.stderr and "Traceback" not in done.stderr
