@@ -127,7 +127,7 @@ def diagnose(run: Run, timeout_s: float = STACK_TIMEOUT_S) -> str:
     if not ranks_live and served.alive(served.read_record(run.path)):
         return "\n".join([f"{run.id}: {run.status}", *_served_lines(run, timeout_s)])  # a served finished run
     if not server_alive and not ranks_live and run.status in rundir.FINAL:
-        raise RunError(message=f"{run.id} has ended ({run.status}): it has no rank left to inspect",
+        raise RunError(message=f"{run.id} has ended ({run.status}): no live rank to inspect",
                        fix=f"doctor inspects a live run; `llmtui show {run.id}` tells how this one ended")
     if not server_alive and not ranks_live:
         raise RunError(message=f"{run.id} has no live rank on this machine ({run.status})",
