@@ -70,7 +70,11 @@ def test_a_grid_with_one_slot_runs_one_at_a_time_and_a_cancelled_run_never_start
     assert group["keys"] == ["train.learning_rate", "method.rank"]
     cancelled = runs[2]
     assert run_info(cancelled)["status"] == "queued"
-    assert llmtui("stop", cancelled.name, runs_dir=runs_dir, timeout=60).returncode == 0
+    stopped = llmtui("stop", cancelled.name, runs_dir=runs_dir, timeout=60)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    # a queued run is cancelled, not stopped "with a checkpoint" (it has trained nothing)
+    assert f"cancelling {cancelled.name}" in stopped.stdout and "checkpoint" not in stopped.stdout
+    assert "cancelled while queued" in stopped.stdout
     try:
         wait_for(lambda: _all_final(runs_dir), timeout=600, interval=1, what="the sweep to end")
     finally:

@@ -132,10 +132,13 @@ def cmd_stop(args) -> int:
     if run.status not in ACTIVE:
         print(f"{run.id} is {run.status}; nothing to stop")
         return EXIT_OK
-    print(f"stopping {run.id} (checkpoint, then exit; killed after {args.grace:.0f}s)...")
+    queued = run.status == "queued"  # nothing trained yet: no checkpoint to save, it never starts
+    print(f"cancelling {run.id} (queued, never started)..." if queued
+          else f"stopping {run.id} (checkpoint, then exit; killed after {args.grace:.0f}s)...")
     gone = service.stop(run, grace_s=args.grace)
     run.load()
-    print(f"{run.id}: {run.status}" + ("" if gone else " (some processes could not be killed)"))
+    reason = f" — {run.info['reason']}" if queued and run.info.get("reason") else ""
+    print(f"{run.id}: {run.status}{reason}" + ("" if gone else " (some processes could not be killed)"))
     return EXIT_OK if gone else EXIT_FAILED
 
 
