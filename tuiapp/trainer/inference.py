@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, Text
 from tuiapp.core.errors import UserError
 from tuiapp.core.images import IMAGE_PLACEHOLDER
 from tuiapp.core.model_check import adapter_kind
+from tuiapp.core.model_profile import LEARNED_POSITIONS
 from tuiapp.core.recipe import GenerateSpec, Recipe, parse_recipe
 from tuiapp.core.rundir import RECIPE_TOML
 from tuiapp.core.targets import Target
@@ -223,6 +224,7 @@ def generate(loaded: Loaded, messages: list[dict], settings: GenerateSpec,
         enc = tokenizer(prompt_text(tokenizer, messages), return_tensors="pt", add_special_tokens=False)
     device = next(model.parameters()).device
     enc = {k: v.to(device) for k, v in enc.items()}
+    settings = _within_positions(model, settings, int(enc["input_ids"].shape[1]))
     streamer = _Stream(tokenizer, on_text) if on_text else None
     started = time.perf_counter()
     with torch.no_grad():
@@ -234,3 +236,18 @@ def generate(loaded: Loaded, messages: list[dict], settings: GenerateSpec,
     return {"text": answer.strip(), "tokens": int(new.shape[0]), "seconds": time.perf_counter() - started,
             "prompt_tokens": int(enc["input_ids"].shape[1]),
             "finish_reason": "stop" if ended or new.shape[0] < settings.max_new_tokens else "length"}
+
+
+def _within_positions(model, settings: GenerateSpec, prompt_tokens: int) -> GenerateSpec:
+    """max_new_tokens cut to the positions a learned position table has left (gpt2's n_positions...):
+    past them generate() fails with IndexError. Rotary models go on past their context."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in LEARNED_POSITIONS:
+        return settings
+    limit = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    if not limit or prompt_tokens + settings.max_new_tokens <= limit:
+        return settings
+    if prompt_tokens >= limit:
+        raise UserError(message=f"the conversation is {prompt_tokens} tokens, and the model reads at most "
+                        f"{limit}", fix="start over (/reset in a chat) or send a shorter message")
+    return settings.model_copy(update={"max_new_tokens": limit - prompt_tokens})

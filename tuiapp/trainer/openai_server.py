@@ -31,6 +31,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tuiapp.core.errors import UserError
+
 TOKEN_ENV = "LLMTUI_SERVE_TOKEN"  # tuiapp.core.served.TOKEN_ENV
 MAX_BODY = 8 * 1024 * 1024
 
@@ -258,6 +260,8 @@ def make_handler(endpoint: Endpoint):
                     "usage": usage})
             except ApiError as exc:
                 self._json(exc.status, exc.body())
+            except UserError as exc:  # the request's to fix (a conversation longer than the model reads): a 400
+                self._json(400, ApiError(400, str(exc), "context_length_exceeded", "messages").body())
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             except Exception as exc:  # a failure inside generation: the client hears it, the server goes on

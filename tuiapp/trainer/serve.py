@@ -105,7 +105,10 @@ class Server:
                     return
             except Exception as exc:  # a bad request, or one that failed: say so and go on
                 ident = request.get("id") if isinstance(request, dict) else None
-                self.emit({"event": "error", "id": ident, "message": f"{type(exc).__name__}: {exc}"})
+                from tuiapp.core.errors import UserError
+
+                said = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+                self.emit({"event": "error", "id": ident, "message": said})
 
 
 def _protocol_stdout():
