@@ -31,6 +31,15 @@ def test_eval_data_is_read_as_training_reads_it_and_named_by_its_flag(tmp_path):
     with pytest.raises(DatasetError) as caught:
         evaluation.check_data("missing.jsonl", "auto", {}, tmp_path)
     assert caught.value.key == "--data"  # the flag the user typed, not --name
+    # fixes name eval's flags, never the recipe keys eval has none of
+    alpaca = tmp_path / "alpaca.jsonl"
+    alpaca.write_text('{"instruction": "Say hi", "input": "", "output": "hi"}\n')
+    with pytest.raises(DatasetError) as caught:
+        evaluation.check_data(str(alpaca), "sharegpt", {}, tmp_path)
+    assert caught.value.fix == "pass --format alpaca"
+    with pytest.raises(DatasetError) as caught:
+        evaluation.check_data(str(alpaca), "auto", {"prompt": "question"}, tmp_path)
+    assert "dataset." not in caught.value.fix and "with --columns, e.g. prompt=...,response=..." in caught.value.fix
     with pytest.raises(UserError, match="is not ROLE=COLUMN"):
         evaluation.parse_columns("prompt")
     assert evaluation.parse_columns("prompt=q, response=a") == {"prompt": "q", "response": "a"}

@@ -6,6 +6,7 @@ in a child process, which writes its result where core.evals reads it."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -83,11 +84,19 @@ def check_data(name: str, fmt: str, columns: dict[str, str], base_dir: Path | No
                                "and pass that file")
         return len(load_records(spec, base))
     except DatasetError as exc:
-        fix = (exc.fix or "").replace("set dataset.columns", "pass --columns").replace("{prompt='question', "
-                                                                                      "response='answer'}",
-                                                                                      "prompt=question,response=answer")
         raise DatasetError(message=exc.message, file=exc.file, line=exc.line,
-                           key=_flag(exc.key), fix=fix or None) from None
+                           key=_flag(exc.key), fix=_flag_fix(exc.fix or "") or None) from None
+
+
+def _flag_fix(fix: str) -> str:
+    """A dataset fix in eval's flags: set dataset.format = 'alpaca' is --format alpaca, dataset.columns
+    {prompt='q', response='a'} (or prompt='...', response='...') is --columns prompt=q,response=a."""
+    fix = fix.replace("{prompt='question', response='answer'}", "prompt=question,response=answer")
+    fix = re.sub(r"set dataset\.format = '([^']*)'", r"pass --format \1", fix)
+    fix = re.sub(r"(\w+)='([^']*)', (?=\w+=')", r"\1=\2,", fix)  # role='col', role='col' -> role=col,role=col
+    fix = re.sub(r"(\w+)='([^']*)'", r"\1=\2", fix)
+    fix = fix.replace("set dataset.columns", "pass --columns").replace("in dataset.columns", "with --columns")
+    return fix.replace("dataset.format", "--format").replace("dataset.columns", "--columns")
 
 
 def _flag(key: str | None) -> str | None:
