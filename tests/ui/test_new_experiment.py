@@ -307,6 +307,37 @@ def test_ctrl_o_opens_a_recipe_or_preset_by_fuzzy_search(tmp_path, size):
 
 
 @pytest.mark.slow
+def test_a_mixture_in_the_form_says_its_sources_and_what_each_holds_out(tmp_path):
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "mix.toml").write_text(
+        'name = "mix"\n[dataset]\n[[dataset.sources]]\nname = "demo:facts"\nweight = 3\n'
+        '[[dataset.sources]]\nname = "demo:chat"\n[method]\nkind = "sft"\n[train]\nmax_steps = 7\n',
+        encoding="utf-8")
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await open_form(pilot)
+            await pilot.press("ctrl+o")
+            await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the picker")
+            await pilot.press(*"recipes/mix")
+            await wait_for(pilot, lambda: "recipes/mix.toml" in screen_text(app), what="the recipe")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, NewExperimentScreen) and app.screen.sub_title
+                           and "mix" in app.screen.sub_title, what="the recipe in the form")
+            form = app.screen
+            await settled(pilot, form)
+            assert "data mix(facts:3, chat:1))" in text_of(form, "#ne-checks")
+            assert "held out" not in text_of(form, "#ne-verdict")
+            await type_into(pilot, "f-train--eval-steps", "5")
+            await settled(pilot, form)
+            # evals asked for, no source set eval_split: each holds out 5% (the dataset's own split stays 0)
+            assert "5% held out for eval per source" in text_of(form, "#ne-verdict")
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
 def test_found_list_filters_as_you_type(tmp_path):
     names = ["tiny", "Qwen/Qwen2.5-0.5B", *(f"run:exp-{i:05d}" for i in range(10_000))]
 

@@ -22,7 +22,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input, Select, Static, TabbedContent, TabPane, TextArea
 
 from tuiapp.core.errors import UserError
-from tuiapp.core.recipe import METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe, load_recipe
+from tuiapp.core.recipe import AUTO_EVAL_SPLIT, METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe, load_recipe
 from tuiapp.core.runs import RunStore
 from tuiapp.ui import actions, formdata
 from tuiapp.ui.candidates import (
@@ -312,7 +312,7 @@ class NewExperimentScreen(Screen):
         name = self.collect().get("name") or "run"
         if not message.has_errors and check.recipe is not None:
             recipe = check.recipe
-            lines.append(f"recipes/{name}.toml: ok ({recipe.method.kind} on {recipe.model.name}, data {recipe.dataset.name})")
+            lines.append(f"recipes/{name}.toml: ok ({recipe.method.kind} on {recipe.model.name}, data {recipe.dataset.label})")
         self.query_one("#ne-checks", Static).update("\n".join(lines) or "ok")
         self.query_one("#ne-toml", Static).update(check.toml)
         self.query_one("#ne-estimate", Static).update(message.estimate or "(valid recipe needed for an estimate)")
@@ -331,8 +331,11 @@ class NewExperimentScreen(Screen):
             per = "of RAM per rank" if message.on_cpu else "per GPU"
             memory = f" · estimate {total:.1f} GB {per}" if message.memory_bytes else ""
             held = ""
-            if check.recipe is not None and check.recipe.dataset.eval_split_auto:
-                held = f" · {check.recipe.dataset.eval_split:.0%} held out for eval"
+            dataset = check.recipe.dataset if check.recipe is not None else None
+            if dataset is not None and dataset.eval_split_auto:
+                # a mixture holds out AUTO_EVAL_SPLIT of each source that set no eval_split of its own
+                share = AUTO_EVAL_SPLIT if dataset.sources else dataset.eval_split
+                held = f" · {share:.0%} held out for eval" + (" per source" if dataset.sources else "")
             verdict.update(f"✓ valid{memory}{held} — ctrl+s save, ctrl+r launch")
         verdict.set_class(message.has_errors, "-error")
 
