@@ -195,3 +195,16 @@ def test_preference_kinds_apart_from_the_schema_match_it():
     from tuiapp.core.recipe import PREFERENCE_MODELS
 
     assert PREFERENCE_KINDS == {model.model_fields["kind"].default for model in PREFERENCE_MODELS}
+
+
+def test_an_adapter_setting_left_in_a_preference_method_says_where_it_belongs():
+    # lora -> dpo keeps rank = 8 in [method]: "remove it" lost the adapter the user wanted
+    text = 'name = "x"\n[method]\nkind = "dpo"\nrank = 8\n'
+    with pytest.raises(RecipeError) as caught:
+        parse_recipe(text, file="r.toml")
+    error = caught.value
+    assert error.key == "method.rank" and error.line == 4
+    assert "move it under [method.adapter]" in error.fix and "remove it to train every weight" in error.fix
+    with pytest.raises(RecipeError) as caught:  # a key that is no adapter setting keeps the plain fix
+        parse_recipe('name = "x"\n[method]\nkind = "dpo"\nbogus = 1\n', file="r.toml")
+    assert caught.value.fix.startswith("remove it; known keys: ")

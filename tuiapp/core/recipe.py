@@ -878,6 +878,9 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
         hint = did_you_mean(field, choices)
         message = f"unknown key '{field}'"
         fix = hint or (f"remove it; known keys: {', '.join(choices)}" if choices else "remove it")
+        if not hint and "adapter" in choices and field in QloraMethod.model_fields and field != "kind":
+            fix = (f"{field} is an adapter's setting: move it under [method.adapter] (kind = 'lora'), or remove "
+                   "it to train every weight")  # e.g. rank = 8 left in [method] when lora became dpo
     elif kind == "union_tag_invalid" or (kind == "literal_error" and key == "method.kind"):
         given = str(item.get("input", ""))
         if isinstance(item.get("input"), dict):
