@@ -209,6 +209,19 @@ def test_cli_tags_notes_archive_delete(tmp_path):
     assert purged.stdout.strip() == "purged 1 run"  # not '1 run(s)'
 
 
+def test_cli_tag_removes_a_tag_given_as_minus_name(tmp_path):
+    # `llmtui tag RUN -old` was taken for an unknown option (exit 2, the tag kept)
+    store = RunStore(tmp_path)
+    run = store.create(recipe_from_dict({"name": "m", "method": {"kind": "lora"}}))
+    run.update(status="failed")
+    meta.change_tags(run.path, ["+old", "+keep"])
+    done = llmtui("tag", run.id, "-old", "+new", runs_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{run.id}: keep new"
+    refused = llmtui("tag", run.id, runs_dir=tmp_path)
+    assert refused.returncode == 2 and "say which tags" in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_notify_command_runs_without_a_shell_with_the_event(tmp_path):
     out = tmp_path / "got.txt"
     script = f"import os, sys; open({str(out)!r}, 'w').write(os.environ['LLMTUI_EVENT'] + '|' + sys.stdin.read())"

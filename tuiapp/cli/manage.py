@@ -3,6 +3,7 @@ commands. Each calls tuiapp.core (queue, sweep, meta, service) and prints; nothi
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -114,6 +115,8 @@ def cmd_sweep(args) -> int:
 
 def cmd_tag(args) -> int:
     run = RunStore(args.runs_dir).get(args.run)
+    if not args.changes:
+        raise UserError(message="tag: say which tags to add or remove", fix=f"llmtui tag {run.id} +baseline -old")
     tags = meta.change_tags(run.path, [meta.printable(change, "tag") for change in args.changes])
     print(f"{run.id}: " + (" ".join(tags) if tags else "(no tags)"))
     return EXIT_OK
@@ -199,7 +202,8 @@ def add_commands(add) -> None:
 
     p = add("tag", cmd_tag, "add (+name) or remove (-name) tags")
     p.add_argument("run")
-    p.add_argument("changes", nargs="+", metavar="+TAG|-TAG")
+    # REMAINDER: '-name' removes a tag, and argparse would take it for an option
+    p.add_argument("changes", nargs=argparse.REMAINDER, metavar="+TAG|-TAG")
 
     p = add("note", cmd_note, "set a run's note")
     p.add_argument("run")
