@@ -222,6 +222,17 @@ def test_cli_tag_removes_a_tag_given_as_minus_name(tmp_path):
     assert refused.returncode == 2 and "say which tags" in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_cli_runs_says_a_filter_matched_nothing_not_that_there_are_no_runs(tmp_path):
+    # `llmtui runs --tag typo` said "no runs in DIR" over a folder full of runs
+    run = RunStore(tmp_path).create(recipe_from_dict({"name": "m", "method": {"kind": "lora"}}))
+    run.update(status="failed")
+    listed = llmtui("runs", "--tag", "typo", runs_dir=tmp_path, check=True).stdout.strip()
+    assert listed == f"no run in {tmp_path} matches --tag typo (1 run in all: `llmtui runs --all`)"
+    llmtui("archive", run.id, runs_dir=tmp_path, check=True)
+    listed = llmtui("runs", runs_dir=tmp_path, check=True).stdout.strip()
+    assert listed == f"no runs to show in {tmp_path}: 1 archived run (`llmtui runs --archived`)"
+
+
 def test_notify_command_runs_without_a_shell_with_the_event(tmp_path):
     out = tmp_path / "got.txt"
     script = f"import os, sys; open({str(out)!r}, 'w').write(os.environ['LLMTUI_EVENT'] + '|' + sys.stdin.read())"

@@ -13,7 +13,7 @@ from tuiapp.core import meta, queue, rl, runstate
 from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.jsonout import error_document, write_document
 from tuiapp.core.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
-from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, progress_line
+from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
 from tuiapp.core.recipe import batching_label
 from tuiapp.core.rundir import attempt_count, duration_s, first_started
 from tuiapp.core.runs import ACTIVE, RunStore
@@ -72,7 +72,7 @@ def cmd_runs(args) -> int:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
     if not rows:
-        print(f"no runs in {RunStore(args.runs_dir).root}")
+        print(_nothing_shown(runs, args))
         return EXIT_OK
     header = f"{'ID':<40} {'STATUS':<14} {'METHOD':<13} {'STEP':>11} {'LOSS':>8} {'TOK/S':>8} {'MEM':>8} {'TIME':>7}"
     print(header)
@@ -143,6 +143,19 @@ def cmd_show(args) -> int:
     if run.final_path.is_dir():
         print(f"  final     {run.final_path}")
     return EXIT_OK
+
+
+def _nothing_shown(runs: list, args) -> str:
+    """Why `llmtui runs` lists nothing: an empty folder, or filters no run matches (archived runs hidden)."""
+    root = RunStore(args.runs_dir).root
+    if not runs:
+        return f"no runs in {root}"
+    asked = [f"--{name} {getattr(args, name)}" for name in ("tag", "group") if getattr(args, name, None)]
+    if getattr(args, "archived", False):
+        asked.append("--archived")
+    if asked:
+        return f"no run in {root} matches {' '.join(asked)} ({plural(len(runs), 'run')} in all: `llmtui runs --all`)"
+    return f"no runs to show in {root}: {plural(len(runs), 'archived run')} (`llmtui runs --archived`)"
 
 
 def matches(row: dict, args) -> bool:
