@@ -80,3 +80,28 @@ def test_a_child_tool_reports_its_error_lines_and_can_be_cancelled():
     outcome = sleeping.run()
     assert outcome.cancelled and time.monotonic() - started < 20
     assert sys.executable in sleeping.argv
+
+
+def test_an_adapter_whose_base_folder_is_gone_is_refused_before_any_work(tmp_path):
+    # chat, eval, serve and export --merge failed deep in transformers ("Repo id must be in the form...")
+    import json
+    import subprocess
+    import sys
+
+    gone = tmp_path / "models" / "qwen3"  # the base folder the run trained from, since moved away
+    run_dir = tmp_path / "runs" / "20260101-000000-lora-a001"
+    (run_dir / "final").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"id": run_dir.name, "name": "lora", "status": "succeeded",
+                                                  "method": "lora", "model": str(gone)}))
+    (run_dir / "final" / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA",
+                                                                       "base_model_name_or_path": str(gone)}))
+    (run_dir / "final" / "llmtui.json").write_text(json.dumps({"base_model": str(gone), "method": "lora"}))
+    out = tmp_path / "export"
+    for args in (["chat", run_dir.name, "--prompt", "hi"], ["eval", run_dir.name],
+                 ["serve", run_dir.name, "--port", "18999"], ["export", run_dir.name, "--out", str(out), "--merge"]):
+        done = subprocess.run([sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(tmp_path / "runs"), *args],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert f"{gone}, is no longer there" in done.stderr and "put the base model back" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "Repo id" not in done.stderr
+    assert not out.exists() and not (run_dir / "evals").exists() and not (run_dir / "serve.json").exists()

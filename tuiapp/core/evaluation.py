@@ -17,7 +17,7 @@ from tuiapp.core.datasets import load_records, resolve_source
 from tuiapp.core.errors import DatasetError, RunError, UserError
 from tuiapp.core.recipe import DatasetSpec
 from tuiapp.core.runs import Run
-from tuiapp.core.targets import model_target
+from tuiapp.core.targets import model_target, require_base
 
 TOOL = "tuiapp.trainer.evaluate"
 DEFAULT_DATA = "demo:facts-heldout"
@@ -112,6 +112,8 @@ def plan(run_dir: Path, request: EvalRequest, base_dir: Path | None = None) -> E
     if request.limit < 0 or request.gen_limit < 0:
         raise UserError(message="--limit and --gen-limit count records", fix="use 0 (all / none) or more")
     target = model_target(run_dir, request.checkpoint, purpose="be evaluated")
+    if not request.no_base:
+        require_base(run_dir.name, target.base, "it is compared with", ", or pass --no-base")
     data = request.data.strip()
     if not data:
         raise UserError(message="no data to evaluate on", key="--data",

@@ -15,8 +15,9 @@ from typing import Callable
 from tuiapp.core import exports, gguf_tools
 from tuiapp.core.child_tool import ChildTool
 from tuiapp.core.errors import RunError, UserError
-from tuiapp.core.model_check import hub_offline
+from tuiapp.core.model_check import adapter_kind, hub_offline
 from tuiapp.core.runs import Run
+from tuiapp.core.targets import base_of, require_base
 
 TOOL = "tuiapp.trainer.publish"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -145,6 +146,8 @@ def plan(run: Run, request: ExportRequest) -> ExportPlan:
         raise UserError(message=f"{run.id} has no final model ({run.status})", fix="export a succeeded run")
     if not str(request.out).strip():
         raise UserError(message="no folder to export to", key="--out", fix="name a new (or empty) folder")
+    if (request.merge or request.gguf) and adapter_kind(run.final_path):  # merging loads the base
+        require_base(run.id, base_of(run.path), "its adapter merges into")
     out = Path(request.out).expanduser()
     check_out(out)
     argv = [str(run.final_path), "--out", str(out)] + (["--merge"] if request.merge else []) + tool_options(request)

@@ -119,4 +119,16 @@ def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "c
         if problems:
             raise RunError(message=problems[0], fix="ZeRO-3 checkpoints hold only shards unless the weights are "
                            "gathered on save; use the final model, or export it first")
-    return Target(str(run_dir), str(folder), label, kind, method, base_of(run_dir), step)
+    base = base_of(run_dir)
+    if kind != "full":
+        require_base(run_id, base, "its adapter applies to")
+    return Target(str(run_dir), str(folder), label, kind, method, base, step)
+
+
+def require_base(run_id: str, base: str, why: str, fix: str = "") -> None:
+    """RunError when the run's base model was a local folder that is no longer there (moved or deleted):
+    loading it would fail deep in transformers with a hub-id error."""
+    path = Path(base).expanduser()
+    if path.is_absolute() and not path.is_dir():
+        raise RunError(message=f"{run_id}: the base model {why}, {base}, is no longer there",
+                       fix="put the base model back at that path (or a link to it there)" + fix)
