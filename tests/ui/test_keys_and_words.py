@@ -18,6 +18,7 @@ from tuiapp.core.runs import Run
 from tuiapp.ui import actions
 from tuiapp.ui.messages import RunStopped
 from tuiapp.ui.preview import dataset_preview
+from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen
 from tuiapp.ui.screens.run_view import RunViewScreen
@@ -153,6 +154,26 @@ def test_run_view_header_counts_ranks_in_words_and_footer_keeps_the_main_keys(ru
         async with app.run_test(size=(120, 36)) as pilot:
             await open_run(pilot, REAL_IDS["crashed"])  # two ranks
             assert "2 ranks on cpu" in screen_text(app)
+
+    asyncio.run(scenario())
+
+
+def test_compares_footer_keeps_whole_keys_at_80_columns(runs_root, tmp_path):
+    """Compare's keys overflowed an 80-column footer: the last one was cut ('0' of '0 Reset') and a
+    stray letter followed the palette key ('^p paletted')."""
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="history")
+            app.push_screen(CompareScreen([REAL_IDS["baseline"], REAL_IDS["high-lr"]]))
+            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded, what="compare")
+            await wait_for(pilot, lambda: "esc Back" in lines_of(app)[-1], what="the footer")
+            footer = lines_of(app)[-1].rstrip()
+            assert footer.endswith("^p palette"), footer
+            for key in ("esc Back", "← Cursor", "+ Zoom in", "- Zoom out"):
+                assert key in footer, footer
+            keys = footer.removesuffix("^p palette").rstrip(" ▏")
+            assert not keys.endswith(" 0"), footer  # no key cut after its letter
 
     asyncio.run(scenario())
 

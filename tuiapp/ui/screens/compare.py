@@ -51,6 +51,7 @@ from tuiapp.ui.comparing import (
     value_at,
     x_values,
 )
+from tuiapp.ui.footer_keys import footer_by_priority
 from tuiapp.ui.history import row_from_info
 from tuiapp.ui.messages import CompareLoaded, MetricsAppended, RunStatusChanged
 from tuiapp.ui.widgets.charts import CompareChart, Line, View
@@ -93,6 +94,9 @@ class CompareScreen(PaneDeckActions, Screen):
     PANE_CELLS = 42  # and this many columns
     ALLOW_IN_MAXIMIZED_VIEW = "Footer, #cmp-zoom-legend"  # z on a chart keeps its legend beside it
     AUTO_FOCUS = None  # the cursor keys move the chart's cursor; tab reaches the tables
+    # what an 80-column footer keeps (whole keys; the help screen and the palette list every one)
+    FOOTER_PRIORITY = ["back", "cursor(-1)", "zoom_x(0.5)", "zoom_x(2)", "zoom", "next_pane", "toggle_run",
+                       "smooth(1)", "smooth(-1)", "toggle_log", "next_axis", "toggle_keys", "reset_zoom"]
     BINDINGS = [
         Binding("x", "next_axis", "X axis", tooltip="x axis: step, tokens, wall time or % of each run"),
         Binding("s", "smooth(1)", "Smooth+", tooltip="More EMA smoothing (0 to 0.99, as in TensorBoard and W&B)"),
@@ -134,6 +138,10 @@ class CompareScreen(PaneDeckActions, Screen):
         self._smoothed: dict[tuple, tuple[int, list[float]]] = {}
         self._x_cache: dict[tuple, tuple[int, list[float]]] = {}
         self._lines: dict[tuple[str, str], Line] = {}
+
+    @property
+    def active_bindings(self):
+        return footer_by_priority(self.app, super().active_bindings, self.FOOTER_PRIORITY, self.size.width)
 
     @property
     def smoothing_weight(self) -> float:
