@@ -82,26 +82,36 @@ def test_a_child_tool_reports_its_error_lines_and_can_be_cancelled():
     assert sys.executable in sleeping.argv
 
 
-def test_an_adapter_whose_base_folder_is_gone_is_refused_before_any_work(tmp_path):
-    # chat, eval, serve and export --merge failed deep in transformers ("Repo id must be in the form...")
+def _lora_run(runs: Path, name: str, base: Path) -> Path:
     import json
+
+    run_dir = runs / f"20260101-000000-{name}-a001"
+    (run_dir / "final").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"id": run_dir.name, "name": name, "status": "succeeded",
+                                                  "method": "lora", "model": str(base)}))
+    (run_dir / "final" / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "base_model_name_or_path": str(base), "r": 8, "target_modules": ["q_proj"]}))
+    (run_dir / "final" / "llmtui.json").write_text(json.dumps({"base_model": str(base), "method": "lora"}))
+    return run_dir
+
+
+def test_an_adapter_whose_base_folder_is_gone_is_refused_before_any_work(tmp_path):
+    # chat, eval, serve, merge and export --merge failed deep in transformers ("Repo id must be in the form...")
     import subprocess
     import sys
 
-    gone = tmp_path / "models" / "qwen3"  # the base folder the run trained from, since moved away
-    run_dir = tmp_path / "runs" / "20260101-000000-lora-a001"
-    (run_dir / "final").mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({"id": run_dir.name, "name": "lora", "status": "succeeded",
-                                                  "method": "lora", "model": str(gone)}))
-    (run_dir / "final" / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA",
-                                                                       "base_model_name_or_path": str(gone)}))
-    (run_dir / "final" / "llmtui.json").write_text(json.dumps({"base_model": str(gone), "method": "lora"}))
+    gone = tmp_path / "models" / "qwen3"  # the base folder the runs trained from, since moved away
+    run_dir = _lora_run(tmp_path / "runs", "lora", gone)
+    other = _lora_run(tmp_path / "runs", "lora2", gone)
     out = tmp_path / "export"
     for args in (["chat", run_dir.name, "--prompt", "hi"], ["eval", run_dir.name],
-                 ["serve", run_dir.name, "--port", "18999"], ["export", run_dir.name, "--out", str(out), "--merge"]):
+                 ["serve", run_dir.name, "--port", "18999"], ["export", run_dir.name, "--out", str(out), "--merge"],
+                 ["merge", run_dir.name, other.name, "--name", "merged"]):
         done = subprocess.run([sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(tmp_path / "runs"), *args],
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert f"{gone}, is no longer there" in done.stderr and "put the base model back" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and "Repo id" not in done.stderr
     assert not out.exists() and not (run_dir / "evals").exists() and not (run_dir / "serve.json").exists()
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")) == sorted(
+        [run_dir.name, other.name])  # no merged run, no work folder

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from tuiapp.core.errors import UserError
 from tuiapp.core.model_check import FINAL_INFO
 from tuiapp.core.runs import Run
+from tuiapp.core.targets import require_base
 
 ADAPTER_METHODS = ("linear", "cat", "ties", "dare_linear", "dare_ties")
 FULL_METHODS = ("linear", "ties", "dare_linear", "dare_ties")
@@ -83,6 +84,8 @@ def plan_merge(runs: list[Run], method: str, weights: list[float] | None, densit
     if len(bases) != 1:
         raise UserError(message=f"the runs start from different base models ({', '.join(sorted(bases))})",
                         fix="merge runs fine-tuned from the same base model")
+    if kind == "adapter" or method != "linear":  # adapters merge on their base; ties/dare take changes from it
+        require_base(", ".join(run.id for run in runs), next(iter(bases)), "the merge loads")
     if kind == "full" and method != "linear" and kinds & {"pretrain"}:
         raise UserError(message=f"--method {method} merges the changes from the base, and a pretrain run has no "
                         "base it changed", fix="use --method linear for pretrain runs")
