@@ -13,9 +13,8 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from tuiapp.core.errors import UserError
-from tuiapp.core.model_check import FINAL_INFO
+from tuiapp.core.model_check import FINAL_INFO, require_base
 from tuiapp.core.runs import Run
-from tuiapp.core.targets import require_base
 
 ADAPTER_METHODS = ("linear", "cat", "ties", "dare_linear", "dare_ties")
 FULL_METHODS = ("linear", "ties", "dare_linear", "dare_ties")

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuiapp.core.errors import RunError
 from tuiapp.core.estimate import adapter_base
 from tuiapp.core.findings import Finding
 from tuiapp.core.recipe import BUNDLED_MODEL, Recipe
@@ -268,3 +269,12 @@ def model_folder(name: str, base_dir: Path | None = None, cache_dir: str | Path 
         return None
     snapshot = cached_snapshot(name, cache_dir)
     return snapshot if isinstance(snapshot, Path) and (snapshot / CONFIG_FILE).is_file() else None
+
+
+def require_base(run_id: str, base: str, why: str, fix: str = "") -> None:
+    """RunError when the run's base model was a local folder that is no longer there (moved or deleted):
+    loading it would fail deep in transformers with a hub-id error."""
+    path = Path(base).expanduser()
+    if path.is_absolute() and not path.is_dir():
+        raise RunError(message=f"{run_id}: the base model {why}, {base}, is no longer there",
+                       fix="put the base model back at that path (or a link to it there)" + fix)

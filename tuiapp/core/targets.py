@@ -15,7 +15,7 @@ from pathlib import Path
 import tomllib
 
 from tuiapp.core.errors import RunError
-from tuiapp.core.model_check import FINAL_INFO, adapter_kind, folder_problems
+from tuiapp.core.model_check import FINAL_INFO, adapter_kind, folder_problems, require_base
 from tuiapp.core.rundir import RECIPE_TOML, RUN_JSON
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -124,11 +124,3 @@ def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "c
         require_base(run_id, base, "its adapter applies to")
     return Target(str(run_dir), str(folder), label, kind, method, base, step)
 
-
-def require_base(run_id: str, base: str, why: str, fix: str = "") -> None:
-    """RunError when the run's base model was a local folder that is no longer there (moved or deleted):
-    loading it would fail deep in transformers with a hub-id error."""
-    path = Path(base).expanduser()
-    if path.is_absolute() and not path.is_dir():
-        raise RunError(message=f"{run_id}: the base model {why}, {base}, is no longer there",
-                       fix="put the base model back at that path (or a link to it there)" + fix)
