@@ -209,15 +209,30 @@ def corpus_recipe(corpus: Path, streaming: bool) -> str:
 FIRST_STEP_STEPS = 3
 
 
-def _tree_rss(process: psutil.Process) -> tuple[int, int]:
+def _anon(pid: int) -> int:
+    """Resident anonymous memory (RssAnon): RSS less the pages of mapped files (the memory-mapped
+    Arrow files a process reads count in its RSS but are page cache the kernel can take back)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _tree_rss(process: psutil.Process) -> tuple[int, int, int, int]:
+    """(RSS of the process, of it and its children, RssAnon of the process, of it and its children)."""
     own = process.memory_info().rss
-    kids = 0
+    own_anon = _anon(process.pid)
+    kids = kids_anon = 0
     for child in process.children(recursive=True):
         try:
             kids += child.memory_info().rss
+            kids_anon += _anon(child.pid)
         except psutil.Error:
             pass
-    return own, own + kids
+    return own, own + kids, own_anon, own_anon + kids_anon
 
 
 def first_step(corpus: Path, work: Path, env: dict, streaming: bool, timeout: float) -> dict:
@@ -231,7 +246,7 @@ def first_step(corpus: Path, work: Path, env: dict, streaming: bool, timeout: fl
     runs = work / "runs"
     argv = [*common.llmtui_command(), "run", str(recipe), "--runs-dir", str(runs)]
     phases: dict[str, float] = {}
-    own = tree = 0
+    peaks = [0, 0, 0, 0]
     rank = None
     run_dir = None
     first = None
@@ -259,8 +274,7 @@ def first_step(corpus: Path, work: Path, env: dict, streaming: bool, timeout: fl
                             first = ev["first_step"]["time"]
                 if rank is not None:
                     try:
-                        mine, everything = _tree_rss(rank)
-                        own, tree = max(own, mine), max(tree, everything)
+                        peaks = [max(a, b) for a, b in zip(peaks, _tree_rss(rank), strict=True)]
                     except psutil.Error:
                         pass
                 time.sleep(0.2)
@@ -279,7 +293,8 @@ def first_step(corpus: Path, work: Path, env: dict, streaming: bool, timeout: fl
         after = [t for t in phases.values() if t > phases["tokenizing"]]
         tokenizing = (min(after) - phases["tokenizing"]) if after else None
     return {"ok": proc.returncode == 0 and first is not None, "ttfs": (first - t0) if first else None,
-            "tokenizing_s": tokenizing, "rank_mb": own / 1e6 or None, "tree_mb": tree / 1e6 or None,
+            "tokenizing_s": tokenizing, "rank_mb": peaks[0] / 1e6 or None, "tree_mb": peaks[1] / 1e6 or None,
+            "rank_anon_mb": peaks[2] / 1e6 or None, "tree_anon_mb": peaks[3] / 1e6 or None,
             "phases": {k: round(v - t0, 2) for k, v in phases.items()},
             "log": common._tail(work / "cli.log") + ("\n" + common._tail(run_dir / "stdout.log") if run_dir else "")}
 
@@ -321,28 +336,28 @@ def peer_preprocess(corpus: Path, model_dir: Path, work: Path, env: dict, timeou
                 "DISABLE_VERSION_CHECK": "1", "WANDB_DISABLED": "true"}
     argv = [str(bench_peer.PEER_PYTHON), str(work / "runner.py"), str(work / "args.json")]
     try:
-        result, own, tree = _peak_rss(argv, peer_env, work / "peer.log", timeout)
+        result, peaks = _peak_rss(argv, peer_env, work / "peer.log", timeout)
     except RuntimeError as exc:
         return {"ok": False, "error": str(exc), "log": common._tail(work / "peer.log")}
-    return {"ok": True, "seconds": result["seconds"], "rows": result["rows"], "rank_mb": own, "tree_mb": tree}
+    return {"ok": True, "seconds": result["seconds"], "rows": result["rows"], "rank_mb": peaks[0] / 1e6,
+            "tree_mb": peaks[1] / 1e6, "rank_anon_mb": peaks[2] / 1e6, "tree_anon_mb": peaks[3] / 1e6}
 
 
 PEER_WORKERS = 2
 
 
-def _peak_rss(argv: list[str], env: dict, log_path: Path, timeout: float) -> tuple[dict, float, float]:
-    """(the child's last JSON line, peak RSS of the child alone, of the child and its children) in MB."""
+def _peak_rss(argv: list[str], env: dict, log_path: Path, timeout: float) -> tuple[dict, list[int]]:
+    """(the child's last JSON line, its peaks as _tree_rss gives them, in bytes)."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=log_path.parent,
                                 start_new_session=True)
-        own = tree = 0
+        peaks = [0, 0, 0, 0]
         parent = psutil.Process(proc.pid)
         deadline = time.monotonic() + timeout
         try:
             while proc.poll() is None and time.monotonic() < deadline:
                 try:
-                    mine, everything = _tree_rss(parent)
-                    own, tree = max(own, mine), max(tree, everything)
+                    peaks = [max(a, b) for a, b in zip(peaks, _tree_rss(parent), strict=True)]
                 except psutil.Error:
                     pass
                 time.sleep(0.2)
@@ -353,7 +368,7 @@ def _peak_rss(argv: list[str], env: dict, log_path: Path, timeout: float) -> tup
     out = proc.stdout.read().strip().splitlines()
     if proc.returncode != 0 or not out:
         raise RuntimeError(f"exit {proc.returncode}")
-    return json.loads(out[-1]), own / 1e6, tree / 1e6
+    return json.loads(out[-1]), peaks
 
 
 def corpus_scaling(sizes_mb: list[int], peer: bool = True, log=print) -> dict:
@@ -434,12 +449,14 @@ def corpus_markdown(rows: list[dict], peer_note: str | None) -> str:
             fmt(peer, ",.0f"), fmt(mb / peer if peer else None, ".2f"),
             fmt(get(r, "cold", "ttfs"), ",.1f"), fmt(get(r, "warm", "ttfs"), ".1f"), fmt(get(r, "streaming", "ttfs"), ".1f"),
             fmt(get(r, "cold", "rank_mb"), ",.0f"), fmt(get(r, "cold", "tree_mb"), ",.0f"),
+            fmt(get(r, "cold", "tree_anon_mb"), ",.0f"),
             fmt(get(r, "warm", "rank_mb"), ",.0f"), fmt(get(r, "streaming", "rank_mb"), ",.0f"),
-            fmt(get(r, "peer", "tree_mb"), ",.0f"),
+            fmt(get(r, "peer", "tree_mb"), ",.0f"), fmt(get(r, "peer", "tree_anon_mb"), ",.0f"),
         ])
     out = [md_table(["corpus", "documents", "llmtui tokenizing s (cold)", "llmtui MB/s",
                      f"LLaMA-Factory s ({PEER_WORKERS} workers)", "LF MB/s", "first step s: cold", "warm", "streaming",
-                     "peak rank MB: cold", "cold + workers", "warm", "streaming", "LF peak MB (+ workers)"], table)]
+                     "peak rank MB: cold", "cold + workers", "(anon)", "warm", "streaming", "LF peak MB (+ workers)",
+                     "(anon)"], table)]
     out.append("")
     out.append(f"Peer: {peer_note or 'not run'}.")
     for r in rows:
