@@ -81,6 +81,28 @@ def test_evaluate_form_fits_80x24_and_shows_refusals_with_their_fix(runs_root, t
     asyncio.run(scenario())
 
 
+def test_evaluate_of_a_run_on_its_own_data_starts_empty_and_asks_for_held_out_data(runs_root, tmp_path):
+    run_id = REAL_IDS["sft"]
+    recipe = runs_root / run_id / "recipe.toml"
+    recipe.write_text(recipe.read_text().replace('name = "demo:facts"', f'name = "{tmp_path / "mine.jsonl"}"'))
+    (tmp_path / "mine.jsonl").write_text('{"instruction": "Say hi", "output": "hi"}\n')
+    (runs_root / run_id / "final").mkdir()  # E is offered on a run with a final model
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _home(pilot, run_id)
+            await pilot.press("E")
+            await wait_for(pilot, lambda: isinstance(app.screen, EvaluateScreen), what="the form")
+            form = app.screen
+            assert form.query_one("#eval-data", Input).value == ""  # not the demo facts it never saw
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda: "name the held-out data" in _error(form), what="the refusal")
+            assert "fix: type the path of a file with records the run did not train on" in _error(form)
+
+    asyncio.run(scenario())
+
+
 def test_export_refuses_a_folder_that_is_not_empty_in_the_form(runs_root, tmp_path):
     run_id = REAL_IDS["sft"]
     (runs_root / run_id / "final").mkdir()

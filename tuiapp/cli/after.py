@@ -207,6 +207,8 @@ def _echo(line: str) -> None:
 def _evaluate(args) -> dict:
     run = RunStore(args.runs_dir).get(args.run)
     data = args.data if args.data is not None else evaluation.default_data(run.path)
+    if not data:
+        raise evaluation.no_default_data(run.path)
     request = evaluation.EvalRequest(data=data, format=args.format, columns=args.columns,
                                      checkpoint=args.checkpoint, no_base=args.no_base, limit=args.limit,
                                      gen_limit=args.gen_limit, tasks=args.tasks)

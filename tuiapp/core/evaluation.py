@@ -52,13 +52,29 @@ class EvalPlan:
 
 def default_data(run_dir: Path) -> str:
     """What a run is evaluated on when no data is named: the held-out split of the demo it trained
-    on (image QA for demo:shapes), else demo:facts-heldout."""
+    on (image QA for demo:shapes; demo:facts-heldout for the other demos). A run that trained on the
+    user's own data has none: "" (the demo facts would score something it never learned)."""
     try:
         dataset = Run(Path(run_dir)).recipe().dataset
-        name = dataset.sources[0].name if dataset.sources else dataset.name  # a mixture: its first source
     except UserError:
         return DEFAULT_DATA
-    return HELDOUT.get(name, DEFAULT_DATA)
+    names = [source.name for source in dataset.sources] or [dataset.name]  # a mixture: its first source leads
+    if not all(name.startswith("demo:") for name in names):
+        return ""
+    return HELDOUT.get(names[0], DEFAULT_DATA)
+
+
+def no_default_data(run_dir: Path, in_form: bool = False) -> UserError:
+    """The error of an evaluation without data for a run that trained on its own data (the CLI's
+    words, or the Evaluate form's)."""
+    try:
+        trained_on = Run(Path(run_dir)).recipe().dataset.label
+    except UserError:
+        trained_on = "its own data"
+    return UserError(message=f"{Path(run_dir).name} trained on {trained_on}: name the held-out data to evaluate on",
+                     fix=("type the path of a file" if in_form else "pass --data FILE") + " with records the run "
+                     f"did not train on (any format training reads), or {'' if in_form else '--data '}{DEFAULT_DATA} "
+                     "for the demo facts")
 
 
 def parse_columns(text: str) -> dict[str, str]:

@@ -57,8 +57,8 @@ class EvaluateScreen(ToolFormScreen):
     def request(self) -> evaluation.EvalRequest:
         data = self.query_one("#eval-data", Input).value
         if not data.strip():
-            raise UserError(message="no data to evaluate on", key="data",
-                            fix=f"type {evaluation.DEFAULT_DATA} or the path of a local file")
+            error = evaluation.no_default_data(self.run_path, in_form=True)
+            raise UserError(message=error.message, key="data", fix=error.fix)
         return evaluation.EvalRequest(data=data_argument(data, self.base_dir),
                                       limit=parse_limit(self.query_one("#eval-limit", Input).value),
                                       no_base=not self.query_one("#eval-base", Checkbox).value)
