@@ -56,8 +56,8 @@ def measure(spec: dict, model_dir: Path, reps: int, work: Path) -> dict:
     from transformers import AutoTokenizer
 
     import baseline_train
-    from tuiapp.core.datasets import load_records
-    from tuiapp.core.recipe import parse_recipe
+    from tuiapp.core.config.recipe import parse_recipe
+    from tuiapp.core.data.datasets import load_records
     from tuiapp.trainer.data import build_datasets
 
     task = _task(spec)
@@ -105,7 +105,7 @@ def fingerprint_check(model_dir: Path) -> dict:
     `backend_tokenizer.to_str()`, which holds the backend's current truncation/padding state."""
     from transformers import AutoTokenizer
 
-    from tuiapp.core.recipe import parse_recipe
+    from tuiapp.core.config.recipe import parse_recipe
     from tuiapp.trainer.data import cache_key
 
     task = {"name": "sft", "data": "demo:facts", "format": "auto", "method": "sft", "max_seq_len": 1024,
@@ -238,7 +238,7 @@ def _tree_rss(process: psutil.Process) -> tuple[int, int, int, int]:
 def first_step(corpus: Path, work: Path, env: dict, streaming: bool, timeout: float) -> dict:
     """`llmtui run` of the tiny pretrain recipe on `corpus`, launch to its first logged step; the
     rank's phases (when it tokenized) and its peak resident memory, alone and with its workers."""
-    from tuiapp.core import rundir
+    from tuiapp.core.run_folder import rundir
 
     work.mkdir(parents=True, exist_ok=True)
     recipe = work / "recipe.toml"

@@ -326,7 +326,7 @@ def own_runs(quick: bool, work: Path, log=print) -> list[dict]:
     if c4 is not None:
         task["data"] = str(c4)
     else:
-        from tuiapp.core.demo_data import text_records
+        from tuiapp.core.data.demo_data import text_records
 
         demo = work / "demo_text.jsonl"
         demo.write_text("".join(json.dumps({"text": r["text"]}) + "\n" for r in text_records()))

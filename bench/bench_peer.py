@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import fmt, md_table  # noqa: E402
-from tuiapp.core.launcher import torch_extensions_dir  # noqa: E402
+from tuiapp.core.plan.launcher import torch_extensions_dir  # noqa: E402
 
 # DeepSpeed's CPU op: this environment's build in the llmtui cache (as a user's runs after the first),
 # not a cold folder per benchmark that rebuilds it for minutes on a busy machine
@@ -529,7 +529,7 @@ def _info(started: float, env: dict, load_start: str, command: str) -> dict:
 
 
 def _has_token_batches() -> bool:
-    from tuiapp.core.recipe import TrainSpec
+    from tuiapp.core.config.recipe import TrainSpec
 
     return "batching" in TrainSpec.model_fields
 

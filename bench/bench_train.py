@@ -165,7 +165,7 @@ def profile_layouts(task: dict, model_dir: str, cache: Path, batches: int, seed:
     )
 
     import baseline_train
-    from tuiapp.core.recipe import parse_recipe
+    from tuiapp.core.config.recipe import parse_recipe
     from tuiapp.trainer.data import build_datasets, make_collator
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // task.get("ranks", 1)))

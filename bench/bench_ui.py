@@ -29,11 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuiapp.core.columns import columns_path  # noqa: E402
-from tuiapp.core.metrics import JsonlWriter  # noqa: E402
-from tuiapp.core.recipe import LoraMethod, Recipe  # noqa: E402
-from tuiapp.core.rundata import MetricsWriter, Series  # noqa: E402
-from tuiapp.core.runs import RunStore  # noqa: E402
+from tuiapp.core.config.recipe import LoraMethod, Recipe  # noqa: E402
+from tuiapp.core.run_folder.columns import columns_path  # noqa: E402
+from tuiapp.core.run_folder.metrics import JsonlWriter  # noqa: E402
+from tuiapp.core.run_folder.rundata import MetricsWriter, Series  # noqa: E402
+from tuiapp.core.store.runs import RunStore  # noqa: E402
 from tuiapp.ui.app import LlmtuiApp  # noqa: E402
 from tuiapp.ui.config import UiConfig  # noqa: E402
 from tuiapp.ui.screens.compare import CompareScreen  # noqa: E402

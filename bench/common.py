@@ -457,13 +457,13 @@ def run_llmtui(task: dict, workdir: Path, env: dict, timeout: float = 900) -> di
 def reclaim_shm(port: int | str | None) -> int:
     """What a finished run left in /dev/shm, removed; the bytes it had left there (llmtui's own
     supervisor frees its runs' buffers, so this counts what the baseline leaves)."""
-    from tuiapp.core import shm
+    from tuiapp.core.machine import shm
 
     return shm.reclaim(port)
 
 
 def _master_port(argv: list) -> str | None:
-    from tuiapp.core.launcher import master_port_of
+    from tuiapp.core.plan.launcher import master_port_of
 
     return master_port_of(argv)
 

@@ -140,7 +140,7 @@ def log(message: str) -> None:
 
 def cuda_state() -> tuple[bool, str]:
     """Whether runs here get CUDA, and why not (or torch's CUDA version): NVML first (no torch), then torch."""
-    from tuiapp.core.launcher import cuda_device_count
+    from tuiapp.core.plan.launcher import cuda_device_count
 
     if cuda_device_count() == 0:
         return False, "no CUDA GPU on this machine (NVML sees none)"
@@ -162,7 +162,7 @@ def method_kinds() -> list[str]:
     """Every `method.kind` of the recipe schema, in its order."""
     from typing import Union, get_args, get_origin
 
-    from tuiapp.core import recipe
+    from tuiapp.core.config import recipe
 
     union = get_args(recipe.Method)[0]
     assert get_origin(union) is Union, "recipe.Method is no longer Annotated[Union[...], ...]"
@@ -248,7 +248,7 @@ def write_sft_data(path: Path, count: int, words: tuple[int, int], seed: int = 0
     """Alpaca records of varied length, from the words of the demo corpus (the tokenizer knows them)."""
     import random
 
-    from tuiapp.core import demo_data
+    from tuiapp.core.data import demo_data
 
     vocab = sorted({w for r in demo_data.text_records() for w in r["text"].split()})
     rng = random.Random(seed)
@@ -348,7 +348,7 @@ class Nvml:
         return out
 
     def project_readers(self) -> dict:
-        """The device's used memory as llmtui's own readers see it: the run view's sampler and core.gpus."""
+        """The device's used memory as llmtui's own readers see it: the run view's sampler and core.machine.gpus."""
         out = {"direct": self.read()["used"]}
         try:
             from tuiapp.ui.system import SystemSampler
@@ -360,7 +360,7 @@ class Nvml:
         except Exception as exc:  # a renamed reader is reported, not fatal
             out["ui_error"] = repr(exc)
         try:
-            from tuiapp.core.gpus import detect_gpus
+            from tuiapp.core.machine.gpus import detect_gpus
 
             gpus = detect_gpus()
             out["core"] = next((g.used_bytes for g in gpus if g.index == self.index), None)
@@ -1089,7 +1089,7 @@ def write_report(out: Path, text: str) -> None:
 
 
 def _default_extensions() -> str:
-    from tuiapp.core.launcher import torch_extensions_dir
+    from tuiapp.core.plan.launcher import torch_extensions_dir
 
     env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
     return torch_extensions_dir(env)

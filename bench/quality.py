@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tuiapp.core.demo_data import facts_eval_pairs
+from tuiapp.core.data.demo_data import facts_eval_pairs
 from tuiapp.trainer.tiny import ensure_tiny_model
 
 

@@ -238,7 +238,7 @@ def findings(train: dict, overhead: dict, data: dict) -> str:
             "(e.g. a checkout and CI) rebuild it in turn because their source paths differ, each rebuild "
             "holding a lock that every starting rank waits on, and a rank killed during the build (a stop "
             "in the first seconds) leaves a stale lock on which every later run hangs forever (seen while "
-            "building this suite). Fix (`tuiapp/core/supervisor.py:_rank_env`): set TORCH_EXTENSIONS_DIR "
+            "building this suite). Fix (`tuiapp/core/lifecycle/supervisor.py:_rank_env`): set TORCH_EXTENSIONS_DIR "
             "to a per-venv folder under the llmtui cache, e.g. `<cache>/torch_extensions/<hash of "
             "sys.prefix>`, unless the user set it; and have preflight warn about a `lock` file there older "
             "than a few minutes with no compiler running.")
@@ -250,7 +250,7 @@ def findings(train: dict, overhead: dict, data: dict) -> str:
             "(`/dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>`, never unlinked). Each run has "
             "its own master port, so they pile up until reboot (tests and benchmarks once left 291 of them, "
             "19 GB of a 24 GB machine). llmtui's supervisor removes its run's buffers once the ranks are gone "
-            "(tuiapp/core/shm.py); the table shows what each tool left, and the benchmark removes the rest.")
+            "(tuiapp/core/machine/shm.py); the table shows what each tool left, and the benchmark removes the rest.")
     fp = data.get("fingerprint")
     if fp and len(set(fp.values())) > 1:
         out.append("**Tokenized-data cache key depends on tokenizer call state.** "

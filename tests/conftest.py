@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core.launcher import torch_extensions_dir
+from tuiapp.core.plan.launcher import torch_extensions_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

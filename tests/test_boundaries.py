@@ -21,7 +21,7 @@ def imported_of(modules: list[str], unwanted: list[str]) -> list[str]:
 
 
 def test_core_and_cli_import_no_heavy_modules():
-    modules = [*SUBCOMMAND_MODULES, "tuiapp.core.checks", "tuiapp.core.supervisor", "tuiapp.core.launcher"]
+    modules = [*SUBCOMMAND_MODULES, "tuiapp.core.prelaunch.checks", "tuiapp.core.lifecycle.supervisor", "tuiapp.core.plan.launcher"]
     assert imported_of(modules, FORBIDDEN) == []
 
 
@@ -40,8 +40,8 @@ def test_import_contracts_hold():
 def test_the_tui_starts_without_the_schema_or_the_subcommands():
     """The bare `llmtui` imports what the history's first rows need: not pydantic (the recipe
     schema, ~0.2 s), the subcommands, sweeps or numpy (bench/bench_ui.py's start-up)."""
-    modules = ["tuiapp.cli.__main__", "tuiapp.ui.launch", "tuiapp.core.runs", "tuiapp.core.errors", "tuiapp.ui.app"]
-    unwanted = ["pydantic", "tuiapp.core.recipe", *SUBCOMMAND_MODULES, "tuiapp.core.sweep", "numpy", "torch"]
+    modules = ["tuiapp.cli.__main__", "tuiapp.ui.launch", "tuiapp.core.store.runs", "tuiapp.core.common.errors", "tuiapp.ui.app"]
+    unwanted = ["pydantic", "tuiapp.core.config.recipe", *SUBCOMMAND_MODULES, "tuiapp.core.config.sweep", "numpy", "torch"]
     assert "tuiapp.cli.main" in SUBCOMMAND_MODULES and "tuiapp.cli.runs" in SUBCOMMAND_MODULES
     assert imported_of(modules, unwanted) == []
 
@@ -50,16 +50,16 @@ def test_a_run_or_compare_opens_without_the_schema():
     """The run view and compare import no pydantic either (the recipe schema took ~0.5 s the first
     time one of them opened)."""
     modules = ["tuiapp.ui.screens.compare", "tuiapp.ui.screens.run_view"]
-    assert imported_of(modules, ["pydantic", "tuiapp.core.recipe", "tuiapp.cli"]) == []
+    assert imported_of(modules, ["pydantic", "tuiapp.core.config.recipe", "tuiapp.cli"]) == []
 
 
 def test_the_history_reads_sweeps_without_the_schema(tmp_path):
     """The history's worker reads the sweeps' records before its first summaries: without the
-    recipe schema (importing core.sweep there cost ~0.3 s of them on a loaded machine)."""
+    recipe schema (importing core.config.sweep there cost ~0.3 s of them on a loaded machine)."""
     (tmp_path / ".groups").mkdir()
     (tmp_path / ".groups" / "sweep-1.json").write_text('{"id": "sweep-1", "name": "lr", "runs": []}')
     code = ("import sys; from pathlib import Path; from tuiapp.ui.groups import read_groups; "
-            f"print(list(read_groups(Path({str(tmp_path)!r}))), [m for m in ('pydantic', 'tuiapp.core.sweep') if m in sys.modules])")
+            f"print(list(read_groups(Path({str(tmp_path)!r}))), [m for m in ('pydantic', 'tuiapp.core.config.sweep') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split("\n")[0] == "['sweep-1'] []"
 

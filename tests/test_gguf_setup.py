@@ -15,8 +15,8 @@ import pytest
 import tomllib
 
 from tests.tool_scripts import load_tool
-from tuiapp.core import gguf_tools
-from tuiapp.core.procs import group_processes
+from tuiapp.core.after import gguf_tools
+from tuiapp.core.machine.procs import group_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core.recipe import load_recipe
+from tuiapp.core.config.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.py"

@@ -1,4 +1,4 @@
-"""What a run shows is derived once (tuiapp.core.runstate): `llmtui runs --json` and the TUI's history
+"""What a run shows is derived once (tuiapp.core.run_folder.runstate): `llmtui runs --json` and the TUI's history
 show every fixture run (succeeded, stopped, failed, a live one and a stalled one, and a starting one
 flagged hung) with the same status, and a flag's hint is the same words, each front end adding its
 own way to act on it."""
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp.core import runstate
+from tuiapp.core.run_folder import runstate
 from tuiapp.ui.history import HistoryLoader, row_from_info
 from tuiapp.ui.run_panes import flag_text
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import checks
-from tuiapp.core.recipe import load_recipe
-from tuiapp.core.runs import RunStore
+from tuiapp.core.config.recipe import load_recipe
+from tuiapp.core.prelaunch import checks
+from tuiapp.core.store.runs import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "recipes").glob("*.toml"))

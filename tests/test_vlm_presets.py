@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import datasets, estimate, gpus, preflight, vision_checks, vision_plan
-from tuiapp.core.recipe import load_recipe
+from tuiapp.core.config.recipe import load_recipe
+from tuiapp.core.data import datasets
+from tuiapp.core.machine import gpus
+from tuiapp.core.plan import estimate, vision_plan
+from tuiapp.core.prelaunch import preflight, vision_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "recipes" / "gpu-qwen2.5-vl-3b-lora.toml"

@@ -31,7 +31,7 @@ STEPS = 3
 
 def zoo_recipe(arch_path: str, method: str):
     """The method's tiny preset on a zoo model, shrunk to a few steps without evals or saves."""
-    from tuiapp.core.recipe import recipe_from_dict
+    from tuiapp.core.config.recipe import recipe_from_dict
 
     data = tomllib.loads((ROOT / "recipes" / f"{PRESET[method]}.toml").read_text())
     data["name"] = f"zoo-{method}"
@@ -48,7 +48,7 @@ def zoo_recipe(arch_path: str, method: str):
 
 def verdict(profile, recipe) -> tuple[str, list]:
     """'trains' or 'refused', and the plan's findings (errors first)."""
-    from tuiapp.core.model_profile import plan_model
+    from tuiapp.core.plan.model_profile import plan_model
 
     plan = plan_model(profile, recipe, cuda=False, flash_installed=False, precision="fp32")
     errors = plan.errors()
@@ -57,7 +57,7 @@ def verdict(profile, recipe) -> tuple[str, list]:
 
 def verdicts(archs=None, methods=None):
     """Each pair's verdict, from the zoo models' configs (no weights built)."""
-    from tuiapp.core.model_profile import ModelProfile
+    from tuiapp.core.plan.model_profile import ModelProfile
     from tuiapp.trainer.zoo import ZOO, zoo_profile
 
     for arch in archs or ZOO:

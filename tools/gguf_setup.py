@@ -6,7 +6,7 @@
   $LLMTUI_CACHE/gguf, so the next install takes seconds;
 - llama.cpp's converter (convert_hf_to_gguf.py with its gguf-py) from the same source archive,
   unpacked into $LLMTUI_CACHE/gguf/llama_cpp_python-VERSION/vendor/llama.cpp, where the export finds
-  it without --llama-cpp (tuiapp.core.gguf_tools.bundled_llama_cpp).
+  it without --llama-cpp (tuiapp.core.after.gguf_tools.bundled_llama_cpp).
 
     python tools/gguf_setup.py install   # build when no wheel is cached, install it, unpack the converter
     python tools/gguf_setup.py start     # only the build, in the background at the lowest priority
@@ -35,9 +35,9 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuiapp.core.built_folder import build_once  # noqa: E402
-from tuiapp.core.gguf_tools import CONVERTER, converter_home  # noqa: E402
-from tuiapp.core.procs import process_alive  # noqa: E402
+from tuiapp.core.after.gguf_tools import CONVERTER, converter_home  # noqa: E402
+from tuiapp.core.common.built_folder import build_once  # noqa: E402
+from tuiapp.core.machine.procs import process_alive  # noqa: E402
 
 # A CPU build of what the bindings load: the core library and ggml's CPU backend.
 CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF "

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.core.conftest import CRASHED, SFT
-from tuiapp.core import evals, trackers
-from tuiapp.core.chat import ChatSession, check_overrides, server_argv
-from tuiapp.core.demo_data import demo_records, facts_eval_pairs
-from tuiapp.core.errors import RunError
-from tuiapp.core.recipe import Recipe, SftMethod
-from tuiapp.core.targets import base_of, checkpoints, model_target
+from tuiapp.core.after.chat import ChatSession, check_overrides, server_argv
+from tuiapp.core.after.targets import base_of, checkpoints, model_target
+from tuiapp.core.common.errors import RunError
+from tuiapp.core.config import trackers
+from tuiapp.core.config.recipe import Recipe, SftMethod
+from tuiapp.core.data.demo_data import demo_records, facts_eval_pairs
+from tuiapp.core.run_folder import evals
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,9 @@ from array import array
 import pytest
 
 from tests.after_runs import sft_run
-from tuiapp.core import columns
-from tuiapp.core.metrics import JsonlReader, JsonlWriter, atomic_write_text, read_jsonl
-from tuiapp.core.rundata import MetricsWriter, RunData, read_run_data
+from tuiapp.core.run_folder import columns
+from tuiapp.core.run_folder.metrics import JsonlReader, JsonlWriter, atomic_write_text, read_jsonl
+from tuiapp.core.run_folder.rundata import MetricsWriter, RunData, read_run_data
 
 
 def rows(first: int, last: int) -> list[dict]:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import datafiles
-from tuiapp.core.datasets import inspect_dataset
-from tuiapp.core.errors import DatasetError
-from tuiapp.core.recipe import DatasetSpec
+from tuiapp.core.common.errors import DatasetError
+from tuiapp.core.config.recipe import DatasetSpec
+from tuiapp.core.data import datafiles
+from tuiapp.core.data.datasets import inspect_dataset
 
 GB2 = 2 * 1024**3
 
@@ -154,7 +154,7 @@ def test_the_cli_refuses_a_2gb_sparse_file_fast_and_creates_nothing(tmp_path, co
 
 
 def test_iter_records_streams_what_load_records_reads(tmp_path):
-    from tuiapp.core.datasets import iter_records, load_records
+    from tuiapp.core.data.datasets import iter_records, load_records
 
     (tmp_path / "t.jsonl").write_bytes(lines(50))
     (tmp_path / "t.txt").write_text("\ufefffirst\n\n  \nsecond\r\nthird\n")
@@ -173,7 +173,7 @@ def test_iter_records_streams_what_load_records_reads(tmp_path):
 
 @pytest.mark.slow  # over ~5 s on 2 cores
 def test_iter_records_memory_does_not_grow_with_the_file(tmp_path):
-    from tuiapp.core.datasets import iter_records
+    from tuiapp.core.data.datasets import iter_records
 
     block = lines(5000)
     path = tmp_path / "big.jsonl"

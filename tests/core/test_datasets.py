@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core.datasets import (
+from tuiapp.core.common.errors import DatasetError
+from tuiapp.core.config.recipe import DatasetSpec
+from tuiapp.core.data.datasets import (
     eval_file_spec,
     eval_fraction,
     inspect_dataset,
@@ -12,8 +14,6 @@ from tuiapp.core.datasets import (
     load_records,
     source_fingerprint,
 )
-from tuiapp.core.errors import DatasetError
-from tuiapp.core.recipe import DatasetSpec
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 

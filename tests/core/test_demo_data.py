@@ -3,9 +3,9 @@ import sys
 
 import pytest
 
-from tuiapp.core import demo_data
-from tuiapp.core.demo_data import DEMO_DATASETS, demo_records, facts_eval_pairs
-from tuiapp.core.errors import DatasetError
+from tuiapp.core.common.errors import DatasetError
+from tuiapp.core.data import demo_data
+from tuiapp.core.data.demo_data import DEMO_DATASETS, demo_records, facts_eval_pairs
 
 
 def _question(record: dict) -> str:
@@ -68,7 +68,7 @@ def test_unknown_demo_suggests_a_name():
 
 def test_core_data_modules_import_no_heavy_libraries():
     code = (
-        "import sys, tuiapp.core.datasets, tuiapp.core.demo_data\n"
+        "import sys, tuiapp.core.data.datasets, tuiapp.core.data.demo_data\n"
         "heavy = {'torch', 'transformers', 'datasets', 'deepspeed', 'textual', 'pyarrow'}\n"
         "print(sorted(heavy & set(sys.modules)))"
     )

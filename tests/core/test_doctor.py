@@ -1,9 +1,9 @@
-"""`llmtui doctor`'s verdict on which rank holds the others up (core.doctor.behind_rank)."""
+"""`llmtui doctor`'s verdict on which rank holds the others up (core.lifecycle.doctor.behind_rank)."""
 
 import subprocess
 import sys
 
-from tuiapp.core.doctor import RankState, behind_rank
+from tuiapp.core.lifecycle.doctor import RankState, behind_rank
 
 
 def _rank(rank: int, phase: str, since: float, state: str = "running") -> RankState:

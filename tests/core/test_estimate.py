@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tuiapp.core.errors import RecipeError
-from tuiapp.core.estimate import (
+from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.config.recipe import METHOD_KINDS, METHOD_MODELS, recipe_from_dict
+from tuiapp.core.plan.estimate import (
     GB,
     PRESET_CONFIGS,
     TINY_CONFIG,
@@ -27,7 +28,6 @@ from tuiapp.core.estimate import (
     model_state_bytes,
     trainable_parameters,
 )
-from tuiapp.core.recipe import METHOD_KINDS, METHOD_MODELS, recipe_from_dict
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -472,8 +472,8 @@ def test_estimate_flags_override_the_recipe_and_hosts_count_their_slots(tmp_path
 
 
 def test_a_colocated_vllm_engine_takes_its_share_of_each_gpu():
-    from tuiapp.core.estimate import format_estimate
-    from tuiapp.core.recipe import load_recipe
+    from tuiapp.core.config.recipe import load_recipe
+    from tuiapp.core.plan.estimate import format_estimate
 
     recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "gpu-qwen-0.5b-grpo-lora.toml")
     config = PRESET_CONFIGS["Qwen/Qwen2.5-0.5B-Instruct"]
@@ -491,7 +491,7 @@ def test_a_colocated_vllm_engine_takes_its_share_of_each_gpu():
 
 
 def test_the_setup_line_counts_ranks_once_and_says_cpu_ranks_without_cuda():
-    from tuiapp.core.recipe import parse_recipe
+    from tuiapp.core.config.recipe import parse_recipe
 
     recipe = parse_recipe('[model]\nname = "tiny"\n[method]\nkind = "lora"\n[launch]\ngpus = 2\n')
     on_cpu = format_estimate(estimate_recipe(recipe, dict(TINY_CONFIG), 2, cuda=False))

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from tuiapp.core.checks import static_findings
-from tuiapp.core.recipe import AUTO_EVAL_SPLIT, RecipeError, parse_recipe
-from tuiapp.core.runs import RunStore
+from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, RecipeError, parse_recipe
+from tuiapp.core.prelaunch.checks import static_findings
+from tuiapp.core.store.runs import RunStore
 from tuiapp.ui import formdata
 
 BASE = 'name = "x"\n[method]\nkind = "lora"\n'

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuiapp.core import evaluation
-from tuiapp.core.recipe import load_recipe
-from tuiapp.core.runs import RunStore
+from tuiapp.core.after import evaluation
+from tuiapp.core.config.recipe import load_recipe
+from tuiapp.core.store.runs import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
-"""The flow behind `llmtui eval` / `llmtui export` and the TUI's Evaluate / Export (core.evaluation,
-core.exporting, core.child_tool), without torch: every refusal before any work, the tool's argv,
+"""The flow behind `llmtui eval` / `llmtui export` and the TUI's Evaluate / Export (core.after.evaluation,
+core.after.exporting, core.common.child_tool), without torch: every refusal before any work, the tool's argv,
 and a child tool that can be cancelled. The real evaluation and export run in tests/e2e (slow)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.core.conftest import CRASHED, SFT
-from tuiapp.core import evaluation, exporting
-from tuiapp.core.child_tool import ChildTool
-from tuiapp.core.errors import DatasetError, RunError, UserError
-from tuiapp.core.runs import Run
+from tuiapp.core.after import evaluation, exporting
+from tuiapp.core.common.child_tool import ChildTool
+from tuiapp.core.common.errors import DatasetError, RunError, UserError
+from tuiapp.core.store.runs import Run
 
 ROOT = Path(__file__).resolve().parents[2]
 

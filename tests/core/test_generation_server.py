@@ -12,12 +12,15 @@ from pathlib import Path
 
 import psutil
 
-from tuiapp.core import doctor, generation_server, launcher, preflight, queue, rl
-from tuiapp.core.estimate import PRESET_CONFIGS, estimate_recipe, format_estimate
-from tuiapp.core.gpus import GpuInfo
-from tuiapp.core.recipe import LaunchSpec, load_recipe, parse_recipe
-from tuiapp.core.runs import RunStore
-from tuiapp.core.supervisor import _only_server_left
+from tuiapp.core.config.recipe import LaunchSpec, load_recipe, parse_recipe
+from tuiapp.core.lifecycle import doctor
+from tuiapp.core.lifecycle.supervisor import _only_server_left
+from tuiapp.core.machine.gpus import GpuInfo
+from tuiapp.core.plan import generation_server, launcher
+from tuiapp.core.plan.estimate import PRESET_CONFIGS, estimate_recipe, format_estimate
+from tuiapp.core.prelaunch import preflight, rl
+from tuiapp.core.store import queue
+from tuiapp.core.store.runs import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "recipes" / "gpu-qwen-0.5b-grpo-vllm-server.toml"

@@ -1,12 +1,12 @@
-"""The one NVML reader (core.gpus.read_devices), used by preflight's detection and the run view's
+"""The one NVML reader (core.machine.gpus.read_devices), used by preflight's detection and the run view's
 monitor. NVML cannot run on this CPU machine, so a stand-in module with pynvml's calls plays one
 GPU whose utilisation query fails; tests/ui/test_data.py reads real NVML where a GPU is visible."""
 
 import os
 from types import SimpleNamespace
 
-from tuiapp.core.gpus import read_devices
-from tuiapp.core.rundata import RunData
+from tuiapp.core.machine.gpus import read_devices
+from tuiapp.core.run_folder.rundata import RunData
 from tuiapp.ui.run_panes import memory_text
 from tuiapp.ui.system import SystemSample, SystemSampler
 

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core.errors import RunError
-from tuiapp.core.launcher import deepspeed_argv, plan_ranks, supervisor_argv, world_note
-from tuiapp.core.recipe import LaunchSpec
+from tuiapp.core.common.errors import RunError
+from tuiapp.core.config.recipe import LaunchSpec
+from tuiapp.core.plan.launcher import deepspeed_argv, plan_ranks, supervisor_argv, world_note
 
 
 def _world(argv):
@@ -48,7 +48,7 @@ def test_the_launch_command_is_the_one_deepspeeds_runner_builds(tmp_path):
     started = [line.split("cmd = ", 1)[1].split() for line in (out.stdout + out.stderr).splitlines()
                if "cmd = " in line]
     assert started, out.stdout + out.stderr
-    from tuiapp.core.launcher import local_launch_argv
+    from tuiapp.core.plan.launcher import local_launch_argv
 
     assert started[0] == local_launch_argv("pkg", 2, None, 29555, rank_logs=tmp_path / "ranks")
 
@@ -61,7 +61,7 @@ def test_a_single_rank_starts_as_deepspeeds_launcher_would_start_it(tmp_path):
     import subprocess
     import sys
 
-    from tuiapp.core.launcher import local_launch_argv, single_rank_argv
+    from tuiapp.core.plan.launcher import local_launch_argv, single_rank_argv
 
     fake = tmp_path / "pkg"
     fake.mkdir()
@@ -91,7 +91,7 @@ def test_a_single_rank_starts_as_deepspeeds_launcher_would_start_it(tmp_path):
 
 def test_single_rank_argv_golden(monkeypatch):
     monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
-    from tuiapp.core.launcher import master_port_of
+    from tuiapp.core.plan.launcher import master_port_of
 
     argv = deepspeed_argv(Path("/r/run1"), 1, [3], 29555, resume=True, python="/py")
     assert argv == ["env", "CUDA_VISIBLE_DEVICES=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29555", "WORLD_SIZE=1",
@@ -102,7 +102,7 @@ def test_single_rank_argv_golden(monkeypatch):
 
 
 def test_supervisor_argv_golden():
-    assert supervisor_argv(Path("/r/x"), python="/py") == ["/py", "-m", "tuiapp.core.supervisor", "/r/x"]
+    assert supervisor_argv(Path("/r/x"), python="/py") == ["/py", "-m", "tuiapp.core.lifecycle.supervisor", "/r/x"]
 
 
 @pytest.mark.parametrize(
@@ -122,7 +122,7 @@ def test_plan_ranks_rejects_missing_gpus():
 
 
 def test_master_port_of_a_recorded_command():
-    from tuiapp.core.launcher import master_port_of
+    from tuiapp.core.plan.launcher import master_port_of
 
     assert master_port_of(["python", "-m", "deepspeed.launcher.runner", "--master_port", "29501"]) == "29501"
     assert master_port_of(deepspeed_argv(Path("/r"), 1, None, 29502)) == "29502"
@@ -131,7 +131,7 @@ def test_master_port_of_a_recorded_command():
 
 
 def test_rank_env_defaults_and_the_users_settings(tmp_path):
-    from tuiapp.core.launcher import rank_env
+    from tuiapp.core.plan.launcher import rank_env
 
     env = rank_env(2, base={"LLMTUI_CACHE": str(tmp_path)})
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"

@@ -9,11 +9,10 @@ import sys
 
 import pytest
 
-from tuiapp.core import queue
-from tuiapp.core.estimate import GB, PRESET_CONFIGS, TINY_CONFIG
-from tuiapp.core.gpus import GpuInfo
-from tuiapp.core.metrics import atomic_write_text, rank_memory_path, write_rank_memory
-from tuiapp.core.preflight import (
+from tuiapp.core.config.recipe import NUMBER_LIMIT, recipe_from_dict
+from tuiapp.core.machine.gpus import GpuInfo
+from tuiapp.core.plan.estimate import GB, PRESET_CONFIGS, TINY_CONFIG
+from tuiapp.core.prelaunch.preflight import (
     check_cpu_ranks,
     check_disk,
     check_memory,
@@ -21,7 +20,8 @@ from tuiapp.core.preflight import (
     oversubscribe,
     size_text,
 )
-from tuiapp.core.recipe import NUMBER_LIMIT, recipe_from_dict
+from tuiapp.core.run_folder.metrics import atomic_write_text, rank_memory_path, write_rank_memory
+from tuiapp.core.store import queue
 
 
 def recipe(**sections):
@@ -78,7 +78,7 @@ def test_cpu_ranks_beyond_the_cores_are_refused_locally_only():
 
 
 def test_other_errors_stay_errors_under_oversubscribe():
-    from tuiapp.core.findings import Finding
+    from tuiapp.core.common.findings import Finding
 
     other = Finding("error", "train.precision", "bf16 needs CUDA", "set train.precision = 'fp32'")
     assert oversubscribe([other]) == [other]
@@ -126,7 +126,7 @@ def test_a_claim_holds_while_the_supervisors_group_lives(tmp_path):
 def test_the_ram_check_counts_each_ranks_runtime_and_the_first_tokenization():
     """A rank holds torch, transformers and datasets (~0.5 GB) besides its model, and the rank that
     first caches the data tokenizes in memory: a 1 M-parameter model is not '0.1 GB of RAM'."""
-    from tuiapp.core.estimate import RANK_RUNTIME_BYTES, TOKENIZING_BYTES, estimate_recipe, format_estimate
+    from tuiapp.core.plan.estimate import RANK_RUNTIME_BYTES, TOKENIZING_BYTES, estimate_recipe, format_estimate
 
     two = recipe(launch={"gpus": 2})
     est = estimate_recipe(two, TINY_CONFIG, 2, cuda=False)

@@ -2,7 +2,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuiapp.core.metrics import JsonlReader, JsonlWriter, dedupe_steps, summarize, train_rows
+from tuiapp.core.run_folder.metrics import JsonlReader, JsonlWriter, dedupe_steps, summarize, train_rows
 
 
 def test_writer_and_incremental_reader(tmp_path):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tuiapp.core import checks
-from tuiapp.core.errors import RecipeError
-from tuiapp.core.preflight import recipe_rules
-from tuiapp.core.recipe import AUTO_EVAL_SPLIT, parse_recipe, recipe_from_dict
-from tuiapp.core.runs import RunStore
-from tuiapp.core.sweep import plan_sweep
+from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, parse_recipe, recipe_from_dict
+from tuiapp.core.config.sweep import plan_sweep
+from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch.preflight import recipe_rules
+from tuiapp.core.store.runs import RunStore
 
 MIX = '''name = "mix"
 [method]
@@ -111,7 +111,7 @@ def test_evals_hold_out_a_share_of_each_source_without_one():
 
 
 def test_overrides_and_sweeps_reach_a_source_by_index(tmp_path):
-    from tuiapp.core.recipe import load_recipe
+    from tuiapp.core.config.recipe import load_recipe
 
     path = tmp_path / "mix.toml"
     path.write_text(MIX)
@@ -159,7 +159,7 @@ def test_validation_checks_every_source(tmp_path):
 
 
 def test_llmtui_eval_defaults_to_the_first_sources_held_out_demo(tmp_path):
-    from tuiapp.core.evaluation import default_data
+    from tuiapp.core.after.evaluation import default_data
 
     recipe = recipe_from_dict({"method": {"kind": "sft"}, "dataset": {"sources": [
         {"name": "demo:shapes"}, {"name": "demo:facts"}]}})

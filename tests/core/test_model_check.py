@@ -25,11 +25,11 @@ from huggingface_hub.file_download import (
 from safetensors.numpy import save as safetensors_bytes
 from tokenizers import Tokenizer, models
 
-from tuiapp.core import checks, model_check
-from tuiapp.core.estimate import TINY_CONFIG, load_model_config
-from tuiapp.core.model_check import check_model
-from tuiapp.core.recipe import recipe_from_dict
-from tuiapp.core.runs import RunStore
+from tuiapp.core.config.recipe import recipe_from_dict
+from tuiapp.core.plan.estimate import TINY_CONFIG, load_model_config
+from tuiapp.core.prelaunch import checks, model_check
+from tuiapp.core.prelaunch.model_check import check_model
+from tuiapp.core.store.runs import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core.model_profile import config_problems
+from tuiapp.core.plan.model_profile import config_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tuiapp.core.modelfile import ChatTemplateError, derive, go_template, modelfile, render_format
+from tuiapp.core.after.modelfile import ChatTemplateError, derive, go_template, modelfile, render_format
 
 pytestmark = pytest.mark.tiny
 
@@ -172,7 +172,7 @@ def test_a_template_that_numbers_turns_is_refused(tiny_model):
 
 
 def test_go_template_escapes_braces():
-    from tuiapp.core.modelfile import ChatFormat
+    from tuiapp.core.after.modelfile import ChatFormat
 
     fmt = ChatFormat(upre="{{user}}: ", upost="\n", apre="bot: ", apost="\n", gen="bot: ")
     template = go_template(fmt)

@@ -9,8 +9,8 @@ import stat
 
 import pytest
 
-from tuiapp.core import exporting
-from tuiapp.core.errors import RunError, UserError
+from tuiapp.core.after import exporting
+from tuiapp.core.common.errors import RunError, UserError
 
 
 def _fake_ollama(folder, code=0, said=""):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import cluster, pipeline_plan
-from tuiapp.core.errors import RecipeError, UserError
-from tuiapp.core.estimate import GB, PRESET_CONFIGS, TINY_CONFIG, format_estimate
-from tuiapp.core.preflight import memory_estimate, recipe_rules
-from tuiapp.core.recipe import load_recipe, parse_recipe
+from tuiapp.core.common.errors import RecipeError, UserError
+from tuiapp.core.config.recipe import load_recipe, parse_recipe
+from tuiapp.core.plan import cluster, pipeline_plan
+from tuiapp.core.plan.estimate import GB, PRESET_CONFIGS, TINY_CONFIG, format_estimate
+from tuiapp.core.prelaunch.preflight import memory_estimate, recipe_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,11 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import checks
-from tuiapp.core.datasets import inspect_dataset, load_records
-from tuiapp.core.errors import DatasetError, RecipeError
-from tuiapp.core.estimate import PRESET_CONFIGS, estimate_recipe, format_estimate, reference_bytes
-from tuiapp.core.recipe import (
+from tuiapp.core.common.errors import DatasetError, RecipeError
+from tuiapp.core.config.recipe import (
     PREFERENCE_KINDS,
     DatasetSpec,
     parse_recipe,
@@ -18,7 +15,10 @@ from tuiapp.core.recipe import (
     uses_adapter,
     weights_method,
 )
-from tuiapp.core.runs import RunStore
+from tuiapp.core.data.datasets import inspect_dataset, load_records
+from tuiapp.core.plan.estimate import PRESET_CONFIGS, estimate_recipe, format_estimate, reference_bytes
+from tuiapp.core.prelaunch import checks
+from tuiapp.core.store.runs import RunStore
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 ROOT = Path(__file__).resolve().parents[2]
@@ -242,7 +242,7 @@ def test_qlora_adapter_rules_are_reported_under_method_adapter(tmp_path):
     recipe = {"dataset": {"name": "demo:prefs"}, "method": {"kind": "dpo", "adapter": {"kind": "qlora"}},
               "launch": {"zero_stage": 3}}
     assert "launch.zero_stage" in errors(findings(tmp_path, **recipe))
-    from tuiapp.core.preference import adapter_findings
+    from tuiapp.core.prelaunch.preference import adapter_findings
 
     found = adapter_findings(recipe_from_dict({"name": "t", **recipe}), None, cuda=False)
     assert [f.key for f in found][0] == "method.adapter.kind"
@@ -280,7 +280,7 @@ def test_full_weight_dpo_counts_a_frozen_reference():
 
 
 def test_full_weight_preference_suggests_an_adapter():
-    from tuiapp.core.estimate import Knobs, _candidates
+    from tuiapp.core.plan.estimate import Knobs, _candidates
 
     method = recipe_from_dict({"method": {"kind": "dpo"}}).method
     texts = [text for text, _ in _candidates(Knobs(method, 0, "none", "none", False, 1), 1, 1)]
@@ -291,7 +291,7 @@ def test_full_weight_preference_suggests_an_adapter():
 
 
 def test_best_accuracy_and_margin_prefer_eval_rows_else_smoothed_train_rows():
-    from tuiapp.core.metrics import running_means, summarize
+    from tuiapp.core.run_folder.metrics import running_means, summarize
     from tuiapp.ui.history import PreferenceBest
 
     train = [{"step": s, "loss": 0.6, "rewards/accuracies": a, "rewards/margins": a / 10}

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tuiapp.core import checks
-from tuiapp.core.errors import RecipeError
-from tuiapp.core.estimate import GB, PRESET_CONFIGS, TINY_CONFIG
-from tuiapp.core.findings import Finding, format_findings, has_errors
-from tuiapp.core.gpus import GpuInfo, GpuProcess, cuda_available, detect_gpus
-from tuiapp.core.preflight import (
+from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.common.findings import Finding, format_findings, has_errors
+from tuiapp.core.config.recipe import recipe_from_dict
+from tuiapp.core.machine.gpus import GpuInfo, GpuProcess, cuda_available, detect_gpus
+from tuiapp.core.plan.estimate import GB, PRESET_CONFIGS, TINY_CONFIG
+from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch.preflight import (
     check_disk,
     check_gpus,
     check_memory,
@@ -22,8 +23,7 @@ from tuiapp.core.preflight import (
     recipe_rules,
     run_preflight,
 )
-from tuiapp.core.recipe import recipe_from_dict
-from tuiapp.core.runs import RunStore
+from tuiapp.core.store.runs import RunStore
 
 H100 = 80 * 10**9
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import checks, estimate, probe
-from tuiapp.core.errors import RecipeError, UserError
-from tuiapp.core.recipe import parse_recipe
-from tuiapp.core.runs import RunStore
+from tuiapp.core.common.errors import RecipeError, UserError
+from tuiapp.core.config.recipe import parse_recipe
+from tuiapp.core.plan import estimate, probe
+from tuiapp.core.prelaunch import checks
+from tuiapp.core.store.runs import RunStore
 
 MB = 1024**2
 

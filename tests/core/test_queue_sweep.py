@@ -11,11 +11,13 @@ import time
 import pytest
 
 from tests.e2e.helpers import llmtui
-from tuiapp.core import meta, notify, queue, runlock, sweep
-from tuiapp.core.errors import RecipeError, RunError, UserError
-from tuiapp.core.gpus import GpuInfo, GpuProcess
-from tuiapp.core.recipe import NotifySpec, recipe_from_dict
-from tuiapp.core.runs import RunStore
+from tuiapp.core.common.errors import RecipeError, RunError, UserError
+from tuiapp.core.config import sweep
+from tuiapp.core.config.recipe import NotifySpec, recipe_from_dict
+from tuiapp.core.machine import notify, runlock
+from tuiapp.core.machine.gpus import GpuInfo, GpuProcess
+from tuiapp.core.store import meta, queue
+from tuiapp.core.store.runs import RunStore
 
 HOLD = "import sys, time; time.sleep(60)"
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuiapp.core.errors import RecipeError
-from tuiapp.core.recipe import METHOD_KINDS, json_schema, load_recipe, parse_recipe
+from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.config.recipe import METHOD_KINDS, json_schema, load_recipe, parse_recipe
 
 
 def error_of(text: str) -> RecipeError:
@@ -167,7 +167,7 @@ toml_values = st.one_of(
     toml_values,
 )
 def test_fuzzed_structures_never_raise_anything_but_recipe_error(section, key, value):
-    from tuiapp.core.recipe import recipe_from_dict
+    from tuiapp.core.config.recipe import recipe_from_dict
 
     try:
         recipe_from_dict({"method": {"kind": "lora"}, section: {key: value}})
@@ -190,9 +190,9 @@ def test_validate_cli_exit_codes(tmp_path):
 
 
 def test_preference_kinds_apart_from_the_schema_match_it():
-    """tuiapp.core.kinds (the TUI's views read it without pydantic) names the schema's preference methods."""
-    from tuiapp.core.kinds import PREFERENCE_KINDS
-    from tuiapp.core.recipe import PREFERENCE_MODELS
+    """tuiapp.core.common.kinds (the TUI's views read it without pydantic) names the schema's preference methods."""
+    from tuiapp.core.common.kinds import PREFERENCE_KINDS
+    from tuiapp.core.config.recipe import PREFERENCE_MODELS
 
     assert PREFERENCE_KINDS == {model.model_fields["kind"].default for model in PREFERENCE_MODELS}
 

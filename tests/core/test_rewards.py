@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import checks, rl
-from tuiapp.core.errors import RecipeError, RecipeErrors, UserError
-from tuiapp.core.gpus import cuda_available
-from tuiapp.core.recipe import DatasetSpec, load_recipe, parse_recipe
-from tuiapp.core.rewards import (
+from tuiapp.core.common.errors import RecipeError, RecipeErrors, UserError
+from tuiapp.core.config.recipe import DatasetSpec, load_recipe, parse_recipe
+from tuiapp.core.config.rewards import (
     AnswerReward,
     FormatReward,
     LengthReward,
@@ -25,7 +23,9 @@ from tuiapp.core.rewards import (
     score_length,
     score_tool_call,
 )
-from tuiapp.core.runs import RunStore
+from tuiapp.core.machine.gpus import cuda_available
+from tuiapp.core.prelaunch import checks, rl
+from tuiapp.core.store.runs import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -352,7 +352,7 @@ def test_the_gpu_grpo_preset_passes_its_rules_on_this_gpu():
 
 
 def test_the_estimate_counts_a_frozen_start_only_for_a_kl_penalty_on_every_weight():
-    from tuiapp.core.estimate import TINY_CONFIG, estimate_recipe
+    from tuiapp.core.plan.estimate import TINY_CONFIG, estimate_recipe
 
     def reference(method, adapter=""):
         r = recipe(method=method, rewards=adapter)

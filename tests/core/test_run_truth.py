@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import rundir, runlock, service
-from tuiapp.core.errors import RunError
-from tuiapp.core.recipe import recipe_from_dict
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.common.errors import RunError
+from tuiapp.core.config.recipe import recipe_from_dict
+from tuiapp.core.lifecycle import service
+from tuiapp.core.machine import runlock
+from tuiapp.core.run_folder import rundir
+from tuiapp.core.store.runs import Run, RunStore
 
 RECIPE = {"name": "truth", "method": {"kind": "lora"}}
 HOLD = "import os, sys, time; fd = int(sys.argv[1]); time.sleep(60)"
@@ -52,7 +54,7 @@ def test_a_brief_check_never_makes_a_start_fail(tmp_path):
     path = runlock.lock_path(tmp_path)
     os.close(runlock.acquire(path))
     checker = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from tuiapp.core import runlock\n"
+        "import sys, time; from tuiapp.core.machine import runlock\n"
         "end = time.time() + 2\n"
         "while time.time() < end: runlock.held(sys.argv[1])\n"), str(path)])
     try:
@@ -82,7 +84,7 @@ def test_a_live_lock_keeps_the_run_active_and_a_dead_one_fails_it(tmp_path):
 
 
 def test_a_run_whose_creator_died_before_starting_it_fails_with_that_reason(tmp_path):
-    code = ("import sys; from tuiapp.core.runs import RunStore; from tuiapp.core.recipe import recipe_from_dict\n"
+    code = ("import sys; from tuiapp.core.store.runs import RunStore; from tuiapp.core.config.recipe import recipe_from_dict\n"
             "run = RunStore(sys.argv[1]).create(recipe_from_dict({'method': {'kind': 'lora'}}), lock=True)\n"
             "print(run.path)\n")
     path = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
@@ -93,7 +95,7 @@ def test_a_run_whose_creator_died_before_starting_it_fails_with_that_reason(tmp_
 
 # a rank as the trainer behaves: SIGTERM -> a stop checkpoint recorded, then exit
 STOPPING_RANK = ("import signal, sys, time\n"
-                 "from tuiapp.core.metrics import JsonlWriter\n"
+                 "from tuiapp.core.run_folder.metrics import JsonlWriter\n"
                  "def stop(*_):\n"
                  "    with JsonlWriter(sys.argv[1]) as events: events.write({'event': 'stop_checkpoint', 'step': 7})\n"
                  "    sys.exit(0)\n"
@@ -128,7 +130,7 @@ def test_processes_that_outlive_their_supervisor_are_not_called_failed(tmp_path,
 def test_orphans_that_finish_and_save_the_final_model_succeed(tmp_path):
     store = RunStore(tmp_path)
     run = store.create(recipe_from_dict(RECIPE), lock=True)
-    finishing = ("import sys, os\nfrom tuiapp.core.metrics import JsonlWriter\n"
+    finishing = ("import sys, os\nfrom tuiapp.core.run_folder.metrics import JsonlWriter\n"
                  "os.makedirs(sys.argv[2])\n"
                  "with JsonlWriter(sys.argv[1]) as events: events.write({'event': 'finished', 'step': 9})\n")
     run.update(status="running", pgid=os.getpid() + 10**7, started=time.time() - 5,
@@ -223,7 +225,7 @@ def test_behind_names_the_rank_that_has_not_reported(tmp_path):
 
 
 def test_shared_memory_of_a_port_is_reclaimed_and_no_other(tmp_path):
-    from tuiapp.core import shm
+    from tuiapp.core.machine import shm
 
     uid = os.getuid()
     mine = [tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_41000_{r}" for r in range(2)]
@@ -237,8 +239,8 @@ def test_shared_memory_of_a_port_is_reclaimed_and_no_other(tmp_path):
 
 
 def test_a_killed_rank_outranks_the_peer_that_lost_it_and_old_attempts_do_not_count(tmp_path):
-    from tuiapp.core.metrics import JsonlWriter
-    from tuiapp.core.runs import failure_cause, failure_reason
+    from tuiapp.core.run_folder.metrics import JsonlWriter
+    from tuiapp.core.store.runs import failure_cause, failure_reason
 
     kill = ("[ERROR] [launch.py:259:sigkill_handler] ['python', '-u', '-m', 'tuiapp.trainer', '--local_rank=1', "
             "'--run-dir', '/r'] exits with return code = -9\n")
@@ -253,8 +255,8 @@ def test_a_killed_rank_outranks_the_peer_that_lost_it_and_old_attempts_do_not_co
 
 
 def test_a_rank_that_died_silently_is_the_cause_of_its_peers_connection_errors(tmp_path):
-    from tuiapp.core.metrics import JsonlWriter
-    from tuiapp.core.runs import failure_reason
+    from tuiapp.core.run_folder.metrics import JsonlWriter
+    from tuiapp.core.store.runs import failure_reason
 
     rundir.write_phase(tmp_path, 0, "training")
     rundir.write_phase(tmp_path, 1, "training")

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from tuiapp.core.errors import RunError
-from tuiapp.core.recipe import parse_recipe
-from tuiapp.core.runs import RunStore, redact
+from tuiapp.core.common.errors import RunError
+from tuiapp.core.config.recipe import parse_recipe
+from tuiapp.core.store.runs import RunStore, redact
 
 
 def test_create_freezes_recipe_and_writes_run_json(tmp_path):
@@ -98,7 +98,7 @@ def test_files_follow_the_users_umask(tmp_path):
 
 
 def test_failure_reason_explains_a_killed_rank(tmp_path):
-    from tuiapp.core.runs import failure_reason
+    from tuiapp.core.store.runs import failure_reason
 
     (tmp_path / "stdout.log").write_text(
         "[INFO] step\n[ERROR] [launch.py:259:sigkill_handler] ['python', '-u', '-m', 'tuiapp.trainer', "
@@ -141,10 +141,10 @@ def test_a_run_folder_appears_only_with_its_run_json(tmp_path):
 
 
 def test_names_and_notes_with_control_characters_are_refused_from_every_front_end(tmp_path):
-    """The TUI's rename and note go through tuiapp.ui.manage to core.meta, as the CLI does: an escape
+    """The TUI's rename and note go through tuiapp.ui.manage to core.store.meta, as the CLI does: an escape
     sequence is refused there, never stored and echoed to a terminal."""
-    from tuiapp.core import meta
-    from tuiapp.core.errors import UserError
+    from tuiapp.core.common.errors import UserError
+    from tuiapp.core.store import meta
     from tuiapp.ui import manage
 
     run = RunStore(tmp_path / "runs").create(parse_recipe('name = "x"\n[method]\nkind = "lora"\n'))

@@ -1,4 +1,4 @@
-"""A served model in the device queue (tuiapp.core.served): its claim is owned by the server's real
+"""A served model in the device queue (tuiapp.core.store.served): its claim is owned by the server's real
 process, holds a GPU under vLLM so queued runs wait for it, holds nothing on the CPU, and goes when
 the server is stopped or dies. The real `llmtui serve` server's claim is in
 tests/e2e/test_serve_supervised.py."""
@@ -12,9 +12,9 @@ import time
 import psutil
 import pytest
 
-from tuiapp.core import queue, served
-from tuiapp.core.errors import RunError
-from tuiapp.core.gpus import GpuInfo
+from tuiapp.core.common.errors import RunError
+from tuiapp.core.machine.gpus import GpuInfo
+from tuiapp.core.store import queue, served
 
 GPUS = [GpuInfo(i, "H100", 80 * 10**9, 0) for i in range(2)]
 

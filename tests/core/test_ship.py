@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from tuiapp.core import served
-from tuiapp.core.errors import RunError, UserError
-from tuiapp.core.parity import Answer, ParityReport, compare, lines
+from tuiapp.core.after.parity import Answer, ParityReport, compare, lines
+from tuiapp.core.common.errors import RunError, UserError
+from tuiapp.core.store import served
 
 
 def test_a_busy_port_is_refused_and_a_free_one_passes():
@@ -75,7 +75,7 @@ def test_server_commands_keep_the_token_off_the_command_line(tmp_path):
 
 def test_vllm_is_refused_with_the_reason_when_it_cannot_run(monkeypatch):
     from tuiapp.cli import serve
-    from tuiapp.core.targets import Target
+    from tuiapp.core.after.targets import Target
 
     full = Target("r", "/r/final", "final", "full", "sft", "tiny")
     monkeypatch.setenv("LLMTUI_FORCE_CPU", "1")

@@ -3,9 +3,9 @@ CUDA) and dpo with a lora or dora adapter; the others refused with the fix."""
 
 from __future__ import annotations
 
-from tuiapp.core import vision_checks
-from tuiapp.core.datasets import DatasetInfo
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.config.recipe import Recipe
+from tuiapp.core.data.datasets import DatasetInfo
+from tuiapp.core.prelaunch import vision_checks
 
 
 def _findings(method: dict) -> list:

@@ -4,8 +4,9 @@ trainer's tests build them: tests/trainer/test_vision_parts.py)."""
 
 from __future__ import annotations
 
-from tuiapp.core import estimate, tiny_vlm, vision_plan
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.config.recipe import Recipe
+from tuiapp.core.data import tiny_vlm
+from tuiapp.core.plan import estimate, vision_plan
 
 
 def _estimate(kind: str, vision: dict | None = None, name: str = "tiny-llava", **train):

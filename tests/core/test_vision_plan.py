@@ -8,8 +8,10 @@ import json
 import pytest
 from PIL import Image
 
-from tuiapp.core import datasets, vision_checks, vision_plan
-from tuiapp.core.recipe import Recipe, RecipeError, parse_recipe
+from tuiapp.core.config.recipe import Recipe, RecipeError, parse_recipe
+from tuiapp.core.data import datasets
+from tuiapp.core.plan import vision_plan
+from tuiapp.core.prelaunch import vision_checks
 
 
 def recipe(kind="lora", vision=None, **train) -> Recipe:
@@ -113,8 +115,8 @@ def test_a_large_image_over_max_seq_len_names_max_pixels_in_the_fix(tmp_path):
 
 
 def test_a_vision_table_on_a_text_model_is_a_warning(tmp_path):
-    from tuiapp.core import checks
-    from tuiapp.core.runs import RunStore
+    from tuiapp.core.prelaunch import checks
+    from tuiapp.core.store.runs import RunStore
 
     text = Recipe.model_validate({"model": {"name": "tiny"}, "method": {"kind": "lora"},
                                   "vision": {"train_vision_tower": True}})

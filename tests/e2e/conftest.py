@@ -4,7 +4,7 @@ import pytest
 
 from tests.after_runs import sft_run
 from tests.e2e.helpers import kill_runs
-from tuiapp.core import served
+from tuiapp.core.store import served
 
 
 @pytest.fixture

@@ -95,7 +95,7 @@ def rank_pids(run_dir: Path) -> list[int]:
 
 def kill_group(run_dir: Path) -> None:
     """Test cleanup: never leave a run behind."""
-    from tuiapp.core import shm
+    from tuiapp.core.machine import shm
 
     try:
         info = run_info(run_dir)

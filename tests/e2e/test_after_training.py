@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.after_runs import lora_run, sft_run
-from tuiapp.core import evals, exports
-from tuiapp.core.chat import ChatSession
-from tuiapp.core.metrics import dedupe_steps, eval_rows, read_jsonl, train_rows
+from tuiapp.core.after.chat import ChatSession
+from tuiapp.core.run_folder import evals, exports
+from tuiapp.core.run_folder.metrics import dedupe_steps, eval_rows, read_jsonl, train_rows
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

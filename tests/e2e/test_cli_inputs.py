@@ -241,8 +241,8 @@ def test_more_cpu_ranks_than_cores_is_an_error_unless_oversubscribed(tmp_path, c
 
 
 def test_rename_note_and_tag_refuse_escape_sequences(tmp_path, capsys):
-    from tuiapp.core.recipe import recipe_from_dict
-    from tuiapp.core.runs import RunStore
+    from tuiapp.core.config.recipe import recipe_from_dict
+    from tuiapp.core.store.runs import RunStore
 
     runs = tmp_path / "runs"
     run = RunStore(runs).create(recipe_from_dict({"name": "plain", "method": {"kind": "lora"}}))

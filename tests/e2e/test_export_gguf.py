@@ -33,7 +33,7 @@ def _llama_cpp_dir() -> Path | None:
     named = os.environ.get("LLMTUI_TEST_LLAMA_CPP")
     if named and (Path(named) / "convert_hf_to_gguf.py").is_file():
         return Path(named)
-    from tuiapp.core.gguf_tools import bundled_llama_cpp
+    from tuiapp.core.after.gguf_tools import bundled_llama_cpp
 
     return bundled_llama_cpp()
 

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 
 def cuda_available() -> bool:
-    from tuiapp.core.launcher import cuda_device_count
+    from tuiapp.core.plan.launcher import cuda_device_count
 
     return cuda_device_count() > 0
 
@@ -181,7 +181,7 @@ def test_a_vllm_server_is_refused_without_cuda_before_anything_is_made(tmp_path)
 
 
 def _two_gpus_and_vllm() -> bool:
-    from tuiapp.core.launcher import cuda_device_count
+    from tuiapp.core.plan.launcher import cuda_device_count
 
     return cuda_device_count() >= 2 and importlib.util.find_spec("vllm") is not None
 
@@ -190,7 +190,7 @@ def _two_gpus_and_vllm() -> bool:
 def test_grpo_generates_with_the_runs_own_vllm_server(tmp_path):
     """The supervisor starts vLLM on GPU 1, the rank trains on GPU 0 and generates through it, and
     the server ends with the run."""
-    from tuiapp.core.procs import process_alive
+    from tuiapp.core.machine.procs import process_alive
     from tuiapp.trainer.bundled import resolve_model_path
 
     model = resolve_model_path("tiny")  # a real Llama folder vLLM can load

@@ -7,9 +7,9 @@ import pytest
 from PIL import Image
 
 from tests.e2e.helpers import llmtui
-from tuiapp.core import demo_shapes
-from tuiapp.core.datasets import inspect_dataset, load_records
-from tuiapp.core.recipe import DatasetSpec
+from tuiapp.core.config.recipe import DatasetSpec
+from tuiapp.core.data import demo_shapes
+from tuiapp.core.data.datasets import inspect_dataset, load_records
 
 
 def chat(question: str, answer: str, images: list[str]) -> str:

@@ -19,7 +19,7 @@ from tests.e2e.helpers import (
     train_steps,
     wait_for,
 )
-from tuiapp.core import rundir
+from tuiapp.core.run_folder import rundir
 
 pytestmark = pytest.mark.slow
 

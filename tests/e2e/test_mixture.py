@@ -5,7 +5,7 @@ from that run (`model.name = "run:NAME"`), and a sweep varies a source's weight.
 import pytest
 
 from tests.e2e.helpers import kill_group, llmtui, metrics, only_run, run_info, steps_reached, wait_for
-from tuiapp.core.metrics import dedupe_steps
+from tuiapp.core.run_folder.metrics import dedupe_steps
 
 pytestmark = pytest.mark.slow
 

@@ -166,7 +166,7 @@ def test_two_pipelines_in_data_parallel_match_two_plain_ranks(runs_dir):
 
 
 def cuda_count() -> int:
-    from tuiapp.core.launcher import cuda_device_count
+    from tuiapp.core.plan.launcher import cuda_device_count
 
     return cuda_device_count()
 

@@ -393,7 +393,7 @@ def test_the_form_writes_a_preference_recipe_with_an_adapter():
 
 
 def _cuda() -> bool:
-    from tuiapp.core.launcher import cuda_device_count
+    from tuiapp.core.plan.launcher import cuda_device_count
 
     return cuda_device_count() > 0
 

@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from tests.e2e.helpers import ROOT, llmtui, metrics, only_run, run_info
-from tuiapp.core import launcher, probe, shm
+from tuiapp.core.machine import shm
+from tuiapp.core.plan import launcher, probe
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,8 @@ import psutil
 import pytest
 
 from tests.e2e.helpers import llmtui, run_info, spawn_llmtui, wait_for
-from tuiapp.core import rundir, sweep
+from tuiapp.core.config import sweep
+from tuiapp.core.run_folder import rundir
 
 pytestmark = pytest.mark.slow
 

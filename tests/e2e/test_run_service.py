@@ -17,9 +17,11 @@ import psutil
 import pytest
 
 from tests.e2e.helpers import ROOT, group_pids, llmtui, only_run, run_info, train_steps, wait_for
-from tuiapp.core import rundir, runlock, service, shm
-from tuiapp.core.procs import group_processes
-from tuiapp.core.runs import Run
+from tuiapp.core.lifecycle import service
+from tuiapp.core.machine import runlock, shm
+from tuiapp.core.machine.procs import group_processes
+from tuiapp.core.run_folder import rundir
+from tuiapp.core.store.runs import Run
 
 pytestmark = pytest.mark.slow
 
@@ -189,7 +191,7 @@ def test_doctor_of_a_run_with_no_live_rank_is_a_clear_error(runs_dir):
 def test_supervisor_started_by_hand_refuses_a_live_run(runs_dir):
     llmtui("run", "recipes/tiny-sft.toml", *LONG, "--detach", runs_dir=runs_dir, check=True)
     run_dir = only_run(runs_dir)
-    second = subprocess.run([sys.executable, "-m", "tuiapp.core.supervisor", str(run_dir), "--resume"], cwd=ROOT,
+    second = subprocess.run([sys.executable, "-m", "tuiapp.core.lifecycle.supervisor", str(run_dir), "--resume"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert second.returncode == 2 and "already has a live supervisor" in second.stderr
     assert run_info(run_dir)["status"] in ("starting", "running")

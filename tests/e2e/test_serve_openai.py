@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from tests.e2e.helpers import llmtui
-from tuiapp.core import served
+from tuiapp.core.store import served
 
 pytestmark = pytest.mark.slow
 TOKEN = "s3cret-token-for-tests"

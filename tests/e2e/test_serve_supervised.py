@@ -16,8 +16,9 @@ import psutil
 import pytest
 
 from tests.e2e.helpers import llmtui
-from tuiapp.core import launcher, queue, served
-from tuiapp.core.gpus import cuda_available, detect_gpus
+from tuiapp.core.machine.gpus import cuda_available, detect_gpus
+from tuiapp.core.plan import launcher
+from tuiapp.core.store import queue, served
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.helpers import ROOT, llmtui, only_run, run_info, wait_for
 from tuiapp.cli.serve_ui import host_name, refusal
-from tuiapp.core import launcher
+from tuiapp.core.plan import launcher
 
 ESCAPES = re.compile(r"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]")
 

@@ -33,7 +33,7 @@ def test_two_ranks_zero0_rows_carry_grad_norm_memory_and_exact_tokens(runs_dir):
     assert not (run_dir / "checkpoints").exists()
 
     # one epoch sees every training example once: the count is the sum of their lengths
-    from tuiapp.core.recipe import parse_recipe
+    from tuiapp.core.config.recipe import parse_recipe
     from tuiapp.trainer.bundled import resolve_model_path
     from tuiapp.trainer.data import build_datasets
     from tuiapp.trainer.model import cache_dir, load_tokenizer

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.e2e.helpers import llmtui, metrics, only_run, run_info, steps_reached, wait_for
-from tuiapp.core import demo_data
+from tuiapp.core.data import demo_data
 
 pytestmark = pytest.mark.slow
 

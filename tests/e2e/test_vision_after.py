@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.after_runs import VLM_LR, VLM_STEPS, vlm_run
-from tuiapp.core import evals
-from tuiapp.core.chat import ChatSession
-from tuiapp.core.demo_shapes import COLOURS, COUNT_WORDS, SHAPES, data_file
+from tuiapp.core.after.chat import ChatSession
+from tuiapp.core.data.demo_shapes import COLOURS, COUNT_WORDS, SHAPES, data_file
+from tuiapp.core.run_folder import evals
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ def test_tiny_vlm_lora_preset_trains(runs_dir):
 
 
 def _cuda() -> bool:
-    from tuiapp.core.launcher import cuda_device_count
+    from tuiapp.core.plan.launcher import cuda_device_count
 
     return cuda_device_count() > 0
 

@@ -9,9 +9,9 @@ import pytest
 
 from tests.e2e.helpers import ROOT
 from tuiapp.cli.main import main
-from tuiapp.core import cluster
-from tuiapp.core.recipe import load_recipe
-from tuiapp.core.runs import RunStore
+from tuiapp.core.config.recipe import load_recipe
+from tuiapp.core.plan import cluster
+from tuiapp.core.store.runs import RunStore
 
 RECIPE = str(ROOT / "recipes" / "tiny-sft.toml")
 
@@ -111,7 +111,7 @@ def test_node0_run_id_must_be_new(capsys, tmp_path, started):
 
 
 def test_resume_of_a_slurm_run_resubmits_with_resume(capsys, tmp_path, started, monkeypatch):
-    from tuiapp.core import slurm
+    from tuiapp.core.plan import slurm
 
     started.update(node_mode="slurm", status="failed", slurm_job="5", slurm={"nodes": 2, "time": "01:00:00"})
     submitted = []

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import cluster, cluster_checks
-from tuiapp.core.errors import RecipeError
-from tuiapp.core.recipe import LaunchSpec, recipe_from_dict
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.config.recipe import LaunchSpec, recipe_from_dict
+from tuiapp.core.plan import cluster
+from tuiapp.core.prelaunch import cluster_checks
+from tuiapp.core.store.runs import Run, RunStore
 
 
 def launch(**values) -> LaunchSpec:
@@ -262,7 +263,7 @@ def test_runs_of_another_host_are_not_judged_by_pid(tmp_path):
 
 
 def test_stop_refuses_a_run_supervised_on_another_host(tmp_path):
-    from tuiapp.core import service
+    from tuiapp.core.lifecycle import service
 
     run = RunStore(tmp_path).create(recipe_from_dict({"method": {"kind": "lora"}}))
     run.update(status="running", pid=999999, pgid=999999, host="some-other-node")

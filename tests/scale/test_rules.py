@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tuiapp.core.preflight import recipe_rules
-from tuiapp.core.recipe import recipe_from_dict
+from tuiapp.core.config.recipe import recipe_from_dict
+from tuiapp.core.prelaunch.preflight import recipe_rules
 
 
 def errors(**sections) -> dict[str, str]:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.helpers import ROOT, kill_group, metrics, only_run, run_info, train_steps, wait_for
 from tests.scale.test_slurm import needs_cluster
-from tuiapp.core import launcher
+from tuiapp.core.plan import launcher
 
 pytestmark = pytest.mark.slow
 
@@ -76,8 +76,8 @@ def test_two_nodes_on_one_machine_share_one_run(runs_dir):
     assert len(shards) == 2
     assert (run_dir / "final" / "model.safetensors").is_file()
     # what the TUI's run view shows of this run: both nodes, memory per node
-    from tuiapp.core.metrics import read_jsonl
-    from tuiapp.core.rundata import RunData
+    from tuiapp.core.run_folder.metrics import read_jsonl
+    from tuiapp.core.run_folder.rundata import RunData
     from tuiapp.ui.run_panes import memory_text, status_text
 
     data = RunData()

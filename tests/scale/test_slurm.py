@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.core import service, slurm
-from tuiapp.core.recipe import recipe_from_dict
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.config.recipe import recipe_from_dict
+from tuiapp.core.lifecycle import service
+from tuiapp.core.plan import slurm
+from tuiapp.core.store.runs import Run, RunStore
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tuiapp.core.recipe import recipe_from_dict
+from tuiapp.core.config.recipe import recipe_from_dict
 from tuiapp.trainer import strategies
 
 

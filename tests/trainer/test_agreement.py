@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch.multiprocessing as mp
 
-from tuiapp.core.launcher import free_port
+from tuiapp.core.plan.launcher import free_port
 
 
 def _tokens(rank: int, step: int) -> int:

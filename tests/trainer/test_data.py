@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tuiapp.core.errors import DatasetError
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.common.errors import DatasetError
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.trainer import data
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.data import IGNORE, build_datasets, make_collator, preview_examples

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tuiapp.core.errors import UserError
-from tuiapp.core.recipe import GenerateSpec
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.config.recipe import GenerateSpec
 from tuiapp.trainer import inference
 
 pytestmark = pytest.mark.tiny

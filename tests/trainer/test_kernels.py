@@ -7,11 +7,11 @@ import os
 import pytest
 import torch
 
-from tuiapp.core import preflight
-from tuiapp.core.errors import RecipeError
-from tuiapp.core.estimate import estimate_recipe, format_estimate
-from tuiapp.core.launcher import torch_extensions_dir
-from tuiapp.core.recipe import Recipe, batching_label
+from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.config.recipe import Recipe, batching_label
+from tuiapp.core.plan.estimate import estimate_recipe, format_estimate
+from tuiapp.core.plan.launcher import torch_extensions_dir
+from tuiapp.core.prelaunch import preflight
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.model import attn_implementation, load_model, load_tokenizer
 from tuiapp.trainer.packing import PackedRowsCollator, TokenBudgetBatches, budget_batches

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.zoo_matrix import METHODS, table, verdicts, zoo_recipe
-from tuiapp.core.model_profile import ModelProfile, choose_attention, plan_model
+from tuiapp.core.plan.model_profile import ModelProfile, choose_attention, plan_model
 from tuiapp.trainer.zoo import ZOO, zoo_config, zoo_profile
 
 pytestmark = pytest.mark.tiny

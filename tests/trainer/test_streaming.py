@@ -6,9 +6,9 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from tuiapp.core import demo_data
-from tuiapp.core.preflight import streaming_rules
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.config.recipe import Recipe
+from tuiapp.core.data import demo_data
+from tuiapp.core.prelaunch.preflight import streaming_rules
 from tuiapp.trainer import streaming
 from tuiapp.trainer.data import build_datasets
 from tuiapp.trainer.streaming import TokenizedStream

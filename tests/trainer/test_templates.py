@@ -3,8 +3,8 @@
 import pytest
 from transformers import AutoTokenizer
 
-from tuiapp.core.errors import RecipeError
-from tuiapp.core.recipe import CHAT_TEMPLATES
+from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.config.recipe import CHAT_TEMPLATES
 from tuiapp.trainer import data, templates
 from tuiapp.trainer.data import IGNORE
 
@@ -71,7 +71,7 @@ def test_pad_equal_to_eos_still_trains_the_answers_eos(tokenizer):
     templates.apply_template(tokenizer, "mistral")  # ends answers with </s>, here a plain string
     example = data._chat_example(CONVERSATION[1:3] + [{"role": "user", "content": "x"}], None, tokenizer, 1024)
     chat = [dict(example)]
-    from tuiapp.core.recipe import Recipe
+    from tuiapp.core.config.recipe import Recipe
 
     recipe = Recipe.model_validate({"method": {"kind": "sft"}, "train": {"packing": False}})
     batch = data.make_collator(recipe, tokenizer)(chat + [{"input_ids": example["input_ids"][:3],

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from tuiapp.core import rundir
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.config.recipe import Recipe
+from tuiapp.core.run_folder import rundir
 from tuiapp.trainer import phases, tokenize_cache
 from tuiapp.trainer.data import build_datasets
 
@@ -77,7 +77,7 @@ def test_progress_is_in_the_phase_record(tmp_path, tokenizer, corpus, monkeypatc
 BUILD = """
 import logging, sys
 from transformers import AutoTokenizer
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.trainer.data import build_datasets
 logging.basicConfig(level=logging.INFO)
 recipe = Recipe.model_validate({"dataset": {"name": sys.argv[1]}, "method": {"kind": "pretrain"},

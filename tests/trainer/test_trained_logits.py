@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 from transformers import DataCollatorForSeq2Seq, TrainingArguments
 
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.trainer import trained_logits, varlen
 from tuiapp.trainer.data import build_datasets, make_collator
 from tuiapp.trainer.model import apply_method, load_model, load_tokenizer

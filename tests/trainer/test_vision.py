@@ -9,8 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from tuiapp.core.errors import DatasetError
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.common.errors import DatasetError
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.trainer import vision
 from tuiapp.trainer.tiny import IM_END
 

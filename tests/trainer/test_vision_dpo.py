@@ -11,9 +11,10 @@ import pytest
 import torch
 from PIL import Image
 
-from tuiapp.core import datasets, vision_checks
-from tuiapp.core.errors import DatasetError
-from tuiapp.core.recipe import DatasetSpec, Recipe
+from tuiapp.core.common.errors import DatasetError
+from tuiapp.core.config.recipe import DatasetSpec, Recipe
+from tuiapp.core.data import datasets
+from tuiapp.core.prelaunch import vision_checks
 
 COLOURS = {"red": (255, 0, 0), "blue": (0, 0, 255), "green": (0, 200, 0), "yellow": (250, 250, 0)}
 

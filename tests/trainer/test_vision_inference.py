@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tuiapp.core.recipe import GenerateSpec
-from tuiapp.core.targets import Target
+from tuiapp.core.after.targets import Target
+from tuiapp.core.config.recipe import GenerateSpec
 from tuiapp.trainer import inference
 from tuiapp.trainer.preview import half_blocks
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
-from tuiapp.core import estimate, vision_plan
-from tuiapp.core.errors import DatasetError, RecipeError
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.common.errors import DatasetError, RecipeError
+from tuiapp.core.config.recipe import Recipe
+from tuiapp.core.plan import estimate, vision_plan
 from tuiapp.trainer import vision
 
 CHAT = [{"role": "user", "content": "<image>What colour is it?"}, {"role": "assistant", "content": "red"}]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.core.test_generation_server import server_recipe
-from tuiapp.core import generation_server
+from tuiapp.core.plan import generation_server
 from tuiapp.trainer.rl import generation_event, trainer_config, vllm_settings
 
 

@@ -1,12 +1,12 @@
 """Helpers of the experiment-manager UI tests: a sweep built with the real core, and queued runs.
 
-SWEEP: `make_sweep` plans a 2x2 sweep with tuiapp.core.sweep.plan_sweep (every combination
+SWEEP: `make_sweep` plans a 2x2 sweep with tuiapp.core.config.sweep.plan_sweep (every combination
 checked against the schema, as `llmtui sweep` does), creates each run with RunStore.create (fixed
 ids, so snapshots never move), records its group and status with run.update (run.json's real
 fields), writes metrics with the trainer's JsonlWriter, and the group with sweep.write_group.
 The losses are made up but deterministic: a higher learning rate and rank learn faster here.
 
-QUEUED: `queued_run` is a run waiting in the real device queue (tuiapp.core.queue.enqueue) whose
+QUEUED: `queued_run` is a run waiting in the real device queue (tuiapp.core.store.queue.enqueue) whose
 supervisor is "alive" because this process holds the run's lock, as the supervisor would.
 """
 
@@ -17,10 +17,11 @@ from pathlib import Path
 
 from ui_fixtures import FIXED_NOW
 
-from tuiapp.core import queue, sweep
-from tuiapp.core.metrics import JsonlWriter
-from tuiapp.core.recipe import LoraMethod, Recipe
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.config import sweep
+from tuiapp.core.config.recipe import LoraMethod, Recipe
+from tuiapp.core.run_folder.metrics import JsonlWriter
+from tuiapp.core.store import queue
+from tuiapp.core.store.runs import Run, RunStore
 
 SWEEP_ID = "sweep-20260101-000400-tiny-sweep-e0e0"
 SWEEP_RECIPE = {"name": "tiny-sweep", "method": {"kind": "lora"}, "dataset": {"name": "demo:facts"},

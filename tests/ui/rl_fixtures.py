@@ -9,9 +9,9 @@ from pathlib import Path
 
 from ui_fixtures import synthetic_run
 
-from tuiapp.core.completions import completions_path
-from tuiapp.core.metrics import JsonlWriter, read_jsonl
-from tuiapp.core.runs import Run
+from tuiapp.core.run_folder.completions import completions_path
+from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
+from tuiapp.core.store.runs import Run
 
 PROMPTS = ("What is 2 + 3? Reply with the number only.", "What is 7 - 4? Reply with the number only.")
 ANSWERS = ("5", "3")

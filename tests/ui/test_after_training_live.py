@@ -1,7 +1,7 @@
 """Evaluations and exports made from a shell while the app is open show up live (Pilot, real-run
 fixtures): the history's eval column, the run view's status line and Samples pane, with a toast.
-The files are written by core's own writers, as `llmtui eval` (core.evals) and `llmtui export`
-(core.exporting.record) write them."""
+The files are written by core's own writers, as `llmtui eval` (core.run_folder.evals) and `llmtui export`
+(core.after.exporting.record) write them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 from ui_fixtures import REAL_IDS, screen_text, test_app, wait_for
 
-from tuiapp.core import evals, exporting
-from tuiapp.core.runs import RunStore
+from tuiapp.core.after import exporting
+from tuiapp.core.run_folder import evals
+from tuiapp.core.store.runs import RunStore
 from tuiapp.ui.after_training import AfterWatch, read
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.run_view import RunViewScreen

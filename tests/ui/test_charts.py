@@ -64,7 +64,7 @@ def test_run_view_charts_have_round_ticks_a_legend_beside_marked_evals_and_ignor
 
 @pytest.mark.slow  # over ~5 s on 2 cores
 def test_compare_shows_as_many_charts_as_stay_readable_and_pages_to_the_others(runs_root, tmp_path):
-    from tuiapp.core.runs import RunStore
+    from tuiapp.core.store.runs import RunStore
     from tuiapp.ui.screens.compare import CompareScreen
     from tuiapp.ui.widgets.pane_deck import PaneDeck
 

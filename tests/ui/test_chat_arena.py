@@ -8,7 +8,7 @@ import asyncio
 
 from ui_fixtures import REAL_IDS, screen_text, test_app, wait_for
 
-from tuiapp.core.chat import ChatSession
+from tuiapp.core.after.chat import ChatSession
 from tuiapp.ui.screens.chat import ChatScreen
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.widgets.runs_table import RunsTable

@@ -13,7 +13,7 @@ import pytest
 from ui_fixtures import test_app, wait_for
 
 from tests.after_runs import vlm_run
-from tuiapp.core.demo_shapes import COLOURS, COUNT_WORDS, SHAPES, data_file
+from tuiapp.core.data.demo_shapes import COLOURS, COUNT_WORDS, SHAPES, data_file
 from tuiapp.ui.screens.chat import ChatColumn, ChatScreen
 
 pytestmark = pytest.mark.slow

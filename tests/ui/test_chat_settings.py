@@ -1,12 +1,12 @@
 """The chat's generation settings as typed in its ctrl+g prompt, and the rate under each answer
-(pure functions of tuiapp.core.chat; the screen itself is tested with a real server in test_chat.py)."""
+(pure functions of tuiapp.core.after.chat; the screen itself is tested with a real server in test_chat.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tuiapp.core.chat import parse_settings, rate_text, settings_text
-from tuiapp.core.errors import UserError
+from tuiapp.core.after.chat import parse_settings, rate_text, settings_text
+from tuiapp.core.common.errors import UserError
 
 
 def test_settings_read_back_what_they_show_with_short_names_and_commas():

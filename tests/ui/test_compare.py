@@ -11,8 +11,8 @@ import pytest
 from textual.widgets import DataTable
 from ui_fixtures import FIXED_NOW, real_rows, screen_text, test_app, wait_for
 
-from tuiapp.core.metrics import JsonlWriter
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.run_folder.metrics import JsonlWriter
+from tuiapp.core.store.runs import Run, RunStore
 from tuiapp.ui.comparing import default_x_range, ema, nice_ticks, robust_limits, sample_rows, tick_label, value_at
 from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.widgets.charts import CompareChart

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from ui_fixtures import FIXED_NOW, REAL_IDS, real_rows, real_runs, synthetic_run
 
-from tuiapp.core.errors import RecipeError, RecipeErrors
-from tuiapp.core.metrics import JsonlWriter
-from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec, load_recipe
-from tuiapp.core.rundata import RunData
-from tuiapp.core.runstate import is_stalled
-from tuiapp.core.tail import TextTail, log_sources
+from tuiapp.core.common.errors import RecipeError, RecipeErrors
+from tuiapp.core.config.recipe import LoraMethod, Recipe, TrainSpec, load_recipe
+from tuiapp.core.run_folder.metrics import JsonlWriter
+from tuiapp.core.run_folder.rundata import RunData
+from tuiapp.core.run_folder.runstate import is_stalled
+from tuiapp.core.run_folder.tail import TextTail, log_sources
 from tuiapp.ui import formdata
 from tuiapp.ui.comparing import config_rows, flatten, load_compare_run, x_values
 from tuiapp.ui.history import HistoryLoader, LiveSummary, with_metrics
@@ -213,7 +213,7 @@ def test_system_sampler_falls_back_to_psutil():
 
 
 def test_system_sampler_reads_nvml_gpus():
-    from tuiapp.core.launcher import cuda_device_count
+    from tuiapp.core.plan.launcher import cuda_device_count
     from tuiapp.ui.system import SystemSampler
 
     if cuda_device_count() == 0:
@@ -229,8 +229,8 @@ def test_system_sampler_reads_nvml_gpus():
 
 
 def test_launch_is_refused_by_preflight_errors(tmp_path, monkeypatch):
-    from tuiapp.core import service
-    from tuiapp.core.recipe import QloraMethod
+    from tuiapp.core.config.recipe import QloraMethod
+    from tuiapp.core.lifecycle import service
     from tuiapp.ui import actions
 
     monkeypatch.setenv("LLMTUI_FORCE_CPU", "1")
@@ -259,7 +259,7 @@ def test_check_form_reports_findings(tmp_path):
 
 def test_live_summary_matches_the_full_summary(tmp_path):
     """Every real run, and a SYNTHETIC 600-step one (more steps than the sparkline keeps)."""
-    from tuiapp.core.metrics import read_jsonl
+    from tuiapp.core.run_folder.metrics import read_jsonl
 
     root = tmp_path / "runs"
     runs = list(real_runs(root).values()) + [synthetic_run(root, "long", index=1, steps=600, eval_every=50)]
@@ -277,7 +277,7 @@ def test_live_summary_matches_the_full_summary(tmp_path):
 
 
 def test_columns_cache_of_a_long_run_is_used_extended_and_dropped_when_the_file_changes(tmp_path):
-    from tuiapp.core.rundata import COLUMNS_MIN_RECORDS, read_run_data
+    from tuiapp.core.run_folder.rundata import COLUMNS_MIN_RECORDS, read_run_data
 
     metrics, cache = tmp_path / "metrics.jsonl", tmp_path / ".cache" / "run.bin"
     rows = [{"step": s, "loss": 3.0 - s / 1e4, "tokens": s * 10, "time": 1000.0 + s, "mem": {"rank0": {"peak": 2e9}}}
@@ -318,7 +318,7 @@ def test_cached_columns_of_removed_runs_are_pruned(tmp_path):
 
 
 def test_a_finished_runs_columns_are_summarised_once_for_the_compare(tmp_path):
-    from tuiapp.core.rundata import SUMMARISE_MIN_BYTES, columns_cache, read_run_data, summarise_run
+    from tuiapp.core.run_folder.rundata import SUMMARISE_MIN_BYTES, columns_cache, read_run_data, summarise_run
 
     run = tmp_path / "runs" / "20250101-000001-long-0001"
     run.mkdir(parents=True)

@@ -161,7 +161,7 @@ def test_form_helpers(tmp_path):
 
 
 def test_the_ui_process_never_imports_torch_for_evaluate_or_export():
-    code = ("import sys; import tuiapp.ui.screens.evaluate, tuiapp.ui.screens.export, tuiapp.core.evaluation, "
-            "tuiapp.core.exporting; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    code = ("import sys; import tuiapp.ui.screens.evaluate, tuiapp.ui.screens.export, tuiapp.core.after.evaluation, "
+            "tuiapp.core.after.exporting; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr

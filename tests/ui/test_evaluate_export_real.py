@@ -15,7 +15,7 @@ from textual.widgets import Checkbox, Input, Select, Static
 from ui_fixtures import screen_text, test_app, wait_for
 
 from tests.after_runs import lora_run
-from tuiapp.core import evals, exports
+from tuiapp.core.run_folder import evals, exports
 from tuiapp.ui.screens.evaluate import EvaluateScreen
 from tuiapp.ui.screens.export import ExportScreen
 from tuiapp.ui.screens.home import HomeScreen

@@ -1,5 +1,5 @@
 """The Export form's GGUF options (types, llama.cpp folder, parity, Ollama name): what the export
-will use, or why it would be refused, shown under them as they change (core.exporting.gguf_readiness,
+will use, or why it would be refused, shown under them as they change (core.after.exporting.gguf_readiness,
 the checks `llmtui export --gguf` makes), the same refusal when it starts and nothing written; and a
 real q8_0 GGUF export from the form (gguf + slow: `make test` runs it once llama-cpp-python is built)."""
 
@@ -14,8 +14,9 @@ from textual.widgets import Checkbox, Input, Static
 from ui_fixtures import REAL_IDS, screen_text, test_app, wait_for
 
 from tests.after_runs import sft_run
-from tuiapp.core import exporting, exports, gguf_tools
-from tuiapp.core.errors import UserError
+from tuiapp.core.after import exporting, gguf_tools
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.run_folder import exports
 from tuiapp.ui.screens.export import ExportScreen
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.widgets.runs_table import RunsTable

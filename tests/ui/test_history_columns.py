@@ -8,9 +8,9 @@ import math
 import pytest
 from ui_fixtures import real_runs, synthetic_run
 
-from tuiapp.core import columns
-from tuiapp.core.metrics import JsonlWriter, read_jsonl
-from tuiapp.core.rundata import SUMMARISE_MIN_BYTES, MetricsWriter, read_run_data
+from tuiapp.core.run_folder import columns
+from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
+from tuiapp.core.run_folder.rundata import SUMMARISE_MIN_BYTES, MetricsWriter, read_run_data
 from tuiapp.ui.history import HistoryLoader, LiveSummary, with_metrics, with_run_data
 
 FIGURES = ("step", "max_steps", "last_loss", "best_eval_loss", "best_accuracy", "best_margin", "reward",

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from ui_fixtures import FIXED_NOW, REAL_IDS, copy_real_run, real_rows, real_runs, screen_text, test_app, wait_for
 
-from tuiapp.core.metrics import JsonlWriter
+from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.run_view import RunViewScreen

@@ -12,7 +12,7 @@ from textual.widgets import Static, TabbedContent
 from textual_image.widget import HalfcellImage
 from ui_fixtures import test_app, wait_for
 
-from tuiapp.core.recipe import load_recipe
+from tuiapp.core.config.recipe import load_recipe
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen
 from tuiapp.ui.widgets.example_images import RENDERER_ENV, ImageExample
 

@@ -13,8 +13,8 @@ import pytest
 from manager_fixtures import make_sweep
 from ui_fixtures import REAL_IDS, screen_text, synthetic_run, test_app, wait_for
 
-from tuiapp.core.recipe import Recipe
-from tuiapp.core.runs import Run
+from tuiapp.core.config.recipe import Recipe
+from tuiapp.core.store.runs import Run
 from tuiapp.ui import actions
 from tuiapp.ui.messages import RunStopped
 from tuiapp.ui.preview import dataset_preview

@@ -14,10 +14,11 @@ import os
 import pytest
 from ui_fixtures import screen_text, test_app, wait_for
 
-from tuiapp.core import rundir, service
-from tuiapp.core.procs import group_processes
-from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.config.recipe import LoraMethod, Recipe, TrainSpec
+from tuiapp.core.lifecycle import service
+from tuiapp.core.machine.procs import group_processes
+from tuiapp.core.run_folder import rundir
+from tuiapp.core.store.runs import Run, RunStore
 from tuiapp.ui.screens.confirm import ConfirmScreen
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen

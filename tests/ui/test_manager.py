@@ -4,7 +4,7 @@ heat map, compare labelled by the values), tags, notes, names, archive and delet
 refused), and the bell when a run or a sweep ends.
 
 Everything on disk is made by the real core: runs by RunStore.create and run.update, queue
-entries by tuiapp.core.queue, sweeps by sweep.plan_sweep/write_group (manager_fixtures.py),
+entries by tuiapp.core.store.queue, sweeps by sweep.plan_sweep/write_group (manager_fixtures.py),
 meta.json by the app's own keys. A "live" run is one whose lock this process holds, as its
 supervisor would; the cancel flow starts real supervisors (slow tier).
 """
@@ -19,9 +19,11 @@ import pytest
 from manager_fixtures import SWEEP_ID, make_sweep, queued_run
 from ui_fixtures import FIXED_NOW, real_runs, screen_text, test_app, wait_for
 
-from tuiapp.core import meta, queue, rundir, service
-from tuiapp.core.recipe import LoraMethod, Recipe, TrainSpec
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.config.recipe import LoraMethod, Recipe, TrainSpec
+from tuiapp.core.lifecycle import service
+from tuiapp.core.run_folder import rundir
+from tuiapp.core.store import meta, queue
+from tuiapp.core.store.runs import Run, RunStore
 from tuiapp.ui.groups import GroupRow
 from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.screens.confirm import ConfirmScreen

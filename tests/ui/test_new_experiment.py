@@ -10,9 +10,9 @@ from textual.command import CommandPalette
 from textual.widgets import Select, Static, TabbedContent, TextArea
 from ui_fixtures import screen_text, test_app, wait_for
 
-from tuiapp.core import checks
-from tuiapp.core.recipe import load_recipe
-from tuiapp.core.runs import RunStore
+from tuiapp.core.config.recipe import load_recipe
+from tuiapp.core.prelaunch import checks
+from tuiapp.core.store.runs import RunStore
 from tuiapp.ui.messages import ModelsFound
 from tuiapp.ui.screens.confirm import ConfirmScreen
 from tuiapp.ui.screens.home import HomeScreen

@@ -1,6 +1,6 @@
 """The run view's text panes for multi-node runs and trust_remote_code (pure functions)."""
 
-from tuiapp.core.rundata import RunData
+from tuiapp.core.run_folder.rundata import RunData
 from tuiapp.ui.run_panes import memory_text, speed_text, status_text
 
 

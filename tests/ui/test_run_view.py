@@ -9,9 +9,9 @@ import time
 import pytest
 from ui_fixtures import FIXED_NOW, real_info, real_rows, screen_text, test_app, wait_for
 
-from tuiapp.core.metrics import JsonlWriter
-from tuiapp.core.progress import fmt_duration
-from tuiapp.core.runs import RunStore
+from tuiapp.core.run_folder.metrics import JsonlWriter
+from tuiapp.core.run_folder.progress import fmt_duration
+from tuiapp.core.store.runs import RunStore
 from tuiapp.ui.commands import screen_actions
 from tuiapp.ui.screens.help import HelpScreen
 from tuiapp.ui.screens.home import HomeScreen

@@ -7,8 +7,8 @@ import asyncio
 
 from ui_fixtures import synthetic_run, test_app, wait_for
 
-from tuiapp.core.metrics import JsonlReader, JsonlWriter, read_jsonl
-from tuiapp.core.rundata import MetricsWriter, RunData
+from tuiapp.core.run_folder.metrics import JsonlReader, JsonlWriter, read_jsonl
+from tuiapp.core.run_folder.rundata import MetricsWriter, RunData
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.run_view import RunViewScreen
 from tuiapp.ui.widgets.charts import MetricChart

@@ -17,7 +17,8 @@ from ui_fixtures import screen_text, test_app, wait_for
 
 from tests.after_runs import sft_run
 from tests.e2e.helpers import llmtui
-from tuiapp.core import launcher, queue, served
+from tuiapp.core.plan import launcher
+from tuiapp.core.store import queue, served
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.report import ReportScreen
 from tuiapp.ui.screens.served import ServedScreen

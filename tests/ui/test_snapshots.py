@@ -15,7 +15,7 @@ from manager_fixtures import make_sweep
 from rl_fixtures import rl_run
 from ui_fixtures import test_app, wait_for
 
-from tuiapp.core.runs import RunStore
+from tuiapp.core.store.runs import RunStore
 from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.screens.group import GroupScreen
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen

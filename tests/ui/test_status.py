@@ -24,12 +24,14 @@ from pathlib import Path
 import pytest
 from ui_fixtures import FIXED_NOW, REAL_IDS, screen_text, test_app, wait_for
 
-from tuiapp.core import rundir, runlock, slurm
-from tuiapp.core.procs import group_processes
-from tuiapp.core.progress import fmt_time
-from tuiapp.core.recipe import LoraMethod, Recipe
-from tuiapp.core.runs import Run, RunStore, failure_reason, root_cause
-from tuiapp.core.runstate import status_of
+from tuiapp.core.config.recipe import LoraMethod, Recipe
+from tuiapp.core.machine import runlock
+from tuiapp.core.machine.procs import group_processes
+from tuiapp.core.plan import slurm
+from tuiapp.core.run_folder import rundir
+from tuiapp.core.run_folder.progress import fmt_time
+from tuiapp.core.run_folder.runstate import status_of
+from tuiapp.core.store.runs import Run, RunStore, failure_reason, root_cause
 from tuiapp.ui.history import HistoryLoader
 from tuiapp.ui.history_model import HistoryModel
 from tuiapp.ui.screens.compare import CompareScreen

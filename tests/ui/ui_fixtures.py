@@ -29,9 +29,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from tuiapp.core.metrics import JsonlWriter
-from tuiapp.core.recipe import METHOD_MODELS, Recipe, TrainSpec
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.config.recipe import METHOD_MODELS, Recipe, TrainSpec
+from tuiapp.core.run_folder.metrics import JsonlWriter
+from tuiapp.core.store.runs import Run, RunStore
 from tuiapp.ui.app import create_app
 
 os.environ["TZ"] = "UTC"  # start times are shown in local time: pin it for snapshots

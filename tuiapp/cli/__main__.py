@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         from tuiapp.cli.main import main as cli_main
 
         return cli_main(argv)
-    from tuiapp.core.errors import exit_code
+    from tuiapp.core.common.errors import exit_code
     from tuiapp.ui.launch import open_tui
 
     return exit_code(lambda: open_tui(runs_dir))

@@ -10,12 +10,13 @@ import sys
 import time
 
 from tuiapp.cli.shared import json_document, print_err
-from tuiapp.core import evals, evaluation
-from tuiapp.core.chat import ChatSession, check_image, check_overrides, image_label
-from tuiapp.core.child_tool import ChildTool
-from tuiapp.core.datasets import FORMATS
-from tuiapp.core.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
-from tuiapp.core.runs import RunStore
+from tuiapp.core.after import evaluation
+from tuiapp.core.after.chat import ChatSession, check_image, check_overrides, image_label
+from tuiapp.core.common.child_tool import ChildTool
+from tuiapp.core.common.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
+from tuiapp.core.data.datasets import FORMATS
+from tuiapp.core.run_folder import evals
+from tuiapp.core.store.runs import RunStore
 
 EXIT_COMMANDS = ("/quit", "/exit")
 IMAGE_COMMAND = "/image"

@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp.core.built_folder import cache_root
-from tuiapp.core.errors import EXIT_OK, UserError
-from tuiapp.core.jsonout import write_document
-from tuiapp.core.progress import fmt_bytes, fmt_duration
+from tuiapp.core.common.built_folder import cache_root
+from tuiapp.core.common.errors import EXIT_OK, UserError
+from tuiapp.core.common.jsonout import write_document
+from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration
 
 ENTRY_INFO = "llmtui.json"  # tuiapp.trainer.tokenize_cache.ENTRY_INFO (the trainer is not imported here)
 

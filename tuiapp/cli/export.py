@@ -1,13 +1,13 @@
 """`llmtui export RUN --out DIR`: a run's adapter or merged model written to a folder, cast
 (--dtype), as GGUF files with a parity check (--gguf), uploaded to the Hub (--push). The flags are
-checked by tuiapp.core.exporting, before any work; the export itself is a torch-side tool
+checked by tuiapp.core.after.exporting, before any work; the export itself is a torch-side tool
 (tuiapp.trainer.publish) in a child process."""
 
 from __future__ import annotations
 
 from tuiapp.cli.shared import trainer_tool
-from tuiapp.core import exporting
-from tuiapp.core.runs import RunStore
+from tuiapp.core.after import exporting
+from tuiapp.core.store.runs import RunStore
 
 
 def cmd_export(args) -> int:

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from tuiapp.cli import after, cache, export, manage, merge, model, probe, recipe, run, runs, serve, serve_ui
-from tuiapp.core.errors import exit_code
+from tuiapp.core.common.errors import exit_code
 
 
 def cmd_tui(args) -> int:

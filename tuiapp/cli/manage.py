@@ -9,11 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp.core import meta, queue, served, service, sweep
-from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, RunError, UserError
-from tuiapp.core.progress import fmt_duration, plural
-from tuiapp.core.recipe import read_recipe_data
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, RunError, UserError
+from tuiapp.core.config import sweep
+from tuiapp.core.config.recipe import read_recipe_data
+from tuiapp.core.lifecycle import service
+from tuiapp.core.run_folder.progress import fmt_duration, plural
+from tuiapp.core.store import meta, queue, served
+from tuiapp.core.store.runs import Run, RunStore
 
 
 def add_queue_arguments(p) -> None:

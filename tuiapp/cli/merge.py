@@ -1,6 +1,6 @@
 """`llmtui merge RUN_A RUN_B ... --name NAME`: several runs' models merged into a new run.
 
-The runs are checked before any work (tuiapp.core.merging); the tensors are merged in a child process
+The runs are checked before any work (tuiapp.core.after.merging); the tensors are merged in a child process
 (tuiapp.trainer.merge) into a hidden folder of the runs folder, and only a finished merge becomes a run:
 a failed one leaves nothing behind."""
 
@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 from tuiapp.cli.shared import trainer_tool
-from tuiapp.core import merging
-from tuiapp.core.errors import EXIT_OK, RunError
-from tuiapp.core.recipe import load_recipe
-from tuiapp.core.rundir import RECIPE_TOML
-from tuiapp.core.runs import RunStore
+from tuiapp.core.after import merging
+from tuiapp.core.common.errors import EXIT_OK, RunError
+from tuiapp.core.config.recipe import load_recipe
+from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.store.runs import RunStore
 
 
 def cmd_merge(args) -> int:

@@ -11,11 +11,13 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from tuiapp.core import gpus, model_check, model_profile
-from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK
-from tuiapp.core.findings import Finding
-from tuiapp.core.jsonout import write_document
-from tuiapp.core.recipe import BUNDLED_MODEL, METHOD_KINDS, Recipe
+from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK
+from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.jsonout import write_document
+from tuiapp.core.config.recipe import BUNDLED_MODEL, METHOD_KINDS, Recipe
+from tuiapp.core.machine import gpus
+from tuiapp.core.plan import model_profile
+from tuiapp.core.prelaunch import model_check
 
 
 def add_command(add) -> None:

@@ -1,6 +1,6 @@
 """`llmtui probe RECIPE`: a few real steps at growing micro-batch sizes; the table and the pick.
 
-The probing rank runs through the DeepSpeed launcher (tuiapp.core.probe plans it); its folder
+The probing rank runs through the DeepSpeed launcher (tuiapp.core.plan.probe plans it); its folder
 is kept under the runs folder's .probes/, where `llmtui estimate` finds it for its error line.
 """
 
@@ -12,12 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp.core import checks, launcher, probe
-from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, UserError
-from tuiapp.core.jsonout import error_document, write_document
-from tuiapp.core.recipe import load_recipe
-from tuiapp.core.rundir import RECIPE_TOML
-from tuiapp.core.runs import RunStore
+from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, UserError
+from tuiapp.core.common.jsonout import error_document, write_document
+from tuiapp.core.config.recipe import load_recipe
+from tuiapp.core.plan import launcher, probe
+from tuiapp.core.prelaunch import checks
+from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.store.runs import RunStore
 
 EXIT_NOTHING_FITS = 1  # no size fit under the memory limit
 

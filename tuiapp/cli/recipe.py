@@ -1,5 +1,5 @@
 """`llmtui validate | estimate | schema | data`: a recipe before any run. Validation and the
-memory estimate come from tuiapp.core.checks; `data` shows the trainer's own view of the examples
+memory estimate come from tuiapp.core.prelaunch.checks; `data` shows the trainer's own view of the examples
 through a torch-side tool (tuiapp.trainer.preview) in a child process."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 from tuiapp.cli.shared import json_document, print_err, trainer_tool
-from tuiapp.core import checks
-from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
-from tuiapp.core.jsonout import error_document
-from tuiapp.core.recipe import json_schema, load_recipe
-from tuiapp.core.runs import RunStore
+from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from tuiapp.core.common.jsonout import error_document
+from tuiapp.core.config.recipe import json_schema, load_recipe
+from tuiapp.core.prelaunch import checks
+from tuiapp.core.store.runs import RunStore
 
 
 def cmd_validate(args) -> int:

@@ -1,5 +1,5 @@
 """`llmtui run | stop | resume | doctor`: launching a run through the run service
-(tuiapp.core.service) and following it: start-up phases, progress lines, evaluations, the outcome as
+(tuiapp.core.lifecycle.service) and following it: start-up phases, progress lines, evaluations, the outcome as
 the exit code. Ctrl-C stops the run cleanly. Scale-out flags and lines are tuiapp.cli.scale's."""
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ import time
 from pathlib import Path
 
 from tuiapp.cli import manage, scale
-from tuiapp.core import checks, launcher, queue, service
-from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from tuiapp.core.metrics import JsonlReader
-from tuiapp.core.progress import fmt_duration, fmt_number, progress_line
-from tuiapp.core.recipe import load_recipe
-from tuiapp.core.rundir import ACTIVE, FINAL, read_phases
-from tuiapp.core.runs import RunStore
+from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from tuiapp.core.config.recipe import load_recipe
+from tuiapp.core.lifecycle import service
+from tuiapp.core.plan import launcher
+from tuiapp.core.prelaunch import checks
+from tuiapp.core.run_folder.metrics import JsonlReader
+from tuiapp.core.run_folder.progress import fmt_duration, fmt_number, progress_line
+from tuiapp.core.run_folder.rundir import ACTIVE, FINAL, read_phases
+from tuiapp.core.store import queue
+from tuiapp.core.store.runs import RunStore
 
 OUTCOME_EXIT = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_INTERRUPTED}
 
@@ -156,7 +159,7 @@ def cmd_resume(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from tuiapp.core import doctor
+    from tuiapp.core.lifecycle import doctor
 
     print(doctor.diagnose(RunStore(args.runs_dir).get(args.run)))
     return EXIT_OK

@@ -9,16 +9,18 @@ import time
 
 from tuiapp.cli import scale
 from tuiapp.cli.shared import print_err
-from tuiapp.core import meta, queue, rl, runstate
-from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
-from tuiapp.core.jsonout import error_document, write_document
-from tuiapp.core.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
-from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
-from tuiapp.core.recipe import batching_label
-from tuiapp.core.rundir import attempt_count, duration_s, first_started
-from tuiapp.core.runs import ACTIVE, RunStore
+from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from tuiapp.core.common.jsonout import error_document, write_document
+from tuiapp.core.config.recipe import batching_label
+from tuiapp.core.prelaunch import rl
+from tuiapp.core.run_folder import runstate
+from tuiapp.core.run_folder.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
+from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
+from tuiapp.core.run_folder.rundir import attempt_count, duration_s, first_started
+from tuiapp.core.store import meta, queue
+from tuiapp.core.store.runs import ACTIVE, RunStore
 
-# how the CLI acts on a flagged status (core.runstate's hint says what is wrong)
+# how the CLI acts on a flagged status (core.run_folder.runstate's hint says what is wrong)
 FLAG_COMMANDS = {
     "orphaned": "`llmtui resume {id}` watches them again (a new supervisor adopts them), `llmtui stop {id}` ends them",
     "stalled": "`llmtui stop {id}` then `llmtui resume {id}`",

@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from tuiapp.core import cluster
-from tuiapp.core.runs import Run
-from tuiapp.core.service import SLURM_FLAGS, LaunchOptions
+from tuiapp.core.lifecycle.service import SLURM_FLAGS, LaunchOptions
+from tuiapp.core.plan import cluster
+from tuiapp.core.store.runs import Run
 
 NODE_FLAGS = ("node_rank", "nnodes", "master_addr", "master_port", "run_id")
 

@@ -1,5 +1,5 @@
 """`llmtui serve`: a run's model behind an OpenAI-compatible endpoint, started detached and
-supervised like a run (tuiapp.core.served: the record, the state, stop). The server itself is
+supervised like a run (tuiapp.core.store.served: the record, the state, stop). The server itself is
 tuiapp.trainer.openai_server (transformers), or vLLM's when asked for and present; this process
 never imports torch."""
 
@@ -12,11 +12,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from tuiapp.core import queue, served
-from tuiapp.core.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
-from tuiapp.core.gpus import cuda_available, detect_gpus
-from tuiapp.core.runs import RunStore
-from tuiapp.core.targets import model_target
+from tuiapp.core.after.targets import model_target
+from tuiapp.core.common.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
+from tuiapp.core.machine.gpus import cuda_available, detect_gpus
+from tuiapp.core.store import queue, served
+from tuiapp.core.store.runs import RunStore
 
 READY_TIMEOUT_S = 600.0
 VLLM_ADAPTERS = ("lora", "qlora", "dpo", "simpo", "cpo", "orpo", "kto")  # their adapters are LoRA

@@ -23,9 +23,9 @@ import socket
 import sys
 from urllib.parse import urlsplit
 
-from tuiapp.core import served
-from tuiapp.core.errors import EXIT_OK, UserError
-from tuiapp.core.runs import RunStore
+from tuiapp.core.common.errors import EXIT_OK, UserError
+from tuiapp.core.store import served
+from tuiapp.core.store.runs import RunStore
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 TOKEN_BYTES = 24

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from tuiapp.core.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
-from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
+from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from tuiapp.core.common.jsonout import error_document, stdout_to_stderr, write_document
 
 
 def print_err(message: str) -> None:

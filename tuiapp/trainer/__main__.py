@@ -8,7 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from tuiapp.core.rundir import EVENTS_JSONL, RECIPE_TOML
+from tuiapp.core.run_folder.rundir import EVENTS_JSONL, RECIPE_TOML
 
 
 def parse_args(argv=None):
@@ -20,7 +20,7 @@ def parse_args(argv=None):
 
 
 def _recipe(run_dir: Path):
-    from tuiapp.core.recipe import parse_recipe
+    from tuiapp.core.config.recipe import parse_recipe
 
     path = Path(run_dir) / RECIPE_TOML
     return parse_recipe(path.read_text(encoding="utf-8"), str(path))
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
         traceback.print_exc()
         message = f"{exc}".strip() or type(exc).__name__
         try:
-            from tuiapp.core.metrics import JsonlWriter
+            from tuiapp.core.run_folder.metrics import JsonlWriter
 
             with JsonlWriter(args.run_dir / EVENTS_JSONL) as events:
                 events.write({"event": "error", "rank": rank, "type": type(exc).__name__, "message": message[:2000],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuiapp.core.tiny_vlm import is_tiny_vlm
+from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.trainer.tiny import ensure_tiny_model
 from tuiapp.trainer.vision import ensure_tiny_vlm
 

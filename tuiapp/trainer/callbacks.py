@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from tuiapp.core.metrics import (
+from tuiapp.core.run_folder.metrics import (
     PREFERENCE_METRICS,
     EvalRow,
     JsonlWriter,
@@ -26,8 +26,8 @@ from tuiapp.core.metrics import (
     read_rank_memory,
     write_rank_memory,
 )
-from tuiapp.core.rundata import MetricsWriter
-from tuiapp.core.rundir import EVENTS_JSONL, METRICS_JSONL
+from tuiapp.core.run_folder.rundata import MetricsWriter
+from tuiapp.core.run_folder.rundir import EVENTS_JSONL, METRICS_JSONL
 from tuiapp.trainer import phases
 
 

@@ -1,4 +1,4 @@
-"""Canonical records (tuiapp.core.datasets) → tokenized training examples.
+"""Canonical records (tuiapp.core.data.datasets) → tokenized training examples.
 
 pretrain: documents + eos, concatenated, cut into blocks of max_seq_len; labels = input_ids.
 SFT (every other method): the chat template; labels are -100 except on assistant and
@@ -25,7 +25,9 @@ from datasets import Dataset, Features, List, Value, concatenate_datasets, load_
 from datasets.exceptions import DatasetGenerationError
 from transformers import DataCollatorForSeq2Seq, DataCollatorWithFlattening, default_data_collator
 
-from tuiapp.core.datasets import (
+from tuiapp.core.common.errors import DatasetError
+from tuiapp.core.config.recipe import DatasetSpec, Recipe, packing_enabled
+from tuiapp.core.data.datasets import (
     TRAINED_ROLES,
     Row,
     eval_file_spec,
@@ -38,8 +40,6 @@ from tuiapp.core.datasets import (
     resolve_source,
     source_fingerprint,
 )
-from tuiapp.core.errors import DatasetError
-from tuiapp.core.recipe import DatasetSpec, Recipe, packing_enabled
 from tuiapp.trainer import mixture, tokenize_cache
 from tuiapp.trainer.packing import IGNORE, PackedRowsCollator
 from tuiapp.trainer.tiny import CHATML_TEMPLATE
@@ -219,7 +219,7 @@ def _record_stream(spec: DatasetSpec, base_dir):
 
 
 _TURNS = [{"role": Value("string"), "content": Value("string")}]
-RECORD_FEATURES = {  # the canonical records' columns (tuiapp.core.datasets), by record_kind
+RECORD_FEATURES = {  # the canonical records' columns (tuiapp.core.data.datasets), by record_kind
     "text": Features({"text": Value("string")}),
     "chat": Features({"messages": _TURNS, "tools": Value("string")}),
     "pairs": Features({"prompt": _TURNS, "chosen": _TURNS, "rejected": _TURNS, "tools": Value("string")}),

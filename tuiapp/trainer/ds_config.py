@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.config.recipe import Recipe
 
 
 def deepspeed_config(recipe: Recipe) -> dict:

@@ -9,7 +9,7 @@
 - lm-evaluation-harness tasks (`--tasks`) when the package and the task data are here.
 A vision-language model reads each record's images through its processor, for the loss (the
 training collator) and the answers: exact match scores image QA (demo:shapes-heldout).
-The result goes to FILE (runs/<id>/evals/<time>.json, read by tuiapp.core.evals).
+The result goes to FILE (runs/<id>/evals/<time>.json, read by tuiapp.core.run_folder.evals).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from tuiapp.core import evals
-from tuiapp.core.datasets import load_records
-from tuiapp.core.errors import UserError
-from tuiapp.core.recipe import DatasetSpec
-from tuiapp.core.targets import model_target
+from tuiapp.core.after.targets import model_target
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.config.recipe import DatasetSpec
+from tuiapp.core.data.datasets import load_records
+from tuiapp.core.run_folder import evals
 from tuiapp.trainer import inference
 from tuiapp.trainer.data import IGNORE, _chat_example, _text_example
 

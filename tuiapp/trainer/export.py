@@ -65,7 +65,7 @@ def answers_as_adapter(final: Path) -> bool:
 
 
 def merged_parity(final: Path, out: Path, prompts: list[str], system: str) -> dict:
-    from tuiapp.core.targets import model_target
+    from tuiapp.core.after.targets import model_target
     from tuiapp.trainer import parity
 
     target = model_target(final.parent)
@@ -102,7 +102,7 @@ def convert(hf_dir: Path, gguf_path: Path, outtype: str, tools: dict, tokenizer,
     import sys
     import tempfile
 
-    from tuiapp.core import gguf_tools
+    from tuiapp.core.after import gguf_tools
 
     argv = [sys.executable, "-m", "tuiapp.trainer.gguf_convert", tools["llama_cpp"]]
     pre = gguf_tools.pre_tokenizer_name(hf_dir)
@@ -142,8 +142,8 @@ def ship_gguf(out: Path, quants: list[str], tools: dict, recipe, prompts: list[s
               run_name: str) -> dict:
     """GGUF files for each quantization of the HF model in `out`, an Ollama Modelfile, and the
     parity of each GGUF with the HF model (when `prompts`)."""
-    from tuiapp.core import modelfile
-    from tuiapp.core.gguf_tools import DIRECT
+    from tuiapp.core.after import modelfile
+    from tuiapp.core.after.gguf_tools import DIRECT
     from tuiapp.trainer import gguf, parity
     from tuiapp.trainer.model import load_tokenizer
 
@@ -179,7 +179,7 @@ def ship_gguf(out: Path, quants: list[str], tools: dict, recipe, prompts: list[s
         for quant in quants:
             report = parity.gguf_vs_hf(out / files[quant], out, prompts, system, min_agreement=min_agreement)
             reports.append({"quant": quant, **report.as_dict()})
-            from tuiapp.core.parity import lines
+            from tuiapp.core.after.parity import lines
 
             print("\n".join(lines(report)), flush=True)
     return {"gguf": files, "modelfile": "Modelfile", "stops": fmt.stops, "parity": reports, **tools}

@@ -1,9 +1,9 @@
 """The tokenizer side of shipping a model: its chat template as a Modelfile's pieces
-(tuiapp.core.modelfile), rendered exactly as training rendered it."""
+(tuiapp.core.after.modelfile), rendered exactly as training rendered it."""
 
 from __future__ import annotations
 
-from tuiapp.core.modelfile import ChatFormat, derive
+from tuiapp.core.after.modelfile import ChatFormat, derive
 from tuiapp.trainer.data import _render, _template_messages
 
 

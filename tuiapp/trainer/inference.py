@@ -13,13 +13,13 @@ from typing import Callable
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, TextStreamer
 
-from tuiapp.core.errors import UserError
-from tuiapp.core.images import IMAGE_PLACEHOLDER
-from tuiapp.core.model_check import adapter_kind
-from tuiapp.core.model_profile import LEARNED_POSITIONS
-from tuiapp.core.recipe import GenerateSpec, Recipe, parse_recipe
-from tuiapp.core.rundir import RECIPE_TOML
-from tuiapp.core.targets import Target
+from tuiapp.core.after.targets import Target
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.config.recipe import GenerateSpec, Recipe, parse_recipe
+from tuiapp.core.data.images import IMAGE_PLACEHOLDER
+from tuiapp.core.plan.model_profile import LEARNED_POSITIONS
+from tuiapp.core.prelaunch.model_check import adapter_kind
+from tuiapp.core.run_folder.rundir import RECIPE_TOML
 from tuiapp.trainer import bottleneck, vision
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.data import _render, _template_messages

@@ -2,7 +2,7 @@
 
     python -m tuiapp.trainer.merge PLAN_JSON --out DIR
 
-The plan (tuiapp.core.merging) was checked before this starts. LoRA adapters are combined by peft's
+The plan (tuiapp.core.after.merging) was checked before this starts. LoRA adapters are combined by peft's
 `add_weighted_adapter` on the shared base and saved as one adapter; full weights by peft's
 task-arithmetic functions on each tensor's change from the base (linear: the weighted mean of the
 weights themselves). The folder gets the tokenizer and an llmtui.json that names the merged runs.
@@ -70,7 +70,7 @@ def merge_full(plan: dict, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.merge")
-    parser.add_argument("plan", help="the plan as JSON (tuiapp.core.merging.MergePlan)")
+    parser.add_argument("plan", help="the plan as JSON (tuiapp.core.after.merging.MergePlan)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     plan = json.loads(args.plan)

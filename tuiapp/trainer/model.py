@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from tuiapp.core.errors import RecipeError
-from tuiapp.core.estimate import adapter_base
-from tuiapp.core.model_profile import ModelPlan, ModelProfile, plan_model, raise_for_errors
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.config.recipe import Recipe
+from tuiapp.core.plan.estimate import adapter_base
+from tuiapp.core.plan.model_profile import ModelPlan, ModelProfile, plan_model, raise_for_errors
 from tuiapp.trainer import bottleneck, templates, varlen
 from tuiapp.trainer.profile import profile
 from tuiapp.trainer.tiny import default_cache_dir  # noqa: F401 (re-exported)

@@ -31,9 +31,9 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tuiapp.core.errors import UserError
+from tuiapp.core.common.errors import UserError
 
-TOKEN_ENV = "LLMTUI_SERVE_TOKEN"  # tuiapp.core.served.TOKEN_ENV
+TOKEN_ENV = "LLMTUI_SERVE_TOKEN"  # tuiapp.core.store.served.TOKEN_ENV
 MAX_BODY = 8 * 1024 * 1024
 
 
@@ -95,7 +95,7 @@ class Endpoint:
         self.lock = threading.Lock()
 
     def load(self) -> None:
-        from tuiapp.core.targets import model_target
+        from tuiapp.core.after.targets import model_target
         from tuiapp.trainer import inference
 
         target = model_target(self.run_dir, self.checkpoint)
@@ -113,7 +113,7 @@ class Endpoint:
                                             "owned_by": "llmtui"}]}
 
     def settings(self, body: dict):
-        from tuiapp.core.recipe import GenerateSpec
+        from tuiapp.core.config.recipe import GenerateSpec
 
         values = self.recipe.generate.model_dump()
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -352,7 +352,7 @@ def main(argv=None) -> int:
     try:
         endpoint.load()
     except Exception as exc:
-        from tuiapp.core.errors import UserError
+        from tuiapp.core.common.errors import UserError
 
         message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
         print(f"error: the model could not be loaded: {message}", file=sys.stderr, flush=True)

@@ -1,4 +1,4 @@
-"""Greedy answers of an exported model and of the model it came from (tuiapp.core.parity compares
+"""Greedy answers of an exported model and of the model it came from (tuiapp.core.after.parity compares
 them): a merged folder vs the adapter on its base, both through transformers; a GGUF file through
 llama-cpp-python vs the HF model it was converted from. Prompts are rendered by the chat template
 the model trained with; llama.cpp tokenizes the rendered text with its own (converted) tokenizer,
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from tuiapp.core.parity import DEFAULT_PROMPTS, Answer, ParityReport, compare
+from tuiapp.core.after.parity import DEFAULT_PROMPTS, Answer, ParityReport, compare
 from tuiapp.trainer import inference
 
 MAX_NEW_TOKENS = 32

@@ -9,7 +9,7 @@ import signal
 import socket
 from pathlib import Path
 
-from tuiapp.core import rundir
+from tuiapp.core.run_folder import rundir
 
 _state: dict = {"run_dir": None, "rank": 0, "phase": None, "stack": None}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from tuiapp.core.errors import RecipeError
-from tuiapp.core.recipe import REFERENCE_KINDS, Recipe, weights_method
+from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.config.recipe import REFERENCE_KINDS, Recipe, weights_method
 from tuiapp.trainer import bottleneck
 from tuiapp.trainer.data import IGNORE
 from tuiapp.trainer.model import load_model, lora_config, model_plan, torch_dtype

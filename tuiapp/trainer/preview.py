@@ -9,10 +9,10 @@ import argparse
 import json
 import sys
 
-from tuiapp.core.errors import UserError
-from tuiapp.core.jsonout import error_document, stdout_to_stderr, write_document
-from tuiapp.core.kinds import RL_KINDS
-from tuiapp.core.recipe import load_recipe
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.common.jsonout import error_document, stdout_to_stderr, write_document
+from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.config.recipe import load_recipe
 
 MASK = -100
 
@@ -154,8 +154,8 @@ def _json_example(example: dict, tokenizer) -> dict:
 def _vision_examples(recipe, path: str, n: int):
     """(tokenizer, examples) of a vision-language model's recipe, as its collator makes them; None
     for a text model."""
-    from tuiapp.core.datasets import load_records
-    from tuiapp.core.images import check_image_file
+    from tuiapp.core.data.datasets import load_records
+    from tuiapp.core.data.images import check_image_file
     from tuiapp.trainer import vision
 
     if not vision.is_vision_model(path, recipe.model.trust_remote_code):

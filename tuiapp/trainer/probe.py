@@ -1,7 +1,7 @@
 """The probing rank: a few real training steps at each micro-batch size, one JSON row per size.
 
 `python -m tuiapp.trainer.probe --recipe R --out DIR --sizes 1,2,4 ...`, started through the
-DeepSpeed launcher by tuiapp.core.probe. Each size gets a fresh model and the recipe's own
+DeepSpeed launcher by tuiapp.core.plan.probe. Each size gets a fresh model and the recipe's own
 TrainingArguments (DeepSpeed config included) and trains on the longest examples, so the peak is
 that of the worst batch. Peak memory: the CUDA allocator's max_memory_allocated, or on CPU the
 process's peak RSS (VmHWM, reset between sizes through /proc/self/clear_refs). Sizes stop growing
@@ -24,8 +24,8 @@ import transformers
 from accelerate.state import AcceleratorState
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from tuiapp.core.probe import ROWS_FILE
-from tuiapp.core.recipe import Recipe, parse_recipe
+from tuiapp.core.config.recipe import Recipe, parse_recipe
+from tuiapp.core.plan.probe import ROWS_FILE
 from tuiapp.trainer import strategies
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.model import apply_method, cache_dir, load_model, load_tokenizer

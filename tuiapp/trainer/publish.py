@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuiapp.core.rundir import RECIPE_TOML
+from tuiapp.core.run_folder.rundir import RECIPE_TOML
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -63,14 +63,14 @@ def push(folder: Path, repo_id: str) -> str:
 
 def _shipping(args) -> dict | None:
     """The tools and prompts of the GGUF export and the parity checks; None after printing why not."""
-    from tuiapp.core import gguf_tools as gguf
-    from tuiapp.core.modelfile import ChatTemplateError
+    from tuiapp.core.after import gguf_tools as gguf
+    from tuiapp.core.after.modelfile import ChatTemplateError
     from tuiapp.trainer import export as exporting
     from tuiapp.trainer import parity
 
     recipe = None
     if (args.final.parent / RECIPE_TOML).is_file():
-        from tuiapp.core.errors import UserError
+        from tuiapp.core.common.errors import UserError
         from tuiapp.trainer.inference import frozen_recipe
 
         try:
@@ -107,7 +107,7 @@ def _ship(args, shipping: dict) -> int:
     export.json records it all. 1 when a parity check fails (the files stay)."""
     import json
 
-    from tuiapp.core.parity import DEFAULT_MIN_AGREEMENT, lines
+    from tuiapp.core.after.parity import DEFAULT_MIN_AGREEMENT, lines
     from tuiapp.trainer import export as exporting
 
     record: dict = {"source": str(args.final), "merged": bool(args.merge or args.gguf), "parity": []}

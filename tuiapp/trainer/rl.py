@@ -1,8 +1,8 @@
 """Online RL on TRL's trainers: grpo (GRPOTrainer) and rloo (RLOOTrainer).
 
-Prompts come from `tuiapp.core.rl.prompt_records` (one reading of the data for pre-flight and the
+Prompts come from `tuiapp.core.prelaunch.rl.prompt_records` (one reading of the data for pre-flight and the
 ranks); the completions are generated in each rank with transformers' `generate` (or vLLM,
-colocated, on CUDA) and scored by the recipe's rewards: the built-in ones of `tuiapp.core.rewards`,
+colocated, on CUDA) and scored by the recipe's rewards: the built-in ones of `tuiapp.core.config.rewards`,
 the user's `FILE.py:NAME` (imported here, in the ranks only), or a sequence-classification model.
 
 Every generation is appended to the run folder's completions.jsonl by rank 0 (step, prompt,
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-from tuiapp.core import generation_server
-from tuiapp.core import rewards as builtin
-from tuiapp.core import rl as core_rl
-from tuiapp.core.completions import COMPLETIONS_FILE
-from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
-from tuiapp.core.recipe import Recipe, weights_method
+from tuiapp.core.config import rewards as builtin
+from tuiapp.core.config.recipe import Recipe, weights_method
+from tuiapp.core.plan import generation_server
+from tuiapp.core.prelaunch import rl as core_rl
+from tuiapp.core.run_folder.completions import COMPLETIONS_FILE
+from tuiapp.core.run_folder.metrics import JsonlWriter, atomic_write_text, read_jsonl
 from tuiapp.trainer.model import load_model, lora_config
 
 TRL_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
@@ -44,7 +44,7 @@ def build_datasets(recipe: Recipe, base_dir: Path):
     """(train, eval or None) as datasets.Dataset of {"prompt": turns, **columns}."""
     from datasets import Dataset, load_dataset
 
-    from tuiapp.core import datasets as data
+    from tuiapp.core.data import datasets as data
 
     spec = recipe.dataset
     if data.is_hub_dataset(spec, base_dir):
@@ -198,7 +198,7 @@ def trainer_config(recipe: Recipe, kwargs: dict):
 
 def vllm_settings(method, env: dict | None = None) -> dict:
     """TRL's vLLM keys: a colocated engine, or the run's server (its URL and weight-sync port come
-    from the supervisor, tuiapp.core.generation_server)."""
+    from the supervisor, tuiapp.core.plan.generation_server)."""
     if method.generation_backend != "vllm" or method.vllm_mode == "colocate":
         return {"vllm_mode": "colocate", "vllm_gpu_memory_utilization": method.vllm_gpu_memory_utilization}
     env = os.environ if env is None else env

@@ -14,12 +14,12 @@ import torch.distributed as dist
 import transformers
 from transformers import Trainer, TrainingArguments
 
-from tuiapp.core import trackers
-from tuiapp.core.errors import DatasetError
-from tuiapp.core.kinds import RL_KINDS
-from tuiapp.core.metrics import JsonlWriter, atomic_write_text, read_jsonl
-from tuiapp.core.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
-from tuiapp.core.rundir import EVENTS_JSONL, METRICS_JSONL, RECIPE_TOML
+from tuiapp.core.common.errors import DatasetError
+from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.config import trackers
+from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
+from tuiapp.core.run_folder.metrics import JsonlWriter, atomic_write_text, read_jsonl
+from tuiapp.core.run_folder.rundir import EVENTS_JSONL, METRICS_JSONL, RECIPE_TOML
 from tuiapp.trainer import (
     bottleneck,
     checkpoints,

@@ -2,7 +2,7 @@
 
     python -m tuiapp.trainer.serve RUN_DIR [--checkpoint N] [--load tuned,base]
 
-Started by `llmtui chat` and the TUI's chat screen (through tuiapp.core.chat), so neither ever
+Started by `llmtui chat` and the TUI's chat screen (through tuiapp.core.after.chat), so neither ever
 imports torch. One request per line on stdin, events on stdout, one JSON object per line,
 flushed as they happen; library output goes to stderr (fd 1 is pointed there).
 
@@ -57,7 +57,7 @@ class Server:
         return self.loaded[name]
 
     def settings(self, overrides: dict | None):
-        from tuiapp.core.recipe import GenerateSpec
+        from tuiapp.core.config.recipe import GenerateSpec
 
         values = self.recipe.generate.model_dump()
         values.update({k: v for k, v in (overrides or {}).items() if v is not None})
@@ -105,7 +105,7 @@ class Server:
                     return
             except Exception as exc:  # a bad request, or one that failed: say so and go on
                 ident = request.get("id") if isinstance(request, dict) else None
-                from tuiapp.core.errors import UserError
+                from tuiapp.core.common.errors import UserError
 
                 said = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
                 self.emit({"event": "error", "id": ident, "message": said})
@@ -128,8 +128,8 @@ def main(argv=None) -> int:
     out = _protocol_stdout()
     server = None
     try:
-        from tuiapp.core.errors import UserError
-        from tuiapp.core.targets import model_target
+        from tuiapp.core.after.targets import model_target
+        from tuiapp.core.common.errors import UserError
         from tuiapp.trainer.inference import frozen_recipe
 
         target = model_target(args.run_dir, args.checkpoint)

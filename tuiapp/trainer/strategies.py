@@ -21,7 +21,7 @@ import os
 
 import torch
 
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.trainer.ds_config import deepspeed_config
 
 

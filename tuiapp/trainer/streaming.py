@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 
-from tuiapp.core.datasets import eval_file_spec, iter_records
-from tuiapp.core.errors import DatasetError
-from tuiapp.core.recipe import Recipe
+from tuiapp.core.common.errors import DatasetError
+from tuiapp.core.config.recipe import Recipe
+from tuiapp.core.data.datasets import eval_file_spec, iter_records
 from tuiapp.trainer import data
 
 

@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuiapp.core.metrics import JsonlReader, as_number, dedupe_steps, eval_rows, peak_memory, train_rows
-from tuiapp.core.rundir import METRICS_JSONL
+from tuiapp.core.run_folder.metrics import JsonlReader, as_number, dedupe_steps, eval_rows, peak_memory, train_rows
+from tuiapp.core.run_folder.rundir import METRICS_JSONL
 
 # metrics.jsonl key -> the tag transformers' TensorBoardCallback gives the same value
 TRAIN_TAGS = {"loss": "train/loss", "lr": "train/learning_rate", "grad_norm": "train/grad_norm",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tuiapp.core.errors import RecipeError
+from tuiapp.core.common.errors import RecipeError
 from tuiapp.trainer.tiny import CHATML_TEMPLATE
 
 

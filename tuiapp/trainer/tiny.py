@@ -1,7 +1,7 @@
 """The bundled offline model: a ~1M-parameter Llama and a byte-level BPE tokenizer.
 
 Both are made by this module, deterministically, from the demo corpora, so nothing is
-downloaded. The architecture is `tuiapp.core.estimate.TINY_CONFIG` (one definition for the
+downloaded. The architecture is `tuiapp.core.plan.estimate.TINY_CONFIG` (one definition for the
 estimate and the model). The folder is built once per cache dir and definition, in a
 temporary folder renamed into place, so several ranks may call `ensure_tiny_model` at once.
 """
@@ -12,9 +12,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from tuiapp.core import demo_data
-from tuiapp.core.built_folder import build_once, cache_root
-from tuiapp.core.estimate import TINY_CONFIG
+from tuiapp.core.common.built_folder import build_once, cache_root
+from tuiapp.core.data import demo_data
+from tuiapp.core.plan.estimate import TINY_CONFIG
 
 # Bump when the build changes in a way the definition hash below cannot see.
 TINY_VERSION = "2"

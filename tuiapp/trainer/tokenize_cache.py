@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from tuiapp.core import rundir
+from tuiapp.core.run_folder import rundir
 from tuiapp.trainer import phases
 
 log = logging.getLogger("llmtui.data")

@@ -9,7 +9,7 @@ placeholders become those image parts, so the collator is the same for every fam
 
 Training runs through AutoModelForImageTextToText and AutoProcessor. Labels are -100 everywhere but
 the assistant's answers (through their <|im_end|>); image tokens are never trained. What trains is
-the recipe's [vision] table (tuiapp.core.vision_plan decides it): by default the vision tower is
+the recipe's [vision] table (tuiapp.core.plan.vision_plan decides it): by default the vision tower is
 frozen, a full fine-tune (sft) trains the projector and the language model, LoRA adds adapters to
 the language model's linear layers only. A trained vision tower gets every weight (sft) or adapters
 on its linear layers (LoRA); a trained projector trains whole (under LoRA as modules_to_save). Each
@@ -23,10 +23,10 @@ import json
 import re
 from pathlib import Path
 
-from tuiapp.core import vision_plan
-from tuiapp.core.built_folder import build_once
-from tuiapp.core.images import IMAGE_PLACEHOLDER
-from tuiapp.core.tiny_vlm import TEXT_SHAPE, TINY_VLMS, VISION_SHAPE
+from tuiapp.core.common.built_folder import build_once
+from tuiapp.core.data.images import IMAGE_PLACEHOLDER
+from tuiapp.core.data.tiny_vlm import TEXT_SHAPE, TINY_VLMS, VISION_SHAPE
+from tuiapp.core.plan import vision_plan
 from tuiapp.trainer.tiny import IM_END, IM_START, default_cache_dir, ensure_tiny_model
 
 VISION_VERSION = "1"
@@ -324,7 +324,7 @@ def apply_max_pixels(processor, max_pixels: int) -> None:
     refused, as the check before launch refuses it."""
     if not max_pixels:
         return
-    from tuiapp.core.errors import RecipeError
+    from tuiapp.core.common.errors import RecipeError
 
     image_processor = processor.image_processor if hasattr(processor, "image_processor") else processor
     settings = {"image_processor_type": type(image_processor).__name__, "size": dict(image_processor.size or {})}
@@ -362,7 +362,7 @@ def vision_datasets(recipe, base_dir=None, processor=None):
     LENGTH_CHECKS records' lengths (image tokens included) checked against train.max_seq_len."""
     from datasets import Dataset
 
-    from tuiapp.core.datasets import eval_fraction, load_records
+    from tuiapp.core.data.datasets import eval_fraction, load_records
 
     records = [{"messages": json.dumps(r["messages"]), "images": r.get("images", [])}
                for r in load_records(recipe.dataset, base_dir)]
@@ -393,7 +393,7 @@ def check_lengths(records: list[dict], collator, max_len: int, where: str) -> No
 
 
 def too_long(number: int | None, length: int, max_len: int, where: str, more: int = 0, need: int = 0):
-    from tuiapp.core.errors import DatasetError
+    from tuiapp.core.common.errors import DatasetError
 
     record = f"record {number}" if number else "an example"
     others = f" (and {more} more of the first {LENGTH_CHECKS})" if more else ""

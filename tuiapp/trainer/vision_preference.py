@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from tuiapp.core.recipe import REFERENCE_KINDS, Recipe, weights_method
+from tuiapp.core.config.recipe import REFERENCE_KINDS, Recipe, weights_method
 from tuiapp.trainer import vision
 
 
@@ -27,7 +27,7 @@ def image_pairs(recipe: Recipe, processor, base_dir=None):
     opened on access as TRL's collator takes them; the first LENGTH_CHECKS measured against max_seq_len."""
     from datasets import Dataset
 
-    from tuiapp.core.datasets import eval_fraction, load_records
+    from tuiapp.core.data.datasets import eval_fraction, load_records
 
     records = [{"prompt": json.dumps(r["prompt"]), "chosen": json.dumps(r["chosen"]),
                 "rejected": json.dumps(r["rejected"]), "images": r.get("images", [])}

@@ -12,7 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from tuiapp.core.built_folder import build_once
+from tuiapp.core.common.built_folder import build_once
 from tuiapp.trainer.tiny import default_cache_dir, ensure_tiny_model
 
 ZOO_VERSION = "1"

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuiapp.core.errors import UserError
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.store.runs import Run, RunStore
 
 if TYPE_CHECKING:  # imported when a form is checked or a recipe read: ~0.2 s of the app's start-up
-    from tuiapp.core.recipe import Recipe
+    from tuiapp.core.config.recipe import Recipe
     from tuiapp.ui import formdata
 
 
@@ -33,7 +33,7 @@ class FormReport:
 @functools.lru_cache(maxsize=1)
 def machine_on_cpu() -> bool:
     """No CUDA device here (judged once, without torch): runs get CPU ranks."""
-    from tuiapp.core.gpus import cuda_available
+    from tuiapp.core.machine.gpus import cuda_available
 
     return not cuda_available()
 
@@ -48,7 +48,7 @@ def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Pat
     if check.recipe is None:
         return report
     try:
-        from tuiapp.core import checks
+        from tuiapp.core.prelaunch import checks
 
         store = RunStore(runs_root)
         findings = checks.static_findings(check.recipe, store, base_dir)
@@ -73,7 +73,7 @@ def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Pat
 def launch(recipe: Recipe, runs_root: Path, base_dir: Path, recipe_file: str | None = None) -> str:
     """Plan (every pre-flight check), create the run folder, start its supervisor; the run's id.
     Raises service.LaunchRefused (findings) or another UserError, as `llmtui run` would."""
-    from tuiapp.core import service
+    from tuiapp.core.lifecycle import service
 
     store = RunStore(runs_root)
     plan = service.plan_launch(recipe, store, base_dir, service.LaunchOptions(recipe_file=recipe_file))
@@ -82,7 +82,7 @@ def launch(recipe: Recipe, runs_root: Path, base_dir: Path, recipe_file: str | N
 
 def stop(run_path: Path) -> tuple[bool, str]:
     """Graceful stop (checkpoint, then exit); (no process left, final status)."""
-    from tuiapp.core import service
+    from tuiapp.core.lifecycle import service
 
     run = Run(run_path).load()
     clean = service.stop(run, wait=True)
@@ -91,7 +91,7 @@ def stop(run_path: Path) -> tuple[bool, str]:
 
 def resume(run_path: Path) -> None:
     """Continue a stopped or failed run from its last complete checkpoint, the way it ran."""
-    from tuiapp.core import service
+    from tuiapp.core.lifecycle import service
 
     service.resume(Run(run_path).load())
 
@@ -99,7 +99,7 @@ def resume(run_path: Path) -> None:
 def diagnose(run_path: Path) -> str:
     """`llmtui doctor`: every rank's phase, state and Python stack (blocking, a few seconds);
     UserError when the run has no live process here."""
-    from tuiapp.core import doctor
+    from tuiapp.core.lifecycle import doctor
 
     return doctor.diagnose(Run(run_path).load())
 

@@ -1,5 +1,5 @@
 """What a run got after training, for the TUI: its evaluations (`llmtui eval` or Evaluate:
-core.evals) and its exports (`llmtui export` or Export: core.exports). Each lands as a new file in
+core.run_folder.evals) and its exports (`llmtui export` or Export: core.run_folder.exports). Each lands as a new file in
 the run's evals/ or exports/ folder, so a folder's mtime says something new arrived: the history
 and the run view watch those two stamps and show results made from a shell without a restart.
 Pure functions and a small watcher; no Textual."""
@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuiapp.core import evals, exports
+from tuiapp.core.run_folder import evals, exports
 
 Stamp = tuple[float, float]
 NOTHING: Stamp = (0.0, 0.0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuiapp.core.rundir import ACTIVE, FINAL
+from tuiapp.core.run_folder.rundir import ACTIVE, FINAL
 from tuiapp.ui.groups import build_groups
 from tuiapp.ui.history import RunRow
 

@@ -21,7 +21,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
 
-from tuiapp.core.errors import UserError
+from tuiapp.core.common.errors import UserError
 from tuiapp.ui.commands import ActionsProvider
 from tuiapp.ui.config import UiConfig
 from tuiapp.ui.messages import ActionFailed
@@ -32,7 +32,7 @@ from tuiapp.ui.screens.report import ReportScreen
 from tuiapp.ui.worker_errors import title_of
 
 if TYPE_CHECKING:
-    from tuiapp.core.recipe import Recipe
+    from tuiapp.core.config.recipe import Recipe
 
 
 WORKER_THREADS = 64  # thread workers at once: every open screen's watchers, and the actions beside them

@@ -10,8 +10,8 @@ from pathlib import Path
 import tomllib
 from textual.fuzzy import Matcher
 
-from tuiapp.core.recipe import BUNDLED_MODEL
-from tuiapp.core.runs import RunStore
+from tuiapp.core.config.recipe import BUNDLED_MODEL
+from tuiapp.core.store.runs import RunStore
 
 DEMO_DATASETS = ["demo:facts", "demo:chat", "demo:text"]
 DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".txt")

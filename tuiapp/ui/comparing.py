@@ -16,12 +16,13 @@ from typing import Any, Sequence
 
 import tomllib
 
-from tuiapp.core import evals, meta
-from tuiapp.core.metrics import JsonlReader, preference_best
-from tuiapp.core.rundata import RunData, Series, columns_cache, read_run_data
-from tuiapp.core.rundir import RECIPE_TOML
-from tuiapp.core.runs import Run
-from tuiapp.core.runstate import STALL_WINDOW
+from tuiapp.core.run_folder import evals
+from tuiapp.core.run_folder.metrics import JsonlReader, preference_best
+from tuiapp.core.run_folder.rundata import RunData, Series, columns_cache, read_run_data
+from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.run_folder.runstate import STALL_WINDOW
+from tuiapp.core.store import meta
+from tuiapp.core.store.runs import Run
 from tuiapp.ui.downsample import numpy_module
 from tuiapp.ui.groups import compare_labels
 from tuiapp.ui.history import RunRow, row_from_info

@@ -13,7 +13,7 @@ import math
 from array import array
 from typing import Sequence
 
-from tuiapp.core.rundata import numpy_module
+from tuiapp.core.run_folder.rundata import numpy_module
 
 
 def _as_numpy(values: Sequence[float]):

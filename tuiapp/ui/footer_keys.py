@@ -11,7 +11,7 @@ from dataclasses import replace
 from textual.app import App
 from textual.binding import ActiveBinding
 
-from tuiapp.core.progress import plural  # noqa: F401 (the UI's word counts: '1 rank', '2 ranks')
+from tuiapp.core.run_folder.progress import plural  # noqa: F401 (the UI's word counts: '1 rank', '2 ranks')
 
 PALETTE_CELLS = 13  # the docked "▏^p palette" key at the right
 

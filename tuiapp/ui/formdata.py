@@ -18,8 +18,8 @@ import tomli_w
 import tomllib
 from pydantic import BaseModel
 
-from tuiapp.core.errors import RecipeError, RecipeErrors
-from tuiapp.core.recipe import METHOD_MODELS, Recipe, parse_recipe
+from tuiapp.core.common.errors import RecipeError, RecipeErrors
+from tuiapp.core.config.recipe import METHOD_MODELS, Recipe, parse_recipe
 
 SECTIONS = ("model", "dataset", "method", "train", "launch")  # the form's own sections, in order
 OMIT = object()  # an empty optional table (e.g. method.adapter): left out of the recipe

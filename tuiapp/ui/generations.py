@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from rich.text import Text
 
-from tuiapp.core.completions import Generation
+from tuiapp.core.run_folder.completions import Generation
 
 MAX_STEPS = 64  # steps kept; older ones are dropped as new ones come
 MAX_PER_STEP = 64  # generations kept of one step

@@ -1,7 +1,7 @@
 """Sweeps as the app shows them: one collapsible row per sweep in the history, and the group
 screen's ranking, table and heat map. No Textual here (rich Text at most).
 
-A thin reader over the files tuiapp.core.sweep writes: runs/.groups/<id>.json ({id, name, keys,
+A thin reader over the files tuiapp.core.config.sweep writes: runs/.groups/<id>.json ({id, name, keys,
 runs, total, metric, halving_step}); each run's own run.json names its group ({id, name, index,
 keys, values}), so a run whose group file is missing still groups with its sweep.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rich.text import Text
 
-from tuiapp.core.rundir import ACTIVE, FINAL
-from tuiapp.core.sweep_groups import list_groups
+from tuiapp.core.config.sweep_groups import list_groups
+from tuiapp.core.run_folder.rundir import ACTIVE, FINAL
 from tuiapp.ui.history import RunRow
 
 GROUP_PREFIX = "group:"  # a group row's id in the history table

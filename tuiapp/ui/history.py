@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
-from tuiapp.core import evals, meta, rundir
-from tuiapp.core.kinds import RL_KINDS
-from tuiapp.core.metrics import (
+from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.run_folder import evals, rundir
+from tuiapp.core.run_folder.metrics import (
     PREFERENCE_WINDOW,
     JsonlReader,
     as_number,
@@ -25,10 +25,11 @@ from tuiapp.core.metrics import (
     summarize,
     train_rows,
 )
-from tuiapp.core.progress import fmt_duration
-from tuiapp.core.rundata import SUMMARISE_MIN_BYTES, RunData, columns_cache, numpy_module, read_run_data
-from tuiapp.core.runs import ACTIVE, Run, RunStore
-from tuiapp.core.runstate import STALL_WINDOW, StatusView, error_log, status_view, steps_counting, why_text
+from tuiapp.core.run_folder.progress import fmt_duration
+from tuiapp.core.run_folder.rundata import SUMMARISE_MIN_BYTES, RunData, columns_cache, numpy_module, read_run_data
+from tuiapp.core.run_folder.runstate import STALL_WINDOW, StatusView, error_log, status_view, steps_counting, why_text
+from tuiapp.core.store import meta
+from tuiapp.core.store.runs import ACTIVE, Run, RunStore
 from tuiapp.ui.run_panes import flag_text
 
 SPARK_POINTS = 48  # losses kept per row for the sparkline
@@ -196,7 +197,7 @@ def with_meta(row: RunRow, notes: dict) -> RunRow:
 
 def queue_positions(runs_root: Path) -> dict[str, int]:
     """Every queued run's 1-based place in the device queue (one read of the queue folder)."""
-    from tuiapp.core import queue  # only when a queued run is listed: kept off the start-up
+    from tuiapp.core.store import queue  # only when a queued run is listed: kept off the start-up
 
     return {entry.run_id: index for index, entry in enumerate(queue.waiting(runs_root), start=1)}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tuiapp.core.rundir import ACTIVE
+from tuiapp.core.run_folder.rundir import ACTIVE
 from tuiapp.ui.groups import GroupRow, build_groups, run_index
 from tuiapp.ui.history import RunRow
 

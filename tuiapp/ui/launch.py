@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def open_tui(runs_dir: str | None) -> int:
     """The TUI on a runs folder (None: $LLMTUI_RUNS_DIR or ./runs) until the user quits."""
-    from tuiapp.core.runs import RunStore
+    from tuiapp.core.store.runs import RunStore
     from tuiapp.ui.app import run_app
 
     return run_app(RunStore(runs_dir).root)

@@ -1,15 +1,15 @@
 """What the history's management keys ask of core, as plain blocking functions (called from
 thread workers): tags, notes, display names, archive, delete, and the queue's order. The same
-calls `llmtui tag/note/rename/archive/delete/queue move` make (tuiapp.core.meta and .queue
+calls `llmtui tag/note/rename/archive/delete/queue move` make (tuiapp.core.store.meta and .queue
 decide; these only call them), so they raise the same UserError (RunError) on a refusal."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tuiapp.core import meta, queue
-from tuiapp.core.errors import RunError
-from tuiapp.core.runs import Run
+from tuiapp.core.common.errors import RunError
+from tuiapp.core.store import meta, queue
+from tuiapp.core.store.runs import Run
 
 QUEUE_MOVES = ("top", "up", "down", "bottom")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from textual import work
 from textual.binding import Binding
 
-from tuiapp.core import meta
-from tuiapp.core.rundir import ACTIVE
+from tuiapp.core.run_folder.rundir import ACTIVE
+from tuiapp.core.store import meta
 from tuiapp.ui import actions, manage
 from tuiapp.ui.messages import QueueReordered, RunMetaChanged, RunsRemoved, RunStopped, RunStopping
 from tuiapp.ui.worker_errors import reports_errors

@@ -32,7 +32,7 @@ class MetricsRead(Message):
     """The followed run's metrics as read when its view opened (columns and the lines after them)."""
 
     run_id: str
-    data: Any  # core.rundata.RunData
+    data: Any  # core.run_folder.rundata.RunData
 
 
 @dataclass(eq=False)
@@ -228,7 +228,7 @@ class AfterTrainingRead(Message):
 
 @dataclass(eq=False)
 class ServedListed(Message):
-    """The models `llmtui serve` serves, read (core.served.Served each) with their runs' names."""
+    """The models `llmtui serve` serves, read (core.store.served.Served each) with their runs' names."""
 
     models: list
     names: dict[str, str]
@@ -252,7 +252,7 @@ class ServingChanged(Message):
 
 @dataclass(eq=False)
 class ExportToolsChecked(Message):
-    """The Export form's GGUF fields checked (core.exporting.gguf_readiness): what the export will
+    """The Export form's GGUF fields checked (core.after.exporting.gguf_readiness): what the export will
     use, or its refusal with the fix."""
 
     text: str

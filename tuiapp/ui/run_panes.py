@@ -6,12 +6,12 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from tuiapp.core.evals import perplexity_text
-from tuiapp.core.metrics import as_number, source_tokens_text
-from tuiapp.core.progress import fmt_bytes, fmt_duration, fmt_number
-from tuiapp.core.rundata import RunData
-from tuiapp.core.rundir import attempt_count, duration_s
-from tuiapp.core.runstate import error_log, error_summary, reason_summary, status_of
+from tuiapp.core.run_folder.evals import perplexity_text
+from tuiapp.core.run_folder.metrics import as_number, source_tokens_text
+from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number
+from tuiapp.core.run_folder.rundata import RunData
+from tuiapp.core.run_folder.rundir import attempt_count, duration_s
+from tuiapp.core.run_folder.runstate import error_log, error_summary, reason_summary, status_of
 from tuiapp.ui.after_training import AfterTraining
 from tuiapp.ui.after_training import lines as after_lines
 from tuiapp.ui.footer_keys import plural

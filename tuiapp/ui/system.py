@@ -1,4 +1,4 @@
-"""This machine's GPUs (NVML, read by tuiapp.core.gpus.read_devices, the one NVML reader) or,
+"""This machine's GPUs (NVML, read by tuiapp.core.machine.gpus.read_devices, the one NVML reader) or,
 without them, host RAM and CPU (psutil), for the run view.
 
 `SystemSampler.sample()` blocks briefly (NVML calls); the run view calls it from a thread
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from tuiapp.core import gpus
+from tuiapp.core.machine import gpus
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """What the Evaluate and Export forms share: a modal that checks its fields, then runs a torch-side
-tool (core.evaluation, core.exporting) in a thread worker, the tool itself a child process, so the
+tool (core.after.evaluation, core.after.exporting) in a thread worker, the tool itself a child process, so the
 UI never waits on nor imports torch. The worker posts ToolStarted / ToolOutput / ToolFinished; the
 handlers own the widgets. esc cancels a running tool (its process group is ended), else closes."""
 
@@ -14,8 +14,8 @@ from textual.binding import Binding
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from tuiapp.core.child_tool import ChildTool
-from tuiapp.core.errors import UserError
+from tuiapp.core.common.child_tool import ChildTool
+from tuiapp.core.common.errors import UserError
 from tuiapp.ui.messages import ToolFinished, ToolOutput, ToolStarted
 
 LINE_WIDTH = 60  # the tool's last line, cut to one row of the form at 80 columns

@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 
 from textual.message_pump import MessagePump
 
-from tuiapp.core.errors import UserError
+from tuiapp.core.common.errors import UserError
 from tuiapp.ui.messages import ActionFailed
 
 F = TypeVar("F", bound=Callable)

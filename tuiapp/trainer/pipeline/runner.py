@@ -31,9 +31,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from transformers.trainer_pt_utils import get_parameter_names
 
-from tuiapp.core.pipeline_plan import split_layers
-from tuiapp.core.recipe import Recipe, parse_recipe
-from tuiapp.core.rundir import RECIPE_TOML
+from tuiapp.core.config.recipe import Recipe, parse_recipe
+from tuiapp.core.plan.pipeline_plan import split_layers
+from tuiapp.core.run_folder.rundir import RECIPE_TOML
 from tuiapp.trainer import checkpoints, phases
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import GracefulStop, RunRecorder, generate_samples

@@ -1,7 +1,7 @@
 """One pipeline stage of a Llama-family decoder (Llama, Mistral, Qwen2/3, the tiny model): a slice of
 its decoder layers, with the embeddings on the first stage and the final norm + head on the last.
 
-The split comes from tuiapp.core.pipeline_plan.split_layers (balanced by parameter count), so the
+The split comes from tuiapp.core.plan.pipeline_plan.split_layers (balanced by parameter count), so the
 estimate shows what runs. Each stage computes its own position ids, rotary embeddings and causal
 mask from the hidden states it receives, so only activations travel between stages. Batches are
 right-padded, so a plain causal mask gives the padded rows the same result as an attention mask.
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.masking_utils import create_causal_mask
 
-from tuiapp.core.pipeline_plan import Stage, split_layers
+from tuiapp.core.plan.pipeline_plan import Stage, split_layers
 from tuiapp.trainer.packing import IGNORE
 
 

@@ -4,7 +4,7 @@ answer the same prompts beside it (an arena: `vs_run`, from the history with two
 the generation settings change between answers (ctrl+g: temperature, top_p, max_new_tokens; the
 next answer uses them, in an arena for both runs). `/image PATH` typed in the input attaches an
 image to the next message, for a vision-language model. Each run's model runs in its own inference
-server, a child process started once by a thread worker (tuiapp.core.chat) and kept warm while the
+server, a child process started once by a thread worker (tuiapp.core.after.chat) and kept warm while the
 screen is open; this process never imports torch. Workers only post messages; the handlers draw.
 """
 
@@ -21,10 +21,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from tuiapp.core import meta
-from tuiapp.core.chat import ChatSession, check_image, image_label, parse_settings, rate_text, settings_text
-from tuiapp.core.errors import UserError
-from tuiapp.core.runs import Run
+from tuiapp.core.after.chat import ChatSession, check_image, image_label, parse_settings, rate_text, settings_text
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.store import meta
+from tuiapp.core.store.runs import Run
 from tuiapp.ui.widgets.header import AppHeader
 
 MODELS = ("tuned", "other", "base")  # the run, the arena's second run, the run's base

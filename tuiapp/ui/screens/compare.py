@@ -19,12 +19,12 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, Tabs
 from textual.worker import get_current_worker
 
-from tuiapp.core import meta
-from tuiapp.core.kinds import PREFERENCE_KINDS, RL_KINDS
-from tuiapp.core.metrics import source_tokens_text
-from tuiapp.core.progress import fmt_bytes, fmt_number
-from tuiapp.core.rundata import numpy_module
-from tuiapp.core.runs import ACTIVE, Run
+from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.run_folder.metrics import source_tokens_text
+from tuiapp.core.run_folder.progress import fmt_bytes, fmt_number
+from tuiapp.core.run_folder.rundata import numpy_module
+from tuiapp.core.store import meta
+from tuiapp.core.store.runs import ACTIVE, Run
 from tuiapp.ui.comparing import (
     AXES,
     AXIS_LABELS,

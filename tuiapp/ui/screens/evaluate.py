@@ -1,7 +1,7 @@
 """Evaluate a run's model from the app (E on the history or the run view), as `llmtui eval` does:
 held-out data (the demo by default, or a local file), a record limit, with or without the base
 model; the scores (loss, perplexity, exact match, ROUGE-L, tuned vs base) and where they were
-saved. The evaluation runs in a child process (core.evaluation); the history's eval column picks
+saved. The evaluation runs in a child process (core.after.evaluation); the history's eval column picks
 the result up."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Checkbox, Input, Label, Static
 
-from tuiapp.core import evals, evaluation
-from tuiapp.core.child_tool import ChildTool
-from tuiapp.core.errors import UserError
+from tuiapp.core.after import evaluation
+from tuiapp.core.common.child_tool import ChildTool
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.run_folder import evals
 from tuiapp.ui.tool_form import ToolFormScreen
 
 

@@ -2,9 +2,9 @@
 a new folder, the adapter merged into its base or not, the weights cast or not, GGUF files of some
 types (with a llama.cpp folder, or the converter `make gguf` unpacked), their parity check and an
 Ollama name; then the files written. What the GGUF export will use, or why it would be refused
-(core.exporting.gguf_readiness, the checks `llmtui export` makes), shows under its fields as they
+(core.after.exporting.gguf_readiness, the checks `llmtui export` makes), shows under its fields as they
 change, before anything starts; other refusals (a folder that is not empty, no final model...)
-are shown with the fix when it starts. The export runs in a child process (core.exporting)."""
+are shown with the fix when it starts. The export runs in a child process (core.after.exporting)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
-from tuiapp.core import exporting
-from tuiapp.core.child_tool import ChildTool
-from tuiapp.core.errors import UserError
-from tuiapp.core.runs import Run
+from tuiapp.core.after import exporting
+from tuiapp.core.common.child_tool import ChildTool
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.store.runs import Run
 from tuiapp.ui.messages import ExportToolsChecked
 from tuiapp.ui.tool_form import ToolFormScreen
 

@@ -13,10 +13,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
-from tuiapp.core import meta
-from tuiapp.core.metrics import JsonlReader
-from tuiapp.core.rundir import ACTIVE
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.run_folder.metrics import JsonlReader
+from tuiapp.core.run_folder.rundir import ACTIVE
+from tuiapp.core.store import meta
+from tuiapp.core.store.runs import Run, RunStore
 from tuiapp.ui.groups import (
     METRIC_LABELS,
     GroupRow,

@@ -21,9 +21,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
-from tuiapp.core import evals, served
-from tuiapp.core.rundata import numpy_module
-from tuiapp.core.rundir import ACTIVE
+from tuiapp.core.run_folder import evals
+from tuiapp.core.run_folder.rundata import numpy_module
+from tuiapp.core.run_folder.rundir import ACTIVE
+from tuiapp.core.store import served
 from tuiapp.ui.after_training import AfterWatch
 from tuiapp.ui.alerts import run_alerts, sweep_alerts
 from tuiapp.ui.footer_keys import footer_by_priority, plural
@@ -62,7 +63,7 @@ def warm_up_form() -> None:
     """The new-experiment form's modules (the recipe schema, the form's widgets and the checks its
     first check runs: ~0.4 s), imported while the history is idle: the first `n` no longer pays
     them on the UI thread, nor its check's thread beside the form's first frames."""
-    for module in ("tuiapp.ui.screens.new_experiment", "tuiapp.core.checks"):
+    for module in ("tuiapp.ui.screens.new_experiment", "tuiapp.core.prelaunch.checks"):
         importlib.import_module(module)
 
 

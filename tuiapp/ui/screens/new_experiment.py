@@ -21,9 +21,9 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Select, Static, TabbedContent, TabPane, TextArea
 
-from tuiapp.core.errors import UserError
-from tuiapp.core.recipe import AUTO_EVAL_SPLIT, METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe, load_recipe
-from tuiapp.core.runs import RunStore
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe, load_recipe
+from tuiapp.core.store.runs import RunStore
 from tuiapp.ui import actions, formdata
 from tuiapp.ui.candidates import (
     DEMO_DATASETS,
@@ -349,7 +349,7 @@ class NewExperimentScreen(Screen):
         name = values.get("dataset.name", "")
         data = formdata.build_data(values, self.kind)["dataset"]
         try:
-            from tuiapp.core.datasets import inspect_dataset
+            from tuiapp.core.data.datasets import inspect_dataset
 
             info = inspect_dataset(DatasetSpec(**data), base_dir=self.app.config.base_dir, limit=3)
         except UserError as exc:

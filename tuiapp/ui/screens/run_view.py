@@ -22,13 +22,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
-from tuiapp.core import meta
-from tuiapp.core.completions import GenerationsTail
-from tuiapp.core.kinds import PREFERENCE_KINDS, RL_KINDS
-from tuiapp.core.rundata import RunData, columns_cache, read_run_data
-from tuiapp.core.rundir import METRICS_JSONL
-from tuiapp.core.runs import ACTIVE, Run
-from tuiapp.core.tail import TextTail, log_sources
+from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.run_folder.completions import GenerationsTail
+from tuiapp.core.run_folder.rundata import RunData, columns_cache, read_run_data
+from tuiapp.core.run_folder.rundir import METRICS_JSONL
+from tuiapp.core.run_folder.tail import TextTail, log_sources
+from tuiapp.core.store import meta
+from tuiapp.core.store.runs import ACTIVE, Run
 from tuiapp.ui import actions, after_training
 from tuiapp.ui.after_training import AfterTraining
 from tuiapp.ui.footer_keys import footer_by_priority

@@ -1,6 +1,6 @@
 """The models `llmtui serve` serves (V on the history, or the palette's "Served models"): each
 run's name, its URL, its state (loading / serving, asked over HTTP) and backend; x stops the one
-under the cursor (core.served.stop, as `llmtui serve RUN --stop`), d shows doctor's report on it
+under the cursor (core.store.served.stop, as `llmtui serve RUN --stop`), d shows doctor's report on it
 (its server's state and Python stack). Workers read and stop; the handlers own the table."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
-from tuiapp.core import served
-from tuiapp.core.runs import Run, RunStore
+from tuiapp.core.store import served
+from tuiapp.core.store.runs import Run, RunStore
 from tuiapp.ui.messages import DoctorReported, ServedListed, ServedStopped
 from tuiapp.ui.worker_errors import reports_errors
 
@@ -128,7 +128,7 @@ class ServedScreen(ModalScreen[None]):
     @work(thread=True, exclusive=True, group="served-doctor")
     @reports_errors("doctor")
     def diagnose(self, run_dir: Path) -> None:
-        from tuiapp.core import doctor
+        from tuiapp.core.lifecycle import doctor
 
         self.post_message(DoctorReported(run_dir.name, doctor.diagnose(Run(run_dir).load())))
 

@@ -3,7 +3,7 @@
 One drawing for the run view and compare: `CompareChart` draws lines on a chosen x range with
 round ticks, y limits from percentiles where one spike would flatten the curves, and no legend on
 the plot (compare shows a table beside it). `MetricChart` (the run view) is the same chart over
-live Series (tuiapp.core.rundata): each line downsampled to twice the plot's width (braille has
+live Series (tuiapp.core.run_folder.rundata): each line downsampled to twice the plot's width (braille has
 two dots per cell) with min/max per column, cached by the series' version and the width, eval
 series drawn as marked points, and its legend on the title line, beside the plot.
 """
@@ -16,7 +16,7 @@ from typing import Sequence
 
 from textual_plotext import PlotextPlot
 
-from tuiapp.core.rundata import Series
+from tuiapp.core.run_folder.rundata import Series
 from tuiapp.ui.comparing import nice_ticks, robust_limits, tick_label
 from tuiapp.ui.downsample import minmax
 

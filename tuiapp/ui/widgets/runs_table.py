@@ -24,9 +24,9 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tuiapp.core.evals import perplexity_text as eval_cell
-from tuiapp.core.progress import fmt_bytes, fmt_number, fmt_time
-from tuiapp.core.runstate import FLAGS
+from tuiapp.core.run_folder.evals import perplexity_text as eval_cell
+from tuiapp.core.run_folder.progress import fmt_bytes, fmt_number, fmt_time
+from tuiapp.core.run_folder.runstate import FLAGS
 from tuiapp.ui.groups import GroupRow, combination
 from tuiapp.ui.history import RunRow
 from tuiapp.ui.widgets.sparkline import BLOCKS, WEB_BLOCKS, sparkline
@@ -59,7 +59,7 @@ COLUMNS = [
     Column("eval_ppl", "eval ppl", 18, True),  # the latest `llmtui eval`: tuned perplexity (base)
 ]
 SORTABLE = [c.key for c in FIXED[1:] + COLUMNS]
-# the look of each shown status (marks in tuiapp.core.runstate): one style class per key
+# the look of each shown status (marks in tuiapp.core.run_folder.runstate): one style class per key
 STATUS_STYLES = ("created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown", *FLAGS)
 
 

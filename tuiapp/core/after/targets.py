@@ -1,0 +1,126 @@
+"""What model a run offers after training: its final model or checkpoint N, and the base it
+started from. Pure: the folders are only looked at, so the CLI and the TUI can refuse a bad
+request (no final model, a checkpoint that does not exist, a reward model to chat with) with a
+clear error before any torch process starts; `llmtui chat`, `llmtui eval` and the inference
+server (tuiapp.trainer.serve) all resolve a run through `model_target`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import tomllib
+
+from tuiapp.core.common.errors import RunError
+from tuiapp.core.prelaunch.model_check import FINAL_INFO, adapter_kind, folder_problems, require_base
+from tuiapp.core.run_folder.rundir import RECIPE_TOML, RUN_JSON
+
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}  # adapters that add virtual tokens (peft)
+NO_CHAT = {"reward"}  # a reward model scores answers; it has no language-model head
+
+
+@dataclass(frozen=True)
+class Target:
+    """A run's model: `path` holds a full model or an adapter (`kind` 'full', 'peft' or
+    'bottleneck') whose base is `base` (a folder, 'tiny' or a hub id)."""
+
+    run_dir: str
+    path: str
+    label: str  # "final" or "checkpoint-N"
+    kind: str  # full | peft | bottleneck
+    method: str  # the recipe's method.kind
+    base: str  # what the run started from
+    step: int | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def checkpoints(run_dir: Path) -> list[int]:
+    """Steps of the run's complete checkpoints (those with a trainer state), oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    steps = []
+    for child in root.iterdir():
+        match = CHECKPOINT.match(child.name)
+        if match and (child / "trainer_state.json").is_file():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _frozen_method(run_dir: Path) -> str:
+    try:
+        recipe = tomllib.loads((run_dir / RECIPE_TOML).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return ""
+    method = recipe.get("method") or {}
+    return str(method.get("kind") or "")
+
+
+def base_of(run_dir: Path) -> str:
+    """The base model a run trained from: final/llmtui.json's resolved path when it still exists,
+    else what run.json recorded (a resolved path or 'tiny'), else the recipe's model.name."""
+    run_dir = Path(run_dir)
+    info = _read_json(run_dir / RUN_JSON)
+    candidates = [_read_json(run_dir / "final" / FINAL_INFO).get("base_model"), info.get("model")]
+    recipe = info.get("recipe") if isinstance(info.get("recipe"), dict) else {}
+    candidates.append((recipe.get("model") or {}).get("name"))
+    names = [str(c) for c in candidates if c]
+    for name in names:
+        if Path(name).is_dir():
+            return name
+    for name in names:  # 'tiny', a hub id: resolved where the model loads
+        if not name.startswith(("/", "run:")) and not Path(name).expanduser().is_absolute():
+            return name
+    return names[0] if names else "tiny"
+
+
+def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "chat") -> Target:
+    """The run's final model, or its checkpoint `checkpoint`; RunError names what is missing."""
+    run_dir = Path(run_dir)
+    info = _read_json(run_dir / RUN_JSON)
+    run_id = run_dir.name
+    method = str(info.get("method") or _frozen_method(run_dir) or "")
+    if method in NO_CHAT:
+        raise RunError(message=f"{run_id} trained a reward model: it scores answers and cannot {purpose}",
+                       fix="pick a run of a generative method (sft, lora, dpo, ...)")
+    if checkpoint is None:
+        folder, label, step = run_dir / "final", "final", None
+        if not folder.is_dir():
+            status = info.get("status") or "unknown"
+            saved = checkpoints(run_dir)
+            fix = (f"use --checkpoint {saved[-1]} (saved: {', '.join(map(str, saved))})" if saved
+                   else "wait for it to succeed, or resume it (`llmtui resume RUN`)")
+            raise RunError(message=f"{run_id} has no final model ({status})", fix=fix)
+        step = _read_json(folder / FINAL_INFO).get("step")
+    else:
+        folder, label, step = run_dir / "checkpoints" / f"checkpoint-{checkpoint}", f"checkpoint-{checkpoint}", checkpoint
+        if checkpoint not in checkpoints(run_dir):
+            saved = checkpoints(run_dir)
+            fix = (f"use one of: {', '.join(map(str, saved))}" if saved
+                   else "this run kept no checkpoint (train.save_steps); use its final model (no --checkpoint)")
+            raise RunError(message=f"{run_id} has no checkpoint {checkpoint}", fix=fix)
+    kind = adapter_kind(folder) or "full"
+    if kind == "full":
+        problems = folder_problems(folder, label=f"{run_id}/{label}")
+        if problems:
+            raise RunError(message=problems[0], fix="ZeRO-3 checkpoints hold only shards unless the weights are "
+                           "gathered on save; use the final model, or export it first")
+    base = base_of(run_dir)
+    if kind != "full":
+        require_base(run_id, base, "its adapter applies to")
+    return Target(str(run_dir), str(folder), label, kind, method, base, step)
+

@@ -1,0 +1,1 @@
+"""Recipes: the TOML schema, hosts, reward functions, sweeps (and their records) and experiment trackers."""

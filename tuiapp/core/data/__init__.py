@@ -1,0 +1,1 @@
+"""Datasets as a recipe names them: files, formats, the demo data, images, the tiny vision model's shapes."""
