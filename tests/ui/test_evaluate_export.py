@@ -27,6 +27,14 @@ async def _home(pilot, run_id: str) -> HomeScreen:
     return app.screen
 
 
+async def _evaluate_form(pilot, run_id: str) -> EvaluateScreen:
+    """E on the run's row of the history: its Evaluate form."""
+    await _home(pilot, run_id)
+    await pilot.press("E")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, EvaluateScreen), what="the form")
+    return pilot.app.screen
+
+
 def _error(screen) -> str:
     return str(screen.query_one("#tool-error", Static).render())
 
@@ -57,10 +65,7 @@ def test_evaluate_form_fits_80x24_and_shows_refusals_with_their_fix(runs_root, t
     async def scenario():
         app = test_app(runs_root, tmp_path, live=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            await _home(pilot, run_id)
-            await pilot.press("E")
-            await wait_for(pilot, lambda: isinstance(app.screen, EvaluateScreen), what="the form")
-            form = app.screen
+            form = await _evaluate_form(pilot, run_id)
             text = screen_text(app)
             for words in (f"Evaluate {run_id}", "demo:facts-heldout", "limit", "the base model too",
                           "esc closes"):
@@ -91,10 +96,7 @@ def test_evaluate_of_a_run_on_its_own_data_starts_empty_and_asks_for_held_out_da
     async def scenario():
         app = test_app(runs_root, tmp_path, live=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            await _home(pilot, run_id)
-            await pilot.press("E")
-            await wait_for(pilot, lambda: isinstance(app.screen, EvaluateScreen), what="the form")
-            form = app.screen
+            form = await _evaluate_form(pilot, run_id)
             assert form.query_one("#eval-data", Input).value == ""  # not the demo facts it never saw
             await pilot.press("ctrl+r")
             await wait_for(pilot, lambda: "name the held-out data" in _error(form), what="the refusal")
