@@ -95,6 +95,7 @@ class ModelSpec(Section):
 
 
 MIX_BY = ("examples", "tokens")
+DataFormat = Literal["auto", "text", "alpaca", "sharegpt", "messages", "preference", "unpaired"]  # dataset.format
 
 
 def source_label(name: str) -> str:
@@ -112,7 +113,7 @@ class SourceSpec(Section):
     label: str = Field("", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                        description="Short name of the source in the metrics (tokens/<label>) and the run view "
                        "('' = from the name: a demo's kind, a file's stem).")
-    format: Literal["auto", "text", "alpaca", "sharegpt", "messages", "preference", "unpaired"] = Field(
+    format: DataFormat = Field(
         "auto", description="Record layout of this source, as dataset.format.")
     columns: dict[str, str] = Field(default_factory=dict, description="Map of roles to this source's column "
                                     "names, as dataset.columns.")
@@ -157,7 +158,7 @@ class DatasetSpec(Section):
         "'demo:feedback' (labelled answers, KTO), 'demo:text' "
         "(plain text), a local file (.json .jsonl .csv .parquet .txt) or folder, or a hub id.",
     )
-    format: Literal["auto", "text", "alpaca", "sharegpt", "messages", "preference", "unpaired"] = Field(
+    format: DataFormat = Field(
         "auto", description="Record layout; 'auto' detects it from the first records. 'preference' = TRL's "
         "prompt/chosen/rejected, 'unpaired' = prompt/completion/label; sharegpt, messages and alpaca "
         "records may carry chosen/rejected (or a label) too.",
