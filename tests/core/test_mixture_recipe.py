@@ -158,6 +158,16 @@ def test_validation_checks_every_source(tmp_path):
                 if f.level == "error"]
 
 
+def test_a_mixture_on_a_vision_language_model_is_refused_before_launch(tmp_path):
+    """Its rank refused it after launch, once validate had said ok."""
+    recipe = recipe_from_dict({"model": {"name": "tiny-vlm"}, "method": {"kind": "lora"}, "dataset": {
+        "sources": [{"name": "demo:shapes"}, {"name": "demo:facts"}]}})
+    errors = [f for f in checks.static_findings(recipe, RunStore(tmp_path / "runs"), base_dir=tmp_path)
+              if f.level == "error"]
+    assert [f.key for f in errors] == ["dataset.sources"]
+    assert "vision-language" in errors[0].message and "use one image dataset (dataset.name)" in errors[0].fix
+
+
 def test_llmtui_eval_defaults_to_the_first_sources_held_out_demo(tmp_path):
     from tuiapp.core.after.evaluation import default_data
 

@@ -267,9 +267,10 @@ def train(run_dir: Path, resume: bool) -> int:
     processor = vision.load_processor(model_path, recipe.model.trust_remote_code) \
         if vision.is_vision_model(model_path) else None
     if processor is not None and recipe.dataset.sources:
-        raise DatasetError(message="a mixture ([[dataset.sources]]) trains text and chats, not a vision-language "
-                           "model's image chats", key="dataset.sources",
-                           fix="use one image dataset (dataset.name), or a text model")
+        from tuiapp.core.prelaunch.vision_checks import MIXTURE_REFUSED  # preflight refuses it first
+
+        message, fix = MIXTURE_REFUSED
+        raise DatasetError(message=message, key="dataset.sources", fix=fix)
     if processor is not None:  # image chats: raw records, tokenized with their images per batch
         vision.apply_max_pixels(processor, recipe.vision.max_pixels)
         phases.enter("reading images")

@@ -34,7 +34,9 @@ def _dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     """The dataset's findings; a mixture's, source by source (their keys dataset.sources.N.*)."""
     if not recipe.dataset.sources or recipe.method.kind in rl.RL_KINDS:  # rl: mixture_rules refuses sources
         return _one_dataset_findings(recipe, base_dir)
-    out: list[Finding] = []
+    out = vision_checks.mixture_findings(recipe, base_dir)
+    if out:
+        return out  # each source's images would be judged for a mixture that cannot train
     for index, (source, spec) in enumerate(zip(recipe.dataset.sources, recipe.dataset.source_specs(), strict=True)):
         one = recipe.model_copy(update={"dataset": spec})
         for finding in _one_dataset_findings(one, base_dir):

@@ -62,6 +62,19 @@ def data_findings(recipe: Recipe, info: DatasetInfo, base_dir: Path | None = Non
     return findings
 
 
+# a mixture on a vision-language model: message and fix (preflight's finding, and the rank's error)
+MIXTURE_REFUSED = ("a mixture ([[dataset.sources]]) trains text and chats, not a vision-language model's image "
+                   "chats", "use one image dataset (dataset.name), or a text model")
+
+
+def mixture_findings(recipe: Recipe, base_dir: Path | None = None) -> list[Finding]:
+    """A mixture ([[dataset.sources]]) trains text and chats: a vision-language model is refused
+    here, before launch (its rank would refuse the same)."""
+    if not recipe.dataset.sources or not is_vision_model(recipe.model.name, base_dir):
+        return []
+    return [Finding("error", "dataset.sources", *MIXTURE_REFUSED)]
+
+
 def unused_findings(recipe: Recipe, base_dir: Path | None = None) -> list[Finding]:
     """A [vision] table set for a model without a vision part does nothing: said as a warning."""
     if recipe.vision == VisionSpec() or is_vision_model(recipe.model.name, base_dir) is not False:
