@@ -107,6 +107,9 @@ def test_evals_hold_out_a_share_of_each_source_without_one():
     assert [s.eval_split for s in recipe.dataset.sources] == [AUTO_EVAL_SPLIT, 0.1]
     assert recipe.dataset.eval_split == 0.0 and recipe.dataset.eval_split_auto
     assert any(f.key == "dataset.eval_split" and f.level == "info" for f in recipe_rules(recipe))
+    said = next(f for f in recipe_rules(recipe) if f.key == "dataset.eval_split")
+    assert said.message.startswith("5% of each source without an eval_split is held out")  # not "the training data"
+    assert said.fix.startswith("set eval_split in the [[dataset.sources]] tables")
     assert parse_recipe(recipe.to_toml()).dataset.sources == recipe.dataset.sources
 
 

@@ -59,11 +59,14 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
     if recipe.dataset.eval_split_auto:
         asked = " and ".join(n for n, on in (("train.eval_steps", train.eval_steps), ("train.sample_prompts",
                                                                                     train.sample_prompts)) if on)
-        share = recipe.dataset.eval_split if not recipe.dataset.sources else AUTO_EVAL_SPLIT
-        out.append(Finding("info", "dataset.eval_split", f"{share:.0%} of the training data is "
+        mixture = bool(recipe.dataset.sources)  # each source without an eval_split of its own holds its share out
+        share = AUTO_EVAL_SPLIT if mixture else recipe.dataset.eval_split
+        where = "each source without an eval_split" if mixture else "the training data"
+        setting = "eval_split in the [[dataset.sources]] tables" if mixture else "dataset.eval_split"
+        out.append(Finding("info", "dataset.eval_split", f"{share:.0%} of {where} is "
                            f"held out for eval: {asked} {'ask' if ' and ' in asked else 'asks'} for evals, and eval_split 0 "
                            "would skip them",
-                           "set dataset.eval_split to another fraction or an eval file, or train.eval_steps = 0 "
+                           f"set {setting} to another fraction or an eval file, or train.eval_steps = 0 "
                            "and no sample_prompts for no evals"))
     splits = [s.eval_split for s in recipe.dataset.sources] or [recipe.dataset.eval_split]
     if train.early_stopping_patience and (not train.eval_steps or all(s in (0, 0.0, "") for s in splits)):
