@@ -13,6 +13,7 @@ from ui_fixtures import screen_text, test_app, wait_for
 from tuiapp.core.config.recipe import load_recipe
 from tuiapp.core.prelaunch import checks
 from tuiapp.core.store.runs import RunStore
+from tuiapp.ui.candidates import PRESETS_DIR
 from tuiapp.ui.messages import ModelsFound
 from tuiapp.ui.screens.confirm import ConfirmScreen
 from tuiapp.ui.screens.home import HomeScreen
@@ -421,5 +422,27 @@ def test_a_pushed_screen_has_its_width_class_before_its_first_frame(tmp_path, si
             app.push_screen(form)
             assert form.has_class(width_class) and not form.has_class({"-narrow": "-wide", "-wide": "-narrow"}[width_class])
             await wait_for(pilot, lambda: app.screen is form and form.query("#f-name"), what="the form")
+
+    asyncio.run(scenario())
+
+
+def test_a_form_switched_away_while_its_sections_fill_stops_filling(tmp_path):
+    """ctrl+o replaces a form that may still be mounting its lower sections a few rows a frame; the
+    old form stops there (it raised NoMatches on its removed section, failing the app)."""
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            await pilot.press("n")
+            for name in ("tiny-dpo", "tiny-lora", "tiny-dpo"):
+                await app.switch_screen(NewExperimentScreen(load_recipe(PRESETS_DIR / f"{name}.toml"), title=name))
+            await wait_for(pilot, lambda: app.screen.filled, what="the last form, every section")
+            assert app.screen.kind == "dpo"
+            # the exact moment, which a switch hits only now and then: the form is still attached and
+            # its sections are being pruned when the next rows come due
+            form = app.screen
+            section = form.later_sections[-1]
+            await form.query_one(f"#section-{section}").remove()
+            await form._fill_later_sections([section])
 
     asyncio.run(scenario())

@@ -169,7 +169,10 @@ class NewExperimentScreen(Screen):
                 return
             rows = self._rows(sections[0])
         chunk, rows = rows[:FILL_ROWS], rows[FILL_ROWS:]
-        await self.query_one(f"#section-{sections[0]}").mount_all(chunk)
+        section = self.query(f"#section-{sections[0]}")
+        if not section:
+            return  # the screen is being taken down (ctrl+o switched to another form): its sections are gone
+        await section.first().mount_all(chunk)
         if not self.is_attached:
             return  # closed while these mounted
         if self.last_check is not None:  # a check that came back before these fields were there
