@@ -128,3 +128,25 @@ def test_cache_list_and_prune(tmp_path, tokenizer, corpus):
     done = llmtui("cache", "prune", "--older-than", "30", cache=cache)
     assert "removed 1 entries" in done.stdout and not Path(old["path"]).exists() and Path(new["path"]).is_dir()
     assert llmtui("cache", "prune", cache=cache).returncode == 2
+
+
+def test_the_blocks_are_cut_across_files_and_batches_and_moved_into_the_entry(tmp_path, tokenizer, corpus, monkeypatch):
+    """The cold build reads the documents' ids file by file, in batches that do not line up with
+    the documents per block batch, and moves the blocks' file into the entry (no copy of the rows):
+    the same blocks as cutting each batch of documents in Python."""
+    from tuiapp.trainer import data
+
+    monkeypatch.setenv("LLMTUI_TOKENIZE_WORKERS", "2")
+    monkeypatch.setattr(data, "DOCS_PER_BLOCK_BATCH", 333)  # batches across the workers' files and theirs
+    train, _ = build_datasets(recipe(corpus), tokenizer, tmp_path / "cache")
+    texts = [json.loads(line)["text"] for line in corpus.read_text().splitlines()]
+    entry = next((tmp_path / "cache" / "data").iterdir())
+    info = tokenize_cache.entry_info(entry)
+    assert info["files"] == ["data-00000.arrow"] and not (entry / "state.json").exists()
+    assert sorted(p.name for p in entry.iterdir()) == ["data-00000.arrow", tokenize_cache.ENTRY_INFO]
+    cached = tokenize_cache.load_entry(entry)
+    expected = []
+    for start in range(0, len(texts), 333):
+        expected += data._blocks(data._document_ids({"text": texts[start:start + 333]}, tokenizer), 64)["input_ids"]
+    assert cached["input_ids"] == expected and cached["labels"] == expected
+    assert set(map(tuple, train["input_ids"])) <= set(map(tuple, expected))
