@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from tuiapp.core.run_folder import runstate
-from tuiapp.ui.history import HistoryLoader, row_from_info
+from tuiapp.core.run_folder.rundir import read_record
+from tuiapp.ui.history import HistoryLoader, row_from_record
 from tuiapp.ui.run_panes import flag_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,7 @@ def test_the_cli_and_the_tui_show_each_run_alike(tmp_path):
     now = time.time()
     keys = {}
     for run_dir in sorted(p for p in runs.iterdir() if p.is_dir()):
-        row = loader.summarize(row_from_info(run_dir, json.loads((run_dir / "run.json").read_text())))
+        row = loader.summarize(row_from_record(run_dir, read_record(run_dir / "run.json")))
         view = row.view(now)
         keys[run_dir.name] = view.key
         assert cli[run_dir.name]["shown"]["key"] == view.key, run_dir.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -69,7 +70,7 @@ def test_a_brief_check_never_makes_a_start_fail(tmp_path):
 def test_a_live_lock_keeps_the_run_active_and_a_dead_one_fails_it(tmp_path):
     store = RunStore(tmp_path)
     run = store.create(recipe_from_dict(RECIPE), lock=True)
-    run.update(status="starting", attempts=rundir.new_attempt({}, "h", False))
+    run.update(status="starting", attempts=rundir.new_attempt(rundir.RunRecord(), "h", False))
     child = _holder(run.lock_fd)
     run.release_lock()
     try:
@@ -78,8 +79,8 @@ def test_a_live_lock_keeps_the_run_active_and_a_dead_one_fails_it(tmp_path):
     finally:
         _kill(child)
     fresh = Run(run.path).load().refresh_truth()
-    assert fresh.status == "failed" and "supervisor is gone" in fresh.info["reason"]
-    attempts = rundir.attempts_of(fresh.info)
+    assert fresh.status == "failed" and "supervisor is gone" in fresh.record.reason
+    attempts = rundir.attempts_of(fresh.record)
     assert attempts[-1]["outcome"] == "failed" and attempts[-1]["ended"]
 
 
@@ -90,7 +91,7 @@ def test_a_run_whose_creator_died_before_starting_it_fails_with_that_reason(tmp_
     path = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                           check=True).stdout.strip()
     run = Run(Path(path)).load().refresh_truth()
-    assert run.status == "failed" and "exited before starting it" in run.info["reason"]
+    assert run.status == "failed" and "exited before starting it" in run.record.reason
 
 
 # a rank as the trainer behaves: SIGTERM -> a stop checkpoint recorded, then exit
@@ -112,19 +113,19 @@ def test_processes_that_outlive_their_supervisor_are_not_called_failed(tmp_path,
     try:
         time.sleep(0.5 if checkpoints else 0)  # its SIGTERM handler is in place
         run.update(status="running", pgid=orphan.pid, started=time.time() - 5,
-                   attempts=rundir.new_attempt({}, "h", False))
+                   attempts=rundir.new_attempt(rundir.RunRecord(), "h", False))
         run.release_lock()  # the supervisor died; its rank (the orphan's group) lives on
         fresh = Run(run.path).load().refresh_truth()
-        assert fresh.status == "running" and fresh.info.get("orphans") is True
+        assert fresh.status == "running" and fresh.record.orphans is True
         assert service.stop(fresh, grace_s=5) is True  # stop ends what is left
     finally:
         if orphan.poll() is None:
             _kill(orphan)
     assert orphan.wait(5) == (0 if checkpoints else -signal.SIGTERM)
     ended = Run(run.path).load().refresh_truth()
-    assert ended.status == "stopped", ended.info["reason"]  # a stop request, not a failure
+    assert ended.status == "stopped", ended.record.reason  # a stop request, not a failure
     wanted = "stopped at step 7 with a checkpoint" if checkpoints else "before a checkpoint was saved"
-    assert wanted in ended.info["reason"] and rundir.attempts_of(ended.info)[-1]["outcome"] == "stopped"
+    assert wanted in ended.record.reason and rundir.attempts_of(ended.record)[-1]["outcome"] == "stopped"
 
 
 def test_orphans_that_finish_and_save_the_final_model_succeed(tmp_path):
@@ -134,27 +135,27 @@ def test_orphans_that_finish_and_save_the_final_model_succeed(tmp_path):
                  "os.makedirs(sys.argv[2])\n"
                  "with JsonlWriter(sys.argv[1]) as events: events.write({'event': 'finished', 'step': 9})\n")
     run.update(status="running", pgid=os.getpid() + 10**7, started=time.time() - 5,
-               attempts=rundir.new_attempt({}, "h", False))
+               attempts=rundir.new_attempt(rundir.RunRecord(), "h", False))
     (run.path / "stdout.log").write_text("$ env RANK=0 python -m tuiapp.trainer --run-dir x\n"
                                          "[INFO] [launch.py:351:main] Process 123 exits successfully.\n")
     run.release_lock()  # the supervisor died; its rank then finished alone
     subprocess.run([sys.executable, "-c", finishing, str(run.events_path), str(run.final_path)], check=True)
     ended = Run(run.path).load().refresh_truth()
-    assert ended.status == "succeeded" and "final model saved" in ended.info["reason"]
-    assert "INFO" not in ended.info["reason"] and "$ " not in ended.info["reason"]
+    assert ended.status == "succeeded" and "final model saved" in ended.record.reason
+    assert "INFO" not in ended.record.reason and "$ " not in ended.record.reason
 
 
 def test_orphans_that_end_without_a_trace_fail_without_quoting_the_launcher(tmp_path):
     store = RunStore(tmp_path)
     run = store.create(recipe_from_dict(RECIPE), lock=True)
     run.update(status="running", pgid=os.getpid() + 10**7, started=time.time() - 5,
-               attempts=rundir.new_attempt({}, "h", False))
+               attempts=rundir.new_attempt(rundir.RunRecord(), "h", False))
     (run.path / "stdout.log").write_text("$ env HF_TOKEN=*** RANK=0 python -m tuiapp.trainer --run-dir x\n"
                                          "[INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator\n")
     run.release_lock()
     ended = Run(run.path).load().refresh_truth()
-    assert ended.status == "failed" and "supervisor is gone" in ended.info["reason"]
-    assert "INFO" not in ended.info["reason"] and "RANK=0" not in ended.info["reason"], ended.info["reason"]
+    assert ended.status == "failed" and "supervisor is gone" in ended.record.reason
+    assert "INFO" not in ended.record.reason and "RANK=0" not in ended.record.reason, ended.record.reason
 
 
 def test_a_queued_run_whose_supervisor_died_never_started(tmp_path):
@@ -163,14 +164,14 @@ def test_a_queued_run_whose_supervisor_died_never_started(tmp_path):
     run.update(status="queued", pid=os.getpid() + 10**7, attempts=[])
     run.release_lock()
     ended = Run(run.path).load().refresh_truth()
-    assert ended.status == "failed" and "waited in the queue" in ended.info["reason"]
-    assert "resume" in ended.info["reason"]
+    assert ended.status == "failed" and "waited in the queue" in ended.record.reason
+    assert "resume" in ended.record.reason
 
 
 def test_resume_of_a_live_run_is_refused(tmp_path):
     store = RunStore(tmp_path)
     run = store.create(recipe_from_dict(RECIPE), lock=True)
-    run.update(status="running", attempts=rundir.new_attempt({}, "h", False))
+    run.update(status="running", attempts=rundir.new_attempt(rundir.RunRecord(), "h", False))
     child = _holder(run.lock_fd)
     run.release_lock()
     try:
@@ -185,24 +186,24 @@ def test_resume_of_a_slurm_run_goes_to_slurm_not_to_a_local_supervisor(tmp_path,
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no sbatch here
     store = RunStore(tmp_path / "runs")
     run = store.create(recipe_from_dict(RECIPE))
-    run.update(status="stopped", node_mode="slurm", slurm={"nodes": 1}, attempts=rundir.new_attempt({}, "h", False))
+    run.update(status="stopped", node_mode="slurm", slurm={"nodes": 1}, attempts=rundir.new_attempt(rundir.RunRecord(), "h", False))
     with pytest.raises(Exception, match="(?i)sbatch|slurm"):
         service.resume(Run(run.path).load())
     fresh = Run(run.path).load()
-    assert fresh.status == "failed" and "not resubmitted" in fresh.info["reason"]
+    assert fresh.status == "failed" and "not resubmitted" in fresh.record.reason
     assert not (run.path / "supervisor.log").exists()
 
 
 def test_attempts_sum_every_attempt_and_start_at_the_first(tmp_path):
-    info = {"status": "stopped", "attempts": [
+    record = rundir.RunRecord(status="stopped", attempts=[
         {"number": 1, "started": 100.0, "ended": 160.0, "outcome": "stopped"},
         {"number": 2, "started": 500.0, "ended": 530.0, "outcome": "stopped"},
-    ]}
-    assert rundir.duration_s(info) == 90.0 and rundir.first_started(info) == 100.0
-    assert rundir.attempt_count(info) == 2
-    live = {"status": "running", "attempts": [*info["attempts"], {"number": 3, "started": 1000.0}]}
+    ])
+    assert rundir.duration_s(record) == 90.0 and rundir.first_started(record) == 100.0
+    assert rundir.attempt_count(record) == 2
+    live = rundir.RunRecord(status="running", attempts=[*record.attempts, {"number": 3, "started": 1000.0}])
     assert rundir.duration_s(live, now=1010.0) == 100.0
-    legacy = {"status": "succeeded", "started": 10.0, "ended": 25.0, "attempts": 2}
+    legacy = rundir.RunRecord.from_json({"status": "succeeded", "started": 10.0, "ended": 25.0, "attempts": 2})
     assert rundir.duration_s(legacy) == 15.0 and rundir.attempt_count(legacy) == 2
 
 
@@ -210,7 +211,7 @@ def test_run_json_keys_are_declared(tmp_path):
     run = RunStore(tmp_path).create(recipe_from_dict(RECIPE))
     with pytest.raises(KeyError, match="not a run.json key"):
         run.update(stauts="running")
-    assert rundir.record_of(run.load().info) is not None
+    assert rundir.record_of(json.loads(run.record_path.read_text())) is not None
 
 
 def test_behind_names_the_rank_that_has_not_reported(tmp_path):

@@ -48,7 +48,7 @@ def test_status_truth_when_supervisor_is_gone(tmp_path):
     proc.wait()
     again = store.get(run.id)
     assert again.status == "failed"
-    assert "RuntimeError: boom" in again.info["reason"]
+    assert "RuntimeError: boom" in again.record.reason
     assert json.loads((run.path / "run.json").read_text())["status"] == "failed"
 
 

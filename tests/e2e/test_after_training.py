@@ -148,12 +148,13 @@ def test_eval_tuned_perplexity_is_below_the_base_and_shows_in_history_and_compar
     assert tuned["rouge_l"] >= base["rouge_l"]
     assert Path(result["path"]).parent == run / "evals" and evals.latest(run)["models"] == result["models"]
 
+    from tuiapp.core.run_folder.rundir import read_record
     from tuiapp.ui.comparing import load_compare_run
-    from tuiapp.ui.history import HistoryLoader, row_from_info
+    from tuiapp.ui.history import HistoryLoader, row_from_record
     from tuiapp.ui.widgets.runs_table import cells
 
     loader = HistoryLoader(run.parent)
-    row = loader.summarize(row_from_info(run, json.loads((run / "run.json").read_text())))
+    row = loader.summarize(row_from_record(run, read_record(run / "run.json")))
     assert row.eval_ppl == pytest.approx(tuned["perplexity"]) and row.eval_base_ppl == pytest.approx(base["perplexity"])
     assert cells(row, 0.0)["eval_ppl"].startswith(f"{tuned['perplexity']:.3g} (base ")
     assert load_compare_run(run).row.eval_ppl == pytest.approx(tuned["perplexity"])

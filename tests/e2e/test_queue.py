@@ -53,7 +53,7 @@ def _all_final(runs_dir):
 
 
 def _intervals(run_dir):
-    return [(a["started"], a["ended"]) for a in rundir.attempts_of(run_info(run_dir))]
+    return [(a["started"], a["ended"]) for a in rundir.attempts_of(rundir.read_record(run_dir / rundir.RUN_JSON))]
 
 
 def test_a_grid_with_one_slot_runs_one_at_a_time_and_a_cancelled_run_never_starts(runs_dir):
@@ -220,4 +220,4 @@ def test_resume_of_queued_runs_goes_back_through_the_queue(runs_dir):
         watch.join()
     assert watch.most == 1
     assert run_info(second)["status"] == "stopped" and "cancelled while queued" in run_info(second)["reason"]
-    assert rundir.attempts_of(run_info(first))[-1]["outcome"] == "stopped"
+    assert rundir.attempts_of(rundir.read_record(first / rundir.RUN_JSON))[-1]["outcome"] == "stopped"

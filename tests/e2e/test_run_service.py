@@ -49,10 +49,10 @@ class TruthWatch(threading.Thread):
             self.samples += 1
             if run.status == "failed":
                 held = runlock.held(runlock.lock_path(self.run_dir))
-                alive = group_processes(run.info.get("pgid"))
+                alive = group_processes(run.record.pgid)
                 if held or alive:
                     self.lies.append(f"failed while lock={held} processes={[p.pid for p in alive]}: "
-                                     f"{run.info.get('reason')}")
+                                     f"{run.record.reason}")
             time.sleep(0.05)
 
 
@@ -89,7 +89,7 @@ def test_stop_resume_cycles_never_show_failed_while_the_run_lives(runs_dir):
         watch.join()
     assert not watch.lies, watch.lies[:3]
     assert {"starting", "running", "stopped"} <= watch.seen
-    attempts = rundir.attempts_of(run_info(run_dir))
+    attempts = rundir.attempts_of(rundir.read_record(run_dir / rundir.RUN_JSON))
     assert len(attempts) == CYCLES + 1
     assert [a["outcome"] for a in attempts[:-1]] == ["stopped"] * CYCLES
     shown = json.loads(llmtui("show", run_dir.name, "--json", runs_dir=runs_dir, check=True).stdout)["summary"]
@@ -108,7 +108,7 @@ def test_second_resume_of_a_live_run_is_refused(runs_dir):
         assert "already running" in result.stderr and "llmtui stop" in result.stderr
         assert run_info(run_dir)["pid"] == pid and run_info(run_dir)["status"] in ("starting", "running")
         wait_for(lambda: run_info(run_dir)["status"] == "running", timeout=180, what="running")
-    assert len(rundir.attempts_of(run_info(run_dir))) == 1
+    assert len(rundir.attempts_of(rundir.read_record(run_dir / rundir.RUN_JSON))) == 1
 
 
 def _broken_model(tmp_path):

@@ -120,8 +120,8 @@ def test_resume_of_a_slurm_run_resubmits_with_resume(capsys, tmp_path, started, 
     code = main(["--runs-dir", str(tmp_path), "resume", "shared", "--detach"])
     assert code == 0, capsys.readouterr()
     assert "--slurm --resume'" in submitted[0] and "#SBATCH --nodes=2" in submitted[0]
-    info = RunStore(tmp_path).get("shared").info
-    assert (info["slurm_job"], info["status"]) == ("6", "created")
+    record = RunStore(tmp_path).get("shared").record
+    assert (record.slurm_job, record.status) == ("6", "created")
 
 
 def test_resume_of_a_node_by_node_run_needs_each_node(capsys, tmp_path, started):

@@ -232,7 +232,7 @@ def test_node_records_and_watch(tmp_path):
     watch = cluster.NodeWatch(run, plan, join_timeout_s=60, started=time.monotonic())
     cluster.write_node(run.path, 1, status="running", host="b")
     assert watch.poll() is None
-    nodes = Run(run.path).load().info["nodes"]
+    nodes = Run(run.path).load().record.nodes
     assert nodes[1] == {"node_rank": 1, "host": "b", "ranks": [1], "status": "running"}
     assert nodes[2]["status"] == "waiting"
     watch.started -= 61

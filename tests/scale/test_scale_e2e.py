@@ -78,11 +78,12 @@ def test_two_nodes_on_one_machine_share_one_run(runs_dir):
     # what the TUI's run view shows of this run: both nodes, memory per node
     from tuiapp.core.run_folder.metrics import read_jsonl
     from tuiapp.core.run_folder.rundata import RunData
+    from tuiapp.core.run_folder.rundir import RunRecord
     from tuiapp.ui.run_panes import memory_text, status_text
 
     data = RunData()
     data.extend(read_jsonl(run_dir / "metrics.jsonl"))
-    status = status_text(run_info(run_dir), data, now=0.0)
+    status = status_text(RunRecord.from_json(run_info(run_dir)), data, now=0.0)
     assert "node 0 " in status and "node 1 " in status
     memory = memory_text(data, None, monitor=False)
     assert "node 0 rank0" in memory and "node 1 rank1" in memory

@@ -98,14 +98,14 @@ def slurm_run(tmp_path, monkeypatch):
 def test_truth_of_an_ended_job_comes_from_the_scheduler(slurm_run, monkeypatch, state, status, words):
     monkeypatch.setattr(slurm, "job_state", lambda job, max_age_s=0: slurm.JobState(state, source="test"))
     run = Run(slurm_run.path).load().refresh_truth()
-    assert run.status == status and words in run.info["reason"]
+    assert run.status == status and words in run.record.reason
     assert Run(slurm_run.path).load().status == status  # persisted
 
 
 def test_an_active_job_keeps_the_run_active_whatever_the_pid(slurm_run, monkeypatch):
     monkeypatch.setattr(slurm, "job_state", lambda job, max_age_s=0: slurm.JobState("PENDING", source="test"))
     run = Run(slurm_run.path).load().refresh_truth()
-    assert run.status == "running" and run.info["slurm_state"] == "PENDING"
+    assert run.status == "running" and run.record.slurm_state == "PENDING"
 
 
 def test_stop_signals_then_cancels(slurm_run, monkeypatch):
@@ -142,7 +142,7 @@ def test_real_job_that_fails_marks_the_run_failed(tmp_path):
     state = wait_state(job, lambda s: s is not None and not s.active)
     assert state.state == "FAILED"
     run = RunStore(tmp_path).get(run.id)
-    assert run.status == "failed" and "SLURM job failed" in run.info["reason"]
+    assert run.status == "failed" and "SLURM job failed" in run.record.reason
 
 
 @needs_cluster

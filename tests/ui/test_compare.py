@@ -188,7 +188,7 @@ def test_a_running_run_grows_and_finishes_while_compared(runs_root, tmp_path):
             assert chart.lines[0].ys[-1] == 0.25 and screen.cursor_values("loss")["live"] == 0.25  # the cursor follows the end
             assert screen.runs[0].row.step == step + 2
             run = Run(live.path).load()
-            run.info.update(status="succeeded", ended=FIXED_NOW)
+            run.record.set(status="succeeded", ended=FIXED_NOW)
             run.save()
             await wait_for(pilot, lambda: screen.runs[0].row.status == "succeeded", what="the new status")
             await pilot.press("7")  # the summary pane

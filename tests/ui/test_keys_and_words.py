@@ -186,7 +186,7 @@ def test_a_stopped_run_never_says_took_0s(runs_root, tmp_path):
             assert "elapsed" in screen_text(app)
             # the stop came back while run.json still says running (the supervisor writes it next)
             view.post_message(RunStopped(REAL_IDS["live"], True, "stopped"))
-            await wait_for(pilot, lambda: view.info.get("status") == "stopped", what="the stop")
+            await wait_for(pilot, lambda: view.record.status == "stopped", what="the stop")
             await pilot.pause(0.1)
             text = screen_text(app)
             assert "took " in text and "took 0s" not in text
@@ -200,7 +200,7 @@ def test_a_resumed_run_whose_steps_count_shows_running_not_its_start_up_phase(ru
     last = max(r["time"] for r in rows if "time" in r)
     attempts = [{"number": 1, "started": last - 500, "ended": last - 300, "outcome": "stopped"},
                 {"number": 2, "started": last - 5, "ended": None, "outcome": None, "resumed": True}]
-    run.info.update(status="starting", phase="loading model", phase_since=last - 5, attempts=attempts)
+    run.record.set(status="starting", phase="loading model", phase_since=last - 5, attempts=attempts)
     run.save()
 
     async def scenario():

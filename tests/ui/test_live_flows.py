@@ -76,8 +76,8 @@ def test_launch_a_tiny_cpu_run_from_the_app(tmp_path):
             assert launched(), [n.message for n in app._notifications]  # refused: say why
             view = app.screen
             run = Run(root / view.run_id).load()
-            assert run.name == "from-ui" and run.info["recipe"]["train"]["max_steps"] == 4
-            await wait_for(pilot, lambda: view.info.get("status") == "succeeded", timeout=START_S, what="success")
+            assert run.name == "from-ui" and run.record.recipe["train"]["max_steps"] == 4
+            await wait_for(pilot, lambda: view.record.status == "succeeded", timeout=START_S, what="success")
             await wait_for(pilot, lambda: len(view.data.loss) == 4, what="every step in the chart")
             assert (run.path / "final").is_dir()
             assert "succeeded" in screen_text(app)
@@ -108,7 +108,7 @@ def test_quit_and_reopen_the_run_is_still_live(live_run, tmp_path):
             view = await open_run_view(pilot, live_run.id)
             await wait_for(pilot, lambda: len(view.data.loss) >= 1, timeout=START_S, what="the first step")
             # the supervisor says running within a second of the first step (it polls the phases)
-            await wait_for(pilot, lambda: view.info.get("status") == "running", timeout=10, what="running")
+            await wait_for(pilot, lambda: view.record.status == "running", timeout=10, what="running")
             return len(view.data.loss)
         # leaving the block quits the app
 
@@ -138,7 +138,7 @@ def test_stop_from_the_app_then_resume(live_run, tmp_path):
         app = test_app(root, tmp_path)
         async with app.run_test(size=(100, 30)) as pilot:
             view = await open_run_view(pilot, live_run.id)
-            await wait_for(pilot, lambda: view.info.get("status") == "running", timeout=START_S, what="running")
+            await wait_for(pilot, lambda: view.record.status == "running", timeout=START_S, what="running")
             await wait_for(pilot, lambda: len(view.data.loss) >= 1, timeout=START_S, what="a step")
             await pilot.press("x")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
@@ -147,9 +147,9 @@ def test_stop_from_the_app_then_resume(live_run, tmp_path):
             # launcher checkpoints and exits in under half a second)
             await wait_for(pilot, lambda: "◌ stopping" in screen_text(app) or "■ stopped" in screen_text(app),
                            timeout=2.0, what="stopping at once")
-            await wait_for(pilot, lambda: view.info.get("status") == "stopped", timeout=90, what="stopped")
+            await wait_for(pilot, lambda: view.record.status == "stopped", timeout=90, what="stopped")
             assert view.check_action("resume", ()) is True and view.check_action("stop", ()) is None
-            pgid = Run(live_run.path).load().info.get("pgid")
+            pgid = Run(live_run.path).load().record.pgid
             await wait_for(pilot, lambda: not group_processes(pgid), timeout=30, what="no process left")
             assert "stopped" in screen_text(app)
             # resume from the checkpoint the stop saved: the same view follows the new attempt
@@ -157,9 +157,9 @@ def test_stop_from_the_app_then_resume(live_run, tmp_path):
             await pilot.press("r")
             await wait_for(pilot, lambda: "○ starting · " in screen_text(app), timeout=30, what="starting, its phase")
             assert "● running" not in screen_text(app)
-            await wait_for(pilot, lambda: view.info.get("status") == "running", timeout=START_S, what="running again")
+            await wait_for(pilot, lambda: view.record.status == "running", timeout=START_S, what="running again")
             await wait_for(pilot, lambda: len(view.data.loss) > steps_at_stop, timeout=START_S, what="steps after resuming")
-            assert rundir.attempt_count(Run(live_run.path).load().info) >= 2
+            assert rundir.attempt_count(Run(live_run.path).load().record) >= 2
             assert "over " in screen_text(app) and " attempts" in screen_text(app)  # elapsed over every attempt
 
     asyncio.run(scenario())
@@ -172,7 +172,7 @@ def test_doctor_shows_every_rank_of_a_live_run(live_run, tmp_path):
         app = test_app(root, tmp_path)
         async with app.run_test(size=(100, 30)) as pilot:
             view = await open_run_view(pilot, live_run.id)
-            await wait_for(pilot, lambda: view.info.get("status") == "running", timeout=START_S, what="running")
+            await wait_for(pilot, lambda: view.record.status == "running", timeout=START_S, what="running")
             await pilot.press("d")
             await wait_for(pilot, lambda: isinstance(app.screen, ReportScreen), timeout=60, what="the report")
             text = app.screen.text
@@ -197,10 +197,10 @@ def test_stop_resume_cycles_from_the_app_never_show_failed(tmp_path):
 
     def look(app) -> str:
         text = screen_text(app)
-        info = Run(run.path).load().refresh_truth().info
-        seen.add(info.get("status"))
-        if "failed" in text.split("\n", 3)[1] or info.get("status") == "failed":
-            lies.append(f"{info.get('status')}: {info.get('reason')}")
+        record = Run(run.path).load().refresh_truth().record
+        seen.add(record.status)
+        if "failed" in text.split("\n", 3)[1] or record.status == "failed":
+            lies.append(f"{record.status}: {record.reason}")
         return text
 
     async def scenario():
@@ -211,7 +211,7 @@ def test_stop_resume_cycles_from_the_app_never_show_failed(tmp_path):
                 # odd cycles stop a training run, even ones a run still starting up
                 training = cycle % 2 == 1
                 wanted = ("running",) if training else ("starting", "running")
-                await wait_for(pilot, lambda w=wanted, t=training: look(app) and view.info.get("status") in w
+                await wait_for(pilot, lambda w=wanted, t=training: look(app) and view.record.status in w
                                and (not t or len(view.data.loss) >= 1),
                                timeout=START_S, what=f"cycle {cycle}: {' or '.join(wanted)}")
                 await pilot.press("x")
@@ -220,14 +220,14 @@ def test_stop_resume_cycles_from_the_app_never_show_failed(tmp_path):
                 # a stop during start-up can be over within a frame: stopped counts too
                 await wait_for(pilot, lambda: any(s in look(app) for s in ("◌ stopping", "■ stopped")), timeout=2.0,
                                what=f"cycle {cycle}: stopping at once")
-                await wait_for(pilot, lambda: look(app) and view.info.get("status") == "stopped", timeout=90,
+                await wait_for(pilot, lambda: look(app) and view.record.status == "stopped", timeout=90,
                                what=f"cycle {cycle}: stopped")
                 await pilot.press("r")
                 await wait_for(pilot, lambda: "○ starting" in look(app), timeout=30, what=f"cycle {cycle}: starting")
             await pilot.press("x")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
             await pilot.press("y")
-            await wait_for(pilot, lambda: look(app) and view.info.get("status") == "stopped", timeout=90, what="end")
+            await wait_for(pilot, lambda: look(app) and view.record.status == "stopped", timeout=90, what="end")
 
     try:
         asyncio.run(scenario())
@@ -235,4 +235,4 @@ def test_stop_resume_cycles_from_the_app_never_show_failed(tmp_path):
         service.stop(Run(run.path).load(), grace_s=10)
     assert not lies, lies[:3]
     assert {"starting", "stopped"} <= seen
-    assert rundir.attempt_count(Run(run.path).load().info) == cycles + 1
+    assert rundir.attempt_count(Run(run.path).load().record) == cycles + 1

@@ -57,7 +57,7 @@ def live_run(store: RunStore, name: str, status: str = "running") -> Run:
     """A run whose supervisor is alive: this process holds its lock."""
     run = store.create(Recipe(name=name, method=LoraMethod()), lock=True)
     run.update(status=status, started=FIXED_NOW - 30, phase="loading model" if status == "starting" else None,
-               phase_since=FIXED_NOW - 20, attempts=rundir.new_attempt(run.info, socket.gethostname(), False,
+               phase_since=FIXED_NOW - 20, attempts=rundir.new_attempt(run.record, socket.gethostname(), False,
                                                                         now=FIXED_NOW - 30))
     return run
 
@@ -153,9 +153,9 @@ def test_cancel_a_queued_run_that_really_waits(tmp_path, monkeypatch):
                 assert home.model.rows[holder.id].status in ("starting", "running")
 
         asyncio.run(scenario())
-        info = Run(waiter.path).load().info
-        assert info["status"] == "stopped" and "never started" in info["reason"]
-        assert not info.get("argv") and not rundir.attempts_of(info)  # no launcher ever ran
+        record = Run(waiter.path).load().record
+        assert record.status == "stopped" and "never started" in record.reason
+        assert not record.argv and not rundir.attempts_of(record)  # no launcher ever ran
         assert waiter.id not in waiting_ids(root) and waiter.id not in queue.claims(root)
     finally:
         service.stop(Run(holder.path).load(), grace_s=10)

@@ -1,6 +1,7 @@
 """The run view's text panes for multi-node runs and trust_remote_code (pure functions)."""
 
 from tuiapp.core.run_folder.rundata import RunData
+from tuiapp.core.run_folder.rundir import RunRecord
 from tuiapp.ui.run_panes import memory_text, speed_text, status_text
 
 
@@ -11,19 +12,19 @@ def test_multi_node_run_shows_nodes_ranks_and_memory_per_node():
         "mem": {"rank0": {"device": "cpu", "rss": 7e8, "peak": 8e8, "host": "a", "node": 0},
                 "rank1": {"device": "cpu", "rss": 6e8, "peak": 7e8, "host": "b", "node": 1}},
     }])
-    info = {"status": "running", "name": "x", "ranks": 1, "started": 90.0,
-            "nodes": [{"node_rank": 0, "host": "a", "ranks": 1, "status": "running"},
-                      {"node_rank": 1, "host": "b", "ranks": 1, "status": "running"}]}
-    status = status_text(info, data, now=101.0)
+    record = RunRecord(status="running", name="x", ranks=1, started=90.0,
+                       nodes=[{"node_rank": 0, "host": "a", "ranks": 1, "status": "running"},
+                              {"node_rank": 1, "host": "b", "ranks": 1, "status": "running"}])
+    status = status_text(record, data, now=101.0)
     assert "node 0 a: running, 1 rank" in status and "rank(s)" not in status and "node 1 b: running" in status
     memory = memory_text(data, None, monitor=False)
     assert "node 0 rank0 cpu" in memory and "node 1 rank1 cpu" in memory and "@b" in memory
 
 
 def test_trust_remote_code_is_shown():
-    info = {"status": "running", "name": "x", "trust_remote_code": True}
-    assert "trust_remote_code = true" in status_text(info, RunData(), now=0.0)
-    assert "trust_remote_code" not in status_text({"status": "running", "name": "x"}, RunData(), now=0.0)
+    record = RunRecord(status="running", name="x", trust_remote_code=True)
+    assert "trust_remote_code = true" in status_text(record, RunData(), now=0.0)
+    assert "trust_remote_code" not in status_text(RunRecord(status="running", name="x"), RunData(), now=0.0)
 
 
 def test_a_mixture_of_experts_run_shows_its_routing_in_the_speed_pane():

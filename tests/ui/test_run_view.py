@@ -130,7 +130,7 @@ def test_failed_run_shows_its_reason_and_can_resume(runs_root, tmp_path):
         app = test_app(runs_root, tmp_path, live=False)
         async with app.run_test(size=(100, 30)) as pilot:
             screen = await open_run(pilot, run_id(runs_root, "crashed"), timeout=4.0)  # rank 1 was SIGKILLed
-            await wait_for(pilot, lambda: screen.info.get("status") == "failed", timeout=4.0, what="status")
+            await wait_for(pilot, lambda: screen.record.status == "failed", timeout=4.0, what="status")
             assert "local rank 1 was killed by signal 9" in screen_text(app)  # the reason's summary
             assert screen.check_action("resume", ()) is True
 

@@ -66,7 +66,7 @@ def test_run_view(snap_compare, runs_root, tmp_path, size):
         await _home_ready(pilot)
         pilot.app.push_screen(RunViewScreen(run_id))
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, RunViewScreen) and pilot.app.screen.loaded, what="run")
-        await wait_for(pilot, lambda: pilot.app.screen.info.get("status") == "succeeded", what="status")
+        await wait_for(pilot, lambda: pilot.app.screen.record.status == "succeeded", what="status")
         await wait_for(pilot, lambda: len(pilot.app.screen.query_one("#rv-log").lines) > 0, what="log")
 
     assert snap_compare(_app(runs_root, tmp_path), terminal_size=size, run_before=run_before)

@@ -30,6 +30,7 @@ from tuiapp.core.machine.procs import group_processes
 from tuiapp.core.plan import slurm
 from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.progress import fmt_time
+from tuiapp.core.run_folder.rundir import RunRecord
 from tuiapp.core.run_folder.runstate import status_of
 from tuiapp.core.store.runs import Run, RunStore, failure_reason, root_cause
 from tuiapp.ui.history import HistoryLoader
@@ -68,7 +69,7 @@ def starting_run(store: RunStore, name: str, phase: str, since: float, **extra) 
     """A run in start-up whose supervisor is alive (this process holds the run's lock, as the
     supervisor would): refresh_truth keeps it starting."""
     run = store.create(Recipe(name=name, method=LoraMethod()), lock=True)
-    attempts = rundir.new_attempt(run.info, socket.gethostname(), False, now=since - 5)
+    attempts = rundir.new_attempt(run.record, socket.gethostname(), False, now=since - 5)
     run.update(status="starting", phase=phase, phase_since=since, started=since - 5, attempts=attempts, **extra)
     return run
 
@@ -100,13 +101,13 @@ def test_starting_shows_its_phase_and_a_clock_not_running(store, tmp_path):
                 await pilot.pause()
 
                 view = await open_run(pilot, run.id)
-                await wait_for(pilot, lambda: view.info.get("status") == "starting", what="status")
+                await wait_for(pilot, lambda: view.record.status == "starting", what="status")
                 text = screen_text(app)
                 assert "○ starting · loading model 0:42" in text and "running" not in text
                 assert "ETA" not in text
                 await pilot.press("escape")
                 view = await open_run(pilot, hung.id)
-                await wait_for(pilot, lambda: view.info.get("hang"), what="the hang")
+                await wait_for(pilot, lambda: view.record.hang, what="the hang")
                 text = screen_text(app)
                 assert "! hung · joining ranks 16:40" in text
                 assert "rank 1 has made no progress for 1000s" in text
@@ -125,7 +126,7 @@ def test_orphaned_ranks_are_flagged_not_failed_nor_running(store, tmp_path):
     try:
         os.close(runlock.acquire(runlock.lock_path(run.path)))  # the supervisor held it, and died
         run.update(status="running", pid=rank.pid, pgid=rank.pid, started=FIXED_NOW - 100,
-                   attempts=rundir.new_attempt(run.info, socket.gethostname(), False, now=FIXED_NOW - 100))
+                   attempts=rundir.new_attempt(run.record, socket.gethostname(), False, now=FIXED_NOW - 100))
 
         async def scenario():
             app = test_app(store.root, tmp_path, live=False)
@@ -136,7 +137,7 @@ def test_orphaned_ranks_are_flagged_not_failed_nor_running(store, tmp_path):
                 text = screen_text(app)
                 assert "remain: x stops them" in text and "failed" not in text and "● running" not in text
                 view = await open_run(pilot, run.id)
-                await wait_for(pilot, lambda: view.info.get("orphans"), what="orphans")
+                await wait_for(pilot, lambda: view.record.orphans, what="orphans")
                 assert "! orphaned processes" in screen_text(app)
                 assert view.check_action("stop", ()) is True
 
@@ -163,7 +164,7 @@ def test_stop_says_stopping_at_once_and_the_final_status_after(store, tmp_path):
         time.sleep(0.05)
     try:
         run.update(status="running", pid=process.pid, pgid=process.pid, started=FIXED_NOW - 60,
-                   attempts=rundir.new_attempt(run.info, socket.gethostname(), False, now=FIXED_NOW - 60))
+                   attempts=rundir.new_attempt(run.record, socket.gethostname(), False, now=FIXED_NOW - 60))
 
         async def scenario():
             app = test_app(store.root, tmp_path)
@@ -219,11 +220,11 @@ def test_resume_of_a_slurm_run_goes_through_the_service_and_shows_its_error(stor
     """A SLURM run that timed out: resume resubmits its batch script (here: no sbatch, a clear
     error); it used to restart the run as a local run on the login node."""
     run = store.create(Recipe(name="on-slurm", method=LoraMethod()))
-    attempts = rundir.new_attempt(run.info, "node-a", False, now=FIXED_NOW - 600)
+    attempts = rundir.new_attempt(run.record, "node-a", False, now=FIXED_NOW - 600)
     run.update(status="running", node_mode="slurm", nnodes=1, strategy="deepspeed", slurm={"nodes": 1, "time": "00:10:00"},
                slurm_job="4242", slurm_submitted=FIXED_NOW - 620, started=FIXED_NOW - 600, attempts=attempts)
     run.update(status="failed", slurm_state="TIMEOUT", ended=FIXED_NOW - 5, reason="the SLURM job 4242 ended: TIMEOUT",
-               attempts=rundir.close_attempt(run.info, "failed", "TIMEOUT", now=FIXED_NOW - 5))
+               attempts=rundir.close_attempt(run.record, "failed", "TIMEOUT", now=FIXED_NOW - 5))
 
     async def scenario():
         app = test_app(store.root, tmp_path)
@@ -233,13 +234,13 @@ def test_resume_of_a_slurm_run_goes_through_the_service_and_shows_its_error(stor
             await pilot.press("r")
             await wait_for(pilot, lambda: any("sbatch is not installed" in n for n in notes(app)), what="the error")
             assert app.is_running and app.screen is view
-            await wait_for(pilot, lambda: "not resubmitted" in str(view.info.get("reason")), what="the new reason")
+            await wait_for(pilot, lambda: "not resubmitted" in str(view.record.reason), what="the new reason")
             assert "✗ failed" in screen_text(app)
 
     asyncio.run(scenario())
-    info = Run(run.path).load().info
-    assert info["status"] == "failed" and info["node_mode"] == "slurm"
-    assert not (run.path / "supervisor.log").exists() and not info.get("pid")  # no local supervisor
+    record = Run(run.path).load().record
+    assert record.status == "failed" and record.node_mode == "slurm"
+    assert not (run.path / "supervisor.log").exists() and not record.pid  # no local supervisor
     assert runlock.held(runlock.lock_path(run.path)) is not True
     assert "--resume" in (run.path / slurm.SCRIPT_NAME).read_text(encoding="utf-8")  # resubmitted as it ran
 
@@ -250,18 +251,18 @@ def test_resume_of_a_slurm_run_goes_through_the_service_and_shows_its_error(stor
 def three_attempts(root: Path) -> Run:
     """The recorded `halted` run (stopped), as if resumed twice: 100 s, 60 s and 75 s."""
     run = Run(root / REAL_IDS["halted"]).load()
-    first = run.info["started"]
-    info: dict = {}
+    first = run.record.started
+    record = rundir.RunRecord()
     for start, length in ((first, 100), (first + 400, 60), (first + 900, 75)):
-        info["attempts"] = rundir.new_attempt(info, "fixture-host", resumed=start != first, now=start)
-        info["attempts"] = rundir.close_attempt(info, "stopped", "stopped on request", now=start + length)
-    run.update(attempts=info["attempts"], started=first + 900, ended=first + 975, resumed=True)
+        record.attempts = rundir.new_attempt(record, "fixture-host", resumed=start != first, now=start)
+        record.attempts = rundir.close_attempt(record, "stopped", "stopped on request", now=start + length)
+    run.update(attempts=record.attempts, started=first + 900, ended=first + 975, resumed=True)
     return run
 
 
 def test_attempts_count_and_summed_time_in_history_run_view_and_compare(runs_root, tmp_path):
     run = three_attempts(runs_root)
-    first = rundir.first_started(run.info)
+    first = rundir.first_started(run.record)
     baseline = RunStore(runs_root).get("baseline").id
 
     async def scenario():
@@ -291,13 +292,13 @@ def crash_with_its_root_cause(root: Path) -> Run:
     event, gloo's 'Connection reset by peer'), with `error` and `reason` as the supervisor now
     records them."""
     run = Run(root / REAL_IDS["crashed"]).load()
-    run.update(error=root_cause(run.path, run.info["started"]), reason=failure_reason(run.path, since=run.info["started"]))
+    run.update(error=root_cause(run.path, run.record.started), reason=failure_reason(run.path, since=run.record.started))
     return run
 
 
 def test_a_failed_run_shows_its_root_cause_in_the_run_view_and_history(runs_root, tmp_path):
     run = crash_with_its_root_cause(runs_root)
-    error = run.info["error"]
+    error = run.record.error
     assert error["rank"] == 0 and "RuntimeError: [/__w/pytorch" in f"{error['type']}: {error['message']}"
     cause = "rank 0: " + (f"{error['type']}: " if error["type"] else "") + error["message"]  # type: an older event
 
@@ -309,7 +310,7 @@ def test_a_failed_run_shows_its_root_cause_in_the_run_view_and_history(runs_root
             await pilot.pause()
             assert f"✗ crashed: {cause[:40]}" in screen_text(app)  # the detail line, literally
             view = await open_run(pilot, run.id)
-            await wait_for(pilot, lambda: view.info.get("error"), what="the error")
+            await wait_for(pilot, lambda: view.record.error, what="the error")
             text = screen_text(app)
             assert "error: rank 0 · log: ranks/20260101000347_rank0.log" in text
             squeezed = "".join(text.split())  # the message wraps at 80 columns
@@ -320,15 +321,15 @@ def test_a_failed_run_shows_its_root_cause_in_the_run_view_and_history(runs_root
 
 def test_status_view_of_every_status():
     now = 1000.0
-    assert status_of({"status": "running"}, now).badge == "● running"
-    assert status_of({"status": "running"}, now, stopping=True).badge == "◌ stopping"
-    assert status_of({"status": "stopping", "stop_requested": 995.0}, now).badge == "◌ stopping 0:05"
-    assert status_of({"status": "starting"}, now).badge == "○ starting · launching"
-    assert status_of({"status": "starting", "phase": "tokenizing", "phase_since": now - 3725}, now).badge == \
+    assert status_of(RunRecord(status="running"), now).badge == "● running"
+    assert status_of(RunRecord(status="running"), now, stopping=True).badge == "◌ stopping"
+    assert status_of(RunRecord(status="stopping", stop_requested=995.0), now).badge == "◌ stopping 0:05"
+    assert status_of(RunRecord(status="starting"), now).badge == "○ starting · launching"
+    assert status_of(RunRecord(status="starting", phase="tokenizing", phase_since=now - 3725), now).badge == \
         "○ starting · tokenizing 1:02:05"
-    assert status_of({"status": "failed", "orphans": True}, now).key == "failed"  # only active runs
-    assert status_of({"status": "stopped"}, now, stopping=True).key == "stopped"
-    stalled = status_of({"status": "running"}, now, step_times=[10.0, 20.0, 30.0])
+    assert status_of(RunRecord(status="failed", orphans=True), now).key == "failed"  # only active runs
+    assert status_of(RunRecord(status="stopped"), now, stopping=True).key == "stopped"
+    stalled = status_of(RunRecord(status="running"), now, step_times=[10.0, 20.0, 30.0])
     assert stalled.flagged and stalled.hint.startswith("stalled: no step for 16m10s")
 
 
@@ -339,11 +340,11 @@ def test_a_resume_shows_starting_before_its_supervisor_records_the_attempt():
     now = 1000.0
     stopped = [{"number": 1, "started": 10.0, "ended": 40.0, "outcome": "stopped"}]
     old_steps = [20.0, 25.0, 30.0, 35.0]
-    view = status_of({"status": "starting", "phase": "launching", "phase_since": now - 1, "attempts": stopped},
+    view = status_of(RunRecord(status="starting", phase="launching", phase_since=now - 1, attempts=stopped),
                      now, step_times=old_steps)
     assert view.badge == "○ starting · launching 0:01" and not view.flagged
     resumed = [*stopped, {"number": 2, "started": now - 30}]
-    counting = status_of({"status": "starting", "phase": "loading model", "attempts": resumed}, now,
+    counting = status_of(RunRecord(status="starting", phase="loading model", attempts=resumed), now,
                          step_times=[*old_steps, now - 2, now - 1])
     assert counting.key == "running"  # the new attempt's steps count: it trains
 

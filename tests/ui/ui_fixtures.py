@@ -62,7 +62,7 @@ def copy_real_run(root: Path, name: str, as_id: str | None = None) -> Run:
     shutil.copytree(FIXTURES / "runs" / REAL_IDS[name], target)
     run = Run(target).load()
     if as_id:
-        run.info["id"] = as_id
+        run.record.id = as_id
         run.save()
     return run
 
@@ -120,7 +120,7 @@ def synthetic_run(
     if last_time is not None:  # place the last row at last_time
         started = last_time - written * step_s
     ended = started + written * step_s + 5 if status not in ("running", "created") else None
-    run.info.update(
+    run.record.set(
         id=fixed.name, status=status, created=started - 1, started=started, ended=ended,
         host="testhost", ranks=1, accelerator="cpu", reason=reason, attempts=1,
     )

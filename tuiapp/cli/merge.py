@@ -30,13 +30,12 @@ def cmd_merge(args) -> int:
         if code != 0:
             raise RunError(message=f"the merge failed (exit {code}); no run was made", fix="see the output above")
         recipe = load_recipe(runs[0].path / RECIPE_TOML).model_copy(update={"name": args.name})
-        run = store.create(recipe, model_ref=runs[0].info.get("model_ref"))
+        run = store.create(recipe, model_ref=runs[0].record.model_ref)
         (work / "final").replace(run.final_path)
         now = time.time()
-        run.info.update(status="succeeded", started=now, ended=now, merged_from=plan.run_ids,
-                        merge={"method": plan.method, "weights": plan.weights,
-                                                        **({"density": plan.density}
-                                                           if plan.method in merging.NEEDS_DENSITY else {})})
+        run.record.set(status="succeeded", started=now, ended=now, merged_from=plan.run_ids,
+                       merge={"method": plan.method, "weights": plan.weights,
+                              **({"density": plan.density} if plan.method in merging.NEEDS_DENSITY else {})})
         run.save()
     finally:
         shutil.rmtree(work, ignore_errors=True)

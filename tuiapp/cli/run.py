@@ -82,18 +82,18 @@ def follow(run, store) -> int:
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         while True:
-            info = run.load().refresh_truth().info
+            record = run.load().refresh_truth().record
             if run.status == "queued":
                 place = queue.position(run.path.parent, run.id)
                 if ("queued", place) != shown:
                     shown = ("queued", place)
                     print(f"queued: #{place} in line (`llmtui queue`)" if place else "queued", flush=True)
             if run.status == "starting" and not rows:
-                hang = (info.get("hang") or {}).get("message")
-                state = (info.get("phase"), hang)
+                hang = (record.hang or {}).get("message")
+                state = (record.phase, hang)
                 if state != shown:
                     shown = state
-                    phase = info.get("phase") or "launching"
+                    phase = record.phase or "launching"
                     if phase == "building ops":  # a cached op loads in a moment; a first launch compiles it
                         phase += " (DeepSpeed's CPU comm op: compiled on the first launch in this Python " \
                                  "environment, 1-2 min, then cached)"
@@ -124,7 +124,7 @@ def follow(run, store) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
     bell = "\a" if sys.stdout.isatty() else ""  # the terminal's own notification when the run ends
-    print(f"{bell}{run.id}: {run.status}" + (f" — {run.info.get('reason')}" if run.info.get("reason") else ""))
+    print(f"{bell}{run.id}: {run.status}" + (f" — {run.record.reason}" if run.record.reason else ""))
     if run.status == "succeeded":
         print(f"final model: {run.final_path}")
     return OUTCOME_EXIT.get(run.status, EXIT_FAILED)
@@ -140,7 +140,7 @@ def cmd_stop(args) -> int:
           else f"stopping {run.id} (checkpoint, then exit; killed after {args.grace:.0f}s)...")
     gone = service.stop(run, grace_s=args.grace)
     run.load()
-    reason = f" — {run.info['reason']}" if queued and run.info.get("reason") else ""
+    reason = f" — {run.record.reason}" if queued and run.record.reason else ""
     print(f"{run.id}: {run.status}{reason}" + ("" if gone else " (some processes could not be killed)"))
     return EXIT_OK if gone else EXIT_FAILED
 

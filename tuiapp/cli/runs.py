@@ -31,10 +31,10 @@ FLAG_COMMANDS = {
 def _row(run) -> dict:
     metrics = run.metrics()
     summary = summarize(metrics)
-    info = run.info
+    record = run.record
     notes = meta.read_meta(run.path)
     times = [r["time"] for r in dedupe_steps(train_rows(metrics))[-runstate.STALL_WINDOW:] if isinstance(r.get("time"), (int, float))]
-    view = runstate.status_of(info, time.time(), times)
+    view = runstate.status_of(record, time.time(), times)
     return {
         "id": run.id,
         "name": notes.get("display_name") or run.name,
@@ -43,14 +43,14 @@ def _row(run) -> dict:
         "tags": notes.get("tags") or [],
         "note": notes.get("note") or None,
         "archived": bool(notes.get("archived")),
-        "group": info.get("group"),
+        "group": record.group,
         "queue_position": queue.position(run.path.parent, run.id) if run.status == "queued" else None,
-        "phase": info.get("phase") if run.status == "starting" else None,
+        "phase": record.phase if run.status == "starting" else None,
         "stalled": f"{view.hint}: {FLAG_COMMANDS[view.key].format(id=run.id)}" if view.flagged else None,
-        "method": info.get("method"),
-        "model": info.get("model_ref") or info.get("model"),
-        "dataset": info.get("dataset"),
-        "batching": batching_label(info.get("recipe")),
+        "method": record.method,
+        "model": record.model_ref or record.model,
+        "dataset": record.dataset,
+        "batching": batching_label(record.recipe),
         "step": summary["step"],
         "max_steps": summary["max_steps"],
         "last_loss": summary["last_loss"],
@@ -59,11 +59,11 @@ def _row(run) -> dict:
         "best_reward_margin": summary.get("best_margin"),
         "tokens_per_s": summary["tokens_per_s"],
         "peak_mem": summary["peak_mem"],
-        "duration_s": duration_s(info),
-        "started": first_started(info),
-        "attempts": attempt_count(info),
-        "reason": info.get("reason"),
-        "error": info.get("error"),
+        "duration_s": duration_s(record),
+        "started": first_started(record),
+        "attempts": attempt_count(record),
+        "reason": record.reason,
+        "error": record.error,
     }
 
 
@@ -113,16 +113,16 @@ def cmd_show(args) -> int:
     row = _row(run)
     rows = dedupe_steps(train_rows(run.metrics()))
     if args.json:
-        print(json.dumps({"run": run.info, "summary": row, "metrics_rows": len(rows),
+        print(json.dumps({"run": run.record.to_json(), "summary": row, "metrics_rows": len(rows),
                           "source_tokens": source_tokens(rows[-1]) if rows else {}}, indent=2, default=str))
         return EXIT_OK
-    print(f"{run.id}  [{run.status}]  {run.info.get('method')} on {row['model']}  data {row['dataset']}")
+    print(f"{run.id}  [{run.status}]  {run.record.method} on {row['model']}  data {row['dataset']}")
     print(f"  path      {run.path}")
     print(f"  batching  {row['batching']}")
     attempts = f"   attempts {row['attempts']}" if row["attempts"] > 1 else ""
     print(f"  started   {fmt_time(row['started'])}   duration {fmt_duration(row['duration_s'])}{attempts}")
     if row["phase"]:
-        print(f"  phase     {row['phase']} (since {fmt_duration(time.time() - (run.info.get('phase_since') or time.time()))})")
+        print(f"  phase     {row['phase']} (since {fmt_duration(time.time() - (run.record.phase_since or time.time()))})")
     if rows:
         print(f"  progress  {progress_line(rows[-1], rows, eta=run.status in ACTIVE)}")
         if source_tokens_text(rows[-1]):  # a mixture: each source's tokens so far
@@ -136,12 +136,12 @@ def cmd_show(args) -> int:
         print(f"  rewards   {online}")
     for line in scale.show_lines(run):  # strategy, nodes, SLURM job
         print(line)
-    if run.info.get("trust_remote_code"):
+    if run.record.trust_remote_code:
         print("  trust_remote_code = true (the model's own code runs)")
     if row["stalled"]:
         print(f"  ! {row['stalled']}")
-    if run.info.get("reason"):
-        print("  reason    " + str(run.info["reason"]).replace("\n", "\n            "))
+    if run.record.reason:
+        print("  reason    " + str(run.record.reason).replace("\n", "\n            "))
     if run.final_path.is_dir():
         print(f"  final     {run.final_path}")
     return EXIT_OK

@@ -48,11 +48,11 @@ def resume_options(args) -> LaunchOptions:
 def print_node_outcome(run: Run, node_rank: int, timeout_s: float = 90) -> None:
     """Node K: node 0 records the run; this node's supervisor ends just after. Say how it ended."""
     deadline = time.monotonic() + timeout_s
-    while cluster.read_node(run.path, node_rank).get("status") in (None, "starting", "running", "stopping") \
+    while cluster.read_node(run.path, node_rank).status in (None, "starting", "running", "stopping") \
             and time.monotonic() < deadline:
         time.sleep(0.5)
     mine = cluster.read_node(run.path, node_rank)
-    print(f"node {node_rank}: {mine.get('status', 'unknown')}" + (f" — {mine['reason']}" if mine.get("reason") else ""))
+    print(f"node {node_rank}: {mine.status or 'unknown'}" + (f" — {mine.reason}" if mine.reason else ""))
 
 
 # ---------------------------------------------------------------- show
@@ -60,23 +60,27 @@ def print_node_outcome(run: Run, node_rank: int, timeout_s: float = 90) -> None:
 
 def show_lines(run: Run) -> list[str]:
     """`llmtui show` lines for scale-out runs (nothing for a classic single-node run)."""
-    info = run.info
+    record = run.record
     lines = []
-    if info.get("strategy") and info["strategy"] != "deepspeed":
-        lines.append(f"  strategy  {info['strategy']} (world size {info.get('world_size', '?')})")
-    nodes = info.get("nodes") or []
-    if len(nodes) > 1 or info.get("node_mode"):
-        lines.append(f"  nodes     {len(nodes) or info.get('nnodes', '?')} ({info.get('node_mode', '?')}), "
-                     f"world size {info.get('world_size', '?')}")
+    if record.strategy and record.strategy != "deepspeed":
+        lines.append(f"  strategy  {record.strategy} (world size {_or(record.world_size, '?')})")
+    nodes = record.nodes or []
+    if len(nodes) > 1 or record.node_mode:
+        lines.append(f"  nodes     {len(nodes) or _or(record.nnodes, '?')} ({_or(record.node_mode, '?')}), "
+                     f"world size {_or(record.world_size, '?')}")
         for node in nodes:
             ranks = node.get("ranks") or []
             span = f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else ",".join(map(str, ranks))
             lines.append(f"            node {node.get('node_rank')}: {node.get('host') or '?'}  ranks {span}  "
                          f"{node.get('status') or ''}".rstrip())
-    if info.get("slurm_job"):
-        state = info.get("slurm_state")
-        lines.append(f"  slurm     job {info['slurm_job']}" + (f" ({state})" if state else ""))
+    if record.slurm_job:
+        state = record.slurm_state
+        lines.append(f"  slurm     job {record.slurm_job}" + (f" ({state})" if state else ""))
     return lines
+
+
+def _or(value, default):
+    return default if value is None else value
 
 
 # ---------------------------------------------------------------- resume

@@ -109,6 +109,6 @@ def recipe_to_clone(run_path: Path) -> tuple[Recipe, str]:
     folder), and the run's name; UserError when the recipe cannot be read."""
     run = Run(run_path).load()
     recipe = run.recipe()
-    if run.info.get("model_ref"):
-        recipe.model.name = run.info["model_ref"]
+    if run.record.model_ref:
+        recipe.model.name = run.record.model_ref
     return recipe, run.name

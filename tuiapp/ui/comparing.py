@@ -25,7 +25,7 @@ from tuiapp.core.store import meta
 from tuiapp.core.store.runs import Run
 from tuiapp.ui.downsample import numpy_module
 from tuiapp.ui.groups import compare_labels
-from tuiapp.ui.history import RunRow, row_from_info
+from tuiapp.ui.history import RunRow, row_from_record
 
 # metric id -> (title, where it lives)
 METRICS = {
@@ -79,7 +79,7 @@ def load_compare_run(path: Path) -> CompareRun:
     """Everything the compare screen shows of one run: metrics.jsonl read once, in columns."""
     run = Run(path).load()
     data, reader = read_run_data(run.metrics_path, columns_cache(path))
-    row = row_from_info(path, run.info, meta.read_meta(path))
+    row = row_from_record(path, run.record, meta.read_meta(path))
     return CompareRun(path.name, summary_row(row, data), read_frozen_recipe(run), data, path=path, reader=reader)
 
 
@@ -150,7 +150,7 @@ def read_frozen_recipe(run: Run) -> dict:
     try:
         return tomllib.loads((run.path / RECIPE_TOML).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        recipe = run.info.get("recipe")
+        recipe = run.record.recipe
         return recipe if isinstance(recipe, dict) else {}
 
 

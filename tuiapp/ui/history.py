@@ -104,7 +104,7 @@ class RunRow:
 
     def duration(self, now: float) -> float | None:
         """Time spent running, summed over every attempt (rundir.duration_s)."""
-        return rundir.duration_s({"attempts": self.attempts, "ended": self.ended, "status": self.status}, now)
+        return rundir.duration_s(rundir.RunRecord(attempts=self.attempts, ended=self.ended, status=self.status), now)
 
     def time_text(self, now: float) -> str:
         """Time spent over every attempt, and how many there were: '3m55s ×3'."""
@@ -114,7 +114,7 @@ class RunRow:
         return fmt_duration(seconds) + (f" ×{self.attempt_count}" if self.attempt_count > 1 else "")
 
     def view(self, now: float) -> StatusView:
-        if steps_counting(self.status, {"attempts": self.attempts, "started": self.started}, self.step_times):
+        if steps_counting(self.status, rundir.RunRecord(attempts=self.attempts, started=self.started), self.step_times):
             return status_view("running", now, orphans=self.orphans, step_times=self.step_times)
         return status_view(self.status, now, phase=self.phase, phase_since=self.phase_since, hang=self.hang,
                            orphans=self.orphans, stop_requested=self.stop_requested, step_times=self.step_times,
@@ -128,7 +128,7 @@ class RunRow:
 
     def why(self) -> str | None:
         """The root cause of a failure, else the reason, in one line."""
-        return why_text({"status": self.status, "error": self.error, "reason": self.reason})
+        return why_text(rundir.RunRecord(status=self.status, error=self.error, reason=self.reason))
 
     def state(self) -> tuple:
         """What the status cell and detail line show, to tell a changed row from the same."""
@@ -150,35 +150,35 @@ class RunRow:
         return all(word in haystack for word in words if not (word.startswith("tag:") and word[4:]))
 
 
-def row_from_info(path: Path, info: dict, notes: dict | None = None, queue_position: int | None = None) -> RunRow:
-    """A row of run.json (`info`) and, when given, meta.json (`notes`: tags, note, display name,
-    archived) and the run's place in the device queue."""
-    status = str(info.get("status") or "unknown")
-    hang = info.get("hang")
-    error = info.get("error")
+def row_from_record(path: Path, record: rundir.RunRecord, notes: dict | None = None,
+                    queue_position: int | None = None) -> RunRow:
+    """A row of run.json (its record) and, when given, meta.json (`notes`: tags, note, display
+    name, archived) and the run's place in the device queue."""
+    status = str(record.status or "unknown")
+    hang = record.hang
     notes = notes or {}
-    group = info.get("group")
+    group = record.group
     return RunRow(
         id=path.name,
         path=path,
-        name=str(info.get("name") or path.name),
+        name=str(record.name or path.name),
         status=status,
-        method=str(info.get("method") or ""),
-        model=str(info.get("model_ref") or info.get("model") or ""),
-        dataset=str(info.get("dataset") or ""),
-        description=str((info.get("recipe") or {}).get("description") or "") if isinstance(info.get("recipe"), dict) else "",
-        started=as_number(rundir.first_started(info)),
-        ended=as_number(info.get("ended")),
-        created=as_number(info.get("created")),
-        reason=info.get("reason"),
-        error=error if isinstance(error, dict) else None,
-        phase=info.get("phase") if status == "starting" else None,
-        phase_since=as_number(info.get("phase_since")),
-        hang=hang if isinstance(hang, dict) and status == "starting" else None,
-        orphans=bool(info.get("orphans")),
-        stop_requested=as_number(info.get("stop_requested")),
-        attempts=rundir.attempts_of(info),
-        attempt_count=rundir.attempt_count(info),
+        method=str(record.method or ""),
+        model=str(record.model_ref or record.model or ""),
+        dataset=str(record.dataset or ""),
+        description=str((record.recipe or {}).get("description") or ""),
+        started=as_number(rundir.first_started(record)),
+        ended=as_number(record.ended),
+        created=as_number(record.created),
+        reason=record.reason,
+        error=record.error,
+        phase=record.phase if status == "starting" else None,
+        phase_since=as_number(record.phase_since),
+        hang=hang if status == "starting" else None,
+        orphans=record.orphans,
+        stop_requested=as_number(record.stop_requested),
+        attempts=rundir.attempts_of(record),
+        attempt_count=rundir.attempt_count(record),
         display_name=str(notes["display_name"]) if notes.get("display_name") else None,
         tags=list(notes.get("tags") or []),
         note=str(notes.get("note") or ""),
@@ -428,7 +428,7 @@ class HistoryLoader:
         return self._positions.get(run.id)
 
     def _row(self, path: Path, run: Run) -> RunRow:
-        return row_from_info(path, run.info, meta.read_meta(path), self._position(run))
+        return row_from_record(path, run.record, meta.read_meta(path), self._position(run))
 
     def scan(self) -> list[str]:
         """Run folders (ids) not seen before, newest first (ids start with the UTC time)."""

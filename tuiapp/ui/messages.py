@@ -10,6 +10,8 @@ from typing import Any
 
 from textual.message import Message
 
+from tuiapp.core.run_folder.rundir import RunRecord
+
 
 @dataclass(eq=False)
 class RunsLoaded(Message):
@@ -68,7 +70,7 @@ class RunStatusChanged(Message):
     """The followed run's run.json changed (status, reason, ended...)."""
 
     run_id: str
-    info: dict
+    record: RunRecord
 
 
 @dataclass(eq=False)

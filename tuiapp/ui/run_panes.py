@@ -10,7 +10,7 @@ from tuiapp.core.run_folder.evals import perplexity_text
 from tuiapp.core.run_folder.metrics import as_number, source_tokens_text
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number
 from tuiapp.core.run_folder.rundata import RunData
-from tuiapp.core.run_folder.rundir import attempt_count, duration_s
+from tuiapp.core.run_folder.rundir import RunRecord, attempt_count, duration_s
 from tuiapp.core.run_folder.runstate import error_log, error_summary, reason_summary, status_of
 from tuiapp.ui.after_training import AfterTraining
 from tuiapp.ui.after_training import lines as after_lines
@@ -37,17 +37,18 @@ def literal(text: str) -> str:
     return str(text).replace("\\", "\\\\").replace("[", "\\[")
 
 
-def status_text(info: dict, data: RunData, now: float, stopping: bool = False, run_path: Path | None = None,
+def status_text(record: RunRecord, data: RunData, now: float, stopping: bool = False, run_path: Path | None = None,
                 after: AfterTraining | None = None) -> str:
     """The run view's header: badge, name and what it trains; progress; time over every attempt;
     the latest evaluation and the exports made after training; then what needs saying (a hang,
     orphans, a stall, the root cause of a failure)."""
-    status = info.get("status", "unknown")
+    status = record.status or "unknown"
     times = [t for t in (as_number(r.get("time")) for r in data.recent) if t is not None]
-    view = status_of(info, now, times, stopping=stopping)
+    view = status_of(record, now, times, stopping=stopping)
     badge = f"[{BADGE_STYLES.get(view.key, 'b')}]{literal(view.badge)}[/]"
-    model = info.get("model_ref") or info.get("model") or "?"
-    head = f"{badge}  [b]{escape(str(info.get('name', '?')))}[/]  {escape(str(info.get('method', '?')))} on {escape(str(model))} · {escape(str(info.get('dataset', '?')))}"
+    model = record.model_ref or record.model or "?"
+    name, method, dataset = (str(v) if v is not None else "?" for v in (record.name, record.method, record.dataset))
+    head = f"{badge}  [b]{escape(name)}[/]  {escape(method)} on {escape(str(model))} · {escape(dataset)}"
     row = data.last_train
     parts = []
     step, total = as_number(row.get("step")), as_number(row.get("max_steps"))
@@ -62,38 +63,39 @@ def status_text(info: dict, data: RunData, now: float, stopping: bool = False, r
         parts.append(f"loss {data.loss.last():.4f}")
     if data.best_eval() is not None:
         parts.append(f"best eval {data.best_eval():.4f}")
-    spent = duration_s(info, now)  # every attempt, the live one up to now
+    spent = duration_s(record, now)  # every attempt, the live one up to now
     if spent is not None:
-        count = attempt_count(info)
+        count = attempt_count(record)
         over = f" over {count} attempts" if count > 1 else ""
         parts.append(("elapsed " if status in ("starting", "running", "stopping") else "took ") + fmt_duration(spent) + over)
     if view.key == "running":
         parts.append(f"ETA {fmt_duration(data.eta_seconds())}")
-    if isinstance(info.get("ranks"), int) and info["ranks"]:
-        parts.append(f"{plural(info['ranks'], 'rank')} on {escape(str(info.get('accelerator', '?')))}")
+    if record.ranks:
+        accelerator = record.accelerator if record.accelerator is not None else "?"
+        parts.append(f"{plural(record.ranks, 'rank')} on {escape(str(accelerator))}")
     if after is not None and after.perplexity[0] is not None:
         parts.append(f"eval ppl {perplexity_text(*after.perplexity)}")
     if after is not None and after.exports:
         parts.append(f"{plural(len(after.exports), 'export')}")
     lines = [head, " · ".join(parts) or "no metrics yet"]
-    nodes = info.get("nodes")
+    nodes = record.nodes
     if isinstance(nodes, list) and nodes:
         lines.append("nodes: " + " · ".join(node_text(n) for n in nodes if isinstance(n, dict)))
-    if info.get("trust_remote_code"):
+    if record.trust_remote_code:
         lines.append("[$warning]trust_remote_code = true: the model's own Python code runs[/]")
     if view.hint:
         lines.append(f"[b $warning]{literal(flag_text(view)[:320])}[/]")
     if data.nonfinite_loss:
         lines.append("[$warning]the loss became NaN/inf[/]")
-    error = info.get("error") if status == "failed" else None
+    error = record.error if status == "failed" else None
     if error_summary(error):  # the root cause: which rank, its log, then what it raised
         log = error_log(error, run_path)
         where = f"error: rank {error.get('rank', '?')}" + (f" · {error['type']}" if error.get("type") else "")
         lines.append(f"[b $error]{literal(where)}[/]" + (f" · log: {literal(log)}" if log else ""))
         message = (str(error.get("message") or "").strip().splitlines() or [""])[0]
         lines.append(f"[$error]{literal(message if len(message) <= 200 else message[:199] + '…')}[/]")
-    elif info.get("reason"):
-        reason = str(info["reason"]).strip().splitlines()
+    elif record.reason:
+        reason = str(record.reason).strip().splitlines()
         if reason:
             lines.append(f"[$text-muted]reason: {literal(reason_summary(reason)[:300])}[/]")
     return "\n".join(lines)

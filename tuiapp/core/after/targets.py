@@ -16,7 +16,7 @@ import tomllib
 
 from tuiapp.core.common.errors import RunError
 from tuiapp.core.prelaunch.model_check import FINAL_INFO, adapter_kind, folder_problems, require_base
-from tuiapp.core.run_folder.rundir import RECIPE_TOML, RUN_JSON
+from tuiapp.core.run_folder.rundir import RECIPE_TOML, RUN_JSON, read_record
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}  # adapters that add virtual tokens (peft)
@@ -74,9 +74,9 @@ def base_of(run_dir: Path) -> str:
     """The base model a run trained from: final/llmtui.json's resolved path when it still exists,
     else what run.json recorded (a resolved path or 'tiny'), else the recipe's model.name."""
     run_dir = Path(run_dir)
-    info = _read_json(run_dir / RUN_JSON)
-    candidates = [_read_json(run_dir / "final" / FINAL_INFO).get("base_model"), info.get("model")]
-    recipe = info.get("recipe") if isinstance(info.get("recipe"), dict) else {}
+    record = read_record(run_dir / RUN_JSON)
+    candidates = [_read_json(run_dir / "final" / FINAL_INFO).get("base_model"), record.model]
+    recipe = record.recipe or {}
     candidates.append((recipe.get("model") or {}).get("name"))
     names = [str(c) for c in candidates if c]
     for name in names:
@@ -91,16 +91,16 @@ def base_of(run_dir: Path) -> str:
 def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "chat") -> Target:
     """The run's final model, or its checkpoint `checkpoint`; RunError names what is missing."""
     run_dir = Path(run_dir)
-    info = _read_json(run_dir / RUN_JSON)
+    record = read_record(run_dir / RUN_JSON)
     run_id = run_dir.name
-    method = str(info.get("method") or _frozen_method(run_dir) or "")
+    method = str(record.method or _frozen_method(run_dir) or "")
     if method in NO_CHAT:
         raise RunError(message=f"{run_id} trained a reward model: it scores answers and cannot {purpose}",
                        fix="pick a run of a generative method (sft, lora, dpo, ...)")
     if checkpoint is None:
         folder, label, step = run_dir / "final", "final", None
         if not folder.is_dir():
-            status = info.get("status") or "unknown"
+            status = record.status or "unknown"
             saved = checkpoints(run_dir)
             fix = (f"use --checkpoint {saved[-1]} (saved: {', '.join(map(str, saved))})" if saved
                    else "wait for it to succeed, or resume it (`llmtui resume RUN`)")

@@ -93,9 +93,9 @@ def stack_by_signal(run_dir: Path, rank: int, pid: int, timeout_s: float = STACK
 
 
 def rank_states(run: Run) -> list[RankState]:
-    started = run.info.get("started")
+    started = run.record.started
     phases = rundir.read_phases(run.path, since=(started - 1) if started else None)
-    world = int(run.info.get("world_size") or run.info.get("ranks") or max(phases, default=-1) + 1 or 1)
+    world = int(run.record.world_size or run.record.ranks or max(phases, default=-1) + 1 or 1)
     out = []
     for rank in range(max(world, max(phases, default=-1) + 1)):
         record = phases.get(rank, {})
@@ -122,7 +122,7 @@ def diagnose(run: Run, timeout_s: float = STACK_TIMEOUT_S) -> str:
     """The report `llmtui doctor` prints and the TUI shows."""
     run.load()
     states = rank_states(run)
-    server_pid = (run.info.get("generation_server") or {}).get("pid")
+    server_pid = (run.record.generation_server or {}).get("pid")
     server_alive = bool(server_pid) and _state(int(server_pid), None) != "gone"
     ranks_live = any(s.state not in ("gone", "elsewhere") for s in states)
     if not ranks_live and served.alive(served.read_record(run.path)):
@@ -140,8 +140,8 @@ def diagnose(run: Run, timeout_s: float = STACK_TIMEOUT_S) -> str:
         state.stack = stack_by_py_spy(state.pid, timeout_s) or (
             "" if state.state == "stopped" else stack_by_signal(run.path, state.rank, state.pid, timeout_s) or "")
     lag = behind_rank(states)
-    lines = [f"{run.id}: {run.status}" + (f" · {run.info.get('phase')}" if run.status == "starting" else "")]
-    hang = run.info.get("hang")
+    lines = [f"{run.id}: {run.status}" + (f" · {run.record.phase}" if run.status == "starting" else "")]
+    hang = run.record.hang
     if isinstance(hang, dict) and hang.get("message"):
         lines.append(f"! {hang['message']}")
     if lag is not None:
@@ -166,7 +166,7 @@ def diagnose(run: Run, timeout_s: float = STACK_TIMEOUT_S) -> str:
 
 def _server_lines(run: Run, timeout_s: float) -> list[str]:
     """The run's vLLM generation server (grpo/rloo, vllm_mode 'server'): its state and stack."""
-    server = run.info.get("generation_server") or {}
+    server = run.record.generation_server or {}
     pid = server.get("pid")
     if not pid:
         return []

@@ -227,9 +227,9 @@ def launch(plan: LaunchPlan, store: RunStore, say: Say = _quiet) -> Run:
             start_supervisor(run, port=None if options.queue and not plan.recipe.launch.master_port else plan.launch.port,
                              queued=options.queue)
         run.load()
-        if run.info.get("argv"):
-            say("command: " + " ".join(run.info["argv"]))
-            note = world_note(run.info["argv"])
+        if run.record.argv:
+            say("command: " + " ".join(run.record.argv))
+            note = world_note(run.record.argv)
             if note:
                 say(note)
         return run
@@ -284,8 +284,8 @@ def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
             run.lock_fd = None
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and process.poll() is None:
-        record = run.load().info if owner else cluster.read_node(run.path, node_rank)
-        if record.get("pid") == process.pid:
+        record = run.load().record if owner else cluster.read_node(run.path, node_rank)
+        if record.pid == process.pid:
             break
         time.sleep(0.05)
     return process.pid
@@ -300,7 +300,7 @@ def _submit_slurm(run: Run, plan: LaunchPlan, say: Say) -> Run:
                slurm={k: v for k, v in vars(plan.slurm_options).items() if v not in (None, "")})
     _submit(run, script, "not submitted")
     say(f"run {run.id} in {run.path}")
-    say(f"submitted SLURM job {run.info['slurm_job']}: {shlex.join(slurm.sbatch_argv(script))}")
+    say(f"submitted SLURM job {run.record.slurm_job}: {shlex.join(slurm.sbatch_argv(script))}")
     return run
 
 
@@ -371,7 +371,7 @@ def plan_join(recipe: Recipe, store: RunStore, base_dir: Path, options: LaunchOp
     if different:
         raise UserError(message=f"this recipe differs from the one node 0 started in {', '.join(different[:6])}",
                         fix="run the same recipe with the same --set overrides on every node")
-    nnodes = int(run.info.get("nnodes") or 0)
+    nnodes = int(run.record.nnodes or 0)
     if options.nnodes and nnodes and options.nnodes != nnodes:
         raise UserError(message=f"mismatched world size: --nnodes {options.nnodes} here, but node 0 started "
                         f"run {run.id} with {nnodes} nodes", fix=f"pass --nnodes {nnodes} (or leave it out)")
@@ -379,16 +379,16 @@ def plan_join(recipe: Recipe, store: RunStore, base_dir: Path, options: LaunchOp
     if not nnodes or k >= nnodes:
         raise UserError(message=f"node rank {k} is outside the {nnodes} nodes of run {run.id}",
                         fix=f"use --node-rank 1..{nnodes - 1}")
-    master_addr = options.master_addr or run.info.get("master_addr")
+    master_addr = options.master_addr or run.record.master_addr
     port = cluster.resolve_port(recipe.launch, options.master_port)
-    if run.info.get("master_port") and int(run.info["master_port"]) != port and options.master_port:
-        raise UserError(message=f"--master-port {port} here, but node 0 listens on {run.info['master_port']}",
+    if run.record.master_port and int(run.record.master_port) != port and options.master_port:
+        raise UserError(message=f"--master-port {port} here, but node 0 listens on {run.record.master_port}",
                         fix="use the same --master-port on every node (or leave it out)")
-    port = int(run.info.get("master_port") or port)
+    port = int(run.record.master_port or port)
     record = cluster.read_node(run.path, k)
-    if record.get("status") in ACTIVE and record.get("host") == socket.gethostname() and \
-            process_alive(record.get("pid"), record.get("pid_create_time")):
-        raise UserError(message=f"node rank {k} already joined run {run.id} (pid {record.get('pid')})",
+    if record.status in ACTIVE and record.host == socket.gethostname() and \
+            process_alive(record.pid, record.pid_create_time):
+        raise UserError(message=f"node rank {k} already joined run {run.id} (pid {record.pid})",
                         fix="give each node a distinct --node-rank")
     if run.status not in ACTIVE:
         raise UserError(message=f"run {run.id} is {run.status}; it cannot be joined",
@@ -414,12 +414,12 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
     checkpoints); the supervisor SIGKILLs what is left after the grace period, or this does when
     the supervisor is gone. True when no process of the run is left."""
     run.load()
-    if run.info.get("slurm_job"):
+    if run.record.slurm_job:
         return slurm.stop(run, grace_s, wait)  # SIGTERM to the job's steps, scancel after the grace
-    host = run.info.get("host")
+    host = run.record.host
     if run.status in ACTIVE and host not in (None, socket.gethostname()):
         raise RunError(message=f"{run.id} is supervised on {host}", fix=f"run `llmtui stop {run.id}` on {host}")
-    pgid = run.info.get("pgid")
+    pgid = run.record.pgid
     if not pgid:
         run.refresh_truth()
         return True
@@ -445,7 +445,7 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
             pass
     psutil.wait_procs(group_processes(pgid), timeout=5)
     if not supervisor_up:  # the supervisor would have freed its ranks' shared memory
-        shm.reclaim(run.info.get("master_port") or master_port_of(run.info.get("argv")))
+        shm.reclaim(run.record.master_port or master_port_of(run.record.argv))
     if run.load().status in ACTIVE and not run.supervisor_alive():
         run.update(status="stopped", ended=time.time(), reason="stopped; processes killed after the grace period")
     return not group_processes(pgid)
@@ -454,8 +454,8 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
 def _signal_adopter(run: Run, pgid: int) -> None:
     """A supervisor that adopted orphaned ranks lives outside their group: it hears of the stop
     too (it records `stopping` and enforces the grace period)."""
-    pid = run.info.get("pid")
-    if not pid or not process_alive(pid, run.info.get("pid_create_time")):
+    pid = run.record.pid
+    if not pid or not process_alive(pid, run.record.pid_create_time):
         return
     try:
         if os.getpgid(pid) != pgid:
@@ -484,7 +484,7 @@ def resume(run: Run, options: LaunchOptions | None = None, say: Say = _quiet) ->
     """Continue a stopped or failed run from its last complete checkpoint, the way it ran:
     a local supervisor, node K of a node-mode run, or a resubmitted SLURM job."""
     options = options or LaunchOptions()
-    mode = run.info.get("node_mode")
+    mode = run.record.node_mode
     if mode not in ("slurm", "nodes") and options.node_rank is not None:
         raise UserError(message=f"{run.id} was not started node by node", fix="leave out --node-rank")
     if mode == "slurm":
@@ -493,13 +493,13 @@ def resume(run: Run, options: LaunchOptions | None = None, say: Say = _quiet) ->
         return _resume_node(run, options, say)
     fd = runlock.acquire(runlock.lock_path(run.path))
     if fd is None:
-        raise RunError(message=f"{run.id} is already running: its supervisor holds the run (pid {run.info.get('pid')})",
+        raise RunError(message=f"{run.id} is already running: its supervisor holds the run (pid {run.record.pid})",
                        fix=f"follow it with `llmtui show {run.id}`, or stop it first with `llmtui stop {run.id}`")
     run.lock_fd = fd
     try:
         run.load()
-        if run.status in ACTIVE and run.info.get("host") in (None, socket.gethostname()) \
-                and group_processes(run.info.get("pgid")):
+        if run.status in ACTIVE and run.record.host in (None, socket.gethostname()) \
+                and group_processes(run.record.pgid):
             say(f"{run.id}: its supervisor was gone, but its ranks still train; a new supervisor adopts them "
                 "and records how they end")
             start_supervisor(run, adopt=True)
@@ -508,7 +508,7 @@ def resume(run: Run, options: LaunchOptions | None = None, say: Say = _quiet) ->
         queued = _requeue(run)
         say(f"resuming {run.id} from its last complete checkpoint"
             + (f" once the queue lets it start (#{queue.position(run.path.parent, run.id) or '?'} in line, "
-               f"priority {run.info['queue'].get('priority', 0)})" if queued else ""))
+               f"priority {run.record.queue.get('priority', 0)})" if queued else ""))
         start_supervisor(run, resume=True, queued=queued)
     finally:
         run.release_lock()
@@ -519,7 +519,7 @@ def _requeue(run: Run) -> bool:
     """A run that went through the queue goes back through it on resume, with its priority and
     slots: it waits its turn like any queued run (True), instead of starting beside the runs
     that hold the devices."""
-    recorded = run.info.get("queue")
+    recorded = run.record.queue
     if not isinstance(recorded, dict):
         return False
     entry = queue.enqueue(run.path.parent, run.id, priority=int(recorded.get("priority") or 0),
@@ -530,15 +530,15 @@ def _requeue(run: Run) -> bool:
 
 def _resume_node(run: Run, options: LaunchOptions, say: Say) -> Run:
     node_rank = options.node_rank
-    nnodes = int(run.info.get("nnodes") or 0)
+    nnodes = int(run.record.nnodes or 0)
     if node_rank is None:
         raise UserError(message=f"{run.id} runs on {nnodes} nodes started by hand",
                         fix=f"run `llmtui resume {run.id} --node-rank K` on every node, node 0 first")
     if not 0 <= node_rank < nnodes:
         raise UserError(message=f"node rank {node_rank} is outside the {nnodes} nodes of {run.id}",
                         fix=f"use --node-rank 0..{nnodes - 1}")
-    master_addr = options.master_addr or run.info.get("master_addr")
-    port = int(run.info.get("master_port") or cluster.DEFAULT_PORT)
+    master_addr = options.master_addr or run.record.master_addr
+    port = int(run.record.master_port or cluster.DEFAULT_PORT)
     if node_rank == 0:
         _check_resumable(run)
         for k in cluster.node_records(run.path):
@@ -561,7 +561,7 @@ def _resume_node(run: Run, options: LaunchOptions, say: Say) -> Run:
 def _resume_slurm(run: Run, say: Say) -> Run:
     """Resubmit the run's batch script with --resume (e.g. after a TIMEOUT)."""
     _check_resumable(run)
-    known = {k: v for k, v in (run.info.get("slurm") or {}).items() if k in slurm.SlurmOptions.__dataclass_fields__}
+    known = {k: v for k, v in (run.record.slurm or {}).items() if k in slurm.SlurmOptions.__dataclass_fields__}
     script = run.path / slurm.SCRIPT_NAME
     script.write_text(slurm.sbatch_script(run.path.resolve(), slurm.SlurmOptions(**known),
                                           env=cluster.passthrough_env(), resume=True), encoding="utf-8")
@@ -569,6 +569,6 @@ def _resume_slurm(run: Run, say: Say) -> Run:
         cluster.node_json(run.path, k).unlink(missing_ok=True)
     run.update(status="created", reason=None, ended=None, slurm_job=None, slurm_state=None)
     _submit(run, script, "not resubmitted")
-    say(f"resuming {run.id}: submitted SLURM job {run.info['slurm_job']} (from the last complete checkpoint)")
+    say(f"resuming {run.id}: submitted SLURM job {run.record.slurm_job} (from the last complete checkpoint)")
     return run
 

@@ -234,24 +234,24 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         run = self.run
-        info = run.info
-        self.ranks_group = int(info["pgid"])
+        record = run.record
+        self.ranks_group = int(record.pgid)
         self.recipe = run.recipe()
-        self.started = float(info.get("started") or time.time())
-        self.world = int(info.get("world_size") or info.get("ranks") or 1)
+        self.started = float(record.started or time.time())
+        self.world = int(record.world_size or record.ranks or 1)
         self.startup_timeout_s = float(self.recipe.launch.startup_timeout_s)
-        self.status = str(info.get("status"))
+        self.status = str(record.status)
         me = psutil.Process()
         self.claims = self.node is None and not cluster.uses_hosts(self.recipe.launch)
         if self.claims:  # the dead supervisor's claim went with its pid: the ranks still hold the devices
             with queue.decision_lock(self.runs_root):
-                queue.write_claim(self.runs_root, run.id, list(info.get("gpus") or []) if info.get("accelerator")
+                queue.write_claim(self.runs_root, run.id, list(record.gpus or []) if record.accelerator
                                   == "cuda" else [], me.pid, me.create_time(), pgid=self.ranks_group)
         self._record(pid=me.pid, pid_create_time=me.create_time())
-        if info.get("stop_requested"):
+        if record.stop_requested:
             self.stop_requested_at = time.monotonic()
             self.stop_recorded = True
-        server_pid = (info.get("generation_server") or {}).get("pid")
+        server_pid = (record.generation_server or {}).get("pid")
         while (left := group_processes(self.ranks_group)):
             if server_pid and _only_server_left(left, int(server_pid)):  # the ranks are done: it serves no one
                 for process in left:
@@ -270,8 +270,8 @@ class Supervisor:
             time.sleep(POLL_S)
         if self.claims:
             queue.release(self.runs_root, run.id)
-        shm.reclaim(info.get("master_port"))
-        status, reason = unsupervised_outcome(run.path, run.load().info)
+        shm.reclaim(record.master_port)
+        status, reason = unsupervised_outcome(run.path, run.load().record)
         reason = reason.replace(SUPERVISOR_GONE, "the run's first supervisor died; a second one followed its ranks")
         now = time.time()
         self._record(status=status, ended=now, reason=reason, hang=None,
@@ -357,7 +357,7 @@ class Supervisor:
         ranks, gpu_ids = launcher.plan_ranks(recipe.launch, cuda, reserved=reserved)
         want = generation_server.devices_wanted(ranks, gpu_ids, reserved, cuda, self.queued)
         me = psutil.Process()
-        slots = int((self.run.info.get("queue") or {}).get("slots") or queue.default_slots())
+        slots = int((self.run.record.queue or {}).get("slots") or queue.default_slots())
         if self.queued:
             self._record(status="queued", pid=me.pid, pgid=os.getpgid(0), pid_create_time=me.create_time(),
                          host=socket.gethostname())
@@ -378,10 +378,10 @@ class Supervisor:
                 return None
             time.sleep(queue.POLL_S)
 
-    def _own_record(self) -> dict:
+    def _own_record(self) -> rundir.RunRecord:
         if self.node is not None and self.node.node_rank:
             return cluster.read_node(self.run.path, self.node.node_rank)
-        return self.run.load().info
+        return self.run.load().record
 
     def _watch_ranks(self) -> None:
         """Start-up phase (the rank furthest behind), a hang when it has not moved for
@@ -551,7 +551,7 @@ class Supervisor:
             notify.send(self.recipe.notify, event, self.run.path, self.run.id, self.run.name, status, reason)
 
     def _group(self) -> dict | None:
-        group = self.run.info.get("group")
+        group = self.run.record.group
         return group if isinstance(group, dict) and group.get("id") else None
 
     def _watch_sweep(self, ended: bool = False) -> None:

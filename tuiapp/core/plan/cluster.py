@@ -32,7 +32,7 @@ from tuiapp.core.common.secrets import is_secret_name
 from tuiapp.core.config.hosts import Host, host_fix, parse_host_entries, parse_hostfile_text, read_hostfile  # noqa: F401
 from tuiapp.core.plan import launcher
 from tuiapp.core.run_folder.metrics import atomic_write_text
-from tuiapp.core.run_folder.rundir import ACTIVE, NODE_KEYS, RUN_JSON, STDOUT_LOG, check_keys
+from tuiapp.core.run_folder.rundir import ACTIVE, NODE_KEYS, RUN_JSON, STDOUT_LOG, RunRecord, check_keys, read_record
 from tuiapp.core.run_folder.tail import tail_lines
 
 if TYPE_CHECKING:
@@ -250,26 +250,23 @@ def node_log(run_dir: Path, node_rank: int) -> Path:
     return nodes_dir(run_dir) / f"{node_rank}.log"
 
 
-def read_node(run_dir: Path, node_rank: int) -> dict:
-    try:
-        data = json.loads(node_json(run_dir, node_rank).read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+def read_node(run_dir: Path, node_rank: int) -> RunRecord:
+    """nodes/<k>.json (lenient: an empty record when missing or unreadable)."""
+    return read_record(node_json(run_dir, node_rank))
 
 
-def write_node(run_dir: Path, node_rank: int, /, **values) -> dict:
+def write_node(run_dir: Path, node_rank: int, /, **values) -> RunRecord:
     """Merge values into nodes/<k>.json (written atomically) and return the record."""
     check_keys(values, NODE_KEYS)
     record = read_node(run_dir, node_rank)
-    record.update(values)
-    record["node_rank"] = node_rank
+    record.set(**values, node_rank=node_rank)
     nodes_dir(run_dir).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(node_json(run_dir, node_rank), json.dumps(record, indent=2, sort_keys=True, default=str))
+    atomic_write_text(node_json(run_dir, node_rank),
+                      json.dumps(record.to_json(), indent=2, sort_keys=True, default=str))
     return record
 
 
-def node_records(run_dir: Path) -> dict[int, dict]:
+def node_records(run_dir: Path) -> dict[int, RunRecord]:
     out = {}
     folder = nodes_dir(run_dir)
     try:
@@ -311,17 +308,17 @@ class NodeWatch:
         nodes[0]["host"] = socket.gethostname()
         nodes[0]["status"] = own_status
         for k, node in enumerate(nodes[1:], start=1):
-            record = records.get(k, {})
-            node["status"] = record.get("status", "waiting") if record else "waiting"  # waiting = not joined
-            if record:
-                node["host"] = record.get("host", node["host"])
+            record = records.get(k)
+            node["status"] = (record.status if record else None) or "waiting"  # waiting = not joined
+            if record and record.host is not None:
+                node["host"] = record.host
         if nodes != self._last:
             self.run.update(nodes=nodes)
             self._last = nodes
-        failed = [(k, r) for k, r in records.items() if k and r.get("status") == "failed"]
+        failed = [(k, r) for k, r in records.items() if k and r.status == "failed"]
         if failed:
             k, record = failed[0]
-            return f"node {k} ({record.get('host', '?')}) failed: {record.get('reason') or 'see nodes/%d.log' % k}"
+            return f"node {k} ({record.host or '?'}) failed: {record.reason or 'see nodes/%d.log' % k}"
         missing = [k for k in range(1, self.plan.nnodes) if k not in records]
         if missing and time.monotonic() - self.started > self.join_timeout_s:
             names = ", ".join(str(k) for k in missing)
@@ -337,7 +334,7 @@ class NodeWatch:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             records = node_records(self.run.path)
-            if all(r.get("status") not in ACTIVE for k, r in records.items() if k):
+            if all(r.status not in ACTIVE for k, r in records.items() if k):
                 return
             time.sleep(0.25)
 
@@ -533,11 +530,7 @@ def write_files(launch: Launch) -> None:
 
 def node_gone_reason(run_dir: Path, node_rank: int) -> str | None:
     """For node K's supervisor: why it should stop because node 0 has ended the run."""
-    try:
-        info = json.loads((Path(run_dir) / RUN_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    status = info.get("status")
+    status = read_record(Path(run_dir) / RUN_JSON).status
     if status in ("succeeded", "failed", "stopped"):
         return f"node 0 recorded the run as {status}"
     return None
@@ -549,10 +542,10 @@ def explain_run(run_dir: Path, launch: Launch) -> str | None:
     found = explain_log(launch.log_path(run_dir), addr, launch.port)
     if launch.owner and launch.plan and launch.plan.nnodes > 1:
         for k, record in sorted(node_records(run_dir).items()):
-            if k and record.get("status") == "failed":
+            if k and record.status == "failed":
                 other = explain_log(node_log(run_dir, k), addr, launch.port)
                 lost = found is None or found.startswith("a rank on another node stopped")
                 if lost:
-                    found = f"node {k} ({record.get('host', '?')}) failed: " + (other or record.get("reason") or "")
+                    found = f"node {k} ({record.host or '?'}) failed: " + (other or record.reason or "")
                 break
     return found

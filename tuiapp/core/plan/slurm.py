@@ -247,7 +247,7 @@ def cancel(job_id: str, signal: str | None = None) -> bool:
 
 
 def job_of(run) -> str | None:
-    job = run.info.get("slurm_job")
+    job = run.record.slurm_job
     return str(job) if job else None
 
 
@@ -259,13 +259,13 @@ def refresh(run, persist: bool = True) -> None:
         return
     state = job_state(job)
     if state is None:
-        submitted = run.info.get("slurm_submitted") or run.info.get("created") or 0
+        submitted = run.record.slurm_submitted or run.record.created or 0
         if time.time() - submitted < MISSING_S:
             return
         status, reason = "failed", f"SLURM no longer knows job {job} (purged or cancelled before it ran)"
     elif state.active:
         # in memory only: node 0's supervisor owns run.json while the job runs (no racing writes)
-        run.info["slurm_state"] = state.state
+        run.record.slurm_state = state.state
         return
     else:
         run.load()  # node 0's supervisor may have written the outcome just now
@@ -277,7 +277,7 @@ def refresh(run, persist: bool = True) -> None:
             reason += f" (SLURM reason: {state.reason})"
     values = {"status": status, "ended": time.time(), "reason": reason,
               "slurm_state": state.state if state else None}
-    run.info.update(values)
+    run.record.set(**values)
     if persist:
         _save_fields(run, **values)
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from functools import cache
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from typing_extensions import NotRequired, TypedDict  # pydantic validates these on Python < 3.12
+from typing_extensions import NotRequired, TypedDict
 
 # The run folder's files: what the CLI, the supervisor, the ranks and the UI read and write.
 RUN_JSON = "run.json"  # the run's record (RunRecord)
@@ -32,8 +32,9 @@ PHASES = ("launching", "importing", "building ops", "joining ranks", "loading to
 Status = Literal["created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown"]
 
 
-# Typed dicts, not pydantic models: the history imports this module at start-up, and only
-# record_of (tests, doctor) needs validation, through a TypeAdapter built on first use.
+# Attempt and Hang stay typed dicts: they live inside run.json's lists and values and are read
+# as plain JSON by the front ends. The record itself is a slotted dataclass (no pydantic: the
+# history imports this module at start-up).
 
 
 class Attempt(TypedDict):
@@ -57,62 +58,134 @@ class Hang(TypedDict):
     message: str
 
 
-class RunRecord(TypedDict, total=False):
-    """run.json (every key optional). Written by the run store (creation),
-    the run service (before a start) and the run's supervisor (while it lives); read by everything."""
+@dataclass(slots=True)
+class RunRecord:
+    """run.json (every key optional), also node K's nodes/K.json (NODE_KEYS). Written by the run
+    store (creation), the run service (before a start) and the run's supervisor (while it lives);
+    read by everything, through these attributes only.
 
-    id: str | None
-    name: str | None
-    status: Status
-    created: float | None
-    host: str | None
-    recipe_file: str | None
-    method: str | None
-    model: str | None
-    model_ref: str | None
-    dataset: str | None
-    trust_remote_code: bool
-    recipe: dict | None
-    attempts: list[Attempt] | int
+    Reading is lenient (from_json): a key of the wrong type is kept aside in `extra` (its
+    attribute stays None) and written back untouched, like an unknown key, so an old or damaged
+    file never breaks a listing and loses nothing. Writing is strict: `set` and Run.update take
+    declared keys only."""
+
+    id: str | None = None
+    name: str | None = None
+    status: Status | None = None
+    created: float | None = None
+    host: str | None = None
+    recipe_file: str | None = None
+    method: str | None = None
+    model: str | None = None
+    model_ref: str | None = None
+    dataset: str | None = None
+    trust_remote_code: bool | None = None
+    recipe: dict | None = None
+    attempts: list[Attempt] | int | None = None  # an int in runs written before attempts were a list
     # the current (or last) attempt
-    pid: int | None
-    pgid: int | None
-    pid_create_time: float | None
-    started: float | None
-    ended: float | None
-    exit_code: int | None
-    reason: str | None
-    error: dict | None  # the root cause: {rank, type, message, log}
-    phase: str | None
-    phase_since: float | None
-    hang: Hang | None
-    stop_requested: float | None
-    queue: dict | None  # a queued launch: {priority, slots, enqueued}
-    group: dict | None  # a sweep's run: {id, name, index, keys, values}
-    devices: list[int] | None  # GPU ids the queue gave this run
-    generation_server: dict | None  # grpo/rloo's vLLM server: {gpus, url, group_port, pid, log, argv, ready}
-    argv: list[str] | None
-    ranks: int | None
-    gpus: list[int] | None
-    accelerator: str | None
-    resumed: bool | None
+    pid: int | None = None
+    pgid: int | None = None
+    pid_create_time: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    error: dict | None = None  # the root cause: {rank, type, message, log}
+    phase: str | None = None
+    phase_since: float | None = None
+    hang: Hang | None = None
+    stop_requested: float | None = None
+    queue: dict | None = None  # a queued launch: {priority, slots, enqueued}
+    group: dict | None = None  # a sweep's run: {id, name, index, keys, values}
+    devices: list[int] | None = None  # GPU ids the queue gave this run
+    generation_server: dict | None = None  # grpo/rloo's vLLM server: {gpus, url, group_port, pid, log, argv, ready}
+    argv: list[str] | None = None
+    ranks: int | None = None
+    gpus: list[int] | None = None
+    accelerator: str | None = None
+    resumed: bool | None = None
     # scale-out (tuiapp.core.plan.cluster, tuiapp.core.plan.slurm)
-    strategy: str | None
-    node_mode: str | None
-    node_rank: int | None
-    nnodes: int | None
-    world_size: int | None
-    master_addr: str | None
-    master_port: int | None
-    launcher: str | None
-    nodes: list[dict] | None
-    slurm: dict | None
-    slurm_job: str | None
-    slurm_submitted: float | None
-    slurm_state: str | None
+    strategy: str | None = None
+    node_mode: str | None = None
+    node_rank: int | None = None
+    nnodes: int | None = None
+    world_size: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    launcher: str | None = None
+    nodes: list[dict] | None = None
+    slurm: dict | None = None
+    slurm_job: str | None = None
+    slurm_submitted: float | None = None
+    slurm_state: str | None = None
+    # a merged model's run (llmtui merge)
+    merged_from: list[str] | None = None
+    merge: dict | None = None  # {method, weights, density}
+    # --- not keys of the file
+    extra: dict = field(default_factory=dict)  # unknown keys and values of the wrong type, kept as read
+    orphans: bool = False  # in memory only (Run.refresh_truth): ranks outlived their supervisor
+    _present: set = field(default_factory=set, init=False, repr=False, compare=False)  # keys written even when None
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunRecord:
+        """The record of a parsed run.json (or nodes/K.json); never raises."""
+        record = cls()
+        if not isinstance(data, dict):
+            return record
+        for key, value in data.items():
+            accepts = _ACCEPTS.get(key)
+            if accepts is None or (value is not None and not isinstance(value, accepts)):
+                record.extra[key] = value
+                continue
+            object.__setattr__(record, key, value)
+            record._present.add(key)
+        return record
+
+    def to_json(self) -> dict:
+        """The dict written to disk: the keys read or set (None ones included), then every other
+        key with a value, over the unknown and damaged ones kept as read."""
+        out = dict(self.extra)
+        for key in _ACCEPTS:
+            value = getattr(self, key)
+            if value is not None or key in self._present:
+                out[key] = value
+        return out
+
+    def set(self, **values: Any) -> None:
+        """Set declared keys (an unknown one raises KeyError); a key set to None is written as null."""
+        check_keys(values, RUN_KEYS)
+        for key, value in values.items():
+            setattr(self, key, value)
+            self._present.add(key)
+            self.extra.pop(key, None)
+
+    def copy(self) -> RunRecord:
+        twin = replace(self, extra=dict(self.extra))
+        twin._present = set(self._present)
+        return twin
+
+    @property
+    def damaged(self) -> list[str]:
+        """Declared keys whose value had the wrong type (kept aside in `extra`)."""
+        return sorted(key for key in self.extra if key in _ACCEPTS)
 
 
-RUN_KEYS = frozenset(RunRecord.__annotations__)
+_KINDS: dict[str, tuple[type, ...]] = {
+    "str": (str,), "Status": (str,), "float": (int, float), "int": (int,), "bool": (bool,), "dict": (dict,),
+    "Hang": (dict,), "list": (list,),
+}
+
+
+def _accepts(annotation: str) -> tuple[type, ...]:
+    """The JSON types a field's annotation admits ('list[int] | None' → (list,))."""
+    out: tuple[type, ...] = ()
+    for part in annotation.split("|"):
+        out += _KINDS.get(part.strip().split("[")[0], ())
+    return out
+
+
+_ACCEPTS = {f.name: _accepts(str(f.type)) for f in fields(RunRecord) if f.name not in ("extra", "orphans", "_present")}
+RUN_KEYS = frozenset(_ACCEPTS)
 # nodes/K.json: what node K's supervisor records of itself
 NODE_KEYS = frozenset({
     "status", "pid", "pgid", "pid_create_time", "started", "ended", "exit_code", "reason", "argv", "host",
@@ -128,54 +201,60 @@ def check_keys(values: dict, allowed: frozenset = RUN_KEYS) -> None:
         raise KeyError(f"not a run.json key: {', '.join(unknown)} (declare it in tuiapp.core.run_folder.rundir)")
 
 
-@cache
-def _record_adapter():
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(RunRecord)
-
-
-def record_of(info: dict) -> RunRecord | None:
-    """run.json validated against the protocol (types of the known keys), or None when it does
-    not fit."""
-    from pydantic import ValidationError
-
+def read_record(path: Path) -> RunRecord:
+    """A run.json (or nodes/K.json) read leniently: an empty record when missing or unreadable."""
     try:
-        return _record_adapter().validate_python(info)
-    except ValidationError:
+        return RunRecord.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return RunRecord()
+
+
+def record_of(data: Any) -> RunRecord | None:
+    """run.json checked against the protocol (types of the known keys, a known status, attempts
+    that are attempts), or None when it does not fit."""
+    if not isinstance(data, dict):
         return None
+    record = RunRecord.from_json(data)
+    if record.damaged or (record.status is not None and record.status not in STATUSES):
+        return None
+    attempts = record.attempts
+    if isinstance(attempts, list) and not all(
+            isinstance(a, dict) and isinstance(a.get("number"), int) and isinstance(a.get("started"), (int, float))
+            for a in attempts):
+        return None
+    return record
 
 
 # ---------------------------------------------------------------- attempts and time
 
 
-def attempts_of(info: dict) -> list[dict]:
+def attempts_of(record: RunRecord) -> list[dict]:
     """Every attempt recorded (oldest first); a run written before attempts were a list gives
     one synthetic attempt from started/ended."""
-    raw = info.get("attempts")
+    raw = record.attempts
     if isinstance(raw, list):
         return [a for a in raw if isinstance(a, dict) and isinstance(a.get("started"), (int, float))]
-    if isinstance(info.get("started"), (int, float)):
-        return [{"number": raw if isinstance(raw, int) and raw > 0 else 1, "started": info["started"],
-                 "ended": info.get("ended"), "outcome": info.get("status"), "reason": info.get("reason")}]
+    if isinstance(record.started, (int, float)):
+        return [{"number": raw if isinstance(raw, int) and raw > 0 else 1, "started": record.started,
+                 "ended": record.ended, "outcome": record.status, "reason": record.reason}]
     return []
 
 
-def attempt_count(info: dict) -> int:
-    raw = info.get("attempts")
+def attempt_count(record: RunRecord) -> int:
+    raw = record.attempts
     if isinstance(raw, int):
         return raw
-    return len(attempts_of(info))
+    return len(attempts_of(record))
 
 
-def first_started(info: dict) -> float | None:
-    attempts = attempts_of(info)
-    return attempts[0]["started"] if attempts else info.get("started")
+def first_started(record: RunRecord) -> float | None:
+    attempts = attempts_of(record)
+    return attempts[0]["started"] if attempts else record.started
 
 
-def duration_s(info: dict, now: float | None = None) -> float | None:
+def duration_s(record: RunRecord, now: float | None = None) -> float | None:
     """Time spent running, over every attempt; the live attempt counts up to now."""
-    attempts = attempts_of(info)
+    attempts = attempts_of(record)
     if not attempts:
         return None
     now = time.time() if now is None else now
@@ -184,23 +263,23 @@ def duration_s(info: dict, now: float | None = None) -> float | None:
         end = attempt.get("ended")
         if not isinstance(end, (int, float)):
             last = index == len(attempts) - 1
-            end = (info.get("ended") if last else None) or (now if last and info.get("status") in ACTIVE else None)
+            end = (record.ended if last else None) or (now if last and record.status in ACTIVE else None)
         if isinstance(end, (int, float)) and end >= attempt["started"]:
             total += end - attempt["started"]
     return total
 
 
-def new_attempt(info: dict, host: str, resumed: bool, now: float | None = None) -> list[dict]:
+def new_attempt(record: RunRecord, host: str, resumed: bool, now: float | None = None) -> list[dict]:
     """The attempts list with one more (started now)."""
-    attempts = [a for a in attempts_of(info)]
+    attempts = [a for a in attempts_of(record)]
     attempts.append(Attempt(number=len(attempts) + 1, started=time.time() if now is None else now,
                             ended=None, outcome=None, reason=None, host=host, resumed=resumed))
     return attempts
 
 
-def close_attempt(info: dict, outcome: str, reason: str | None, now: float | None = None) -> list[dict]:
+def close_attempt(record: RunRecord, outcome: str, reason: str | None, now: float | None = None) -> list[dict]:
     """The attempts list with the last one ended."""
-    attempts = attempts_of(info)
+    attempts = attempts_of(record)
     if attempts and not attempts[-1].get("ended"):
         attempts[-1] = {**attempts[-1], "ended": time.time() if now is None else now, "outcome": outcome,
                         "reason": reason}

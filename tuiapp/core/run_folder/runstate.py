@@ -99,37 +99,38 @@ def status_view(status: str, now: float, *, phase: str | None = None, phase_sinc
     return StatusView(status, status, status)
 
 
-def status_of(info: dict, now: float, step_times: list[float] | tuple = (), stopping: bool = False) -> StatusView:
-    """status_view of a run.json dict. A `starting` run whose steps are already counting in this
+def status_of(record: rundir.RunRecord, now: float, step_times: list[float] | tuple = (),
+              stopping: bool = False) -> StatusView:
+    """status_view of a run's record. A `starting` run whose steps are already counting in this
     attempt (the supervisor records `running` at its next look) shows as running, not as the
     start-up phase it last wrote (`loading model` while the steps of a resumed run went on)."""
-    hang = info.get("hang")
-    status = str(info.get("status") or "unknown")
-    if steps_counting(status, info, step_times):
+    hang = record.hang
+    status = str(record.status or "unknown")
+    if steps_counting(status, record, step_times):
         status, hang = "running", None
-    return status_view(status, now, phase=info.get("phase"),
-                       phase_since=info.get("phase_since"), hang=hang if isinstance(hang, dict) else None,
-                       orphans=bool(info.get("orphans")), stop_requested=info.get("stop_requested"),
+    return status_view(status, now, phase=record.phase,
+                       phase_since=record.phase_since, hang=hang if isinstance(hang, dict) else None,
+                       orphans=record.orphans, stop_requested=record.stop_requested,
                        step_times=step_times, stopping=stopping)
 
 
 # ---------------------------------------------------------------- attempts, time and reasons
 
 
-def steps_counting(status: str, info: dict, step_times: list[float] | tuple) -> bool:
+def steps_counting(status: str, record: rundir.RunRecord, step_times: list[float] | tuple) -> bool:
     """A `starting` run whose latest attempt already writes steps: it trains. Until its supervisor
     records the new attempt, the last one recorded has ended, and the steps are that attempt's."""
-    attempts = rundir.attempts_of(info)
+    attempts = rundir.attempts_of(record)
     if status == "starting" and attempts and attempts[-1].get("ended"):
         return False
-    started = attempt_started(info)
+    started = attempt_started(record)
     return status == "starting" and bool(step_times) and started is not None and step_times[-1] >= started
 
 
-def attempt_started(info: dict) -> float | None:
+def attempt_started(record: rundir.RunRecord) -> float | None:
     """When the run's latest attempt started (a resume starts a new one)."""
-    attempts = rundir.attempts_of(info)
-    return as_number(attempts[-1].get("started")) if attempts else as_number(info.get("started"))
+    attempts = rundir.attempts_of(record)
+    return as_number(attempts[-1].get("started")) if attempts else as_number(record.started)
 
 
 def error_summary(error: dict | None) -> str | None:
@@ -165,12 +166,12 @@ def reason_summary(lines: list[str]) -> str:
     return lines[-1].strip()
 
 
-def why_text(info: dict) -> str | None:
+def why_text(record: rundir.RunRecord) -> str | None:
     """Why a run ended as it did, in one line: its root-cause error, else its reason."""
-    summary = error_summary(info.get("error")) if info.get("status") == "failed" else None
+    summary = error_summary(record.error) if record.status == "failed" else None
     if summary:
         return summary
-    reason = str(info.get("reason") or "").strip().splitlines()
+    reason = str(record.reason or "").strip().splitlines()
     return reason_summary(reason) if reason else None
 
 

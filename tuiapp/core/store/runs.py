@@ -30,6 +30,7 @@ from tuiapp.core.run_folder.rundir import (  # noqa: F401 (ACTIVE, FINAL re-expo
     RECIPE_TOML,
     RUN_JSON,
     STDOUT_LOG,
+    RunRecord,
     attempts_of,
     check_keys,
     close_attempt,
@@ -217,14 +218,14 @@ def logged_errors(run_dir: Path) -> str | None:
     return None
 
 
-def unsupervised_outcome(run_dir: Path, info: dict) -> tuple[str, str]:
+def unsupervised_outcome(run_dir: Path, record: RunRecord) -> tuple[str, str]:
     """The status and reason of an attempt that ended without its supervisor, from what its ranks
     recorded (their exit codes are lost with it): `succeeded` when they finished and saved final/,
     `stopped` after a stop checkpoint or a stop request, else `failed` with the rank's own root
     cause. Never the launcher's output lines or its command."""
     run_dir = Path(run_dir)
-    started = info.get("started")
-    if info.get("status") == "queued":
+    started = record.started
+    if record.status == "queued":
         return "failed", (f"{SUPERVISOR_GONE} while the run waited in the queue; it never started "
                           "(`llmtui resume` puts it back in the queue)")
     events = [e for e in read_jsonl(run_dir / EVENTS_JSONL)
@@ -235,7 +236,7 @@ def unsupervised_outcome(run_dir: Path, info: dict) -> tuple[str, str]:
     if "stop_checkpoint" in kinds:
         step = kinds["stop_checkpoint"].get("step")
         return "stopped", f"stopped at step {step} with a checkpoint ({SUPERVISOR_GONE})"
-    if info.get("stop_requested"):
+    if record.stop_requested:
         return "stopped", f"stopped on request before a checkpoint was saved ({SUPERVISOR_GONE})"
     cause = failure_cause(run_dir, since=started)
     if cause:
@@ -252,7 +253,7 @@ class Run:
     """One run directory."""
 
     path: Path
-    info: dict = field(default_factory=dict)
+    record: RunRecord = field(default_factory=RunRecord)
     lock_fd: int | None = field(default=None, repr=False)  # held while this process starts the run
 
     def release_lock(self) -> None:
@@ -266,14 +267,14 @@ class Run:
 
     @property
     def name(self) -> str:
-        return self.info.get("name", self.id)
+        return self.record.name if self.record.name is not None else self.id
 
     @property
     def status(self) -> str:
-        return self.info.get("status", "unknown")
+        return self.record.status if self.record.status is not None else "unknown"
 
     @property
-    def info_path(self) -> Path:
+    def record_path(self) -> Path:
         return self.path / RUN_JSON
 
     @property
@@ -298,22 +299,23 @@ class Run:
 
     def load(self) -> "Run":
         try:
-            self.info = json.loads(self.info_path.read_text(encoding="utf-8"))
-            if not isinstance(self.info, dict):
+            data = json.loads(self.record_path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
                 raise ValueError("not an object")
+            self.record = RunRecord.from_json(data)
         except FileNotFoundError:
-            self.info = {"status": "unknown", "reason": "run.json is missing"}
+            self.record = RunRecord(status="unknown", reason="run.json is missing")
         except (ValueError, OSError, UnicodeDecodeError) as exc:
-            self.info = {"status": "unknown", "reason": f"run.json is unreadable: {exc}"}
+            self.record = RunRecord(status="unknown", reason=f"run.json is unreadable: {exc}")
         return self
 
     def save(self) -> None:
-        atomic_write_text(self.info_path, json.dumps(self.info, indent=2, sort_keys=True, default=str))
+        atomic_write_text(self.record_path, json.dumps(self.record.to_json(), indent=2, sort_keys=True, default=str))
 
     def update(self, **values) -> None:
         check_keys(values)
         self.load()
-        self.info.update(values)
+        self.record.set(**values)
         self.save()
 
     def recipe(self) -> Recipe:
@@ -340,7 +342,7 @@ class Run:
         locks existed fall back to the recorded pid."""
         held = runlock.held(runlock.lock_path(self.path))
         if held is None:
-            return process_alive(self.info.get("pid"), self.info.get("pid_create_time"))
+            return process_alive(self.record.pid, self.record.pid_create_time)
         return held
 
     def refresh_truth(self, persist: bool = True, supervisor: bool | None = None) -> "Run":
@@ -349,34 +351,34 @@ class Run:
         the run's lock itself, so no supervisor lives (None: the lock says)."""
         if self.status not in ACTIVE:
             return self
-        if self.info.get("slurm_job"):
+        if self.record.slurm_job:
             slurm.refresh(self, persist)  # a SLURM run: the scheduler's job state is the truth
             return self
-        if self.info.get("host") not in (None, socket.gethostname()):
+        if self.record.host not in (None, socket.gethostname()):
             return self  # its supervisor runs on another machine (multi-node): a lock here means nothing
-        if self.info.get("node_mode") == "slurm":
+        if self.record.node_mode == "slurm":
             return self  # submitted, not yet given a job id by the submitting process
         if supervisor is None and self.supervisor_alive():
             return self
-        if runlock.held(runlock.lock_path(self.path)) is None and not self.info.get("pid"):
+        if runlock.held(runlock.lock_path(self.path)) is None and not self.record.pid:
             return self  # no lock and no pid: nothing to judge by (made by hand or by an older llmtui)
         self.load()  # the supervisor may have just written the final status
         if self.status not in ACTIVE or (supervisor is None and self.supervisor_alive()):
             return self
-        if group_processes(self.info.get("pgid")):
-            self.info["orphans"] = True  # ranks outlived their supervisor: `llmtui stop` ends them
+        if group_processes(self.record.pgid):
+            self.record.orphans = True  # ranks outlived their supervisor: `llmtui stop` ends them
             return self
-        if self.status == "created" and not attempts_of(self.info):
+        if self.status == "created" and not attempts_of(self.record):
             status, reason = "failed", "the process that created the run exited before starting it"
         else:
-            status, reason = unsupervised_outcome(self.path, self.info)
-        shm.reclaim(self.info.get("master_port"))  # no rank is left to use its shared memory
+            status, reason = unsupervised_outcome(self.path, self.record)
+        shm.reclaim(self.record.master_port)  # no rank is left to use its shared memory
         now = time.time()
-        self.info.update(status=status, ended=now, reason=reason,
-                         attempts=close_attempt(self.info, status, reason, now))
+        self.record.set(status=status, ended=now, reason=reason,
+                        attempts=close_attempt(self.record, status, reason, now))
         if persist:
             try:
-                self.update(status=status, ended=now, reason=reason, attempts=self.info["attempts"])
+                self.update(status=status, ended=now, reason=reason, attempts=self.record.attempts)
             except OSError:
                 pass
         return self
@@ -404,24 +406,24 @@ class RunStore:
             if lock:
                 run.lock_fd = runlock.acquire(runlock.lock_path(staging))
             (staging / RECIPE_TOML).write_text(recipe.to_toml(), encoding="utf-8")
-            run.info = {
-                "name": recipe.name,
-                "status": "created",
-                "created": time.time(),
-                "host": socket.gethostname(),
-                "recipe_file": recipe_file,
-                "method": recipe.method.kind,
-                "model": recipe.model.name,
-                "dataset": recipe.dataset.label,
-                "trust_remote_code": recipe.model.trust_remote_code,
-                "recipe": recipe.model_dump(mode="json"),
-                "attempts": [],
-            }
+            run.record.set(
+                name=recipe.name,
+                status="created",
+                created=time.time(),
+                host=socket.gethostname(),
+                recipe_file=recipe_file,
+                method=recipe.method.kind,
+                model=recipe.model.name,
+                dataset=recipe.dataset.label,
+                trust_remote_code=recipe.model.trust_remote_code,
+                recipe=recipe.model_dump(mode="json"),
+                attempts=[],
+            )
             if model_ref and model_ref != recipe.model.name:
-                run.info["model_ref"] = model_ref
+                run.record.set(model_ref=model_ref)
             for _ in range(5 if run_id is None else 1):
                 path = self.root / (run_id or new_run_id(recipe.name))
-                run.info["id"] = path.name
+                run.record.set(id=path.name)
                 run.save()
                 if path.exists():
                     continue
@@ -475,14 +477,14 @@ class RunStore:
             return Run(prefixed[0]).load().refresh_truth()
         named = [r for r in (Run(p).load() for p in dirs) if r.name == ref]
         if named:
-            return max(named, key=lambda r: (r.info.get("created") or 0, r.id)).refresh_truth()
+            return max(named, key=lambda r: (r.record.created or 0, r.id)).refresh_truth()
         if len(prefixed) > 1:
             raise RunError(message=f"'{ref}' matches {len(prefixed)} runs", fix="give more of the id")
         raise RunError(message=f"no run '{ref}' in {self.root}", fix="see `llmtui runs`")
 
     def latest_succeeded(self, name: str) -> Run | None:
         done = [r for r in self.list(refresh=False) if r.name == name and r.status == "succeeded"]
-        return max(done, key=lambda r: (r.info.get("created") or 0, r.id)) if done else None
+        return max(done, key=lambda r: (r.record.created or 0, r.id)) if done else None
 
     def resolve_model(self, model_name: str) -> str:
         """Turn 'run:NAME' into the path of that run's final model; other names pass through."""

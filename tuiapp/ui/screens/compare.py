@@ -23,6 +23,7 @@ from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.run_folder.metrics import source_tokens_text
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_number
 from tuiapp.core.run_folder.rundata import numpy_module
+from tuiapp.core.run_folder.rundir import RunRecord
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import ACTIVE, Run
 from tuiapp.ui.comparing import (
@@ -52,7 +53,7 @@ from tuiapp.ui.comparing import (
     x_values,
 )
 from tuiapp.ui.footer_keys import footer_by_priority
-from tuiapp.ui.history import row_from_info
+from tuiapp.ui.history import row_from_record
 from tuiapp.ui.messages import CompareLoaded, MetricsAppended, RunStatusChanged
 from tuiapp.ui.widgets.charts import CompareChart, Line, View
 from tuiapp.ui.widgets.header import AppHeader
@@ -173,7 +174,7 @@ class CompareScreen(PaneDeckActions, Screen):
 
     def _methods(self) -> set[str]:
         root = self.app.config.runs_root
-        return {Run(root / run_id).load().info.get("method") for run_id in self.run_ids if (root / run_id).is_dir()}
+        return {Run(root / run_id).load().record.method for run_id in self.run_ids if (root / run_id).is_dir()}
 
     def on_mount(self) -> None:
         self.sub_title = f"compare {len(self.run_ids)} runs"
@@ -213,7 +214,7 @@ class CompareScreen(PaneDeckActions, Screen):
         config = self.app.config
         worker = get_current_worker()
         runs = list(self.runs)
-        infos = {run.id: None for run in runs}
+        seen: dict[str, RunRecord | None] = {run.id: None for run in runs}  # each run's record at the last look
         last_status = 0.0
         while not worker.is_cancelled:
             active = False
@@ -224,12 +225,12 @@ class CompareScreen(PaneDeckActions, Screen):
             if time.monotonic() - last_status >= 1.0:
                 last_status = time.monotonic()
                 for run in runs:
-                    info = Run(run.path).load().refresh_truth().info
-                    if info != infos[run.id]:
-                        if infos[run.id] is not None:
-                            self.post_message(RunStatusChanged(run.id, dict(info)))
-                        infos[run.id] = dict(info)
-            active = any((info or {}).get("status") in ACTIVE for info in infos.values())
+                    record = Run(run.path).load().refresh_truth().record
+                    if record != seen[run.id]:
+                        if seen[run.id] is not None:
+                            self.post_message(RunStatusChanged(run.id, record.copy()))
+                        seen[run.id] = record.copy()
+            active = any(record is not None and record.status in ACTIVE for record in seen.values())
             time.sleep(config.poll_s if active else config.poll_s * 4)
 
     # ------------------------------------------------------------ handlers
@@ -266,7 +267,7 @@ class CompareScreen(PaneDeckActions, Screen):
         run = self._run(message.run_id)
         if run is None:
             return
-        row = row_from_info(run.path, message.info, meta.read_meta(run.path))
+        row = row_from_record(run.path, message.record, meta.read_meta(run.path))
         run.row = summary_row(row, run.data)
         self._show_summary()
         self._show_title()

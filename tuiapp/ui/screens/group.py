@@ -28,7 +28,7 @@ from tuiapp.ui.groups import (
     short_key,
     table_rows,
 )
-from tuiapp.ui.history import RunRow, queue_positions, row_from_info, with_metrics
+from tuiapp.ui.history import RunRow, queue_positions, row_from_record, with_metrics
 from tuiapp.ui.messages import GroupLoaded
 from tuiapp.ui.widgets.header import AppHeader
 
@@ -39,7 +39,7 @@ def load_group(runs_root, group_id: str) -> tuple[dict, list[RunRow]]:
     store = RunStore(runs_root)
     ids = [str(i) for i in record.get("runs") or []]
     if not ids:  # no record (yet): the runs that name the sweep in their run.json
-        ids = [p.name for p in store.run_dirs() if (Run(p).load().info.get("group") or {}).get("id") == group_id]
+        ids = [p.name for p in store.run_dirs() if (Run(p).load().record.group or {}).get("id") == group_id]
     positions: dict[str, int] | None = None
     rows = []
     for run_id in ids:
@@ -51,7 +51,7 @@ def load_group(runs_root, group_id: str) -> tuple[dict, list[RunRow]]:
             run.refresh_truth()
         if run.status == "queued" and positions is None:
             positions = queue_positions(store.root)
-        row = row_from_info(path, run.info, meta.read_meta(path), (positions or {}).get(run_id))
+        row = row_from_record(path, run.record, meta.read_meta(path), (positions or {}).get(run_id))
         rows.append(with_metrics(row, JsonlReader(run.metrics_path).read_all()))
     return record, rows
 

@@ -25,7 +25,7 @@ from textual.worker import get_current_worker
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.run_folder.completions import GenerationsTail
 from tuiapp.core.run_folder.rundata import RunData, columns_cache, read_run_data
-from tuiapp.core.run_folder.rundir import METRICS_JSONL
+from tuiapp.core.run_folder.rundir import METRICS_JSONL, RunRecord
 from tuiapp.core.run_folder.tail import TextTail, log_sources
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import ACTIVE, Run
@@ -99,7 +99,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     @property
     def active_bindings(self):
-        status = self.info.get("status")
+        status = self.record.status
         first = ["stop"] if status in ACTIVE else ["resume"] if status in RESUMABLE else []
         steps = ["step(-1)", "step(1)"]  # first while the Generations pane shows, else last
         shown = self.is_rl and any(deck.active_id == "pane-generations" for deck in self.query(PaneDeck))
@@ -113,7 +113,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     def __init__(self, run_id: str) -> None:
         super().__init__()
         self.run_id = run_id
-        self.info: dict = {}
+        self.record = RunRecord()  # run.json as last read
         self.data = RunData()
         self.system = None
         self.sources: list[tuple[str, Path]] = []
@@ -154,7 +154,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         """Pane 7 of some methods. Preference runs: Rewards, the implicit rewards of the chosen and
         rejected answers and their margin, the fraction of pairs ranked right (and KTO's KL).
         grpo/rloo: Generations, each logged step's completions with every reward's score."""
-        method = Run(self.run_path).load().info.get("method")
+        method = Run(self.run_path).load().record.method
         self.is_rl = method in RL_KINDS
         if self.is_rl:
             pane = Pane("Generations", VerticalScroll(GenerationsView(self.generations, id="rv-generations"),
@@ -168,7 +168,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     def on_mount(self) -> None:
         run = Run(self.run_path).load()
-        self.info = run.info
+        self.record = run.record
         self.sub_title = meta.read_meta(self.run_path).get("display_name") or run.name
         self._bind_charts()
         self.query_one("#rv-log-search", Input).display = False
@@ -207,7 +207,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.post_message(MetricsRead(self.run_id, data))
         generations = GenerationsTail(self.run_path) if self.is_rl else None
         run = Run(self.run_path)
-        last_info: dict | None = None
+        last_record: RunRecord | None = None
         last_after: tuple | None = None  # the evals/ and exports/ folders' stamp when last read
         last_status_check = 0.0
         while not worker.is_cancelled:
@@ -219,19 +219,19 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
                 if found or reset:
                     self.post_message(GenerationsAppended(self.run_id, found, reset))
             now = time.monotonic()
-            if now - last_status_check >= 1.0 or last_info is None:
+            if now - last_status_check >= 1.0 or last_record is None:
                 last_status_check = now
-                info = run.load().refresh_truth().info
-                if info != last_info:
-                    last_info = dict(info)
-                    self.post_message(RunStatusChanged(self.run_id, last_info))
+                record = run.load().refresh_truth().record
+                if record != last_record:
+                    last_record = record.copy()
+                    self.post_message(RunStatusChanged(self.run_id, last_record))
                 stamp = after_training.stamp(self.run_path)  # `llmtui eval` / export from a shell too
                 if stamp != last_after:
                     last_after = stamp
                     self.post_message(AfterTrainingRead({self.run_id: after_training.read(self.run_path)}))
             if not config.live:
                 return
-            time.sleep(config.poll_s if (last_info or {}).get("status") in ACTIVE else config.poll_s * 4)
+            time.sleep(config.poll_s if (last_record is not None and last_record.status in ACTIVE) else config.poll_s * 4)
 
     @work(thread=True, exclusive=True, group="log")
     def follow_log(self, path: Path, label: str) -> None:
@@ -312,8 +312,8 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.refresh_bindings()  # the step keys lead the footer while the Generations pane shows
 
     def on_run_status_changed(self, message: RunStatusChanged) -> None:
-        self.info = message.info
-        if self.info.get("status") not in ACTIVE:
+        self.record = message.record
+        if self.record.status not in ACTIVE:
             self.stopping = False
         self._show_status()
         self.refresh_bindings()
@@ -354,26 +354,32 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.stopping = False
         # the attempt ends now: a status alone would count it as not ended and say `took 0s` until
         # the next read of run.json
-        self.info = {**self.info, "status": message.status, "ended": self.info.get("ended") or self.app.config.clock()}
+        record = self.record.copy()
+        record.status, record.ended = message.status, record.ended or self.app.config.clock()
+        self.record = record
         self._show_status()
         self.refresh_bindings()
         note = "" if message.clean else " (some processes had to be killed)"
-        self.notify(f"{self.info.get('name', self.run_id)}: {message.status}{note}", title="Stopped")
+        self.notify(f"{self._run_name()}: {message.status}{note}", title="Stopped")
+
+    def _run_name(self) -> str:
+        """The run's recipe name (its id until run.json says)."""
+        return self.record.name if self.record.name is not None else self.run_id
 
     def managed_run(self) -> Target:
         """The run this view shows (the tag, note and rename keys act on it)."""
-        return Target(self.run_id, self.run_path, str(self.sub_title or self.run_id), str(self.info.get("status")))
+        return Target(self.run_id, self.run_path, str(self.sub_title or self.run_id), str(self.record.status))
 
     def on_run_meta_changed(self, message: RunMetaChanged) -> None:
         notes = message.notes
-        self.sub_title = notes.get("display_name") or self.info.get("name", self.run_id)
+        self.sub_title = notes.get("display_name") or self._run_name()
         said = {"tag": "tags: " + (" ".join(f"#{t}" for t in notes.get("tags") or []) or "none"),
                 "note": "note saved" if notes.get("note") else "note cleared",
                 "rename": f"shown as {self.sub_title}"}
         self.notify(said.get(message.what, "saved"), title=str(self.sub_title))
 
     def on_run_launched(self, message: RunLaunched) -> None:
-        self.notify("resumed from the last checkpoint", title=self.info.get("name", self.run_id))
+        self.notify("resumed from the last checkpoint", title=self._run_name())
 
     def on_action_failed(self, message: ActionFailed) -> None:
         """The app shows the error; here, only this screen's state goes back."""
@@ -386,16 +392,16 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     def on_doctor_reported(self, message: DoctorReported) -> None:
         self.diagnosing = False
-        self.app.open_report(f"doctor · {self.info.get('name', self.run_id)}", message.text)
+        self.app.open_report(f"doctor · {self._run_name()}", message.text)
 
     # ------------------------------------------------------------ drawing
 
     def _tick_clock(self) -> None:
-        if self.stopping or self.info.get("status") in ACTIVE:
+        if self.stopping or self.record.status in ACTIVE:
             self._show_status()
 
     def _show_status(self) -> None:
-        text = status_text(self.info, self.data, self.app.config.clock(), stopping=self.stopping, run_path=self.run_path,
+        text = status_text(self.record, self.data, self.app.config.clock(), stopping=self.stopping, run_path=self.run_path,
                            after=self.after)
         self.query_one("#rv-status", Static).update(text)
 
@@ -422,7 +428,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     # ------------------------------------------------------------ actions
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        status = self.info.get("status")
+        status = self.record.status
         if action == "stop":
             return True if status in ACTIVE and not self.stopping else None
         if action == "step":
@@ -433,7 +439,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         return True
 
     def action_stop(self) -> None:
-        if self.info.get("status") not in ACTIVE:
+        if self.record.status not in ACTIVE:
             self.notify("the run is not running")
             return
 
@@ -441,7 +447,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
             if yes:
                 self.stop_run()
 
-        name = self.info.get("name", self.run_id)
+        name = self._run_name()
         self.app.confirm(f"Stop {name}?", "It saves a checkpoint first; resume later with r.", answer)
 
     @work(thread=True, exclusive=True, group="control")
@@ -452,7 +458,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.post_message(RunStopped(self.run_id, clean, status))
 
     def action_resume(self) -> None:
-        if self.info.get("status") not in RESUMABLE:
+        if self.record.status not in RESUMABLE:
             self.notify("only a stopped or failed run can be resumed")
             return
         self.resume_run()
@@ -484,7 +490,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     def _has_final(self, verb: str) -> bool:
         if (self.run_path / "final").is_dir():
             return True
-        self.notify(f"no final model yet ({self.info.get('status') or 'unknown'}); {verb} a succeeded run",
+        self.notify(f"no final model yet ({self.record.status or 'unknown'}); {verb} a succeeded run",
                     title=verb.capitalize(), severity="warning")
         return False
 

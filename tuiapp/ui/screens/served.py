@@ -71,7 +71,7 @@ class ServedScreen(ModalScreen[None]):
         names = {}
         for model in models:
             try:
-                names[model.run_id] = Run(model.run_dir).load().info.get("name") or model.run_id
+                names[model.run_id] = Run(model.run_dir).load().record.name or model.run_id
             except Exception:  # a run folder being deleted: its id will do
                 names[model.run_id] = model.run_id
         self.post_message(ServedListed(models, names))
