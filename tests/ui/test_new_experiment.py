@@ -446,3 +446,51 @@ def test_a_form_switched_away_while_its_sections_fill_stops_filling(tmp_path):
             await form._fill_later_sections([section])
 
     asyncio.run(scenario())
+
+
+def test_keys_typed_as_the_form_opens_land_in_the_name(tmp_path):
+    """Only the run's fields are on the form's first frame (the other sections mount a few rows a
+    frame after it): keys typed right after n go to the name while they mount, none lost."""
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            await pilot.press("n", *"-abc")
+            form = app.screen
+            assert isinstance(form, NewExperimentScreen)
+            await wait_for(pilot, lambda: form.filled, what="every section")
+            assert form.query_one("#f-name").value == "-abc"  # focusing selects the default name: typing replaces it
+            assert form.collect()["model.name"] and form.query_one("#method-kind", Select).value == "lora"
+            assert all(form.query(f"#{spec.widget_id}") for spec in form.specs.values())
+
+    asyncio.run(scenario())
+
+
+def test_what_comes_before_the_rows_mount_reaches_them(tmp_path, monkeypatch):
+    """The found models, a value set and the check's verdict on it, all before the rows of the
+    model and dataset are mounted: each shows on them once they are."""
+    fills = []
+    monkeypatch.setattr(NewExperimentScreen, "_fill_later_sections", lambda self, *args: fills.append(args))
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            await pilot.press("n", *"-x")
+            form = app.screen
+            await wait_for(pilot, lambda: form.model_names and form.last_check is not None, what="models, first check")
+            assert fills and not form.query("#f-model--name") and not form.query("#f-dataset--max-samples")
+            form.set_field("dataset.max_samples", "abc")  # not mounted yet: checked as if typed
+            await settled(pilot, form)
+            assert "dataset.max_samples" in form.last_check.check.error_keys
+            monkeypatch.undo()
+            form.call_after_refresh(form._fill_later_sections, *fills[0])
+            await wait_for(pilot, lambda: form.filled, what="every section")
+            field = form.query_one("#f-dataset--max-samples")
+            assert field.value == "abc" and field.has_class("-invalid")
+            assert not form.query_one("#f-dataset--name").has_class("-invalid")
+            assert form.query_one("#f-model--name").suggester is not None
+            assert str(form.query_one("#pick-model", Select).prompt).startswith("found")
+            assert form.query_one("#f-name").value == "-x" and form.has_edits()
+
+    asyncio.run(scenario())

@@ -37,7 +37,7 @@ from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.messages import ActionFailed, DatasetInspected, ModelsFound, RecipeChecked, RunLaunched
 from tuiapp.ui.preview import dataset_preview, read_trainer_view, trainer_view_text
 from tuiapp.ui.widgets.example_images import ExampleImages
-from tuiapp.ui.widgets.form import FieldRow, FormSection, field_help, read_value, set_value
+from tuiapp.ui.widgets.form import FieldRow, FieldSelect, FormSection, field_help, read_value, set_value
 from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.worker_errors import reports_errors
 
@@ -97,6 +97,9 @@ class NewExperimentScreen(Screen):
         self._view_timer: Timer | None = None
         self._last_form_focus: Widget | None = None
         self.later_sections = ("train", "launch", *formdata.sections()[len(formdata.SECTIONS):])
+        # every section but the run's is mounted after the first frame, a few rows per frame: the form
+        # takes keys at once (the model's, dataset's and method's ~120 widgets took ~0.3 s before it)
+        self.fill_sections = ("model", "dataset", "method", *self.later_sections)
         self.filled = False  # every section's fields are mounted
         self.resumed = False  # shown once: a later resume (back from a dialog) restyles as usual
 
@@ -112,26 +115,33 @@ class NewExperimentScreen(Screen):
     def _rows(self, section: str) -> list[FieldRow]:
         return [self._row(s.key) for s in self.specs.values() if s.section == section and s.key not in ("model.name", "dataset.name")]
 
+    def _filling(self, section: str) -> list[Widget]:
+        """What a section holds, mounted after the first frame: its rows (the model's and the
+        dataset's first with their found…/pick… lists); the method's kind and its fields at once."""
+        if section == "model":
+            pick_model = FieldSelect([], prompt="found…", compact=True, id="pick-model", classes="field-pick")
+            pick_model.tooltip = PICK_HELP["pick-model"]
+            return [self._row("model.name", pick_model), *self._rows("model")]
+        if section == "dataset":
+            datasets = DEMO_DATASETS + local_datasets(self.app.config.base_dir)
+            pick_data = FieldSelect([(d, d) for d in datasets], prompt="pick…", compact=True, id="pick-data",
+                                    classes="field-pick")
+            pick_data.tooltip = PICK_HELP["pick-data"]
+            return [self._row("dataset.name", pick_data), *self._rows("dataset")]
+        if section == "method":  # one piece: a kind changed meanwhile would meet half its fields
+            kind = FieldSelect([(k, k) for k in METHOD_KINDS], value=self.kind, allow_blank=False, compact=True,
+                               id="method-kind", classes="field-input")
+            kind.tooltip = "\n".join(f"{k}: {METHOD_MODELS[k].model_fields['kind'].description}" for k in METHOD_KINDS)
+            return [Horizontal(Static("kind", classes="field-label"), kind, classes="field-row"),
+                    Vertical(*self._rows("method"), id="method-params")]
+        return list(self._rows(section))
+
     def compose(self) -> ComposeResult:
         yield AppHeader()
         with Horizontal(id="ne-body"):
             with VerticalScroll(id="ne-form"):
                 yield FormSection("Run", *[self._row(k) for k in ("name", "description")])
-                pick_model = Select([], prompt="found…", compact=True, id="pick-model", classes="field-pick")
-                pick_model.tooltip = PICK_HELP["pick-model"]
-                yield FormSection("Model", self._row("model.name", pick_model), *self._rows("model"))
-                datasets = DEMO_DATASETS + local_datasets(self.app.config.base_dir)
-                pick_data = Select([(d, d) for d in datasets], prompt="pick…", compact=True, id="pick-data", classes="field-pick")
-                pick_data.tooltip = PICK_HELP["pick-data"]
-                yield FormSection("Dataset", self._row("dataset.name", pick_data), *self._rows("dataset"))
-                kind = Select([(k, k) for k in METHOD_KINDS], value=self.kind, allow_blank=False, compact=True, id="method-kind", classes="field-input")
-                kind.tooltip = "\n".join(f"{k}: {METHOD_MODELS[k].model_fields['kind'].description}" for k in METHOD_KINDS)
-                with FormSection("Method", id="method-section"):
-                    with Horizontal(classes="field-row"):
-                        yield Static("kind", classes="field-label")
-                        yield kind
-                    yield Vertical(*self._rows("method"), id="method-params")
-                for section in self.later_sections:  # below the first screenful: filled after the first frame
+                for section in self.fill_sections:  # empty on the first frame: filled right after it
                     yield FormSection(section.capitalize(), id=f"section-{section}")
             with TabbedContent(id="ne-side"):
                 with TabPane("Checks", id="tab-checks"):
@@ -155,19 +165,19 @@ class NewExperimentScreen(Screen):
         self.schedule_check(now=True)
         self.schedule_dataset(now=True)
         self.query_one("#f-name").focus()
-        self.call_after_refresh(self._fill_later_sections, list(self.later_sections))
+        self.call_after_refresh(self._fill_later_sections, list(self.fill_sections))
 
-    async def _fill_later_sections(self, sections: list[str], rows: list[FieldRow] | None = None) -> None:
-        """The sections below the first screenful, FILL_ROWS fields per frame once the form is on
-        screen, so the form takes keys at once (their ~280 widgets took ~0.5 s before the first
-        frame, and a whole section at once ~0.1 s, a key typed meanwhile waiting for it)."""
+    async def _fill_later_sections(self, sections: list[str], rows: list[Widget] | None = None) -> None:
+        """The sections after the run's, FILL_ROWS fields per frame once the form is on screen, so
+        the form takes keys at once (their ~400 widgets took ~0.8 s before the first frame, and a
+        whole section at once ~0.1 s, a key typed meanwhile waiting for it)."""
         if not self.is_attached:
             return  # closed while it filled
         if not rows:
             if not sections:
                 self.filled = True
                 return
-            rows = self._rows(sections[0])
+            rows = self._filling(sections[0])
         chunk, rows = rows[:FILL_ROWS], rows[FILL_ROWS:]
         section = self.query(f"#section-{sections[0]}")
         if not section:
@@ -175,11 +185,14 @@ class NewExperimentScreen(Screen):
         await section.first().mount_all(chunk)
         if not self.is_attached:
             return  # closed while these mounted
+        if sections[0] == "model":
+            self._show_found_models()  # found before its box was there
         if self.last_check is not None:  # a check that came back before these fields were there
             bad = self.last_check.check.error_keys
             for row in chunk:
-                for widget in row.query(".field-input"):
-                    widget.set_class(row.spec.key in bad, "-invalid")
+                for field in [row] if isinstance(row, FieldRow) else row.query(FieldRow):
+                    for widget in field.query(".field-input"):
+                        widget.set_class(field.spec.key in bad, "-invalid")
         self.call_after_refresh(self._fill_later_sections, sections if rows else sections[1:], rows)
 
     def _on_screen_resume(self, event: events.ScreenResume) -> None:
@@ -230,7 +243,15 @@ class NewExperimentScreen(Screen):
         return values
 
     def set_field(self, key: str, text: str) -> None:
-        set_value(self.query_one(f"#{self.specs[key].widget_id}"), text)
+        """Set a field's text; one not mounted yet is mounted with it (and checked as if typed)."""
+        widget = self.query(f"#{self.specs[key].widget_id}")
+        if widget:
+            set_value(widget.first(), text)
+            return
+        self.values[key] = text
+        self.schedule_check()
+        if key.startswith("dataset."):
+            self.schedule_dataset()
 
     def has_edits(self) -> bool:
         """Whether the form differs from the recipe it opened with (or last saved)."""
@@ -417,8 +438,15 @@ class NewExperimentScreen(Screen):
 
     def on_models_found(self, message: ModelsFound) -> None:
         self.model_names = message.names
-        box = self.query_one(f"#{self.specs['model.name'].widget_id}", Input)
-        box.suggester = SuggestFromList(message.names, case_sensitive=False)
+        self._show_found_models()
+
+    def _show_found_models(self) -> None:
+        """The model box's suggestions and found… list, once both the names and the box are there."""
+        box = self.query(f"#{self.specs['model.name'].widget_id}")
+        if not self.model_names or not box:
+            return
+        box = box.first(Input)
+        box.suggester = SuggestFromList(self.model_names, case_sensitive=False)
         self.show_models(box.value)
 
     def show_models(self, text: str) -> None:
