@@ -1,6 +1,7 @@
 """The CLI and core never import torch, transformers, deepspeed or textual."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,22 @@ def test_no_import_cycle_anywhere_in_tuiapp():
     assert len(graph) > 100 and "tuiapp.trainer.data" in graph["tuiapp.trainer.streaming"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles(graph) == []
+
+
+def test_the_run_folder_names_are_spelled_in_rundir_only():
+    """A run folder's file and folder names are rundir's constants everywhere else: a rename is one
+    line (machine/runlock.py, which may not import run_folder/, spells "nodes" once, commented)."""
+    from tuiapp.core.run_folder import rundir
+
+    names = [rundir.RUN_JSON, rundir.RECIPE_TOML, rundir.METRICS_JSONL, rundir.EVENTS_JSONL, rundir.STDOUT_LOG,
+             rundir.SUPERVISOR_LOG, rundir.FINAL_STAGING]
+    folders = [rundir.RANKS_DIR, rundir.NODES_DIR, rundir.CHECKPOINTS_DIR, rundir.FINAL_DIR]
+    spelled = re.compile("|".join([*(rf'"{re.escape(n)}"' for n in names), *(rf'/ "{n}"' for n in folders)]))
+    found = []
+    for path in sorted((ROOT / "tuiapp").rglob("*.py")):
+        if path.name == "rundir.py":
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if spelled.search(line) and "rundir.NODES_DIR" not in line:
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)

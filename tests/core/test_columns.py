@@ -13,7 +13,8 @@ import pytest
 
 from tests.after_runs import sft_run
 from tuiapp.core.run_folder import columns
-from tuiapp.core.run_folder.metrics import JsonlReader, JsonlWriter, atomic_write_text, read_jsonl
+from tuiapp.core.run_folder.atomic import atomic_write_text
+from tuiapp.core.run_folder.metrics import JsonlReader, JsonlWriter, read_jsonl
 from tuiapp.core.run_folder.rundata import MetricsWriter, RunData, read_run_data
 
 

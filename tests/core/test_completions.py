@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 
+from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.completions import COMPLETIONS_FILE, GenerationsTail, parse_generation, parse_line
-from tuiapp.core.run_folder.metrics import JsonlWriter, atomic_write_text, recent_reward
+from tuiapp.core.run_folder.metrics import JsonlWriter, recent_reward
 
 ROW = {"step": 3, "prompt": "What is 2 + 3?", "completion": "5", "rewards": {"format": 1.0, "answer": None},
        "reward": 1.0, "advantage": 0.71, "tokens": 2, "clipped": False}

@@ -20,7 +20,8 @@ from tuiapp.core.prelaunch.preflight import (
     oversubscribe,
     size_text,
 )
-from tuiapp.core.run_folder.metrics import atomic_write_text, rank_memory_path, write_rank_memory
+from tuiapp.core.run_folder.atomic import atomic_write_text
+from tuiapp.core.run_folder.metrics import rank_memory_path, write_rank_memory
 from tuiapp.core.store import queue
 
 

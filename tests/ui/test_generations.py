@@ -14,8 +14,9 @@ from test_run_view import open_run
 from ui_fixtures import screen_text, synthetic_run, test_app, wait_for
 
 from tests.e2e.helpers import llmtui, only_run
+from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.completions import Generation, completions_path, parse_generation
-from tuiapp.core.run_folder.metrics import JsonlWriter, atomic_write_text, read_jsonl
+from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
 from tuiapp.ui.generations import GenerationBrowser, completion_lines, generation_lines
 from tuiapp.ui.history import HistoryLoader, LiveSummary
 from tuiapp.ui.screens.home import HomeScreen

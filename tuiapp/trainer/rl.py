@@ -26,8 +26,9 @@ from tuiapp.core.config import rewards as builtin
 from tuiapp.core.config.recipe import Recipe, weights_method
 from tuiapp.core.plan import generation_server
 from tuiapp.core.prelaunch import rl as core_rl
+from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.completions import COMPLETIONS_FILE
-from tuiapp.core.run_folder.metrics import JsonlWriter, atomic_write_text, read_jsonl
+from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
 from tuiapp.trainer.model import load_model, lora_config
 
 TRL_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")

@@ -18,8 +18,16 @@ from tuiapp.core.common.errors import DatasetError
 from tuiapp.core.common.kinds import RL_KINDS
 from tuiapp.core.config import trackers
 from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
-from tuiapp.core.run_folder.metrics import JsonlWriter, atomic_write_text, read_jsonl
-from tuiapp.core.run_folder.rundir import EVENTS_JSONL, METRICS_JSONL, RECIPE_TOML
+from tuiapp.core.run_folder.atomic import atomic_write_text
+from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
+from tuiapp.core.run_folder.rundir import (
+    CHECKPOINTS_DIR,
+    EVENTS_JSONL,
+    FINAL_DIR,
+    FINAL_STAGING,
+    METRICS_JSONL,
+    RECIPE_TOML,
+)
 from tuiapp.trainer import (
     bottleneck,
     checkpoints,
@@ -193,7 +201,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
     if recipe.dataset.streaming:
         extra["accelerator_config"] = {**extra.get("accelerator_config", {}), **streaming.accelerator_config()}
     return dict(
-        output_dir=str(run_dir / "checkpoints"),
+        output_dir=str(run_dir / CHECKPOINTS_DIR),
         per_device_train_batch_size=train.micro_batch,
         per_device_eval_batch_size=train.micro_batch,
         gradient_accumulation_steps=train.grad_accum,
@@ -428,7 +436,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
 
 def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, model_path: str, eval_set,
                     resume: bool) -> int:
-    ckpt_root = run_dir / "checkpoints"
+    ckpt_root = run_dir / CHECKPOINTS_DIR
     resume_from = None
     if resume:
         last = checkpoints.last_checkpoint(ckpt_root)
@@ -456,8 +464,8 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
 
 
 def _save_final(trainer: RunTrainer, run_dir: Path, recipe: Recipe, model_path: str) -> None:
-    staging = run_dir / ".final-staging"
-    final = run_dir / "final"
+    staging = run_dir / FINAL_STAGING
+    final = run_dir / FINAL_DIR
     if _is_main():
         shutil.rmtree(staging, ignore_errors=True)
     _barrier()

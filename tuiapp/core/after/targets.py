@@ -16,7 +16,7 @@ import tomllib
 
 from tuiapp.core.common.errors import RunError
 from tuiapp.core.prelaunch.model_check import FINAL_INFO, adapter_kind, folder_problems, require_base
-from tuiapp.core.run_folder.rundir import RECIPE_TOML, RUN_JSON, read_record
+from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR, FINAL_DIR, RECIPE_TOML, RUN_JSON, read_record
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}  # adapters that add virtual tokens (peft)
@@ -42,7 +42,7 @@ class Target:
 
 def checkpoints(run_dir: Path) -> list[int]:
     """Steps of the run's complete checkpoints (those with a trainer state), oldest first."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS_DIR
     if not root.is_dir():
         return []
     steps = []
@@ -75,7 +75,7 @@ def base_of(run_dir: Path) -> str:
     else what run.json recorded (a resolved path or 'tiny'), else the recipe's model.name."""
     run_dir = Path(run_dir)
     record = read_record(run_dir / RUN_JSON)
-    candidates = [_read_json(run_dir / "final" / FINAL_INFO).get("base_model"), record.model]
+    candidates = [_read_json(run_dir / FINAL_DIR / FINAL_INFO).get("base_model"), record.model]
     recipe = record.recipe or {}
     candidates.append((recipe.get("model") or {}).get("name"))
     names = [str(c) for c in candidates if c]
@@ -98,7 +98,7 @@ def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "c
         raise RunError(message=f"{run_id} trained a reward model: it scores answers and cannot {purpose}",
                        fix="pick a run of a generative method (sft, lora, dpo, ...)")
     if checkpoint is None:
-        folder, label, step = run_dir / "final", "final", None
+        folder, label, step = run_dir / FINAL_DIR, "final", None
         if not folder.is_dir():
             status = record.status or "unknown"
             saved = checkpoints(run_dir)
@@ -107,7 +107,7 @@ def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "c
             raise RunError(message=f"{run_id} has no final model ({status})", fix=fix)
         step = _read_json(folder / FINAL_INFO).get("step")
     else:
-        folder, label, step = run_dir / "checkpoints" / f"checkpoint-{checkpoint}", f"checkpoint-{checkpoint}", checkpoint
+        folder, label, step = run_dir / CHECKPOINTS_DIR / f"checkpoint-{checkpoint}", f"checkpoint-{checkpoint}", checkpoint
         if checkpoint not in checkpoints(run_dir):
             saved = checkpoints(run_dir)
             fix = (f"use one of: {', '.join(map(str, saved))}" if saved

@@ -18,7 +18,7 @@ import tomllib
 from tuiapp.core.common.errors import RecipeError, UserError
 from tuiapp.core.config.recipe import Recipe, SweepSpec, apply_override, recipe_from_dict
 from tuiapp.core.config.sweep_groups import groups_dir
-from tuiapp.core.run_folder.metrics import atomic_write_text
+from tuiapp.core.run_folder.atomic import atomic_write_text
 
 
 def parse_value(text: str):

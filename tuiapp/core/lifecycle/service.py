@@ -37,7 +37,7 @@ from tuiapp.core.plan.launcher import (
     world_note,
 )
 from tuiapp.core.prelaunch import checks, cluster_checks, preflight
-from tuiapp.core.run_folder.rundir import ACTIVE, RECIPE_TOML, RUN_JSON
+from tuiapp.core.run_folder.rundir import ACTIVE, RECIPE_TOML, RUN_JSON, SUPERVISOR_LOG
 from tuiapp.core.store import queue
 from tuiapp.core.store.runs import Run, RunStore
 
@@ -273,7 +273,7 @@ def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
             run.update(status="queued" if queued else "starting", phase=None if queued else "launching",
                        phase_since=time.time(), reason=None, error=None, hang=None, ended=None, exit_code=None,
                        stop_requested=None)
-        log_path = run.path / "supervisor.log" if node is None else cluster.nodes_dir(run.path) / f"{node_rank}.supervisor.log"
+        log_path = run.path / SUPERVISOR_LOG if node is None else cluster.nodes_dir(run.path) / f"{node_rank}.{SUPERVISOR_LOG}"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             process = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log,

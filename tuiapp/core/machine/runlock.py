@@ -18,7 +18,7 @@ LOCK_NAME = ".supervisor.lock"
 
 def lock_path(run_dir: Path, node_rank: int | None = None) -> Path:
     run_dir = Path(run_dir)
-    return run_dir / LOCK_NAME if not node_rank else run_dir / "nodes" / f"{node_rank}.lock"
+    return run_dir / LOCK_NAME if not node_rank else run_dir / "nodes" / f"{node_rank}.lock"  # rundir.NODES_DIR (machine/ does not import run_folder/)
 
 
 def acquire(path: Path, wait_s: float = 2.0) -> int | None:

@@ -31,15 +31,23 @@ from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.secrets import is_secret_name
 from tuiapp.core.config.hosts import Host, host_fix, parse_host_entries, parse_hostfile_text, read_hostfile  # noqa: F401
 from tuiapp.core.plan import launcher
-from tuiapp.core.run_folder.metrics import atomic_write_text
-from tuiapp.core.run_folder.rundir import ACTIVE, NODE_KEYS, RUN_JSON, STDOUT_LOG, RunRecord, check_keys, read_record
+from tuiapp.core.run_folder.atomic import atomic_write_text
+from tuiapp.core.run_folder.rundir import (
+    ACTIVE,
+    NODE_KEYS,
+    NODES_DIR,
+    RUN_JSON,
+    STDOUT_LOG,
+    RunRecord,
+    check_keys,
+    read_record,
+)
 from tuiapp.core.run_folder.tail import tail_lines
 
 if TYPE_CHECKING:
     from tuiapp.core.config.recipe import LaunchSpec
 
 DEFAULT_PORT = 29500  # TORCH_DISTRIBUTED_DEFAULT_PORT: every node must agree on it
-NODES_DIR = "nodes"
 HOSTFILE_NAME = "hostfile"
 DS_ENV_NAME = ".deepspeed_env"
 PASS_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "HF_", "TRANSFORMERS_",

@@ -16,6 +16,8 @@ from typing import Any, Literal, TypedDict
 
 import orjson
 
+from tuiapp.core.run_folder.rundir import RANKS_DIR
+
 # Preference tuning (dpo, simpo, cpo, orpo, kto, reward): metric keys of train rows, and of eval
 # rows with an "eval_" prefix. rewards/* are the implicit rewards (beta * log-ratio; the reward
 # model's scores), accuracies the fraction of pairs whose chosen answer scores higher; kl is KTO's.
@@ -299,7 +301,7 @@ RANK_MEMORY_GLOB = "memory-*.json"
 
 def rank_memory_path(run_dir: str | Path, rank: int) -> Path:
     """Where a rank keeps its latest memory figures: ranks/memory-<rank>.json (replaced whole)."""
-    return Path(run_dir) / "ranks" / f"memory-{rank}.json"
+    return Path(run_dir) / RANKS_DIR / f"memory-{rank}.json"
 
 
 def write_rank_memory(run_dir: str | Path, rank: int, memory: RankMemory) -> None:
@@ -322,7 +324,7 @@ def write_rank_memory(run_dir: str | Path, rank: int, memory: RankMemory) -> Non
 def read_rank_memory(run_dir: str | Path) -> dict[str, RankMemory]:
     """Every rank's latest memory figures as a train row's `mem`: {"rank0": {...}, ...}."""
     out: dict[str, RankMemory] = {}
-    for path in (Path(run_dir) / "ranks").glob(RANK_MEMORY_GLOB):
+    for path in (Path(run_dir) / RANKS_DIR).glob(RANK_MEMORY_GLOB):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             rank = int(path.stem.split("-", 1)[1])
@@ -331,21 +333,6 @@ def read_rank_memory(run_dir: str | Path) -> dict[str, RankMemory]:
         if isinstance(record, dict):
             out[f"rank{rank}"] = record
     return dict(sorted(out.items(), key=lambda item: int(item[0][4:])))
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write a file so readers never see it half-written."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError:  # a full disk (ENOSPC): no half-written temp file is left behind
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 SOURCE_TOKENS_PREFIX = "tokens/"  # a mixture's train rows: tokens/<source label> (the source's tokens so far)

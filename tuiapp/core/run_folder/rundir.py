@@ -22,6 +22,12 @@ RECIPE_TOML = "recipe.toml"  # the recipe as launched (written once; micro_batch
 METRICS_JSONL = "metrics.jsonl"  # one row per logged step and eval
 EVENTS_JSONL = "events.jsonl"  # launched, phases, errors, outcomes
 STDOUT_LOG = "stdout.log"  # the launcher's (and one rank's) output
+SUPERVISOR_LOG = "supervisor.log"  # the supervisor's own output (node K's: nodes/K.supervisor.log)
+RANKS_DIR = "ranks"  # each rank's log, phase record, stack dump and memory figure
+NODES_DIR = "nodes"  # multi-node: node K's record (K.json), lock and supervisor log
+CHECKPOINTS_DIR = "checkpoints"  # checkpoint-N folders
+FINAL_DIR = "final"  # the trained model (adapter or full), written once through FINAL_STAGING
+FINAL_STAGING = ".final-staging"
 
 STATUSES = ("created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown")
 ACTIVE = ("created", "queued", "starting", "running", "stopping")
@@ -288,8 +294,6 @@ def close_attempt(record: RunRecord, outcome: str, reason: str | None, now: floa
 
 # ---------------------------------------------------------------- rank phases and errors
 
-RANKS_DIR = "ranks"
-
 
 def phase_path(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / RANKS_DIR / f"phase-{rank}.json"
@@ -301,7 +305,7 @@ def stack_path(run_dir: Path, rank: int) -> Path:
 
 def write_phase(run_dir: Path, rank: int, phase: str, **extra: Any) -> None:
     """A rank enters a start-up phase (written atomically; the supervisor polls these)."""
-    from tuiapp.core.run_folder.metrics import atomic_write_text
+    from tuiapp.core.run_folder.atomic import atomic_write_text
 
     path = phase_path(run_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import unicodedata
 from pathlib import Path
 
 from tuiapp.core.common.errors import RunError, UserError
-from tuiapp.core.run_folder.metrics import atomic_write_text
+from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.rundir import ACTIVE
 
 META_NAME = "meta.json"

@@ -29,7 +29,7 @@ from pathlib import Path
 from tuiapp.core.machine import runlock
 from tuiapp.core.machine.gpus import GpuInfo
 from tuiapp.core.machine.procs import group_processes, process_alive
-from tuiapp.core.run_folder.metrics import atomic_write_text
+from tuiapp.core.run_folder.atomic import atomic_write_text
 
 QUEUE_DIR = ".queue"
 SLOTS_ENV = "LLMTUI_QUEUE_SLOTS"

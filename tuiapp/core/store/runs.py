@@ -21,12 +21,16 @@ from tuiapp.core.common.secrets import is_secret_name, redact  # noqa: F401 (re-
 from tuiapp.core.machine import runlock, shm
 from tuiapp.core.machine.procs import group_processes, process_alive
 from tuiapp.core.plan import slurm
-from tuiapp.core.run_folder.metrics import atomic_write_text, read_jsonl, summarize
+from tuiapp.core.run_folder.atomic import atomic_write_text
+from tuiapp.core.run_folder.metrics import read_jsonl, summarize
 from tuiapp.core.run_folder.rundir import (  # noqa: F401 (ACTIVE, FINAL re-exported)
     ACTIVE,
+    CHECKPOINTS_DIR,
     EVENTS_JSONL,
     FINAL,
+    FINAL_DIR,
     METRICS_JSONL,
+    RANKS_DIR,
     RECIPE_TOML,
     RUN_JSON,
     STDOUT_LOG,
@@ -78,7 +82,7 @@ def error_lines(log: Path) -> tuple[bool, list[str]]:
 
 def rank_logs(run_dir: Path) -> list[Path]:
     """Per-rank logs of the latest attempt (DeepSpeed names them <start time>_rank<N>.log)."""
-    logs = sorted((run_dir / "ranks").glob("*_rank*.log"))
+    logs = sorted((run_dir / RANKS_DIR).glob("*_rank*.log"))
     if not logs:
         return []
     latest = logs[-1].name.split("_rank")[0]
@@ -118,7 +122,7 @@ def killed_rank(lines: list[str]) -> tuple[int, int] | None:
 
 def rank_log(run_dir: Path, rank: int) -> Path | None:
     """The latest attempt's log of one rank."""
-    logs = sorted((Path(run_dir) / "ranks").glob(f"*_rank{rank}.log"))
+    logs = sorted((Path(run_dir) / RANKS_DIR).glob(f"*_rank{rank}.log"))
     return logs[-1] if logs else None
 
 
@@ -231,7 +235,7 @@ def unsupervised_outcome(run_dir: Path, record: RunRecord) -> tuple[str, str]:
     events = [e for e in read_jsonl(run_dir / EVENTS_JSONL)
               if started is None or (e.get("time") or 0) >= started - 1]
     kinds = {e.get("event"): e for e in events}
-    if "finished" in kinds and (run_dir / "final").is_dir():
+    if "finished" in kinds and (run_dir / FINAL_DIR).is_dir():
         return "succeeded", f"every step trained and the final model saved; {SUPERVISOR_GONE}, so no exit code"
     if "stop_checkpoint" in kinds:
         step = kinds["stop_checkpoint"].get("step")
@@ -291,11 +295,11 @@ class Run:
 
     @property
     def final_path(self) -> Path:
-        return self.path / "final"
+        return self.path / FINAL_DIR
 
     @property
     def checkpoints_path(self) -> Path:
-        return self.path / "checkpoints"
+        return self.path / CHECKPOINTS_DIR
 
     def load(self) -> "Run":
         try:

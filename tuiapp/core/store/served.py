@@ -39,7 +39,7 @@ from pathlib import Path
 from tuiapp.core.common.errors import RunError, UserError
 from tuiapp.core.machine.gpus import GpuInfo
 from tuiapp.core.machine.procs import group_processes, process_alive
-from tuiapp.core.run_folder.metrics import atomic_write_text
+from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.store import queue
 
 SERVE_JSON = "serve.json"

@@ -33,7 +33,7 @@ from transformers.trainer_pt_utils import get_parameter_names
 
 from tuiapp.core.config.recipe import Recipe, parse_recipe
 from tuiapp.core.plan.pipeline_plan import split_layers
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR, FINAL_DIR, FINAL_STAGING, RECIPE_TOML
 from tuiapp.trainer import checkpoints, phases
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import GracefulStop, RunRecorder, generate_samples
@@ -177,7 +177,7 @@ def _collator(recipe: Recipe, tokenizer):
 class PipelineRun:
     def __init__(self, run_dir: Path, recipe: Recipe, resume: bool):
         self.run_dir, self.recipe, self.resume = run_dir, recipe, resume
-        self.ckpt_root = run_dir / "checkpoints"
+        self.ckpt_root = run_dir / CHECKPOINTS_DIR
         self.stopper = GracefulStop()
         self.recorder = RunRecorder(run_dir, socket.gethostname())
         self.sample_model = None
@@ -395,7 +395,7 @@ class PipelineRun:
     def save_final(self) -> None:
         weights = self._gather_weights()
         if self.topo.rank == 0:
-            staging, final = self.run_dir / ".final-staging", self.run_dir / "final"
+            staging, final = self.run_dir / FINAL_STAGING, self.run_dir / FINAL_DIR
             shutil.rmtree(staging, ignore_errors=True)
             stage_ckpt.whole_model(self.config, weights).save_pretrained(staging)
             self.tokenizer.save_pretrained(staging)

@@ -25,7 +25,7 @@ from textual.worker import get_current_worker
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.run_folder.completions import GenerationsTail
 from tuiapp.core.run_folder.rundata import RunData, columns_cache, read_run_data
-from tuiapp.core.run_folder.rundir import METRICS_JSONL, RunRecord
+from tuiapp.core.run_folder.rundir import FINAL_DIR, METRICS_JSONL, RunRecord
 from tuiapp.core.run_folder.tail import TextTail, log_sources
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import ACTIVE, Run
@@ -488,7 +488,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.app.open_chat(self.run_id)
 
     def _has_final(self, verb: str) -> bool:
-        if (self.run_path / "final").is_dir():
+        if (self.run_path / FINAL_DIR).is_dir():
             return True
         self.notify(f"no final model yet ({self.record.status or 'unknown'}); {verb} a succeeded run",
                     title=verb.capitalize(), severity="warning")
