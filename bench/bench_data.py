@@ -408,6 +408,7 @@ def corpus_scaling(sizes_mb: list[int], peer: bool = True, log=print) -> dict:
                     if not row[key]["ok"]:
                         log(f"corpus {size} MB: {key} run failed:\n{row[key]['log']}")
                 if peer and not bench_peer.ensure_peer():
+                    common.remove(work / "cache" / "data")  # done with: its disk goes to the peer's datasets cache
                     log(f"corpus {size} MB: LLaMA-Factory's preprocessing, {PEER_WORKERS} workers")
                     row["peer"] = peer_preprocess(corpus, model_dir, work / f"peer-{size}", env, timeout * 2)
                     if not row["peer"]["ok"]:

@@ -82,7 +82,7 @@ def make_runs(root: Path, count: int, metric_rows: int = 20) -> list[Path]:
     store = RunStore(root)
     template = store.create(Recipe(name="bench", method=LoraMethod()))
     recipe_text = (template.path / "recipe.toml").read_text()
-    base_info = json.loads(template.info_path.read_text())
+    base_info = json.loads(template.record_path.read_text())
     shutil.rmtree(template.path)
     paths = []
     statuses = ["succeeded", "failed", "stopped", "succeeded"]
