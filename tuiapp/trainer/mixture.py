@@ -24,6 +24,8 @@ import pyarrow.compute as pc
 import torch
 from datasets import Dataset, concatenate_datasets
 
+from tuiapp.trainer import sampling
+
 SOURCE = "source"  # the column with each example's source index
 SOURCE_TOKENS = "source_tokens"  # the batch's tokens per source
 
@@ -45,11 +47,7 @@ def mean_tokens(dataset: Dataset) -> float:
     """Mean tokens per example (input_ids' length), computed in Arrow."""
     if len(dataset) == 0:
         return 0.0
-    lengths = pc.list_value_length(dataset.data.column("input_ids"))
-    indices = getattr(dataset, "_indices", None)  # a split: its rows of the table
-    if indices is not None:
-        lengths = pc.take(lengths, indices.column(0))
-    return float(pc.mean(lengths).as_py())
+    return float(pc.mean(sampling.length_array(dataset)).as_py())
 
 
 def interleave(datasets: list[Dataset], probabilities: list[float], seed: int,

@@ -33,6 +33,7 @@ from tuiapp.trainer import (
     checkpoints,
     mixture,
     phases,
+    sampling,
     strategies,
     streaming,
     trained_logits,
@@ -143,13 +144,15 @@ class RunTrainerMixin:
         taking its own (the sharding wrapper accelerate adds is made a passthrough, as the Trainer
         does for its own rank-aware batch sampler)."""
         if not self.token_budget:
-            return super().get_train_dataloader()
+            loader = super().get_train_dataloader()
+            sampling.make_lean(loader)  # the epoch's order is not made into one Python list
+            return loader
         from torch.utils.data import DataLoader
 
         from tuiapp.trainer.packing import TokenBudgetBatches
 
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
-        sampler = TokenBudgetBatches([len(ids) for ids in dataset["input_ids"]], self.token_budget, self.args.seed,
+        sampler = TokenBudgetBatches(sampling.example_lengths(dataset), self.token_budget, self.args.seed,
                                      rank=self.args.process_index, world=self.args.world_size)
         loader = self.accelerator.prepare(DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                                                      num_workers=self.args.dataloader_num_workers))
