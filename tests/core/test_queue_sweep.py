@@ -16,6 +16,7 @@ from tuiapp.core.config import sweep
 from tuiapp.core.config.recipe import NotifySpec, recipe_from_dict
 from tuiapp.core.machine import notify, runlock
 from tuiapp.core.machine.gpus import GpuInfo, GpuProcess
+from tuiapp.core.run_folder import rundir
 from tuiapp.core.store import meta, queue
 from tuiapp.core.store.runs import RunStore
 
@@ -26,7 +27,7 @@ class Holder:
     """A live 'supervisor': a process holding a run's lock."""
 
     def __init__(self, run_dir):
-        fd = runlock.acquire(runlock.lock_path(run_dir))
+        fd = runlock.acquire(rundir.lock_path(run_dir))
         self.process = subprocess.Popen([sys.executable, "-c", HOLD], pass_fds=(fd,))
         os.close(fd)
 

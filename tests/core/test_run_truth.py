@@ -34,7 +34,7 @@ def _kill(process: subprocess.Popen) -> None:
 
 
 def test_lock_is_held_while_a_holder_lives_and_free_after(tmp_path):
-    path = runlock.lock_path(tmp_path)
+    path = rundir.lock_path(tmp_path)
     assert runlock.held(path) is None  # no lock file: a run made before locks existed
     fd = runlock.acquire(path)
     assert fd is not None and runlock.held(path) is True
@@ -52,7 +52,7 @@ def test_lock_is_held_while_a_holder_lives_and_free_after(tmp_path):
 
 
 def test_a_brief_check_never_makes_a_start_fail(tmp_path):
-    path = runlock.lock_path(tmp_path)
+    path = rundir.lock_path(tmp_path)
     os.close(runlock.acquire(path))
     checker = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from tuiapp.core.machine import runlock\n"

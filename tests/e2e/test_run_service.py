@@ -48,7 +48,7 @@ class TruthWatch(threading.Thread):
             self.seen.add(run.status)
             self.samples += 1
             if run.status == "failed":
-                held = runlock.held(runlock.lock_path(self.run_dir))
+                held = runlock.held(rundir.lock_path(self.run_dir))
                 alive = group_processes(run.record.pgid)
                 if held or alive:
                     self.lies.append(f"failed while lock={held} processes={[p.pid for p in alive]}: "

@@ -124,7 +124,7 @@ def test_orphaned_ranks_are_flagged_not_failed_nor_running(store, tmp_path):
     run = store.create(Recipe(name="orphan", method=LoraMethod()))
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        os.close(runlock.acquire(runlock.lock_path(run.path)))  # the supervisor held it, and died
+        os.close(runlock.acquire(rundir.lock_path(run.path)))  # the supervisor held it, and died
         run.update(status="running", pid=rank.pid, pgid=rank.pid, started=FIXED_NOW - 100,
                    attempts=rundir.new_attempt(run.record, socket.gethostname(), False, now=FIXED_NOW - 100))
 
@@ -241,7 +241,7 @@ def test_resume_of_a_slurm_run_goes_through_the_service_and_shows_its_error(stor
     record = Run(run.path).load().record
     assert record.status == "failed" and record.node_mode == "slurm"
     assert not (run.path / "supervisor.log").exists() and not record.pid  # no local supervisor
-    assert runlock.held(runlock.lock_path(run.path)) is not True
+    assert runlock.held(rundir.lock_path(run.path)) is not True
     assert "--resume" in (run.path / slurm.SCRIPT_NAME).read_text(encoding="utf-8")  # resubmitted as it ran
 
 

@@ -37,6 +37,7 @@ from tuiapp.core.plan.launcher import (
     world_note,
 )
 from tuiapp.core.prelaunch import checks, cluster_checks, preflight
+from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.rundir import ACTIVE, RECIPE_TOML, RUN_JSON, SUPERVISOR_LOG
 from tuiapp.core.store import queue
 from tuiapp.core.store.runs import Run, RunStore
@@ -255,7 +256,7 @@ def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
     node_rank = node.node_rank if node else None
     fd = run.lock_fd
     if fd is None:
-        fd = runlock.acquire(runlock.lock_path(run.path, node_rank))
+        fd = runlock.acquire(rundir.lock_path(run.path, node_rank))
         if fd is None:
             raise RunError(message=f"{run.id} already has a live supervisor" + (f" for node {node_rank}" if node_rank
                                                                                  else ""),
@@ -491,7 +492,7 @@ def resume(run: Run, options: LaunchOptions | None = None, say: Say = _quiet) ->
         return _resume_slurm(run, say)
     if mode == "nodes":
         return _resume_node(run, options, say)
-    fd = runlock.acquire(runlock.lock_path(run.path))
+    fd = runlock.acquire(rundir.lock_path(run.path))
     if fd is None:
         raise RunError(message=f"{run.id} is already running: its supervisor holds the run (pid {run.record.pid})",
                        fix=f"follow it with `llmtui show {run.id}`, or stop it first with `llmtui stop {run.id}`")

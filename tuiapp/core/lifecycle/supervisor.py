@@ -633,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
         node = cluster.NodeArgs(args.node_rank, args.nnodes, args.master_addr, args.slurm)
     lock = args.lock_fd
     if lock is None:  # started by an sbatch script or by hand: take the lock now
-        lock = runlock.acquire(runlock.lock_path(args.run_dir, node.node_rank if node else None))
+        lock = runlock.acquire(rundir.lock_path(args.run_dir, node.node_rank if node else None))
         if lock is None:
             print(f"error: {args.run_dir} already has a live supervisor; not starting a second one", file=sys.stderr)
             return 2

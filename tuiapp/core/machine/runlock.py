@@ -3,7 +3,8 @@ supervisor exits.
 
 The starting process takes the lock, then hands its descriptor to the supervisor it spawns, so
 the lock is never free in between; the kernel releases it when the supervisor dies, however it
-dies. A lock that is free means no supervisor lives, whatever run.json says.
+dies. A lock that is free means no supervisor lives, whatever run.json says. Where the lock lies in a
+run folder: tuiapp.core.run_folder.rundir.lock_path.
 """
 
 from __future__ import annotations
@@ -12,13 +13,6 @@ import fcntl
 import os
 import time
 from pathlib import Path
-
-LOCK_NAME = ".supervisor.lock"
-
-
-def lock_path(run_dir: Path, node_rank: int | None = None) -> Path:
-    run_dir = Path(run_dir)
-    return run_dir / LOCK_NAME if not node_rank else run_dir / "nodes" / f"{node_rank}.lock"  # rundir.NODES_DIR (machine/ does not import run_folder/)
 
 
 def acquire(path: Path, wait_s: float = 2.0) -> int | None:

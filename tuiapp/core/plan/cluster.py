@@ -267,7 +267,7 @@ def write_node(run_dir: Path, node_rank: int, /, **values) -> RunRecord:
     """Merge values into nodes/<k>.json (written atomically) and return the record."""
     check_keys(values, NODE_KEYS)
     record = read_node(run_dir, node_rank)
-    record.set(**values, node_rank=node_rank)
+    record.set(**{**values, "node_rank": node_rank})  # a caller may pass node_rank too: the file's own wins
     nodes_dir(run_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_text(node_json(run_dir, node_rank),
                       json.dumps(record.to_json(), indent=2, sort_keys=True, default=str))

@@ -28,6 +28,13 @@ NODES_DIR = "nodes"  # multi-node: node K's record (K.json), lock and supervisor
 CHECKPOINTS_DIR = "checkpoints"  # checkpoint-N folders
 FINAL_DIR = "final"  # the trained model (adapter or full), written once through FINAL_STAGING
 FINAL_STAGING = ".final-staging"
+SUPERVISOR_LOCK = ".supervisor.lock"  # held by the run's supervisor while it lives (machine.runlock)
+
+
+def lock_path(run_dir: Path, node_rank: int | None = None) -> Path:
+    """The flock of the run's supervisor (node K's, K > 0: nodes/K.lock)."""
+    run_dir = Path(run_dir)
+    return run_dir / SUPERVISOR_LOCK if not node_rank else run_dir / NODES_DIR / f"{node_rank}.lock"
 
 STATUSES = ("created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown")
 ACTIVE = ("created", "queued", "starting", "running", "stopping")

@@ -29,6 +29,7 @@ from pathlib import Path
 from tuiapp.core.machine import runlock
 from tuiapp.core.machine.gpus import GpuInfo
 from tuiapp.core.machine.procs import group_processes, process_alive
+from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.atomic import atomic_write_text
 
 QUEUE_DIR = ".queue"
@@ -116,7 +117,7 @@ def dequeue(runs_root: Path, run_id: str) -> None:
 
 def _alive(runs_root: Path, run_id: str) -> bool:
     """A queued run is alive while its supervisor holds the run's lock."""
-    return bool(runlock.held(runlock.lock_path(Path(runs_root) / run_id)))
+    return bool(runlock.held(rundir.lock_path(Path(runs_root) / run_id)))
 
 
 def waiting(runs_root: Path, prune: bool = False) -> list[Waiting]:

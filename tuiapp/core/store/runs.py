@@ -21,6 +21,7 @@ from tuiapp.core.common.secrets import is_secret_name, redact  # noqa: F401 (re-
 from tuiapp.core.machine import runlock, shm
 from tuiapp.core.machine.procs import group_processes, process_alive
 from tuiapp.core.plan import slurm
+from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.metrics import read_jsonl, summarize
 from tuiapp.core.run_folder.rundir import (  # noqa: F401 (ACTIVE, FINAL re-exported)
@@ -344,7 +345,7 @@ class Run:
     def supervisor_alive(self) -> bool:
         """A supervisor (or the process starting one) holds the run's lock; runs made before
         locks existed fall back to the recorded pid."""
-        held = runlock.held(runlock.lock_path(self.path))
+        held = runlock.held(rundir.lock_path(self.path))
         if held is None:
             return process_alive(self.record.pid, self.record.pid_create_time)
         return held
@@ -364,7 +365,7 @@ class Run:
             return self  # submitted, not yet given a job id by the submitting process
         if supervisor is None and self.supervisor_alive():
             return self
-        if runlock.held(runlock.lock_path(self.path)) is None and not self.record.pid:
+        if runlock.held(rundir.lock_path(self.path)) is None and not self.record.pid:
             return self  # no lock and no pid: nothing to judge by (made by hand or by an older llmtui)
         self.load()  # the supervisor may have just written the final status
         if self.status not in ACTIVE or (supervisor is None and self.supervisor_alive()):
@@ -408,7 +409,7 @@ class RunStore:
         run = Run(staging)
         try:
             if lock:
-                run.lock_fd = runlock.acquire(runlock.lock_path(staging))
+                run.lock_fd = runlock.acquire(rundir.lock_path(staging))
             (staging / RECIPE_TOML).write_text(recipe.to_toml(), encoding="utf-8")
             run.record.set(
                 name=recipe.name,
