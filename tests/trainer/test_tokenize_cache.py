@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from transformers import AutoTokenizer
 
@@ -138,6 +139,7 @@ def test_the_blocks_are_cut_across_files_and_batches_and_moved_into_the_entry(tm
 
     monkeypatch.setenv("LLMTUI_TOKENIZE_WORKERS", "2")
     monkeypatch.setattr(data, "DOCS_PER_BLOCK_BATCH", 333)  # batches across the workers' files and theirs
+    monkeypatch.setattr(data, "RECORD_BATCH_BYTES", 4 * 64 * 1024)  # record batches of 1,024 blocks of 64
     train, _ = build_datasets(recipe(corpus), tokenizer, tmp_path / "cache")
     texts = [json.loads(line)["text"] for line in corpus.read_text().splitlines()]
     entry = next((tmp_path / "cache" / "data").iterdir())
@@ -149,4 +151,7 @@ def test_the_blocks_are_cut_across_files_and_batches_and_moved_into_the_entry(tm
     for start in range(0, len(texts), 333):
         expected += data._blocks(data._document_ids({"text": texts[start:start + 333]}, tokenizer), 64)["input_ids"]
     assert cached["input_ids"] == expected and cached["labels"] == expected
+    with pa.OSFile(str(entry / "data-00000.arrow")) as source:  # whole record batches of 8 MB a column
+        batches = [batch.num_rows for batch in pa.ipc.open_stream(source)]
+    assert batches[:-1] == [1024] * (len(batches) - 1) and 0 < batches[-1] <= 1024 and len(batches) > 1
     assert set(map(tuple, train["input_ids"])) <= set(map(tuple, expected))
