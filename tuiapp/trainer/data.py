@@ -467,28 +467,19 @@ def _cut_blocks(ids: Dataset, block: int, path: Path) -> Dataset:
     rank's memory stays the same whatever the corpus size (mapped, every page it read stayed in its
     resident memory: 4.3 GB for a 1 GB corpus)."""
     rows = max(1024, RECORD_BATCH_BYTES // (4 * block))
+    blocks = (_arrow_blocks(documents, block) for documents in _rechunk(_id_tables(ids), DOCS_PER_BLOCK_BATCH))
     with ArrowWriter(features=BLOCK_FEATURES, path=str(path), writer_batch_size=rows) as writer:
-        pending: list[pa.Table] = []
-        count = 0
-        for documents in _document_batches(ids, DOCS_PER_BLOCK_BATCH):
-            pending.append(_arrow_blocks(documents, block))
-            count += pending[-1].num_rows
-            if count >= rows:  # whole record batches of `rows` blocks; the rest waits for the next
-                table = pa.concat_tables(pending)
-                whole = count // rows * rows
-                writer.write_table(table.slice(0, whole))
-                pending, count = [table.slice(whole)], count - whole
-        if count:
-            writer.write_table(pa.concat_tables(pending))
+        for table in _rechunk(blocks, rows):  # whole record batches of `rows` blocks
+            writer.write_table(table)
         writer.finalize()
     return Dataset.from_file(str(path))
 
 
-def _document_batches(ids: Dataset, size: int):
-    """The `ids` column in tables of `size` rows (the last one shorter), read file by file."""
+def _rechunk(tables, size: int):
+    """The rows of `tables`, in order, as tables of `size` rows (the last one shorter)."""
     pending: list[pa.Table] = []
     count = 0
-    for table in _id_tables(ids):
+    for table in tables:
         while table.num_rows:
             take = min(size - count, table.num_rows)
             pending.append(table.slice(0, take))
