@@ -8,6 +8,7 @@ import json
 import pytest
 from textual.command import CommandPalette
 from textual.widgets import Select, Static, TabbedContent, TextArea
+from textual.widgets._select import SelectOverlay
 from ui_fixtures import screen_text, test_app, wait_for
 
 from tuiapp.core.config.recipe import load_recipe
@@ -444,6 +445,28 @@ def test_a_form_switched_away_while_its_sections_fill_stops_filling(tmp_path):
             section = form.later_sections[-1]
             await form.query_one(f"#section-{section}").remove()
             await form._fill_later_sections([section])
+
+    asyncio.run(scenario())
+
+
+def test_a_form_closing_with_the_app_while_its_sections_fill_stops_filling(tmp_path):
+    """The app closing prunes a form's widgets before the form, whose queue still runs what was left
+    for after a frame: the model rows' found… list raised NoMatches on its Select's removed overlay."""
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            await pilot.press("n")
+            form = app.screen
+            await wait_for(pilot, lambda: form.filled and form.model_names, what="every section, the models")
+            # the exact moment: the Select's overlay closed, the form marked for pruning, not yet gone
+            pick = form.query_one("#pick-model", Select)
+            await pick.query_one(SelectOverlay).remove()
+            closing = form.remove()  # what closing the app does to each screen on its stack
+            assert form.is_attached and form.taken_down
+            form._show_found_models()
+            await form._fill_later_sections(["model"])
+            await closing
 
     asyncio.run(scenario())
 

@@ -171,7 +171,7 @@ class NewExperimentScreen(Screen):
         """The sections after the run's, FILL_ROWS fields per frame once the form is on screen, so
         the form takes keys at once (their ~400 widgets took ~0.8 s before the first frame, and a
         whole section at once ~0.1 s, a key typed meanwhile waiting for it)."""
-        if not self.is_attached:
+        if self.taken_down:
             return  # closed while it filled
         if not rows:
             if not sections:
@@ -183,7 +183,7 @@ class NewExperimentScreen(Screen):
         if not section:
             return  # the screen is being taken down (ctrl+o switched to another form): its sections are gone
         await section.first().mount_all(chunk)
-        if not self.is_attached:
+        if self.taken_down:
             return  # closed while these mounted
         if sections[0] == "model":
             self._show_found_models()  # found before its box was there
@@ -194,6 +194,12 @@ class NewExperimentScreen(Screen):
                     for widget in field.query(".field-input"):
                         widget.set_class(field.spec.key in bad, "-invalid")
         self.call_after_refresh(self._fill_later_sections, sections if rows else sections[1:], rows)
+
+    @property
+    def taken_down(self) -> bool:
+        """Popped, replaced or the app closing: a screen's widgets are pruned before the screen, its
+        own queue still running the callbacks left for after a frame (a Select then lacks its overlay)."""
+        return not self.is_attached or self._pruning or self._closing
 
     def _on_screen_resume(self, event: events.ScreenResume) -> None:
         if not self.resumed:  # its widgets were styled as they mounted: not all of them again at once
@@ -326,8 +332,8 @@ class NewExperimentScreen(Screen):
                                         memory_bytes=report.memory_bytes))
 
     def on_recipe_checked(self, message: RecipeChecked) -> None:
-        if message.generation != self.generation:
-            return  # a newer check is on its way
+        if message.generation != self.generation or self.taken_down:
+            return  # a newer check is on its way, or the form is closing
         self.last_check = message
         check = message.check
         lines = [f"error: {e}" for e in check.errors]
@@ -385,6 +391,8 @@ class NewExperimentScreen(Screen):
         self.post_message(DatasetInspected(name, info=info))
 
     def on_dataset_inspected(self, message: DatasetInspected) -> None:
+        if self.taken_down:
+            return
         text = dataset_preview(message.name, message.info, message.error)
         self.query_one("#ne-data", Static).update("records as read (before tokenizing)\n" + text)
 
@@ -421,6 +429,8 @@ class NewExperimentScreen(Screen):
         self.post_message(TrainerViewRead(toml, kind, examples, error))
 
     def on_trainer_view_read(self, message: TrainerViewRead) -> None:
+        if self.taken_down:
+            return
         self.trainer_view = message if message.error is None else None
         self.query_one("#ne-trainer-view", Static).update(trainer_view_text(message.kind, message.examples, message.error))
         self.query_one("#ne-examples", ExampleImages).show(message.kind, None if message.error else message.examples)
@@ -451,7 +461,7 @@ class NewExperimentScreen(Screen):
 
     def show_models(self, text: str) -> None:
         """The found… list: the candidates that match the model box's text."""
-        if not self.model_names:
+        if not self.model_names or self.taken_down:
             return
         shown = filter_models(self.model_names, text)
         pick = self.query_one("#pick-model", Select)
