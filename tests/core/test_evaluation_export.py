@@ -60,8 +60,30 @@ def test_export_refuses_what_cannot_work_before_any_work(runs, tmp_path):
         exporting.plan(sft, exporting.ExportRequest(out=str(tmp_path / "new"), dtype="int3"))
     with pytest.raises(UserError, match="not a repo id"):
         exporting.plan(sft, exporting.ExportRequest(out=str(tmp_path / "new"), push="nope"))
-    planned = exporting.plan(sft, exporting.ExportRequest(out=str(tmp_path / "new"), merge=True, dtype="bfloat16"))
-    assert planned.argv == [str(sft.final_path), "--out", str(tmp_path / "new"), "--merge", "--dtype", "bfloat16"]
+    with pytest.raises(UserError, match="trained every weight: its final model is already whole") as caught:
+        exporting.plan(sft, exporting.ExportRequest(out=str(tmp_path / "new"), merge=True))  # was copied, "merged"
+    assert caught.value.key == "--merge" and caught.value.fix == "export without --merge"
+    planned = exporting.plan(sft, exporting.ExportRequest(out=str(tmp_path / "new"), dtype="bfloat16"))
+    assert planned.argv == [str(sft.final_path), "--out", str(tmp_path / "new"), "--dtype", "bfloat16"]
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("method", ["prefix", "ptuning", "llama-adapter", "adapter"])
+def test_an_adapter_that_cannot_merge_is_refused_before_the_export_tool_loads_it(tmp_path, method):
+    """The export tool raised on these after loading the model (exit 1, a traceback's last line)."""
+    import json
+
+    run_dir = _lora_run(tmp_path / "runs", method, tmp_path / "base")
+    (run_dir / "final" / "llmtui.json").write_text(json.dumps({"base_model": "tiny", "method": method}))
+    if method == "adapter":  # bottleneck adapters: their own config, no peft one
+        (run_dir / "final" / "adapter_config.json").rename(run_dir / "final" / "bottleneck_config.json")
+    run = Run(run_dir).load()
+    for request, option in ((exporting.ExportRequest(out=str(tmp_path / "m"), merge=True), "--merge"),
+                            (exporting.ExportRequest(out=str(tmp_path / "g"), gguf="q8_0"), "--gguf")):
+        with pytest.raises(UserError, match="cannot merge") as caught:
+            exporting.plan(run, request)
+        assert caught.value.key == option and caught.value.fix == "export the adapter alone (no --merge, no --gguf)"
+    assert exporting.plan(run, exporting.ExportRequest(out=str(tmp_path / "a"))).argv[-2:] == ["--out", str(tmp_path / "a")]
 
 
 def test_a_child_tool_reports_its_error_lines_and_can_be_cancelled():

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from tuiapp.core.after import gguf_tools
-from tuiapp.core.after.targets import base_of, require_base
+from tuiapp.core.after.targets import PROMPT_LEARNING, base_of, final_weights, require_base
 from tuiapp.core.common.child_tool import ChildTool
 from tuiapp.core.common.errors import RunError, UserError
 from tuiapp.core.prelaunch.model_check import adapter_kind, hub_offline
@@ -141,12 +141,32 @@ def check_out(out: Path) -> None:
         raise UserError(message=f"{out} exists and is not empty", fix="choose a new folder for --out")
 
 
+def check_merge(run: Run, request: ExportRequest) -> None:
+    """--merge with no adapter to merge, or (--merge or --gguf, which merges) an adapter that cannot
+    merge into plain weights: refused here, not by the export tool after it loaded the model."""
+    if not (request.merge or request.gguf):
+        return
+    kind, method = adapter_kind(run.final_path), final_weights(run.path)
+    if kind is None and request.merge:
+        raise UserError(message=f"{run.id} trained every weight: its final model is already whole, with no adapter "
+                        "to merge", key="--merge", fix="export without --merge")
+    option = "--merge" if request.merge else "--gguf"
+    if kind == "bottleneck":
+        raise UserError(message=f"{run.id}'s bottleneck adapters add layers: they cannot merge into a plain "
+                        f"model, which {option} needs", key=option, fix="export the adapter alone (no --merge, no --gguf)")
+    if method in PROMPT_LEARNING or method == "llama-adapter":
+        raise UserError(message=f"{run.id}'s {method} adapter adds virtual tokens or gated prompts, not weight "
+                        f"deltas: it cannot merge into its base, which {option} needs", key=option,
+                        fix="export the adapter alone (no --merge, no --gguf)")
+
+
 def plan(run: Run, request: ExportRequest) -> ExportPlan:
     """Every check, before any work: a final model, an empty --out, the options; UserError names the fix."""
     if not run.final_path.is_dir():
         raise UserError(message=f"{run.id} has no final model ({run.status})", fix="export a succeeded run")
     if not str(request.out).strip():
         raise UserError(message="no folder to export to", key="--out", fix="name a new (or empty) folder")
+    check_merge(run, request)
     if (request.merge or request.gguf) and adapter_kind(run.final_path):  # merging loads the base
         require_base(run.id, base_of(run.path), "its adapter merges into")
     out = Path(request.out).expanduser()

@@ -70,6 +70,15 @@ def _frozen_method(run_dir: Path) -> str:
     return str(method.get("kind") or "")
 
 
+def final_weights(run_dir: Path) -> str:
+    """What the run's final model trained: the adapter's kind or 'sft'/'pretrain' for every weight
+    (final/llmtui.json's `weights`, which preference runs set), else its method."""
+    run_dir = Path(run_dir)
+    info = _read_json(run_dir / FINAL_DIR / FINAL_INFO)
+    return str(info.get("weights") or info.get("method") or read_record(run_dir / RUN_JSON).method
+               or _frozen_method(run_dir) or "")
+
+
 def base_of(run_dir: Path) -> str:
     """The base model a run trained from: final/llmtui.json's resolved path when it still exists,
     else what run.json recorded (a resolved path or 'tiny'), else the recipe's model.name."""
