@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.common.errors import RecipeError, RecipeErrors
 from tuiapp.core.config.recipe import METHOD_KINDS, json_schema, load_recipe, parse_recipe
 
 
@@ -107,6 +107,24 @@ def test_overrides(tmp_path):
     with pytest.raises(RecipeError) as info:
         load_recipe(path, ["train.max_stepz=7"])
     assert "max_steps" in info.value.fix
+
+
+def test_a_bad_value_from_a_set_names_the_set_not_the_file_line(tmp_path):
+    """The line of the value the --set replaced was named as the culprit."""
+    path = tmp_path / "r.toml"
+    path.write_text('[method]\nkind = "lora"\n[train]\nlearning_rate = 1e-3\nmax_steps = 5\n')
+    with pytest.raises(RecipeErrors) as info:
+        load_recipe(path, ["train.learning_rate=abc", "train.max_steps=4", "train.max_steps=-3", "train.lr=3"])
+    errors = {e.key: e for e in info.value.errors}
+    assert set(errors) == {"train.learning_rate", "train.max_steps", "train.lr"}
+    assert errors["train.learning_rate"].line is None and errors["train.learning_rate"].file == str(path)
+    assert errors["train.learning_rate"].message.endswith("(from --set train.learning_rate=abc)")
+    assert errors["train.max_steps"].message.endswith("(from --set train.max_steps=-3)")  # the one that won
+    assert errors["train.lr"].message == "unknown key 'lr' (from --set train.lr=3)"
+    path.write_text('[method]\nkind = "lora"\n[train]\nlearning_rate = "x"\n')
+    with pytest.raises(RecipeError) as info:  # the file's own error keeps its line
+        load_recipe(path, ["train.max_steps=4"])
+    assert (info.value.key, info.value.line) == ("train.learning_rate", 4) and "--set" not in info.value.message
 
 
 def test_file_problems(tmp_path):

@@ -78,7 +78,7 @@ def cmd_sweep(args) -> int:
     store = RunStore(args.runs_dir)
     data, text = read_recipe_data(args.recipe, args.set)
     plan = sweep.plan_sweep(data, text, str(args.recipe), sweep.parse_grid(args.grid or []), random_n=args.random,
-                            seed=args.seed, slots=args.slots)
+                            seed=args.seed, slots=args.slots, overrides=args.set)
     slots = plan.spec.slots or args.slots or None
     launches, refused = [], []
     for combo in plan.combinations:

@@ -7,6 +7,7 @@ all come from this one place.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -915,6 +916,16 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
     return RecipeError(message=message, file=file, line=line, key=key or None, fix=fix)
 
 
+def _blame_override(error: RecipeError, overrides: list[str]) -> RecipeError:
+    """An error on a key a --set gave (or inside it, or around it): the --set is named, not the
+    file's line, which held the value the --set replaced or nothing at all."""
+    for override in reversed(overrides):  # the last --set of a key wins
+        key = ".".join(p.strip() for p in override.partition("=")[0].split(".") if p.strip())
+        if error.key and (error.key == key or error.key.startswith(key + ".") or key.startswith(error.key + ".")):
+            return dataclasses.replace(error, line=None, message=f"{error.message} (from --set {override})")
+    return error
+
+
 TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list"}
 
 
@@ -1023,11 +1034,13 @@ def parse_recipe(text: str, file: str = "<recipe>") -> Recipe:
     return recipe_from_dict(data, text=text, file=file)
 
 
-def recipe_from_dict(data: dict, text: str = "", file: str = "<recipe>") -> Recipe:
+def recipe_from_dict(data: dict, text: str = "", file: str = "<recipe>", overrides: list[str] | None = None) -> Recipe:
+    """Validate; each error names its file line, or the --set (`overrides`) that gave the bad value."""
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
-        unique = _merge_same_key([_error_for(item, text, file) for item in exc.errors()])
+        unique = _merge_same_key([_blame_override(_error_for(item, text, file), overrides or [])
+                                  for item in exc.errors()])
         if len(unique) == 1:
             raise unique[0] from None
         raise RecipeErrors(unique) from None
@@ -1072,7 +1085,7 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     if not overrides:
         return parse_recipe(read_recipe_text(path), str(path))
     data, text = read_recipe_data(path, overrides)
-    return recipe_from_dict(data, text=text, file=str(path))
+    return recipe_from_dict(data, text=text, file=str(path), overrides=overrides)
 
 
 def apply_override(data: dict, override: str) -> None:

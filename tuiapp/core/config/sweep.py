@@ -100,10 +100,10 @@ def run_name(base: str, values: dict) -> str:
 
 
 def plan_sweep(data: dict, text: str, file: str, grid_flags: dict[str, list], *, random_n: int | None = None,
-               seed: int | None = None, slots: int | None = None) -> SweepPlan:
+               seed: int | None = None, slots: int | None = None, overrides: list[str] | None = None) -> SweepPlan:
     """Every combination checked against the schema; a RecipeError naming each bad combination,
     key and value otherwise. `data` is the recipe file's TOML (with --set applied)."""
-    base = recipe_from_dict(data, text=text, file=file)  # the recipe itself must be valid first
+    base = recipe_from_dict(data, text=text, file=file, overrides=overrides)  # the recipe itself must be valid first
     spec = base.sweep.model_copy(update={k: v for k, v in (("random", random_n), ("seed", seed), ("slots", slots))
                                          if v is not None})
     grid = {**spec.grid, **grid_flags}
