@@ -9,7 +9,7 @@ import asyncio
 import subprocess
 import sys
 
-from textual.widgets import Input, Static
+from textual.widgets import Checkbox, Input, Static
 from ui_fixtures import REAL_IDS, screen_text, test_app, wait_for
 
 from tuiapp.ui.screens.evaluate import EvaluateScreen, data_argument, parse_limit
@@ -122,8 +122,10 @@ def test_export_refuses_a_folder_that_is_not_empty_in_the_form(runs_root, tmp_pa
             await wait_for(pilot, lambda: isinstance(app.screen, ExportScreen), what="the form")
             form = app.screen
             text = screen_text(app)
-            for words in (f"Export {run_id}", f"exports/{run_id}", "dtype", "as trained", "merge the adapter"):
+            for words in (f"Export {run_id}", f"exports/{run_id}", "dtype", "as trained",
+                          "merge: no adapter, every weight trained"):  # a full fine-tune: nothing to merge
                 assert words in text, words
+            assert form.query_one("#export-merge", Checkbox).disabled
             form.query_one("#export-out", Input).value = "taken"  # relative to the app's folder
             await pilot.press("ctrl+r")
             await wait_for(pilot, lambda: not form.running and _error(form), what="the refusal")

@@ -19,6 +19,8 @@ from textual.widgets import Checkbox, Input, Label, Select, Static
 from tuiapp.core.after import exporting
 from tuiapp.core.common.child_tool import ChildTool
 from tuiapp.core.common.errors import UserError
+from tuiapp.core.prelaunch.model_check import adapter_kind
+from tuiapp.core.run_folder.rundir import FINAL_DIR
 from tuiapp.core.store.runs import Run
 from tuiapp.ui.messages import ExportToolsChecked
 from tuiapp.ui.tool_form import ToolFormScreen
@@ -57,7 +59,11 @@ class ExportScreen(ToolFormScreen):
                 yield Label("dtype", classes="tool-label")
                 yield Select([(name, name) for name in exporting.DTYPES], prompt="as trained", compact=True,
                              id="export-dtype")
-            yield Checkbox("merge the adapter into its base model", False, compact=True, id="export-merge")
+            if adapter_kind(self.run_path / FINAL_DIR):
+                yield Checkbox("merge the adapter into its base model", False, compact=True, id="export-merge")
+            else:  # every weight trained: export refuses --merge
+                yield Checkbox("merge: no adapter, every weight trained", False, compact=True, disabled=True,
+                               id="export-merge")
             with Horizontal(classes="tool-field"):
                 yield Label("gguf ", classes="tool-label")
                 yield Input("", placeholder="GGUF types, e.g. q8_0,q4_k_m (empty: no GGUF)", compact=True,
