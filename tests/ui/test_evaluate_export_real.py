@@ -116,5 +116,8 @@ def test_export_from_the_history_merges_casts_and_lists_the_files(runs_root, tmp
             assert not (out / "adapter_config.json").exists()  # merged: a full model
             (record,) = exports.made(root / run_id)  # the run view lists it
             assert record["out"] == str(out.resolve()) and record["merged"] and record["dtype"] == "bfloat16"
+            # the merge's parity ran on the float32 merge: the report says so, the files are bfloat16
+            (parity,) = json.loads((out / "export.json").read_text())["parity"]
+            assert parity["exported"] == f"merged {out.name}/ (transformers, float32 before the cast to bfloat16)"
 
     asyncio.run(scenario())

@@ -64,12 +64,17 @@ def answers_as_adapter(final: Path) -> bool:
     return info.get("weights", info.get("method", "sft")) not in ("pretrain", "sft") and info.get("method") != "reward"
 
 
-def merged_parity(final: Path, out: Path, prompts: list[str], system: str) -> dict:
+def merged_parity(final: Path, out: Path, prompts: list[str], system: str, cast_to: str | None = None):
+    """The merged folder against the adapter on its base; with `cast_to`, before that cast (the
+    report says so: the files shipped are the cast ones)."""
     from tuiapp.core.after.targets import model_target
     from tuiapp.trainer import parity
 
     target = model_target(final.parent)
-    return parity.merged_vs_adapter(target, out, prompts, system, min_agreement=MERGED_MIN_AGREEMENT)
+    report = parity.merged_vs_adapter(target, out, prompts, system, min_agreement=MERGED_MIN_AGREEMENT)
+    if cast_to and cast_to != "float32":
+        report.exported = report.exported.replace("(transformers)", f"(transformers, float32 before the cast to {cast_to})")
+    return report
 
 
 def _run(argv: list[str], log: Path) -> None:

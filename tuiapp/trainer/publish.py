@@ -115,7 +115,7 @@ def _ship(args, shipping: dict) -> int:
     recipe, prompts = shipping["recipe"], shipping["prompts"]
     system = recipe.generate.system if recipe is not None else ""
     if record["merged"] and exporting.answers_as_adapter(args.final) and prompts:
-        report = exporting.merged_parity(args.final, args.out, prompts, system)
+        report = exporting.merged_parity(args.final, args.out, prompts, system, args.dtype)
         print("\n".join(lines(report)), flush=True)
         record["parity"].append({"quant": None, **report.as_dict()})
         failed |= not report.passed
