@@ -23,10 +23,10 @@ quickstart: install
 # the seed; rerun one order with --randomly-seed=N). `pytest` alone runs the fast tier only.
 # llama-cpp-python (the GGUF export's parity check) compiles llama.cpp: tools/gguf_setup.py builds it at
 # the lowest priority while the other tests run (cached in $LLMTUI_CACHE/gguf after), installs it, and
-# the GGUF tests run last.
+# the GGUF tests run last. The 25 slowest tests are listed at the end (the tier is to stay under 40 min).
 test: install
 	$(BIN)/python tools/gguf_setup.py start
-	$(BIN)/python -m pytest -q -m "(slow or not slow) and not gguf"
+	$(BIN)/python -m pytest -q --durations=25 -m "(slow or not slow) and not gguf"
 	$(BIN)/python tools/gguf_setup.py wait
 	$(BIN)/python -m pytest -q -m gguf
 
