@@ -304,6 +304,9 @@ def test_fits_and_unknown_gpu():
     table = format_estimate(est)
     assert "total" in table and "fits" in table
     assert estimate_recipe(recipe, TINY_CONFIG, 1, cuda=False).precision == "fp32"
+    # a model this small is shown in MB: in GB every row read 0.0
+    assert "per GPU          MB" in table and est.memory.total < GB
+    assert row_gb(table, "total") == round(est.memory.total / 1e6, 1) > 0 and row_gb(table, "params") > 0
 
 
 def test_qlora_base_is_about_half_a_byte_per_weight():

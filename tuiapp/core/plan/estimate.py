@@ -828,8 +828,10 @@ def format_pipeline(info: dict) -> list[str]:
 
 
 def format_estimate(est: Estimate) -> str:
-    """A compact table, GB with one decimal."""
+    """A compact table with one decimal: in GB, or in MB when the total is under 1 GB (a small
+    model's rows all read 0.0 GB)."""
     m = est.memory
+    unit, unit_name = (GB, "GB") if m.total >= GB else (1e6, "MB")
     gpus = plural(est.n_gpus, "CPU rank" if est.cpu else "GPU") + (f" x {est.nodes} nodes" if est.nodes > 1 else "")
     if est.nodes > 1 or (est.world_size and est.world_size != est.n_gpus):
         gpus += f" (world size {est.world_size or est.n_gpus * est.nodes})"
@@ -840,18 +842,18 @@ def format_estimate(est: Estimate) -> str:
         f"setup        {gpus}, ZeRO-{est.zero_stage}, {est.precision}, micro_batch {_micro_batch_text(est)} x "
         f"{est.seq_len} tokens, checkpointing {'on' if est.gradient_checkpointing else 'off'}"
         + (f", {est.kernels}" if est.kernels else ""),
-        "per rank         GB" if est.cpu else "per GPU          GB",
+        f"per rank         {unit_name}" if est.cpu else f"per GPU          {unit_name}",
     ]
     for name in ("params", "grads", "optimizer"):
-        rows.append(f"  {name:<12} {getattr(m, name) / GB:>6.1f}")
-    states = f"  {'model states':<12} {m.model_states / GB:>6.1f}"
+        rows.append(f"  {name:<12} {getattr(m, name) / unit:>6.1f}")
+    states = f"  {'model states':<12} {m.model_states / unit:>6.1f}"
     full = est.trainable_params == est.total_params and est.precision != "fp32" and not m.cpu_offload_total
     if full:  # the ZeRO paper's mixed-precision Adam, P parameters over N ranks
         states += f"  ZeRO-{est.zero_stage}: {ZERO_FORMULAS[est.zero_stage]}, N = {est.world_size or est.n_gpus * est.nodes}"
     rows.append(states)
     for name in ("buffers", "activations") + (("reference",) if m.reference else ()):
-        rows.append(f"  {name:<12} {getattr(m, name) / GB:>6.1f}")
-    total = f"  {'total':<12} {m.total / GB:>6.1f}"
+        rows.append(f"  {name:<12} {getattr(m, name) / unit:>6.1f}")
+    total = f"  {'total':<12} {m.total / unit:>6.1f}"
     if est.gpu_memory_bytes:
         total += f"  of {est.gpu_memory_bytes / GB:.1f} GB: {'fits' if est.fits else 'does NOT fit'}"
     rows.append(total)
