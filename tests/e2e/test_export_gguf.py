@@ -172,3 +172,53 @@ def test_merged_lora_answers_as_the_adapter_and_a_damaged_merge_fails(tmp_path_f
     report = exporting.merged_parity(run / "final", damaged, ["What is the capital of France?", "Who are you?"], "")
     assert not report.passed and report.agreement < 0.9
     assert any(p.first_divergence for p in report.prompts)
+
+
+def _sentencepiece_model(folder: Path) -> None:
+    """A small SentencePiece model, as a Gemma repository ships beside its tokenizer.json."""
+    import sentencepiece
+
+    corpus = folder / "corpus.txt"
+    corpus.write_text("\n".join(f"the quick brown fox {i} jumps over the lazy dog {i * 7}" for i in range(500)))
+    sentencepiece.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(folder / "sp"), vocab_size=80,
+                                             model_type="bpe", minloglevel=2)
+    (folder / "sp.model").rename(folder / "tokenizer.model")
+    for leftover in (corpus, folder / "sp.vocab"):
+        leftover.unlink()
+
+
+@needs_converter
+def test_a_gemma2_lora_keeps_the_sentencepiece_model_its_gguf_needs(tmp_path):
+    """transformers 5 saves tokenizer.json alone: the run's final/ and the merged export lost the base's
+    tokenizer.model, from which llama.cpp's converter reads Gemma 2's vocabulary (it failed after the
+    merge). The base here is the zoo's Gemma 2 with a SentencePiece model beside its tokenizer."""
+    from tuiapp.trainer.zoo import ensure_zoo_model
+
+    base = tmp_path / "gemma2"
+    shutil.copytree(ensure_zoo_model("gemma2", tmp_path / "cache"), base)
+    _sentencepiece_model(base)
+    runs = tmp_path / "runs"
+    trained = llmtui("run", "recipes/tiny-lora.toml", "--set", f"model.name={json.dumps(str(base))}", "--set",
+                     "train.max_steps=2", "--set", "train.save_steps=0", "--set", "train.eval_steps=0",
+                     runs_dir=runs, timeout=600)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    [run] = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert (run / "final" / "tokenizer.model").read_bytes() == (base / "tokenizer.model").read_bytes()
+
+    out = tmp_path / "out"
+    done = llmtui("export", run.name, "--out", str(out), "--gguf", "f16", "--llama-cpp", str(LLAMA_CPP),
+                  "--no-parity", runs_dir=runs, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (out / "tokenizer.model").is_file()
+    meta = _metadata(LLAMA_CPP, out / f"{run.name}-f16.gguf")
+    assert meta["general.architecture"] == "gemma2" and meta["tokenizer.ggml.model"] == "llama"  # SentencePiece
+
+    (run / "final" / "tokenizer.model").unlink()  # a final without it, and a base without it: refused first
+    (base / "tokenizer.model").unlink()
+    again = tmp_path / "again"
+    done = llmtui("export", run.name, "--out", str(again), "--gguf", "f16", "--llama-cpp", str(LLAMA_CPP),
+                  "--no-parity", runs_dir=runs, timeout=600)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "reads Gemma2ForCausalLM's vocabulary from a SentencePiece tokenizer.model" in done.stderr
+    assert "fix: put the base model's tokenizer.model" in done.stderr and "Traceback" not in done.stderr
+    assert not again.exists() or not any(again.iterdir())

@@ -7,7 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
-from tuiapp.trainer.model import FINAL_INFO, PROMPT_LEARNING
+from tuiapp.trainer.model import FINAL_INFO, PROMPT_LEARNING, keep_sentencepiece
 
 
 def export(final: Path, out: Path, merge: bool) -> str:
@@ -21,6 +21,7 @@ def export(final: Path, out: Path, merge: bool) -> str:
     weights = info.get("weights", method)  # preference runs: sft (every weight) or their adapter's kind
     if not merge or weights in ("pretrain", "sft"):
         shutil.copytree(final, out, dirs_exist_ok=True)
+        keep_sentencepiece(out, *vocabulary_sources(final))
         return f"copied the {'model' if weights in ('pretrain', 'sft') else 'adapter'} to {out}"
     if method in PROMPT_LEARNING or method == "llama-adapter":
         raise ValueError(f"a {method} adapter cannot be merged into its base weights; export without --merge")
@@ -39,6 +40,7 @@ def export(final: Path, out: Path, merge: bool) -> str:
     from transformers import AutoTokenizer
 
     AutoTokenizer.from_pretrained(str(final)).save_pretrained(out)
+    keep_sentencepiece(out, *vocabulary_sources(final))
     return f"merged the {method} adapter into {info.get('base_model')} and wrote {out}"
 
 
@@ -56,6 +58,16 @@ def config_dir(final: Path) -> Path:
 
     info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
     return Path(resolve_model_path(info.get("base_model") or "tiny"))
+
+
+def vocabulary_sources(final: Path) -> list[Path]:
+    """Where a SentencePiece tokenizer.model may be: the final folder, then its base (a run trained
+    before final/ kept it has only the base's)."""
+    from tuiapp.trainer.bundled import resolve_model_path
+
+    info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
+    base = info.get("base_model")
+    return [final, config_dir(final), *([Path(resolve_model_path(base))] if base else [])]
 
 
 def answers_as_adapter(final: Path) -> bool:

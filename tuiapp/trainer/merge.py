@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tuiapp.trainer.model import FINAL_INFO
+from tuiapp.trainer.model import FINAL_INFO, keep_sentencepiece
 
 
 def merge_adapters(plan: dict, out: Path) -> None:
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     AutoTokenizer.from_pretrained(plan["finals"][0]).save_pretrained(out)
+    keep_sentencepiece(out, plan["finals"][0], plan["info"].get("base_model"))
     info = {**plan["info"], "merged_from": plan["run_ids"], "merge": {
         "method": plan["method"], "weights": plan["weights"], **({"density": plan["density"]}
                                                                 if plan["method"] != "linear" else {})}}

@@ -20,6 +20,23 @@ from tuiapp.trainer.profile import profile
 from tuiapp.trainer.tiny import default_cache_dir  # noqa: F401 (re-exported)
 
 FINAL_INFO = "llmtui.json"
+
+
+def keep_sentencepiece(folder: Path, *sources) -> None:
+    """The SentencePiece model a tokenizer was loaded from, copied into `folder` (a final model, an
+    export) when its save left it out: transformers 5 writes tokenizer.json alone, and llama.cpp's
+    converter reads Gemma's vocabulary from tokenizer.model only."""
+    import shutil
+
+    from tuiapp.core.after.gguf_tools import SENTENCEPIECE_MODEL
+
+    folder = Path(folder)
+    if (folder / SENTENCEPIECE_MODEL).exists():
+        return
+    for source in sources:
+        if source and (Path(source) / SENTENCEPIECE_MODEL).is_file():
+            shutil.copy2(Path(source) / SENTENCEPIECE_MODEL, folder / SENTENCEPIECE_MODEL)
+            return
 PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}
 
 

@@ -81,6 +81,8 @@ def _shipping(args) -> dict | None:
         quants = gguf.parse_quants(args.gguf) if args.gguf else []
         tools = gguf.check_tools(exporting.config_dir(args.final), quants, args.llama_cpp, not args.no_parity) \
             if quants else {}
+        if quants:
+            gguf.check_vocabulary(tools["architecture"], exporting.vocabulary_sources(args.final))
         prompts = None if args.no_parity else parity.read_prompts(args.parity_prompts, recipe)
         if quants:  # the Modelfile's template must be derivable from the chat template, before any work
             from tuiapp.trainer.gguf import chat_format

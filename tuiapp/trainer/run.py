@@ -47,6 +47,7 @@ from tuiapp.trainer.model import (
     FINAL_INFO,
     apply_method,
     cache_dir,
+    keep_sentencepiece,
     load_model,
     load_tokenizer,
     model_plan,
@@ -487,6 +488,7 @@ def _save_final(trainer: RunTrainer, run_dir: Path, recipe: Recipe, model_path: 
         tokenizer = trainer.processing_class
         if tokenizer is not None and not (staging / "tokenizer_config.json").exists():
             tokenizer.save_pretrained(staging)
+        keep_sentencepiece(staging, model_path)
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)

@@ -16,6 +16,13 @@ QUANTIZED = ("q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l
 CONVERTER = "convert_hf_to_gguf.py"
 
 
+# llama.cpp's converter reads these architectures' vocabulary only from a SentencePiece model file
+# (conversion/gemma.py); transformers 5 saves a tokenizer as tokenizer.json alone, so a run's final/
+# has that file only when the trainer kept the base model's (tuiapp.trainer.model.keep_sentencepiece).
+SENTENCEPIECE_MODEL = "tokenizer.model"
+SENTENCEPIECE_ARCHITECTURES = {"GemmaForCausalLM", "Gemma2ForCausalLM"}
+
+
 class ToolError(UserError):
     """What is missing to export a GGUF, with the fix (refused before any work)."""
 
@@ -149,6 +156,20 @@ def check_tools(model_dir: Path | None, quants: list[str], llama_dir: Path | Non
     return {"llama_cpp": str(folder), "converter": converter_version(folder), "architecture": architecture,
             "quantize": str(quantize) if quantize else ("llama-cpp-python" if needs_quantize else None),
             "llama_cpp_python": llama_cpp_python()}
+
+
+def check_vocabulary(architecture: str | None, folders: list[Path]) -> None:
+    """An architecture whose vocabulary the converter reads from tokenizer.model, which none of
+    `folders` (the run's final model, then its base) has: refused before the merge and conversion."""
+    if architecture not in SENTENCEPIECE_ARCHITECTURES:
+        return
+    if any((Path(folder) / SENTENCEPIECE_MODEL).is_file() for folder in folders):
+        return
+    where = " nor ".join(str(folder) for folder in dict.fromkeys(map(str, folders)))
+    raise ToolError(f"llama.cpp's converter reads {architecture}'s vocabulary from a SentencePiece "
+                    f"{SENTENCEPIECE_MODEL}, and neither {where} has one",
+                    f"put the base model's {SENTENCEPIECE_MODEL} (in its Hub repo) into {folders[0]}, or export "
+                    "without --gguf")
 
 
 def pre_tokenizer_name(model_dir: Path) -> str | None:

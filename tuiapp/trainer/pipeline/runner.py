@@ -37,7 +37,7 @@ from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR, FINAL_DIR, FINAL_STAG
 from tuiapp.trainer import checkpoints, phases
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import GracefulStop, RunRecorder, generate_samples
-from tuiapp.trainer.model import FINAL_INFO, cache_dir, load_model, load_tokenizer
+from tuiapp.trainer.model import FINAL_INFO, cache_dir, keep_sentencepiece, load_model, load_tokenizer
 from tuiapp.trainer.pipeline import checkpoints as stage_ckpt
 from tuiapp.trainer.pipeline.stage import IGNORE, CausalLoss, cut, hf_state_dict, load_hf_state_dict, tied_head
 
@@ -399,6 +399,7 @@ class PipelineRun:
             shutil.rmtree(staging, ignore_errors=True)
             stage_ckpt.whole_model(self.config, weights).save_pretrained(staging)
             self.tokenizer.save_pretrained(staging)
+            keep_sentencepiece(staging, self.model_path)
             info = {"method": self.recipe.method.kind, "weights": self.recipe.method.kind,
                     "base_model": str(self.model_path), "recipe_name": self.recipe.name, "step": self.step_count,
                     "strategy": "pipeline"}
