@@ -64,10 +64,24 @@ def shared_entry(folder: Path, build):
                 save_atomically(dataset, folder, info, scratch)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
+                release_freed_memory()  # before the training stacks its memory on what the build freed
         else:
             touch(folder)
             log.info("tokenized dataset loaded from cache %s (built while this rank waited)", folder)
     return load_entry(folder)
+
+
+def release_freed_memory() -> None:
+    """Return the pages a build freed to the system. Arrow's allocator (mimalloc) keeps them (~50 MB
+    after cutting the blocks of 256 MB of text), and the training that follows in the same process
+    stacked its memory on top: a cold rank peaked ~130 MB above a warm one."""
+    import ctypes
+
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    with contextlib.suppress(OSError, AttributeError):  # glibc only
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 @contextlib.contextmanager
