@@ -20,6 +20,7 @@ from tuiapp.trainer.profile import profile
 from tuiapp.trainer.tiny import default_cache_dir  # noqa: F401 (re-exported)
 
 FINAL_INFO = "llmtui.json"
+PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}
 
 
 def keep_sentencepiece(folder: Path, *sources) -> None:
@@ -37,7 +38,6 @@ def keep_sentencepiece(folder: Path, *sources) -> None:
         if source and (Path(source) / SENTENCEPIECE_MODEL).is_file():
             shutil.copy2(Path(source) / SENTENCEPIECE_MODEL, folder / SENTENCEPIECE_MODEL)
             return
-PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}
 
 
 def cache_dir() -> Path:
