@@ -16,6 +16,7 @@ from tuiapp.trainer.export import export, vocabulary_sources
 from tuiapp.trainer.model import FINAL_INFO, keep_sentencepiece
 
 
+@pytest.mark.gguf  # sentencepiece comes with the GGUF tools: `make test` runs these last, once installed
 def test_transformers_leaves_the_sentencepiece_model_out_of_a_saved_tokenizer(tmp_path):
     """Why the file is copied: this fails once transformers writes it back (then the copy is moot)."""
     sentencepiece = pytest.importorskip("sentencepiece")
