@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
 
-from tuiapp.trainer.model import FINAL_INFO, PROMPT_LEARNING, keep_sentencepiece
+from tuiapp.trainer.model import PROMPT_LEARNING, final_info, keep_sentencepiece
 
 
 def export(final: Path, out: Path, merge: bool) -> str:
@@ -16,7 +15,7 @@ def export(final: Path, out: Path, merge: bool) -> str:
     if pipeline_checkpoints.is_pipeline_folder(final):  # a pipeline run's checkpoint: one folder per stage
         pipeline_checkpoints.merge_checkpoint(final, out)
         return f"merged {len(pipeline_checkpoints.stage_folders(final))} pipeline stages of {final} into {out}"
-    info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
+    info = final_info(final)
     method = info.get("method", "sft")
     weights = info.get("weights", method)  # preference runs: sft (every weight) or their adapter's kind
     if not merge or weights in ("pretrain", "sft"):
@@ -56,7 +55,7 @@ def config_dir(final: Path) -> Path:
         return final
     from tuiapp.trainer.bundled import resolve_model_path
 
-    info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
+    info = final_info(final)
     return Path(resolve_model_path(info.get("base_model") or "tiny"))
 
 
@@ -65,14 +64,13 @@ def vocabulary_sources(final: Path) -> list[Path]:
     before final/ kept it has only the base's)."""
     from tuiapp.trainer.bundled import resolve_model_path
 
-    info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
-    base = info.get("base_model")
+    base = final_info(final).get("base_model")
     return [final, config_dir(final), *([Path(resolve_model_path(base))] if base else [])]
 
 
 def answers_as_adapter(final: Path) -> bool:
     """An adapter whose merge can be checked by its answers (a reward model scores, it does not answer)."""
-    info = json.loads((final / FINAL_INFO).read_text()) if (final / FINAL_INFO).exists() else {}
+    info = final_info(final)
     return info.get("weights", info.get("method", "sft")) not in ("pretrain", "sft") and info.get("method") != "reward"
 
 
@@ -82,11 +80,8 @@ def merged_parity(final: Path, out: Path, prompts: list[str], system: str, cast_
     from tuiapp.core.after.targets import model_target
     from tuiapp.trainer import parity
 
-    target = model_target(final.parent)
-    report = parity.merged_vs_adapter(target, out, prompts, system, min_agreement=MERGED_MIN_AGREEMENT)
-    if cast_to and cast_to != "float32":
-        report.exported = report.exported.replace("(transformers)", f"(transformers, float32 before the cast to {cast_to})")
-    return report
+    return parity.merged_vs_adapter(model_target(final.parent), out, prompts, system, min_agreement=MERGED_MIN_AGREEMENT,
+                                    cast_to=cast_to)
 
 
 def _run(argv: list[str], log: Path) -> None:

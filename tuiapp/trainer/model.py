@@ -11,16 +11,20 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from tuiapp.core.after.targets import PROMPT_LEARNING
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.estimate import adapter_base
 from tuiapp.core.plan.model_profile import ModelPlan, ModelProfile, plan_model, raise_for_errors
+from tuiapp.core.prelaunch.model_check import FINAL_INFO
 from tuiapp.trainer import bottleneck, templates, varlen
 from tuiapp.trainer.profile import profile
 from tuiapp.trainer.tiny import default_cache_dir  # noqa: F401 (re-exported)
 
-FINAL_INFO = "llmtui.json"
-PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}
+
+def final_info(folder: Path) -> dict:
+    """A final model's llmtui.json: what trained it and from which base ({} for a folder without one)."""
+    return json.loads((folder / FINAL_INFO).read_text()) if (folder / FINAL_INFO).exists() else {}
 
 
 def keep_sentencepiece(folder: Path, *sources) -> None:
@@ -99,7 +103,7 @@ def model_plan(recipe: Recipe, path: str, precision: str = "fp32") -> ModelPlan:
 def _merge_adapter_folder(path: str, dtype, trust_remote_code: bool):
     """An earlier run's adapter folder: load its base, apply and merge the adapter."""
     folder = Path(path)
-    info = json.loads((folder / FINAL_INFO).read_text()) if (folder / FINAL_INFO).exists() else {}
+    info = final_info(folder)
     base = info.get("base_model")
     if (folder / bottleneck.CONFIG_NAME).exists():
         model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype, trust_remote_code=trust_remote_code)

@@ -55,8 +55,9 @@ def _answer(tokenizer, ids: list[int]) -> Answer:
 
 
 def merged_vs_adapter(target, merged_dir: Path, prompts: list[str], system: str = "", trust: bool = False,
-                      min_agreement: float = 1.0) -> ParityReport:
-    """The merged export against the run's adapter applied to its base (both float32)."""
+                      min_agreement: float = 1.0, cast_to: str | None = None) -> ParityReport:
+    """The merged export against the run's adapter applied to its base (both float32); with
+    `cast_to`, the merge is checked before that cast, and the report says so."""
     from transformers import AutoModelForCausalLM
 
     adapter, tokenizer = inference.load_target(target, trust)
@@ -64,8 +65,10 @@ def merged_vs_adapter(target, merged_dir: Path, prompts: list[str], system: str 
     adapter.eval()
     merged.eval()
     inference.cpu_threads(merged)
+    before_cast = f", float32 before the cast to {cast_to}" if cast_to and cast_to != "float32" else ""
     report = ParityReport(reference=f"the {target.method} adapter on its base (transformers)",
-                          exported=f"merged {Path(merged_dir).name}/ (transformers)", min_agreement=min_agreement)
+                          exported=f"merged {Path(merged_dir).name}/ (transformers{before_cast})",
+                          min_agreement=min_agreement)
     for prompt in prompts:
         reference, _ = hf_greedy(adapter, tokenizer, prompt, system)
         exported, _ = hf_greedy(merged, tokenizer, prompt, system)

@@ -920,7 +920,7 @@ def _blame_override(error: RecipeError, overrides: list[str]) -> RecipeError:
     """An error on a key a --set gave (or inside it, or around it): the --set is named, not the
     file's line, which held the value the --set replaced or nothing at all."""
     for override in reversed(overrides):  # the last --set of a key wins
-        key = ".".join(p.strip() for p in override.partition("=")[0].split(".") if p.strip())
+        key = ".".join(_override_parts(override.partition("=")[0]))
         if error.key and (error.key == key or error.key.startswith(key + ".") or key.startswith(error.key + ".")):
             return dataclasses.replace(error, line=None, message=f"{error.message} (from --set {override})")
     return error
@@ -1095,7 +1095,7 @@ def apply_override(data: dict, override: str) -> None:
             message=f"bad --set '{override}'", key=None, fix="write it as key.path=value, e.g. train.max_steps=10"
         )
     key, _, value = override.partition("=")
-    parts = [p.strip() for p in key.strip().split(".") if p.strip()]
+    parts = _override_parts(key)
     if not parts:
         raise RecipeError(message=f"bad --set '{override}'", fix="write it as key.path=value")
     try:
@@ -1117,6 +1117,11 @@ def apply_override(data: dict, override: str) -> None:
         raise RecipeError(message=f"--set {key}: the last part names a list item, not a key", key=key,
                           fix="name a key of the item, e.g. dataset.sources.0.weight")
     node[parts[-1]] = parsed
+
+
+def _override_parts(key: str) -> list[str]:
+    """`a.b.c` of a `--set a.b.c=value`, as its parts."""
+    return [p.strip() for p in key.strip().split(".") if p.strip()]
 
 
 def _list_item(items: list, part: str, key: str) -> dict:
