@@ -29,3 +29,19 @@ def test_fsdp_pieces():
     assert (kwargs["use_cpu"], kwargs["ddp_backend"]) == (True, "gloo")
     on_gpu = strategies.training_kwargs(recipe, cuda=True)
     assert on_gpu["fsdp_config"]["cpu_offload"] is True and (on_gpu["use_cpu"], on_gpu["ddp_backend"]) == (False, "nccl")
+
+
+def test_one_cpu_rank_at_zero0_trains_without_deepspeeds_engine(tmp_path, monkeypatch):
+    zero0 = recipe_from_dict({"method": {"kind": "lora"}})
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert strategies.training_kwargs(zero0, cuda=False, run_dir=tmp_path) == {"use_cpu": True}
+    assert not strategies.joined_early(zero0, tmp_path)  # no process group to start either
+    assert "deepspeed" in strategies.training_kwargs(zero0, cuda=True)  # a GPU keeps DeepSpeed's precision paths
+    zero1 = recipe_from_dict({"method": {"kind": "lora"}, "launch": {"zero_stage": 1}})
+    assert "deepspeed" in strategies.training_kwargs(zero1, cuda=False)
+    # a run whose checkpoints DeepSpeed wrote (before this, or resumed from one) goes on with DeepSpeed
+    (tmp_path / "checkpoints" / "checkpoint-4" / "global_step4").mkdir(parents=True)
+    assert "deepspeed" in strategies.training_kwargs(zero0, cuda=False, run_dir=tmp_path)
+    assert strategies.joined_early(zero0, tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert "deepspeed" in strategies.training_kwargs(zero0, cuda=False)

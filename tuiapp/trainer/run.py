@@ -201,7 +201,7 @@ def _training_args(recipe: Recipe, run_dir: Path, precision: str, has_eval: bool
 def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: bool) -> dict:
     """TrainingArguments of a run as keywords (TRL's configs take the same ones, and more)."""
     train = recipe.train
-    extra = strategies.training_kwargs(recipe)  # deepspeed config, or FSDP/DDP settings
+    extra = strategies.training_kwargs(recipe, run_dir=run_dir)  # deepspeed config, or FSDP/DDP settings
     if recipe.dataset.streaming:
         extra["accelerator_config"] = {**extra.get("accelerator_config", {}), **streaming.accelerator_config()}
     return dict(
@@ -263,7 +263,7 @@ def train(run_dir: Path, resume: bool) -> int:
     # before any process group: transformers' save_pretrained writes nothing off rank 0 once one
     # exists, so a rank building the tiny model then would publish a folder without weights
     model_path = resolve_model_path(recipe.model.name)
-    strategies.prepare_distributed(recipe)  # CPU DeepSpeed: builds its comm op, joins the ranks
+    strategies.prepare_distributed(recipe, run_dir)  # CPU DeepSpeed: builds its comm op, joins the ranks
     precision = resolve_precision(recipe.train.precision)
     phases.enter("loading tokenizer")
     tokenizer = load_tokenizer(
@@ -312,7 +312,7 @@ def train(run_dir: Path, resume: bool) -> int:
     if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
 
-    if not strategies.joined_early(recipe):
+    if not strategies.joined_early(recipe, run_dir):
         phases.enter("joining ranks")  # the process group starts with the training arguments
     args = _training_args(recipe, run_dir, precision, eval_set is not None)
     recorder = RunRecorder(run_dir, socket.gethostname(), agreement=stopper)
@@ -383,7 +383,7 @@ def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, 
     transformers.set_seed(recipe.train.seed)
     phases.enter("loading model")
     model, peft_config = rl.load_policy(recipe, model_path, precision)
-    if not strategies.joined_early(recipe):
+    if not strategies.joined_early(recipe, run_dir):
         phases.enter("joining ranks")
     kwargs = training_kwargs(recipe, run_dir, precision, eval_set is not None)
     recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False, agreement=stopper)
@@ -410,7 +410,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
         peft_config = None
     else:
         model, ref_model, peft_config = preference.load_models(recipe, model_path, precision)
-    if not strategies.joined_early(recipe):
+    if not strategies.joined_early(recipe, run_dir):
         phases.enter("joining ranks")
     kwargs = training_kwargs(recipe, run_dir, precision, eval_set is not None)
     recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False, agreement=stopper)

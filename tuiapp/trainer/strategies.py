@@ -7,7 +7,8 @@ launcher; FSDP and DDP ranks by torchrun (`python -m torch.distributed.run`).
 On CPU:
 - deepspeed: accelerate would not start DeepSpeed's process group without CUDA, so a
   `PartialState(backend="gloo")` is created first with ACCELERATE_USE_DEEPSPEED set, and the
-  Trainer reuses it (`use_configured_state`).
+  Trainer reuses it (`use_configured_state`). One rank at ZeRO-0 (`engine_free`) trains without
+  DeepSpeed's engine: it would shard and reduce nothing, and its per-step wrapper costs time.
 - ddp: `use_cpu=True` + `ddp_backend="gloo"`: accelerate's MULTI_CPU type, which is DDP.
 - fsdp: accelerate 1.15 only turns an FSDP plugin on for GPU-like distributed types; on CPU it
   quietly falls back to DDP. `enable_cpu_fsdp` switches the (shared) accelerator state to FSDP
@@ -18,8 +19,11 @@ On CPU:
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
+
+from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR
 
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.trainer.ds_config import deepspeed_config
@@ -27,6 +31,18 @@ from tuiapp.trainer.ds_config import deepspeed_config
 
 def strategy_of(recipe: Recipe) -> str:
     return getattr(recipe.launch, "strategy", "deepspeed")
+
+
+def engine_free(recipe: Recipe, run_dir: Path | None = None) -> bool:
+    """A DeepSpeed run that trains through the Trainer's own loop: one CPU rank at ZeRO-0, where
+    the engine has nothing to shard or reduce (the same math: fp32, the same AdamW, clipping and
+    schedule). On a GPU DeepSpeed stays: its bf16/fp16 paths are what the memory estimate counts.
+    A run whose checkpoints DeepSpeed wrote keeps it, so they resume as they were saved."""
+    if strategy_of(recipe) != "deepspeed" or recipe.launch.zero_stage != 0 or torch.cuda.is_available():
+        return False
+    if int(os.environ.get("WORLD_SIZE", "1")) != 1:
+        return False
+    return run_dir is None or not any((Path(run_dir) / CHECKPOINTS_DIR).glob("checkpoint-*/global_step*"))
 
 
 def fsdp_config(recipe: Recipe, cuda: bool = True) -> dict:
@@ -44,11 +60,13 @@ def fsdp_config(recipe: Recipe, cuda: bool = True) -> dict:
     return config
 
 
-def training_kwargs(recipe: Recipe, cuda: bool | None = None) -> dict:
+def training_kwargs(recipe: Recipe, cuda: bool | None = None, run_dir: Path | None = None) -> dict:
     """TrainingArguments keywords that depend on the strategy."""
     if cuda is None:
         cuda = torch.cuda.is_available()
     strategy = strategy_of(recipe)
+    if not cuda and engine_free(recipe, run_dir):
+        return {"use_cpu": True}
     if strategy == "deepspeed":
         extra: dict = {"deepspeed": deepspeed_config(recipe)}
         if not cuda:
@@ -63,15 +81,15 @@ def training_kwargs(recipe: Recipe, cuda: bool | None = None) -> dict:
     return extra
 
 
-def joined_early(recipe: Recipe) -> bool:
+def joined_early(recipe: Recipe, run_dir: Path | None = None) -> bool:
     """DeepSpeed on CPU starts its process group before TrainingArguments (prepare_distributed)."""
     return strategy_of(recipe) == "deepspeed" and not torch.cuda.is_available() \
-        and int(os.environ.get("WORLD_SIZE", "1")) >= 1
+        and int(os.environ.get("WORLD_SIZE", "1")) >= 1 and not engine_free(recipe, run_dir)
 
 
-def prepare_distributed(recipe: Recipe) -> None:
+def prepare_distributed(recipe: Recipe, run_dir: Path | None = None) -> None:
     """Start what must exist before TrainingArguments (only DeepSpeed on CPU needs it)."""
-    if not joined_early(recipe):
+    if not joined_early(recipe, run_dir):
         return
     import accelerate
 
