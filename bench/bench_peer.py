@@ -1,6 +1,7 @@
 """llmtui against LLaMA-Factory, the tool users would pick instead: one epoch of LoRA SFT each.
 
-    .venv/bin/python bench/bench_peer.py [--reps 3] [--rows unpacked,best] [--write]
+    .venv/bin/python bench/bench_peer.py [--reps 3] [--rows unpacked,budget,best] [--threads 2,1]
+        [--models llmtui,peer] [--write]
 
 Both tools get the same tiny Llama folder (the bundled model and its ChatML tokenizer, exported
 once), the same data file (alpaca_en_demo.json), the same settings (LoRA r8 α16 dropout 0.05 on
@@ -65,6 +66,42 @@ ROWS = {
                {"packing": "auto", "gradient_checkpointing": False, "batching": "tokens"},
                {"neat_packing": True, "packing": True, "disable_gradient_checkpointing": True}),
 }
+
+# The model folders both tools train: llmtui's bundled tiny Llama (hidden 128, 4 layers, a 2,048-token
+# vocabulary, tied embeddings), and one laid out like the peer's own test model,
+# llamafactory/tiny-random-Llama-3 (4.1M parameters: hidden 16, 2 layers, 4 heads, intermediate 64,
+# Llama 3's 128,256-token vocabulary, untied): its step is mostly the embedding and output head.
+# That one is built here with random weights and the bundled ChatML tokenizer (the hub is not
+# reachable); its ids use the first 2,048 rows, the output head computes all 128,256 logits.
+MODELS = {"llmtui": "llmtui's tiny Llama", "peer": "the peer's test-model layout"}
+PEER_LAYOUT = {"hidden_size": 16, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+               "num_key_value_heads": 4, "vocab_size": 128256, "tie_word_embeddings": False, "rope_theta": 500000.0,
+               "max_position_embeddings": 1024}
+BUILD_PEER_LAYOUT = r'''
+import json, shutil, sys
+from pathlib import Path
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+source, target, layout = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+torch.manual_seed(0)
+base = json.loads((source / "config.json").read_text())
+config = LlamaConfig(**layout, bos_token_id=base.get("bos_token_id"), eos_token_id=base.get("eos_token_id"),
+                     pad_token_id=base.get("pad_token_id"))
+LlamaForCausalLM(config).save_pretrained(target)
+for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
+    if (source / name).exists():
+        shutil.copy(source / name, target / name)
+'''
+
+
+def peer_layout_model(bundled: Path, cache: Path) -> Path:
+    """A tiny random Llama laid out like the peer's test model (see MODELS), built once in the cache."""
+    target = cache / "models" / "peer-layout-llama"
+    if not (target / "config.json").exists():
+        subprocess.run([common.PYTHON, "-c", BUILD_PEER_LAYOUT, str(bundled), str(target), json.dumps(PEER_LAYOUT)],
+                       cwd=common.ROOT, check=True, capture_output=True)
+    return target
+
 
 # Runs inside the peer's venv: run_exp with a callback; writes stamps.json next to the outputs.
 PEER_RUNNER = r'''
@@ -268,20 +305,25 @@ def _paired(runs: list[dict], key: str) -> list[str]:
 
 def markdown(results: dict, reps: int, info: dict) -> str:
     header = ["row", "tool", f"whole command, median of {reps} (min-max)", "training alone", "launch → first step",
-              "non-padding tokens/s", "tokens / steps", "last logged loss"]
+              "non-padding tokens/s", "tokens / steps", "last logged loss", "load average before (1 min)"]
     table, ratios = [], []
-    for name, runs in results.items():
+    for key, runs in results.items():
+        name, threads, model = (key.split("@") + ["", ""])[:3]
+        label = ", ".join([name] + ([f"{threads} thread{'s' if threads != '1' else ''}"] if threads else [])
+                          + ([MODELS[model]] if model else []))
         for tool in ("llmtui", "LLaMA-Factory"):
             mine = [r for r in runs if r["tool"] == tool and r["ok"]]
             losses = sorted({f"{r['loss']:.3f}" for r in mine if r["loss"] is not None})
-            table.append([name if tool == "llmtui" else "", tool, spread([r["wall"] for r in mine]),
+            loads = [r["load"] for r in mine if r.get("load") is not None]
+            table.append([label if tool == "llmtui" else "", tool, spread([r["wall"] for r in mine]),
                           fmt(_median(mine, "train_s"), ".1f") + " s", fmt(_median(mine, "ttfs"), ".1f") + " s",
                           fmt(_median(mine, "tokens_per_s"), ".0f"),
-                          f"{fmt(_median(mine, 'tokens'), '.0f')} / {fmt(_median(mine, 'steps'), '.0f')}", ", ".join(losses) or "—"])
+                          f"{fmt(_median(mine, 'tokens'), '.0f')} / {fmt(_median(mine, 'steps'), '.0f')}", ", ".join(losses) or "—",
+                          f"{min(loads):.2f}-{max(loads):.2f}" if loads else "—"])
         ours = [r for r in runs if r["tool"] == "llmtui" and r["ok"]]
         peer = [r for r in runs if r["tool"] == "LLaMA-Factory" and r["ok"]]
         m = _median
-        ratios.append([name, ROWS[name][0], ratio(m(peer, "wall"), m(ours, "wall")), ratio(m(peer, "train_s"), m(ours, "train_s")),
+        ratios.append([label, ROWS[name][0], ratio(m(peer, "wall"), m(ours, "wall")), ratio(m(peer, "train_s"), m(ours, "train_s")),
                        ", ".join(_paired(runs, "train_s")), ratio(m(ours, "tokens_per_s"), m(peer, "tokens_per_s")),
                        ratio(m(peer, "ttfs"), m(ours, "ttfs"))])
     lines = [SECTION, "",
@@ -329,8 +371,10 @@ def main(argv=None) -> int:
     parser.add_argument("--write", action="store_true", help="write the section into bench/RESULTS.md")
     parser.add_argument("--json", default=None, help="also write every run's numbers here (after each run)")
     parser.add_argument("--from-json", default=None, help="only print (and --write) the tables of an earlier --json")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                        help="OMP_NUM_THREADS of both tools (default: every core; 1 on a machine other work shares)")
+    parser.add_argument("--threads", default=f"{os.cpu_count() or 1},1",
+                        help="comma-separated OMP_NUM_THREADS values, each row run at each (default: every core, then 1)")
+    parser.add_argument("--models", default="llmtui,peer",
+                        help=f"comma-separated model folders both tools train, of {', '.join(MODELS)} (see MODELS)")
     parser.add_argument("--profile", default=None, metavar="ROWS",
                         help="instead: one llmtui run per row (comma-separated) and one LLaMA-Factory run (the first "
                         "row's) under py-spy; print where a step's time goes")
@@ -353,6 +397,14 @@ def main(argv=None) -> int:
         print(f"peer benchmark skipped: LLaMA-Factory cannot be installed here ({why})")
         return 0
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    try:
+        threads = [int(t) for t in str(args.threads).split(",") if t.strip()]
+    except ValueError:
+        parser.error(f"--threads takes counts separated by commas, e.g. 2,1 (got '{args.threads}')")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    for model in models:
+        if model not in MODELS:
+            parser.error(f"unknown model '{model}'; use {', '.join(MODELS)}")
     for name in rows:
         if name not in ROWS:
             parser.error(f"unknown row '{name}'; use {', '.join(ROWS)}")
@@ -360,14 +412,17 @@ def main(argv=None) -> int:
         log("row 'budget' left out: this llmtui has no train.batching = 'tokens'")
         rows.remove("budget")
     started, load_start = time.time(), " ".join(f"{x:.2f}" for x in os.getloadavg())
-    command = (f".venv/bin/python bench/bench_peer.py --reps {args.reps} --rows {','.join(rows)} --threads {args.threads}"
-               " --write")
+    command = (f".venv/bin/python bench/bench_peer.py --reps {args.reps} --rows {','.join(rows)} "
+               f"--threads {','.join(map(str, threads))} --models {','.join(models)} --write")
     work = common.temp_dir("llmtui-peer-")
     cache = work / "cache"
     env = common.bench_env(cache, cache / "hf-datasets")
-    env["OMP_NUM_THREADS"] = str(args.threads)
+    env["OMP_NUM_THREADS"] = str(threads[0])
     try:
         model_dir = common.ensure_model(cache)  # the bundled tiny Llama + ChatML tokenizer, a plain HF folder
+        model_dirs = {"llmtui": model_dir}
+        if "peer" in models:
+            model_dirs["peer"] = peer_layout_model(model_dir, cache)
         data = common.data_file(common.ALPACA)
         if args.profile:
             if args.profile_records:  # the step is the same on fewer records; the profile is shorter
@@ -377,25 +432,32 @@ def main(argv=None) -> int:
             wanted = [r for r in args.profile.split(",") if r in ROWS and (r != "budget" or _has_token_batches())]
             print(profile(wanted, model_dir, data, work, env))
             return 0
-        results: dict[str, list[dict]] = {name: [] for name in rows}
+        # a row at each thread count on each model is its own table row: "unpacked@2@llmtui"
+        results: dict[str, list[dict]] = {f"{name}@{t}@{m}": [] for m in models for t in threads for name in rows}
         for rep in range(args.reps):
-            for name in rows:
+            for key in results:
+                name, t, model = key.split("@")
+                env_t = {**env, "OMP_NUM_THREADS": t}
                 _, ours, theirs = ROWS[name]
                 order = ["llmtui", "peer"] if rep % 2 == 0 else ["peer", "llmtui"]
                 for tool in order:
-                    folder = work / f"{name}-{rep}-{tool}"
+                    folder = work / f"{name}-{t}t-{model}-{rep}-{tool}"
+                    load = os.getloadavg()[0]
                     if tool == "llmtui":
-                        result = run_llmtui(model_dir, data, ours, folder, env)
+                        result = run_llmtui(model_dirs[model], data, ours, folder, env_t)
                     else:
-                        result = run_peer(model_dir, data, theirs, folder, env)
-                    log(f"rep {rep + 1}/{args.reps} {name} {result['tool']}: {'ok' if result['ok'] else 'FAILED'} "
-                        f"{fmt(result['wall'])} s, first step {fmt(result['ttfs'])} s, train {fmt(result['train_s'])} s, "
-                        f"{fmt(result['tokens_per_s'], '.0f')} tok/s, loss {fmt(result['loss'], '.3f')}")
-                    results[name].append(result)
+                        result = run_peer(model_dirs[model], data, theirs, folder, env_t)
+                    result["load"] = load
+                    log(f"rep {rep + 1}/{args.reps} {name} {t} thread(s) {model} {result['tool']}: "
+                        f"{'ok' if result['ok'] else 'FAILED'} {fmt(result['wall'])} s, first step "
+                        f"{fmt(result['ttfs'])} s, train {fmt(result['train_s'])} s, "
+                        f"{fmt(result['tokens_per_s'], '.0f')} tok/s, loss {fmt(result['loss'], '.3f')}, "
+                        f"load before {load:.2f}")
+                    results[key].append(result)
                     if args.json:  # after each run: an interrupted benchmark keeps what it measured
-                        info = _info(started, env, load_start, command)
+                        info = _info(started, env, load_start, command, threads)
                         Path(args.json).write_text(json.dumps({"info": info, "results": results}, indent=1))
-        info = _info(started, env, load_start, command)
+        info = _info(started, env, load_start, command, threads)
         text = markdown(results, args.reps, info)
         print(text)
         if args.json:
@@ -522,9 +584,9 @@ def profile(rows: list[str], model_dir: Path, data: Path, work: Path, env: dict)
     return profile_table(raw, steps, tokens)
 
 
-def _info(started: float, env: dict, load_start: str, command: str) -> dict:
+def _info(started: float, env: dict, load_start: str, command: str, threads: list[int]) -> dict:
     return {"command": command, "minutes": (time.time() - started) / 60, "peer": peer_version(), "commit": _commit(),
-            "threads": env["OMP_NUM_THREADS"], "load_start": load_start,
+            "threads": " and ".join(map(str, threads)), "load_start": load_start,
             "load_end": " ".join(f"{x:.2f}" for x in os.getloadavg())}
 
 

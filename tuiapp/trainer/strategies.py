@@ -23,9 +23,8 @@ from pathlib import Path
 
 import torch
 
-from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR
-
 from tuiapp.core.config.recipe import Recipe
+from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR
 from tuiapp.trainer.ds_config import deepspeed_config
 
 
