@@ -328,8 +328,10 @@ def markdown(results: dict, reps: int, info: dict) -> str:
                        ratio(m(peer, "ttfs"), m(ours, "ttfs"))])
     lines = [SECTION, "",
              f"Made by `{info['command']}` ({info['minutes']:.0f} minutes; "
-             f"{info['peer']}; llmtui at {info['commit']}). One epoch of alpaca_en_demo.json (1,000 records), the "
-             "same tiny Llama folder and ChatML tokenizer, LoRA r8 α16 dropout 0.05 on every linear layer, micro batch 8, "
+             f"{info['peer']}; llmtui at {info['commit']}). One epoch of alpaca_en_demo.json "
+             f"({'the first ' + format(info['records'], ',') if info.get('records') else '1,000'} records), the "
+             "same model folder and ChatML tokenizer for both tools (llmtui's tiny Llama unless the row names the "
+             "peer's test-model layout: hidden 16, 2 layers, a 128,256-token vocabulary), LoRA r8 α16 dropout 0.05 on every linear layer, micro batch 8, "
              "max length 512, lr 1e-3 cosine with 10% warmup, seed 42, no eval, no checkpoints, a log line every 5 "
              f"steps, one CPU process each with OMP_NUM_THREADS={info['threads']}; repetitions alternate which tool "
              f"goes first. Load average at the start / end: {info['load_start']} / {info['load_end']}.", "",
@@ -375,6 +377,8 @@ def main(argv=None) -> int:
                         help="comma-separated OMP_NUM_THREADS values, each row run at each (default: every core, then 1)")
     parser.add_argument("--models", default="llmtui,peer",
                         help=f"comma-separated model folders both tools train, of {', '.join(MODELS)} (see MODELS)")
+    parser.add_argument("--records", type=int, default=0,
+                        help="train on the first N records of alpaca_en_demo.json only (0 = all 1,000)")
     parser.add_argument("--profile", default=None, metavar="ROWS",
                         help="instead: one llmtui run per row (comma-separated) and one LLaMA-Factory run (the first "
                         "row's) under py-spy; print where a step's time goes")
@@ -413,7 +417,8 @@ def main(argv=None) -> int:
         rows.remove("budget")
     started, load_start = time.time(), " ".join(f"{x:.2f}" for x in os.getloadavg())
     command = (f".venv/bin/python bench/bench_peer.py --reps {args.reps} --rows {','.join(rows)} "
-               f"--threads {','.join(map(str, threads))} --models {','.join(models)} --write")
+               f"--threads {','.join(map(str, threads))} --models {','.join(models)}"
+               + (f" --records {args.records}" if args.records else "") + " --write")
     work = common.temp_dir("llmtui-peer-")
     cache = work / "cache"
     env = common.bench_env(cache, cache / "hf-datasets")
@@ -424,11 +429,12 @@ def main(argv=None) -> int:
         if "peer" in models:
             model_dirs["peer"] = peer_layout_model(model_dir, cache)
         data = common.data_file(common.ALPACA)
+        first = args.profile_records if args.profile else args.records
+        if first:  # the step is the same on fewer records; the run is shorter
+            records = json.loads(data.read_text(encoding="utf-8"))[:first]
+            data = work / "first-records.json"
+            data.write_text(json.dumps(records), encoding="utf-8")
         if args.profile:
-            if args.profile_records:  # the step is the same on fewer records; the profile is shorter
-                records = json.loads(data.read_text(encoding="utf-8"))[: args.profile_records]
-                data = work / "profile-data.json"
-                data.write_text(json.dumps(records), encoding="utf-8")
             wanted = [r for r in args.profile.split(",") if r in ROWS and (r != "budget" or _has_token_batches())]
             print(profile(wanted, model_dir, data, work, env))
             return 0
@@ -455,9 +461,9 @@ def main(argv=None) -> int:
                         f"load before {load:.2f}")
                     results[key].append(result)
                     if args.json:  # after each run: an interrupted benchmark keeps what it measured
-                        info = _info(started, env, load_start, command, threads)
+                        info = _info(started, env, load_start, command, threads, args.records)
                         Path(args.json).write_text(json.dumps({"info": info, "results": results}, indent=1))
-        info = _info(started, env, load_start, command, threads)
+        info = _info(started, env, load_start, command, threads, args.records)
         text = markdown(results, args.reps, info)
         print(text)
         if args.json:
@@ -584,8 +590,8 @@ def profile(rows: list[str], model_dir: Path, data: Path, work: Path, env: dict)
     return profile_table(raw, steps, tokens)
 
 
-def _info(started: float, env: dict, load_start: str, command: str, threads: list[int]) -> dict:
-    return {"command": command, "minutes": (time.time() - started) / 60, "peer": peer_version(), "commit": _commit(),
+def _info(started: float, env: dict, load_start: str, command: str, threads: list[int], records: int = 0) -> dict:
+    return {"command": command, "records": records, "minutes": (time.time() - started) / 60, "peer": peer_version(), "commit": _commit(),
             "threads": " and ".join(map(str, threads)), "load_start": load_start,
             "load_end": " ".join(f"{x:.2f}" for x in os.getloadavg())}
 
