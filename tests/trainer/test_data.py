@@ -241,15 +241,19 @@ def test_packed_rows_have_the_same_loss_as_separate_examples(tmp_path, tiny_path
 def test_training_model_keeps_packed_examples_apart(tmp_path, tiny_path, tokenizer, monkeypatch):
     """load_model's model, in training mode and called as the Trainer calls it (no use_cache
     argument): a flattened row runs sdpa once per example and layer, without a mask (the varlen
-    path), and packed rows (eager) get the block mask; both lose what the examples lose apart.
+    path; none is built over the row), and packed rows (eager) get the block mask; both lose what
+    the examples lose apart.
     With a KV cache transformers skips the packed mask and later examples attend to earlier ones
     (a difference of ~1e-4 to 1e-3 here)."""
+    from transformers.masking_utils import sdpa_mask
+
+    from tuiapp.trainer import varlen as varlen_attention
     from tuiapp.trainer.model import load_model
 
     packed_recipe = recipe("demo:chat", packing=True)
     train, _ = build_datasets(packed_recipe, tokenizer, tmp_path)
     features = [train[i] for i in range(6)]
-    calls = []
+    calls, masks = [], []
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
     def counting_sdpa(query, key, value, attn_mask=None, **kwargs):
@@ -264,7 +268,9 @@ def test_training_model_keeps_packed_examples_apart(tmp_path, tiny_path, tokeniz
         model.train()
         batch = make_collator(packed_recipe, tokenizer, varlen_attention=varlen)(features)
         calls.clear()
+        masks.clear()
         monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting_sdpa)
+        monkeypatch.setattr(varlen_attention, "sdpa_mask", lambda *a, **k: masks.append(k) or sdpa_mask(*a, **k))
         with torch.no_grad():
             packed = model(**batch).loss.item()
         monkeypatch.undo()
@@ -272,6 +278,7 @@ def test_training_model_keeps_packed_examples_apart(tmp_path, tiny_path, tokeniz
         if varlen:
             lengths = [len(f["input_ids"]) for f in features]
             assert calls == [(n, True, True) for _ in range(model.config.num_hidden_layers) for n in lengths]
+            assert not masks  # and no mask over the row was built
         elif attention == "sdpa":  # rows, each with its block mask: one masked call per layer
             assert batch["input_ids"].shape[0] > 1
             assert calls == [(batch["input_ids"].shape[1], False, False)] * model.config.num_hidden_layers

@@ -141,6 +141,7 @@ def load_model(recipe: Recipe, path: str, precision: str):
     varlen.install()  # sdpa runs a flattened row of packed examples one example at a time
     model = _load_model(recipe, path, precision)
     model.config.use_cache = False
+    varlen.skip_packed_mask(model)  # and without the mask over the row that no layer reads
     return model
 
 
