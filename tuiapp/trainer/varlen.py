@@ -63,10 +63,13 @@ def sdpa_per_example(module, query, key, value, attention_mask, dropout=0.0, sca
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     kwargs = {k: v for k, v in kwargs.items() if k not in ("cu_seq_lens_q", "cu_seq_lens_k", "is_causal")}
+    # split, not slices: the backward of a split is one cat of the pieces' gradients, where each
+    # slice's would be a zero-filled tensor of the whole row, summed (rows of many examples paid that)
+    sizes = [end - start for start, end in itertools.pairwise(bounds)]
     pieces = [
-        sdpa_attention_forward(module, query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], None,
-                               dropout=dropout, scaling=scaling, is_causal=True, **kwargs)[0]
-        for start, end in itertools.pairwise(bounds) if end > start
+        sdpa_attention_forward(module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs)[0]
+        for q, k, v in zip(query.split(sizes, dim=2), key.split(sizes, dim=2), value.split(sizes, dim=2), strict=True)
+        if q.shape[2]
     ]
     return torch.cat(pieces, dim=1), None  # (batch, seq, heads, dim), as sdpa_attention_forward returns
 
