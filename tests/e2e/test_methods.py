@@ -50,4 +50,7 @@ def test_method_trains_and_saves(method, tmp_path):
     assert all(isinstance(r["loss"], float) for r in rows if r.get("split", "train") == "train")
     assert any(r.get("split") == "eval" for r in rows)
     assert (run_dir / "checkpoints" / "checkpoint-5" / "trainer_state.json").is_file()
+    if method in ("lora", "dora"):  # their dropout modules draw from the fast generator
+        rank0 = next((run_dir / "ranks").glob("*rank0.log")).read_text()
+        assert "module(s) draw their masks from numpy's SFC64" in rank0
     load_final(run_dir / "final", method)

@@ -31,6 +31,7 @@ from tuiapp.core.run_folder.rundir import (
 from tuiapp.trainer import (
     bottleneck,
     checkpoints,
+    cpu_dropout,
     mixture,
     phases,
     sampling,
@@ -440,6 +441,10 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
 
 def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, model_path: str, eval_set,
                     resume: bool) -> int:
+    if not torch.cuda.is_available():  # the adapters are attached by now, TRL's too
+        swapped = cpu_dropout.install(trainer.model)
+        if swapped and _is_main():
+            print(f"dropout: {swapped} module(s) draw their masks from numpy's SFC64 (CPU)", flush=True)
     ckpt_root = run_dir / CHECKPOINTS_DIR
     resume_from = None
     if resume:
