@@ -40,6 +40,7 @@ def test_two_ranks_zero3_lora_then_export_merged(tmp_path):
     assert (adapter_out / "adapter_config.json").exists()
     merged = llmtui("export", run_dir.name, "--out", str(merged_out), "--merge", runs_dir=runs)
     assert merged.returncode == 0, merged.stderr
+    assert "Loading weights" not in merged.stderr and "it/s]" not in merged.stderr  # no library progress bars
     assert not (merged_out / "adapter_config.json").exists()
 
     import torch

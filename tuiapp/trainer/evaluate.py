@@ -30,6 +30,7 @@ from tuiapp.core.data.datasets import load_records
 from tuiapp.core.run_folder import evals
 from tuiapp.trainer import inference
 from tuiapp.trainer.data import IGNORE, _chat_example, _text_example
+from tuiapp.trainer.quiet import quiet_libraries
 
 SAMPLES = 5  # answers kept in the result per model
 
@@ -206,6 +207,7 @@ def evaluate(args) -> dict:
 
 
 def main(argv=None) -> int:
+    quiet_libraries()
     parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.evaluate")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--data", required=True)

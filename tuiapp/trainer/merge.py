@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from tuiapp.trainer.model import FINAL_INFO, keep_sentencepiece
+from tuiapp.trainer.quiet import quiet_libraries
 
 
 def merge_adapters(plan: dict, out: Path) -> None:
@@ -69,6 +70,7 @@ def merge_full(plan: dict, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()
     parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.merge")
     parser.add_argument("plan", help="the plan as JSON (tuiapp.core.after.merging.MergePlan)")
     parser.add_argument("--out", required=True)

@@ -13,6 +13,7 @@ from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.jsonout import error_document, stdout_to_stderr, write_document
 from tuiapp.core.common.kinds import RL_KINDS
 from tuiapp.core.config.recipe import load_recipe
+from tuiapp.trainer.quiet import quiet_libraries
 
 MASK = -100
 
@@ -61,6 +62,7 @@ def render(example: dict, tokenizer) -> str:
 
 
 def main(argv=None) -> int:
+    quiet_libraries()
     parser = argparse.ArgumentParser(prog="llmtui data")
     parser.add_argument("recipe")
     parser.add_argument("--show", type=int, default=3)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.trainer.quiet import quiet_libraries
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -144,6 +145,7 @@ def _ship(args, shipping: dict) -> int:
 
 
 def main(argv=None) -> int:
+    quiet_libraries()
     from tuiapp.trainer.export import export
 
     parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.publish")
