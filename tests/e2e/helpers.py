@@ -93,6 +93,27 @@ def rank_pids(run_dir: Path) -> list[int]:
     return pids
 
 
+def stop_after(run_dir: Path, steps: int, runs_dir: Path, timeout: float = 600) -> tuple[int, str]:
+    """`llmtui stop` once a run has logged `steps` steps, certainly before it ends: its ranks are
+    paused (SIGSTOP) until the supervisor has heard the stop, so the SIGTERM waits for them and a
+    tiny run cannot finish its last steps in the seconds the stop command takes to start.
+    Returns the stop command's exit code and output."""
+    wait_for(lambda: steps_reached(run_dir, steps), timeout=timeout, interval=0.05, what=f"{steps} steps")
+    ranks = rank_pids(run_dir)
+    assert ranks, "no rank process found"
+    for pid in ranks:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        stopper = spawn_llmtui("stop", run_dir.name, runs_dir=runs_dir)
+        wait_for(lambda: run_info(run_dir).get("stop_requested") or stopper.poll() is not None,
+                 timeout=120, interval=0.1, what="the supervisor to record the stop")
+    finally:
+        for pid in ranks:
+            os.kill(pid, signal.SIGCONT)
+    output, _ = stopper.communicate(timeout=timeout)
+    return stopper.returncode, output
+
+
 def kill_group(run_dir: Path) -> None:
     """Test cleanup: never leave a run behind."""
     from tuiapp.core.machine import shm

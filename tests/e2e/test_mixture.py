@@ -4,7 +4,7 @@ from that run (`model.name = "run:NAME"`), and a sweep varies a source's weight.
 
 import pytest
 
-from tests.e2e.helpers import kill_group, llmtui, metrics, only_run, run_info, steps_reached, wait_for
+from tests.e2e.helpers import kill_group, llmtui, metrics, only_run, run_info, stop_after
 from tuiapp.core.run_folder.metrics import dedupe_steps
 
 pytestmark = pytest.mark.slow
@@ -54,9 +54,8 @@ def test_a_stopped_then_resumed_mixture_keeps_its_tokens_per_source_adding_up(ru
            runs_dir=runs_dir, check=True)
     run_dir = only_run(runs_dir)
     try:
-        wait_for(lambda: steps_reached(run_dir, 3), timeout=600, what="3 steps")
-        stopped = llmtui("stop", run_dir.name, runs_dir=runs_dir, timeout=300)
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        code, output = stop_after(run_dir, 3, runs_dir)
+        assert code == 0, output
         [checkpoint] = (run_dir / "checkpoints").glob("checkpoint-*")
         assert 3 <= int(checkpoint.name.split("-")[1]) < 12
         resumed = llmtui("resume", run_dir.name, runs_dir=runs_dir, timeout=600)

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from tests.e2e.helpers import ROOT, kill_runs, llmtui, metrics, only_run, run_info, steps_reached, train_steps, wait_for
+from tests.e2e.helpers import ROOT, kill_runs, llmtui, metrics, only_run, run_info, stop_after, train_steps
 
 pytestmark = pytest.mark.slow
 
@@ -122,9 +122,8 @@ def test_stop_then_resume_continues_the_same_curve(sft_runs, runs_dir):
     long = [*SFT_STEPS, "--set", "train.save_steps=0"]
     llmtui("run", "recipes/tiny-pipeline-sft.toml", *long, "--detach", runs_dir=runs_dir, check=True)
     run_dir = only_run(runs_dir)
-    wait_for(lambda: steps_reached(run_dir, 3), timeout=300, what="three steps")
-    stopped = llmtui("stop", run_dir.name, runs_dir=runs_dir, timeout=180)
-    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    code, output = stop_after(run_dir, 3, runs_dir)
+    assert code == 0, output
     assert run_info(run_dir)["status"] == "stopped"
     [checkpoint] = list((run_dir / "checkpoints").glob("checkpoint-*"))
     at = int(checkpoint.name.split("-")[1])

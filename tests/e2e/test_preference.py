@@ -19,7 +19,7 @@ from tests.e2e.helpers import (
     metrics,
     only_run,
     run_info,
-    steps_reached,
+    stop_after,
     train_steps,
     wait_for,
 )
@@ -241,9 +241,8 @@ def test_stop_then_resume_a_kto_run(tmp_path):
     llmtui("run", "recipes/tiny-kto.toml", *long, "--detach", runs_dir=tmp_path, check=True)
     run_dir = only_run(tmp_path)
     try:
-        wait_for(lambda: steps_reached(run_dir, 3), timeout=600, what="3 steps")
-        stopped = llmtui("stop", run_dir.name, runs_dir=tmp_path, timeout=300)
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        code, output = stop_after(run_dir, 3, tmp_path)
+        assert code == 0, output
         assert run_info(run_dir)["status"] == "stopped"
         [checkpoint] = (run_dir / "checkpoints").glob("checkpoint-*")
         step = int(checkpoint.name.split("-")[1])
