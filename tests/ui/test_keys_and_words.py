@@ -22,6 +22,7 @@ from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen
 from tuiapp.ui.screens.run_view import RunViewScreen
+from tuiapp.ui.widgets.key_footer import KeyFooter
 from tuiapp.ui.widgets.pane_deck import PaneDeck
 from tuiapp.ui.widgets.runs_table import COLUMNS, RunsTable
 
@@ -174,6 +175,44 @@ def test_compares_footer_keeps_whole_keys_at_80_columns(runs_root, tmp_path):
                 assert key in footer, footer
             keys = footer.removesuffix("^p palette").rstrip(" ▏")
             assert not keys.endswith(" 0"), footer  # no key cut after its letter
+
+    asyncio.run(scenario())
+
+
+def test_the_footer_is_rebuilt_once_per_change_of_its_keys(runs_root, tmp_path):
+    """Textual's footer rebuilt every key on each bindings signal, one rebuild queued per signal
+    (five before the form's first frame): now signals in one frame make at most one rebuild, and
+    none when the shown keys are the same; a narrower screen still gets its shorter footer."""
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            home = await home_ready(pilot)
+            footer = home.query_one(KeyFooter)
+            await wait_for(pilot, lambda: "esc" in lines_of(app)[-1] or "q Quit" in lines_of(app)[-1], what="keys")
+            rebuilds = []
+            rebuild = footer.recompose
+
+            async def counted():
+                rebuilds.append(lines_of(app)[-1])
+                await rebuild()
+
+            footer.recompose = counted
+            for _ in range(5):
+                home.refresh_bindings()  # what focus moves, resizes and resumes send
+            await pilot.pause(0.2)
+            assert rebuilds == []  # the same keys: nothing rebuilt
+            wide = lines_of(app)[-1]
+            await pilot.resize_terminal(80, 24)
+            for _ in range(3):
+                home.refresh_bindings()
+            await wait_for(pilot, lambda: lines_of(app)[-1] != wide, what="the narrow footer")
+            await pilot.pause(0.2)
+            assert len(rebuilds) == 1
+            narrow = lines_of(app)[-1]
+            assert narrow.rstrip().endswith("^p palette") and len(narrow.split()) < len(wide.split())
+            await pilot.resize_terminal(120, 36)
+            await wait_for(pilot, lambda: lines_of(app)[-1] == wide, what="the wide footer back")
+            assert len(rebuilds) == 2
 
     asyncio.run(scenario())
 

@@ -19,13 +19,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from tuiapp.core.after.chat import ChatSession, check_image, image_label, parse_settings, rate_text, settings_text
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import Run
 from tuiapp.ui.widgets.header import AppHeader
+from tuiapp.ui.widgets.key_footer import KeyFooter
 
 MODELS = ("tuned", "other", "base")  # the run, the arena's second run, the run's base
 IMAGE_COMMAND = "/image"  # `/image PATH` in the input: the next message shows a VLM that image
@@ -175,7 +176,7 @@ class ChatScreen(Screen):
             yield ChatColumn("other", id="chat-other", classes="" if self.vs_run else "-hidden")
             yield ChatColumn("base", id="chat-base", classes="" if self.vs_base else "-hidden")
         yield Input(placeholder="loading the model…", id="chat-input", disabled=True)
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         root = self.app.config.runs_root

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static, Tabs
+from textual.widgets import DataTable, Static, Tabs
 from textual.worker import get_current_worker
 
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
@@ -57,6 +57,7 @@ from tuiapp.ui.history import row_from_record
 from tuiapp.ui.messages import CompareLoaded, MetricsAppended, RunStatusChanged
 from tuiapp.ui.widgets.charts import CompareChart, Line, View
 from tuiapp.ui.widgets.header import AppHeader
+from tuiapp.ui.widgets.key_footer import KeyFooter
 from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
 
 CURSOR_STEPS = 60  # left/right move the cursor by 1/60 of the range shown (shift: 1/10)
@@ -165,7 +166,7 @@ class CompareScreen(PaneDeckActions, Screen):
             )
             yield Static("", id="cmp-legend")
         yield Static("", id="cmp-zoom-legend")  # the same, beside a zoomed (maximized) chart
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def chart_metrics(self) -> dict[str, tuple[str, str]]:
         """The metrics charted: the usual ones, and reward curves when a preference or an online RL run

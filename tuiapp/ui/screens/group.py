@@ -10,7 +10,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core.run_folder.metrics import JsonlReader
@@ -31,6 +31,7 @@ from tuiapp.ui.groups import (
 from tuiapp.ui.history import RunRow, queue_positions, row_from_record, with_metrics
 from tuiapp.ui.messages import GroupLoaded
 from tuiapp.ui.widgets.header import AppHeader
+from tuiapp.ui.widgets.key_footer import KeyFooter
 
 
 def load_group(runs_root, group_id: str) -> tuple[dict, list[RunRow]]:
@@ -76,7 +77,7 @@ class GroupScreen(Screen):
         yield Static("", id="grp-title", markup=False)
         yield DataTable(id="grp-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="grp-heat")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         self.sub_title = self.group_id

@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Select, Static
+from textual.widgets import Input, Select, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core.run_folder import evals
@@ -45,6 +45,7 @@ from tuiapp.ui.messages import (
     ServingChanged,
 )
 from tuiapp.ui.widgets.header import AppHeader
+from tuiapp.ui.widgets.key_footer import KeyFooter
 from tuiapp.ui.widgets.runs_table import COLUMNS, FIXED, SORTABLE, RunsTable
 
 # a run.json status, or `flagged`: stalled, hung in a start-up phase, or orphaned processes
@@ -130,7 +131,7 @@ class HomeScreen(HistoryManageActions, Screen):
         yield RunsTable(id="runs")
         yield Static("", id="home-detail", markup=False)
         yield Static("", id="home-status")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         self.model = HistoryModel(self.app.config.clock)

@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.timer import Timer
 from textual.widget import Widget
-from textual.widgets import Footer, Input, Select, Static, TabbedContent, TabPane, TextArea
+from textual.widgets import Input, Select, Static, TabbedContent, TabPane, TextArea
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe, load_recipe
@@ -39,6 +39,7 @@ from tuiapp.ui.preview import dataset_preview, read_trainer_view, trainer_view_t
 from tuiapp.ui.widgets.example_images import ExampleImages
 from tuiapp.ui.widgets.form import FieldRow, FieldSelect, FormSection, field_help, read_value, set_value
 from tuiapp.ui.widgets.header import AppHeader
+from tuiapp.ui.widgets.key_footer import KeyFooter
 from tuiapp.ui.worker_errors import reports_errors
 
 CHECK_DELAY_S = 0.25
@@ -157,7 +158,7 @@ class NewExperimentScreen(Screen):
                         yield Static("", id="ne-data", markup=False)
         yield Static("", id="ne-help", markup=False)
         yield Static("", id="ne-verdict", markup=False)
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         self.pristine = (self.kind, self.collect())  # fields not mounted yet read as self.values

@@ -7,7 +7,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
+
+from tuiapp.ui.widgets.key_footer import KeyFooter
 
 
 class ReportScreen(ModalScreen[None]):
@@ -29,7 +31,7 @@ class ReportScreen(ModalScreen[None]):
             box.border_title = self.title_text
             box.border_subtitle = "esc closes"
             yield Static(self.text, id="report-text", markup=False)
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def action_scroll(self, lines: int) -> None:
         self.query_one("#report-box", VerticalScroll).scroll_relative(y=lines, animate=False)

@@ -19,7 +19,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
@@ -54,6 +54,7 @@ from tuiapp.ui.run_panes import memory_text, samples_text, speed_text, status_te
 from tuiapp.ui.widgets.charts import MetricChart
 from tuiapp.ui.widgets.generations import GenerationsView
 from tuiapp.ui.widgets.header import AppHeader
+from tuiapp.ui.widgets.key_footer import KeyFooter
 from tuiapp.ui.widgets.log_tail import LogTail
 from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
 from tuiapp.ui.worker_errors import reports_errors
@@ -148,7 +149,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         )
         deck.set_class(bool(method_panes), "-seven")  # wide: a grid of 4 x 2, pane 7 two columns wide
         yield deck
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def _method_panes(self) -> list[Pane]:
         """Pane 7 of some methods. Preference runs: Rewards, the implicit rewards of the chosen and

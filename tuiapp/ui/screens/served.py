@@ -12,11 +12,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from tuiapp.core.store import served
 from tuiapp.core.store.runs import Run, RunStore
 from tuiapp.ui.messages import DoctorReported, ServedListed, ServedStopped
+from tuiapp.ui.widgets.key_footer import KeyFooter
 from tuiapp.ui.worker_errors import reports_errors
 
 COLUMNS = ("run", "url", "state", "backend")
@@ -57,7 +58,7 @@ class ServedScreen(ModalScreen[None]):
             box.border_subtitle = "x stop · d doctor · r refresh · esc close"
             yield DataTable(id="served-table", cursor_type="row", zebra_stripes=False)
             yield Static("reading…", id="served-status", markup=False)
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*COLUMNS)
