@@ -16,9 +16,11 @@ from tuiapp.core.prelaunch import checks
 from tuiapp.core.store.runs import RunStore
 from tuiapp.ui.candidates import PRESETS_DIR
 from tuiapp.ui.messages import ModelsFound
+from tuiapp.ui.screens import new_experiment
 from tuiapp.ui.screens.confirm import ConfirmScreen
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.new_experiment import NewExperimentScreen
+from tuiapp.ui.widgets.form import FieldRow
 
 
 async def type_into(pilot, widget_id: str, text: str) -> None:
@@ -515,5 +517,28 @@ def test_what_comes_before_the_rows_mount_reaches_them(tmp_path, monkeypatch):
             assert form.query_one("#f-model--name").suggester is not None
             assert str(form.query_one("#pick-model", Select).prompt).startswith("found")
             assert form.query_one("#f-name").value == "-x" and form.has_edits()
+
+    asyncio.run(scenario())
+
+
+def test_the_rows_wait_while_keys_come(tmp_path, monkeypatch):
+    """A key typed while the lower sections mount is shown before more rows mount: the filling
+    waits until typing pauses (six rows and their layout took ~0.1 s, the key's frame after them)."""
+    monkeypatch.setattr(new_experiment, "TYPING_PAUSE_S", 3.0)  # a pause no loaded machine blurs
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            await pilot.press("n", "x")
+            form = app.screen
+            typed_at = form.last_typed
+            assert typed_at and form.query_one("#f-name").value == "x"
+            rows = len(form.query(FieldRow))
+            await pilot.pause(0.5)
+            assert len(form.query(FieldRow)) == rows and not form.filled  # held while typing
+            await wait_for(pilot, lambda: form.filled, what="every section, once typing paused")
+            assert all(form.query(f"#{spec.widget_id}") for spec in form.specs.values())
+            assert form.query_one("#f-name").value == "x"
 
     asyncio.run(scenario())

@@ -7,6 +7,8 @@ enter moves to the next field, esc asks before it drops edits, and ctrl+o opens 
 
 from __future__ import annotations
 
+import time
+from functools import partial
 from pathlib import Path
 
 from textual import events, on, work
@@ -44,6 +46,7 @@ from tuiapp.ui.worker_errors import reports_errors
 
 CHECK_DELAY_S = 0.25
 FILL_ROWS = 6  # fields mounted per frame after the first (~30 ms each)
+TYPING_PAUSE_S = 0.15  # the filling waits while keys come: a key typed is shown before more rows mount
 TRAINER_VIEW_DELAY_S = 1.0  # the trainer's view costs a child process: only once typing pauses
 PICK_HELP = {
     "pick-model": "Models found here: the bundled one, the HF cache's, run:NAME of succeeded runs. Typing in "
@@ -102,6 +105,7 @@ class NewExperimentScreen(Screen):
         # takes keys at once (the model's, dataset's and method's ~120 widgets took ~0.3 s before it)
         self.fill_sections = ("model", "dataset", "method", *self.later_sections)
         self.filled = False  # every section's fields are mounted
+        self.last_typed = 0.0  # monotonic time of the last edit typed into a focused field
         self.resumed = False  # shown once: a later resume (back from a dialog) restyles as usual
 
     @property
@@ -174,6 +178,10 @@ class NewExperimentScreen(Screen):
         whole section at once ~0.1 s, a key typed meanwhile waiting for it)."""
         if self.taken_down:
             return  # closed while it filled
+        typing = self.last_typed + TYPING_PAUSE_S - time.monotonic()
+        if typing > 0:  # a key's frame first, then the rows (mounting six and laying them out: ~0.1 s)
+            self.set_timer(typing, partial(self._fill_later_sections, sections, rows))
+            return
         if not rows:
             if not sections:
                 self.filled = True
@@ -275,6 +283,8 @@ class NewExperimentScreen(Screen):
         widget_id = event.control.id or ""
         if widget_id == "method-kind":
             return
+        if event.control.has_focus:
+            self.last_typed = time.monotonic()
         if isinstance(event.control, TextArea) and event.control.has_focus:
             event.control.scroll_visible(animate=False)  # a list that grew a line stays in view
         self.schedule_check()
