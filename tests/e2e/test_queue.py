@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from tests.e2e.helpers import llmtui, run_info, spawn_llmtui, wait_for
+from tests.e2e.helpers import kill_group, llmtui, run_info, spawn_llmtui, wait_for
 from tuiapp.core.config import sweep
 from tuiapp.core.run_folder import rundir
 
@@ -93,19 +93,29 @@ def test_a_grid_with_one_slot_runs_one_at_a_time_and_a_cancelled_run_never_start
 
 
 def test_two_slots_run_two_at_once(runs_dir):
+    """With two slots the second run trains and ends while the first still trains (it trains until
+    stopped: no race with a machine's load, and no waiting for a long first run to end)."""
     watch = Concurrency(runs_dir)
     watch.start()
     try:
-        for index in range(2):
-            # 40 steps: the first run still trains when the second's start-up ends, on a loaded machine too
-            llmtui("run", "recipes/tiny-lora.toml", *SHORT, "--set", "train.max_steps=40", "--set", f"name=two{index}",
-                   "--queue", "--slots", "2", "--detach", runs_dir=runs_dir, check=True)
-        wait_for(lambda: _all_final(runs_dir), timeout=600, interval=1, what="both runs to end")
+        for index, steps in enumerate((100000, 2)):
+            llmtui("run", "recipes/tiny-lora.toml", *SHORT, "--set", f"train.max_steps={steps}", "--set",
+                   f"name=two{index}", "--queue", "--slots", "2", "--detach", runs_dir=runs_dir, check=True)
+        first, second = _runs(runs_dir)
+        wait_for(lambda: run_info(second)["status"] in rundir.FINAL, timeout=600, interval=1, what="the second run")
+        assert run_info(first)["status"] == "running"
+        stopped = llmtui("stop", first.name, runs_dir=runs_dir, timeout=300)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     finally:
         watch.done.set()
         watch.join()
+        for run_dir in _runs(runs_dir):
+            kill_group(run_dir)
     assert watch.most == 2
-    assert [run_info(p)["status"] for p in _runs(runs_dir)] == ["succeeded", "succeeded"]
+    assert [run_info(p)["status"] for p in (first, second)] == ["stopped", "succeeded"]
+    (first_start, first_end), = _intervals(first)
+    (second_start, second_end), = _intervals(second)
+    assert first_start < second_start and second_end < first_end
 
 
 def test_a_queued_run_waits_for_a_run_outside_the_queue(runs_dir):

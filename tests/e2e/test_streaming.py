@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from tests.e2e.helpers import llmtui, metrics, only_run, run_info, steps_reached, wait_for
+from tests.e2e.helpers import llmtui, metrics, only_run, run_info, stop_after, wait_for
 from tuiapp.core.data import demo_data
 
 pytestmark = pytest.mark.slow
 
-STEPS = 60  # enough that a stop sent after step 5 lands before the last step, on a fast machine too
+STEPS = 20  # the stop lands after step 5, the ranks paused until it is heard (stop_after)
 
 
 def _corpus(tmp_path):
@@ -51,8 +51,8 @@ def test_a_stopped_and_resumed_stream_trains_on_the_uninterrupted_batches(tmp_pa
 
     llmtui(*_args(corpus, "--detach"), runs_dir=cut_dir, check=True)
     cut = only_run(cut_dir)
-    wait_for(lambda: steps_reached(cut, 5), what="step 5")
-    assert llmtui("stop", cut.name, runs_dir=cut_dir, timeout=300).returncode == 0
+    code, output = stop_after(cut, 5, cut_dir)
+    assert code == 0, output
     wait_for(lambda: run_info(cut)["status"] == "stopped", what="stopped")
     stopped_at = max(_steps(cut))
     assert stopped_at < STEPS
