@@ -41,6 +41,7 @@ def test_two_ranks_zero3_lora_then_export_merged(tmp_path):
     merged = llmtui("export", run_dir.name, "--out", str(merged_out), "--merge", runs_dir=runs)
     assert merged.returncode == 0, merged.stderr
     assert "Loading weights" not in merged.stderr and "it/s]" not in merged.stderr  # no library progress bars
+    assert "Setting accelerator" not in merged.stdout + merged.stderr  # nor DeepSpeed's guess of one
     assert not (merged_out / "adapter_config.json").exists()
 
     import torch
