@@ -61,6 +61,7 @@ def test_the_converter_is_unpacked_where_the_export_looks(setup_tool, tmp_path, 
     assert setup_tool.unpack_converter("9.9.9", archive) == folder  # once
 
 
+@pytest.mark.slow  # waits out a build's time limit: ~3.5 s
 def test_an_overrunning_background_build_is_stopped_with_its_group(setup_tool, tmp_path, monkeypatch):
     monkeypatch.setenv("LLMTUI_CACHE", str(tmp_path / "cache"))
     home = setup_tool.home("9.9.9")

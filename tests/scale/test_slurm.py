@@ -145,6 +145,7 @@ def test_real_job_that_fails_marks_the_run_failed(tmp_path):
     assert run.status == "failed" and "SLURM job failed" in run.record.reason
 
 
+@pytest.mark.slow  # a real SLURM job: ~4 s
 @needs_cluster
 def test_real_stop_goes_through_scancel(tmp_path):
     run = RunStore(tmp_path).create(recipe_from_dict({"method": {"kind": "lora"}}))

@@ -9,6 +9,7 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
 from ui_fixtures import REAL_IDS, screen_text, test_app, wait_for
 
 from tuiapp.core.after import exporting
@@ -38,6 +39,7 @@ def _export_from_a_shell(run_dir: Path, out: Path) -> None:
     exporting.record(planned, exporting.written(out))
 
 
+@pytest.mark.slow  # a real eval process: ~4 s
 def test_an_eval_from_a_shell_reaches_the_open_history_and_run_view(runs_root, tmp_path):
     run_id = REAL_IDS["sft"]
     run_dir = RunStore(runs_root).get(run_id).path

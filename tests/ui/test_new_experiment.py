@@ -429,6 +429,7 @@ def test_a_pushed_screen_has_its_width_class_before_its_first_frame(tmp_path, si
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # three forms filled: ~6.5 s
 def test_a_form_switched_away_while_its_sections_fill_stops_filling(tmp_path):
     """ctrl+o replaces a form that may still be mounting its lower sections a few rows a frame; the
     old form stops there (it raised NoMatches on its removed section, failing the app)."""
@@ -451,6 +452,7 @@ def test_a_form_switched_away_while_its_sections_fill_stops_filling(tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # a form filled: ~3.5 s
 def test_a_form_closing_with_the_app_while_its_sections_fill_stops_filling(tmp_path):
     """The app closing prunes a form's widgets before the form, whose queue still runs what was left
     for after a frame: the model rows' found… list raised NoMatches on its Select's removed overlay."""
@@ -473,6 +475,7 @@ def test_a_form_closing_with_the_app_while_its_sections_fill_stops_filling(tmp_p
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # a form filled: ~4 s
 def test_keys_typed_as_the_form_opens_land_in_the_name(tmp_path):
     """Only the run's fields are on the form's first frame (the other sections mount a few rows a
     frame after it): keys typed right after n go to the name while they mount, none lost."""
@@ -491,6 +494,7 @@ def test_keys_typed_as_the_form_opens_land_in_the_name(tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # a form filled after a check: ~4 s
 def test_what_comes_before_the_rows_mount_reaches_them(tmp_path, monkeypatch):
     """The found models, a value set and the check's verdict on it, all before the rows of the
     model and dataset are mounted: each shows on them once they are."""
@@ -524,7 +528,7 @@ def test_what_comes_before_the_rows_mount_reaches_them(tmp_path, monkeypatch):
 def test_the_rows_wait_while_keys_come(tmp_path, monkeypatch):
     """A key typed while the lower sections mount is shown before more rows mount: the filling
     waits until typing pauses (six rows and their layout took ~0.1 s, the key's frame after them)."""
-    monkeypatch.setattr(new_experiment, "TYPING_PAUSE_S", 3.0)  # a pause no loaded machine blurs
+    monkeypatch.setattr(new_experiment, "TYPING_PAUSE_S", 1.5)  # three times the wait checked below
 
     async def scenario():
         app = test_app(tmp_path / "runs", tmp_path)

@@ -79,6 +79,7 @@ def test_log_tail_follows_appended_lines_and_switches_source(runs_root, tmp_path
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # two attempts followed live: ~7 s on 2 cores
 def test_a_resumed_attempts_log_takes_over_unless_the_user_chose_one(runs_root, tmp_path):
     """A resume's rank 0 writes a new log (named by the attempt's start): the open view follows it,
     as it followed the first one; once the user picked a log with `l`, that choice stays."""
