@@ -440,7 +440,7 @@ def test_a_form_switched_away_while_its_sections_fill_stops_filling(tmp_path):
             await pilot.press("n")
             for name in ("tiny-dpo", "tiny-lora", "tiny-dpo"):
                 await app.switch_screen(NewExperimentScreen(load_recipe(PRESETS_DIR / f"{name}.toml"), title=name))
-            await wait_for(pilot, lambda: app.screen.filled, what="the last form, every section")
+            await wait_for(pilot, lambda: app.screen.filled, timeout=30, what="the last form, every section")
             assert app.screen.kind == "dpo"
             # the exact moment, which a switch hits only now and then: the form is still attached and
             # its sections are being pruned when the next rows come due
@@ -536,8 +536,7 @@ def test_the_rows_wait_while_keys_come(tmp_path, monkeypatch):
             await wait_for(pilot, lambda: app.screen.loaded, what="home")
             await pilot.press("n", "x")
             form = app.screen
-            typed_at = form.last_typed
-            assert typed_at and form.query_one("#f-name").value == "x"
+            assert form.last_typed and form.query_one("#f-name").value == "x"
             rows = len(form.query(FieldRow))
             await pilot.pause(0.5)
             assert len(form.query(FieldRow)) == rows and not form.filled  # held while typing

@@ -105,7 +105,7 @@ class NewExperimentScreen(Screen):
         # takes keys at once (the model's, dataset's and method's ~120 widgets took ~0.3 s before it)
         self.fill_sections = ("model", "dataset", "method", *self.later_sections)
         self.filled = False  # every section's fields are mounted
-        self.last_typed = 0.0  # monotonic time of the last edit typed into a focused field
+        self.last_typed = 0.0  # monotonic time of the last edit of a focused field
         self.resumed = False  # shown once: a later resume (back from a dialog) restyles as usual
 
     @property
