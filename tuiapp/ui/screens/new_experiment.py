@@ -285,8 +285,8 @@ class NewExperimentScreen(Screen):
             return
         if event.control.has_focus:
             self.last_typed = time.monotonic()
-        if isinstance(event.control, TextArea) and event.control.has_focus:
-            event.control.scroll_visible(animate=False)  # a list that grew a line stays in view
+            if isinstance(event.control, TextArea):
+                event.control.scroll_visible(animate=False)  # a list that grew a line stays in view
         self.schedule_check()
         if widget_id.startswith("f-dataset--"):
             self.schedule_dataset()
