@@ -17,11 +17,12 @@ import psutil
 import pytest
 
 from tests.e2e.helpers import ROOT, group_pids, llmtui, only_run, run_info, train_steps, wait_for
+from tuiapp.core.config.recipe import parse_recipe
 from tuiapp.core.lifecycle import service
 from tuiapp.core.machine import runlock, shm
 from tuiapp.core.machine.procs import group_processes
 from tuiapp.core.run_folder import rundir
-from tuiapp.core.store.runs import Run
+from tuiapp.core.store.runs import Run, RunStore
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +97,28 @@ def test_stop_resume_cycles_never_show_failed_while_the_run_lives(runs_dir):
     assert shown["attempts"] == CYCLES + 1
     assert shown["started"] == attempts[0]["started"]
     assert shown["duration_s"] >= sum(a["ended"] - a["started"] for a in attempts[:-1])
+
+
+def test_a_stop_before_the_new_supervisor_records_itself_is_not_lost(runs_dir):
+    """Starting (or resuming) writes `starting`, which the app shows, before the new supervisor
+    has recorded its pid and group: a stop in that window reaches it, and no rank trains."""
+    recipe = parse_recipe((ROOT / "recipes/tiny-sft.toml").read_text(encoding="utf-8"), "tiny-sft.toml")
+    run = RunStore(runs_dir).create(recipe.model_copy(update={"train": recipe.train.model_copy(
+        update={"max_steps": 100000})}))
+    starter = threading.Thread(target=service.start_supervisor, args=(run,))
+    starter.start()
+    try:
+        wait_for(lambda: run_info(run.path)["status"] == "starting", timeout=60, interval=0.005, what="starting")
+        assert run_info(run.path).get("pid") is None  # the window: the supervisor has not recorded itself
+        assert service.stop(Run(run.path).load(), grace_s=30) is True
+    finally:
+        starter.join()
+    wait_for(lambda: run_info(run.path)["status"] == "stopped", timeout=60, what="stopped")
+    assert not runlock.held(rundir.lock_path(run.path)) and not (run.path / rundir.METRICS_JSONL).exists()
+    events = [e["event"] for e in Run(run.path).events()]
+    assert events[-1] == "stopped", events[-5:]
+    time.sleep(2)
+    assert run_info(run.path)["status"] == "stopped"  # nothing started behind the stop
 
 
 def test_second_resume_of_a_live_run_is_refused(runs_dir):

@@ -44,6 +44,7 @@ from tuiapp.core.store.runs import Run, RunStore
 
 Say = Callable[[str], None]
 SLURM_FLAGS = ("partition", "nodes", "gpus_per_node", "time", "account")
+SUPERVISOR_RECORD_S = 20.0  # how long a stop waits for a supervisor being started to record its pid
 
 
 def _quiet(_: str) -> None:
@@ -420,6 +421,7 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
     host = run.record.host
     if run.status in ACTIVE and host not in (None, socket.gethostname()):
         raise RunError(message=f"{run.id} is supervised on {host}", fix=f"run `llmtui stop {run.id}` on {host}")
+    _reach_starting_supervisor(run)
     pgid = run.record.pgid
     if not pgid:
         run.refresh_truth()
@@ -450,6 +452,23 @@ def stop(run: Run, grace_s: float = STOP_GRACE_S, wait: bool = True) -> bool:
     if run.load().status in ACTIVE and not run.supervisor_alive():
         run.update(status="stopped", ended=time.time(), reason="stopped; processes killed after the grace period")
     return not group_processes(pgid)
+
+
+def _reach_starting_supervisor(run: Run, timeout_s: float = SUPERVISOR_RECORD_S) -> None:
+    """A supervisor being started (start, resume) holds the run's lock before it has recorded its
+    pid and group, so run.json still names the last attempt's: the request goes into run.json,
+    which it reads before launching ranks, and this waits until it has recorded itself, so the
+    signal reaches it too."""
+    if run.status not in ACTIVE or process_alive(run.record.pid, run.record.pid_create_time) \
+            or not run.supervisor_alive():
+        return
+    run.update(status="stopping", stop_requested=time.time())
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and run.supervisor_alive():
+        if process_alive(run.load().record.pid, run.record.pid_create_time):
+            return
+        time.sleep(0.05)
+    run.load()
 
 
 def _signal_adopter(run: Run, pgid: int) -> None:

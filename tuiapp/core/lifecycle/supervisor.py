@@ -102,6 +102,8 @@ class Supervisor:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         run = self.run
         recipe = self.recipe = run.recipe()
+        if self._stopped_before_start():
+            return 0
         cuda = launcher.cuda_device_count()
         devices = self._take_devices(recipe, cuda)
         if devices is None:
@@ -154,8 +156,9 @@ class Supervisor:
                 events.write({"event": "launched", "resume": self.resume, "ranks": ranks})
         server_env, code = self._start_generation_server(recipe, server_gpus) if server_gpus else ({}, None)
         plan.log_path(run.path).parent.mkdir(parents=True, exist_ok=True)
-        with open(plan.log_path(run.path), "ab") if code is None else nullcontext() as log:
-            if code is None:
+        launching = code is None and self.stop_requested_at is None  # a stop that came first: no rank starts
+        with open(plan.log_path(run.path), "ab") if launching else nullcontext() as log:
+            if launching:
                 command = " ".join(redact(argv))
                 log.write(f"$ {command}\n".encode())
                 log.flush()
@@ -347,6 +350,17 @@ class Supervisor:
                 self._signal_group(signal.SIGKILL)
             time.sleep(POLL_S)
 
+    def _stopped_before_start(self) -> bool:
+        """`llmtui stop` came while this process was being started: start_supervisor had cleared
+        the last request, so one in run.json now is for this attempt, which then never launches."""
+        if self.node is not None and self.node.node_rank or not self.run.load().record.stop_requested:
+            return False
+        reason = "stopped before its ranks were launched"
+        self._record(status="stopped", ended=time.time(), reason=reason, phase=None, hang=None)
+        with JsonlWriter(self.run.events_path) as events:
+            events.write({"event": "stopped", "reason": reason})
+        return True
+
     def _take_devices(self, recipe, cuda: int) -> list[int] | None:
         """A run on this machine alone claims its devices in the queue (so queued runs see it);
         a queued run first waits for its turn. None when cancelled while waiting."""
@@ -497,7 +511,7 @@ class Supervisor:
             except psutil.Error:
                 pass
 
-    def _record_outcome(self, code: int) -> None:
+    def _record_outcome(self, code: int | None) -> None:
         run = self.run
         summary = summarize(read_jsonl(run.metrics_path))
         finished = any(e.get("event") == "finished" for e in read_jsonl(run.events_path))
