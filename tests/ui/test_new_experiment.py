@@ -8,7 +8,7 @@ import json
 import pytest
 from textual.command import CommandPalette
 from textual.widgets import Select, Static, TabbedContent, TextArea
-from textual.widgets._select import SelectOverlay
+from textual.widgets._select import SelectCurrent, SelectOverlay
 from ui_fixtures import screen_text, test_app, wait_for
 
 from tuiapp.core.config.recipe import load_recipe
@@ -448,6 +448,13 @@ def test_a_form_switched_away_while_its_sections_fill_stops_filling(tmp_path):
             section = form.later_sections[-1]
             await form.query_one(f"#section-{section}").remove()
             await form._fill_later_sections([section])
+            # a Select mounting as the form is pruned: its label gone before its value is shown
+            select = form.query_one("#pick-data", Select)
+            await select.query_one(SelectCurrent).query_one("#label").remove()
+            closing = form.remove()
+            select.value = select._options[-1][1]
+            await closing
+            assert app.return_code is None  # nothing raised in the app
 
     asyncio.run(scenario())
 

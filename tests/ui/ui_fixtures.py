@@ -167,7 +167,8 @@ test_app.__test__ = False  # not a test: a factory
 
 
 async def wait_for(pilot, predicate, timeout: float = 10.0, what: str = "condition") -> None:
-    """Let the app run until predicate() is true (workers post their messages meanwhile)."""
+    """Let the app run until predicate() is true (workers post their messages meanwhile); an
+    exception that ended the app is raised at once, not hidden behind the timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -175,6 +176,9 @@ async def wait_for(pilot, predicate, timeout: float = 10.0, what: str = "conditi
                 return
         except Exception:
             pass
+        failed = getattr(pilot.app, "_exception", None)
+        if failed is not None:
+            raise AssertionError(f"the app failed while waiting for {what}: {failed!r}") from failed
         await pilot.pause(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 

@@ -26,19 +26,32 @@ def field_help(spec: FieldSpec) -> str:
 
 
 class FieldSelect(Select):
-    """A form's Select that may be mounted while the app closes: the form fills its later sections
-    after its first frame, and a Select whose mount meets the app's shutdown misses its parts
-    (Textual's own _on_mount then raised NoMatches as the app quit)."""
+    """A form's Select that may be mounted while its screen is taken down: the form fills its later
+    sections after its first frame, and a Select whose mount meets the app's shutdown, or ctrl+o
+    replacing the form, misses its parts (Textual's own handlers then raised NoMatches, failing the app)."""
 
     def _on_mount(self, event: events.Mount) -> None:
         event.prevent_default()  # the handlers of the classes below are called here
         try:
             Select._on_mount(self, event)
         except NoMatches:
-            if self.app.is_running:
+            if self.app.is_running and not self.being_removed:
                 raise
-            return  # its parts were never mounted: the app is closing
+            return  # its parts were never mounted: the app is closing or the screen going
         Widget._on_mount(self, event)
+
+    def _watch_value(self, value) -> None:
+        try:
+            super()._watch_value(value)
+        except NoMatches:
+            if not self.being_removed:
+                raise
+
+    @property
+    def being_removed(self) -> bool:
+        """Detached, or under a screen (or container) being pruned or closed."""
+        return not self.is_attached or any(getattr(node, "_pruning", False) or node._closing
+                                           for node in self.ancestors_with_self)
 
 
 def field_widget(spec: FieldSpec, text: str) -> Widget:
