@@ -98,9 +98,14 @@ def test_two_slots_run_two_at_once(runs_dir):
     watch = Concurrency(runs_dir)
     watch.start()
     try:
-        for index, steps in enumerate((100000, 2)):
+        def launch(name: str, steps: int) -> None:
             llmtui("run", "recipes/tiny-lora.toml", *SHORT, "--set", f"train.max_steps={steps}", "--set",
-                   f"name=two{index}", "--queue", "--slots", "2", "--detach", runs_dir=runs_dir, check=True)
+                   f"name={name}", "--queue", "--slots", "2", "--detach", runs_dir=runs_dir, check=True)
+
+        launch("two0", 100000)
+        first, = _runs(runs_dir)  # training before the second starts: a short second run outpaced its start-up
+        wait_for(lambda: run_info(first)["status"] == "running", timeout=300, interval=0.5, what="the first run")
+        launch("two1", 2)
         first, second = _runs(runs_dir)
         wait_for(lambda: run_info(second)["status"] in rundir.FINAL, timeout=600, interval=1, what="the second run")
         assert run_info(first)["status"] == "running"
