@@ -121,6 +121,22 @@ def test_a_stop_before_the_new_supervisor_records_itself_is_not_lost(runs_dir):
     assert run_info(run.path)["status"] == "stopped"  # nothing started behind the stop
 
 
+def test_a_supervisor_an_sbatch_script_starts_ignores_the_last_attempts_stop_request(runs_dir):
+    """An sbatch script starts the supervisor itself (no lock handed over, nothing cleared): the
+    request a stopped attempt left in run.json is not a stop of this one; it trains."""
+    recipe = parse_recipe((ROOT / "recipes/tiny-sft.toml").read_text(encoding="utf-8"), "tiny-sft.toml")
+    run = RunStore(runs_dir).create(recipe.model_copy(update={"train": recipe.train.model_copy(
+        update={"max_steps": 2, "save_steps": 0, "eval_steps": 0})}))
+    run.update(stop_requested=time.time() - 60)
+    done = subprocess.run([sys.executable, "-m", "tuiapp.core.lifecycle.supervisor", str(run.path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+                          start_new_session=True)  # as srun starts it: the group it cleans up is its own
+    assert done.returncode == 0, done.stdout + done.stderr
+    info = run_info(run.path)
+    assert info["status"] == "succeeded", info.get("reason")
+    assert train_steps(run.path) == [1, 2]
+
+
 def test_second_resume_of_a_live_run_is_refused(runs_dir):
     llmtui("run", "recipes/tiny-sft.toml", *LONG, "--detach", runs_dir=runs_dir, check=True)
     run_dir = only_run(runs_dir)

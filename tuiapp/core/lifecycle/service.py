@@ -587,7 +587,7 @@ def _resume_slurm(run: Run, say: Say) -> Run:
                                           env=cluster.passthrough_env(), resume=True), encoding="utf-8")
     for k in cluster.node_records(run.path):
         cluster.node_json(run.path, k).unlink(missing_ok=True)
-    run.update(status="created", reason=None, ended=None, slurm_job=None, slurm_state=None)
+    run.update(status="created", reason=None, ended=None, slurm_job=None, slurm_state=None, stop_requested=None)
     _submit(run, script, "not resubmitted")
     say(f"resuming {run.id}: submitted SLURM job {run.record.slurm_job} (from the last complete checkpoint)")
     return run

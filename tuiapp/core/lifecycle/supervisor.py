@@ -47,8 +47,9 @@ WATCH_S = 1.0  # phases, hangs and errors are read this often
 
 class Supervisor:
     def __init__(self, run_dir: Path, resume: bool, grace_s: float, port: int | None = None,
-                 node: cluster.NodeArgs | None = None, queued: bool = False):
+                 node: cluster.NodeArgs | None = None, queued: bool = False, handed_lock: bool = False):
         self.queued = queued
+        self.handed_lock = handed_lock  # started by start_supervisor, which cleared the last stop request
         self.claims = False
         self.recipe = None
         self.halted: str | None = None  # why the sweep's halving rule stopped this run
@@ -353,8 +354,9 @@ class Supervisor:
     def _stopped_before_start(self) -> bool:
         """`llmtui stop` came while this process was being started: start_supervisor had cleared
         the last request, so one in run.json now is for this attempt, which then never launches."""
-        if self.node is not None and self.node.node_rank or not self.run.load().record.stop_requested:
-            return False
+        if not self.handed_lock or self.node is not None and self.node.node_rank \
+                or not self.run.load().record.stop_requested:
+            return False  # an sbatch script's supervisor: run.json may hold the last attempt's request
         reason = "stopped before its ranks were launched"
         self._record(status="stopped", ended=time.time(), reason=reason, phase=None, hang=None)
         with JsonlWriter(self.run.events_path) as events:
@@ -652,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {args.run_dir} already has a live supervisor; not starting a second one", file=sys.stderr)
             return 2
     os.set_inheritable(lock, False)  # held by this process alone; released by the kernel when it ends
-    supervisor = Supervisor(args.run_dir, args.resume, args.grace, args.master_port, node, queued=args.queued)
+    supervisor = Supervisor(args.run_dir, args.resume, args.grace, args.master_port, node, queued=args.queued,
+                            handed_lock=args.lock_fd is not None)
     try:
         return supervisor.adopt() if args.adopt else supervisor.execute()
     except UserError as exc:
