@@ -39,7 +39,7 @@ from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.messages import ActionFailed, DatasetInspected, ModelsFound, RecipeChecked, RunLaunched
 from tuiapp.ui.preview import dataset_preview, read_trainer_view, trainer_view_text
 from tuiapp.ui.widgets.example_images import ExampleImages
-from tuiapp.ui.widgets.form import FieldRow, FieldSelect, FormSection, field_help, read_value, set_value
+from tuiapp.ui.widgets.form import FieldRow, FieldSelect, FormSection, being_removed, field_help, read_value, set_value
 from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.key_footer import KeyFooter
 from tuiapp.ui.worker_errors import reports_errors
@@ -208,7 +208,7 @@ class NewExperimentScreen(Screen):
     def taken_down(self) -> bool:
         """Popped, replaced or the app closing: a screen's widgets are pruned before the screen, its
         own queue still running the callbacks left for after a frame (a Select then lacks its overlay)."""
-        return not self.is_attached or self._pruning or self._closing
+        return being_removed(self)
 
     def _on_screen_resume(self, event: events.ScreenResume) -> None:
         if not self.resumed:  # its widgets were styled as they mounted: not all of them again at once

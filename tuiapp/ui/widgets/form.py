@@ -25,6 +25,13 @@ def field_help(spec: FieldSpec) -> str:
     return text
 
 
+def being_removed(widget: Widget) -> bool:
+    """Detached, or it or a node above it (its screen, the app) being pruned or closed: a widget's
+    queue still runs what was left for after a frame while its screen is taken down."""
+    return not widget.is_attached or any(getattr(node, "_pruning", False) or node._closing
+                                         for node in widget.ancestors_with_self)
+
+
 class FieldSelect(Select):
     """A form's Select that may be mounted while its screen is taken down: the form fills its later
     sections after its first frame, and a Select whose mount meets the app's shutdown, or ctrl+o
@@ -49,9 +56,7 @@ class FieldSelect(Select):
 
     @property
     def being_removed(self) -> bool:
-        """Detached, or under a screen (or container) being pruned or closed."""
-        return not self.is_attached or any(getattr(node, "_pruning", False) or node._closing
-                                           for node in self.ancestors_with_self)
+        return being_removed(self)
 
 
 def field_widget(spec: FieldSpec, text: str) -> Widget:
