@@ -17,7 +17,7 @@ from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.estimate import adapter_base
 from tuiapp.core.plan.model_profile import ModelPlan, ModelProfile, plan_model, raise_for_errors
 from tuiapp.core.prelaunch.model_check import FINAL_INFO
-from tuiapp.trainer import bottleneck, templates, varlen
+from tuiapp.trainer import bottleneck, templates, torch_varlen, varlen
 from tuiapp.trainer.profile import profile
 from tuiapp.trainer.tiny import default_cache_dir  # noqa: F401 (re-exported)
 
@@ -95,8 +95,11 @@ def model_plan(recipe: Recipe, path: str, precision: str = "fp32") -> ModelPlan:
                          lora_targets=adapter.target_modules if adapter is not None else "all-linear",
                          ia3_targets=ia3)
     plan = plan_model(profile_, recipe, cuda=torch.cuda.is_available(),
-                      flash_installed=importlib.util.find_spec("flash_attn") is not None, precision=precision)
+                      flash_installed=importlib.util.find_spec("flash_attn") is not None, precision=precision,
+                      varlen_kernel=torch_varlen.available())
     raise_for_errors(plan)
+    plan.kernels["liger"] = ("Liger's fused RMSNorm, RoPE, SwiGLU and linear cross-entropy"
+                             if recipe.train.liger_kernel else "off")
     return plan
 
 
@@ -139,9 +142,11 @@ def load_model(recipe: Recipe, path: str, precision: str):
     """The model to train. Its forward makes no KV cache: with one, transformers does not keep
     the examples of a packed row apart, and each attends to those before it."""
     varlen.install()  # sdpa runs a flattened row of packed examples one example at a time
+    torch_varlen.install()  # torch's varlen kernels on packed rows (model_plan picks them on CUDA)
     model = _load_model(recipe, path, precision)
     model.config.use_cache = False
     varlen.skip_packed_mask(model)  # and without the mask over the row that no layer reads
+    torch_varlen.mark_packed_rows(model)
     return model
 
 

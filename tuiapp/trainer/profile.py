@@ -28,6 +28,22 @@ def supported_attention(model_class) -> list[str]:
     return supported + ["eager"]
 
 
+def attention_facts(config) -> dict:
+    """What decides whether a varlen kernel runs this model's attention as it means: head dim,
+    sliding window (where the config turns it on), attention logit softcap."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = getattr(text, "num_attention_heads", None) or getattr(text, "n_head", None)
+    hidden = getattr(text, "hidden_size", None) or getattr(text, "n_embd", None)
+    head_dim = getattr(text, "head_dim", None) or (hidden // heads if hidden and heads else None)
+    window = getattr(text, "sliding_window", None)
+    if getattr(text, "use_sliding_window", True) is False:
+        window = None
+    softcap = getattr(text, "attn_logit_softcapping", None)
+    return {"head_dim": head_dim if isinstance(head_dim, int) else None,
+            "sliding_window": window if isinstance(window, int) and window > 0 else None,
+            "softcap": softcap if isinstance(softcap, (int, float)) and softcap else None}
+
+
 def causal_lm_class(config, trust_remote_code: bool = False):
     from transformers import AutoModelForCausalLM
 
@@ -154,6 +170,7 @@ def profile_config(config, *, trust_remote_code: bool = False) -> dict:
         "roles": roles,
         "moe": moe,
         "attention": supported_attention(model_class),
+        "attention_facts": attention_facts(config),
         "sequence_classification": config.model_type in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
         "peft": _peft_facts(config.model_type),
     }

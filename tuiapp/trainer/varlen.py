@@ -123,6 +123,8 @@ def runs_varlen(attn_implementation: str | None, cuda: bool) -> bool:
 
     sdpa per example only on the CPU: on an H200 (bench/GPU_RESULTS.md, attention stage) it ran a
     0.5 B model's packed steps 3-4x slower than eager on rows of max_seq_len (packing.py), so on a GPU
-    sdpa gets those rows too, with their block-diagonal mask."""
+    sdpa gets those rows too, with their block-diagonal mask. torch_varlen (torch_varlen.py) takes the
+    flattened row with its boundaries, flex_attention with a document mask from its position ids."""
     name = str(attn_implementation or "")
-    return "flash_attention" in name or (name == "sdpa" and not cuda)
+    return ("flash_attention" in name or name in ("torch_varlen", "flex_attention")
+            or (name == "sdpa" and not cuda))

@@ -21,12 +21,14 @@ from pathlib import Path
 from tuiapp.core.common.built_folder import cache_root
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.config.recipe import CHAT_TEMPLATES, Recipe
+from tuiapp.core.config.recipe import CHAT_TEMPLATES, Recipe, packing_enabled
 
-PROFILE_VERSION = "2"
+PROFILE_VERSION = "3"  # 3: attention_facts (head dim, sliding window, softcap)
 PROFILE_TIMEOUT_S = 180.0
 CONFIG_FILE = "config.json"
 # config sizes that must be positive integers when present
+TORCH_VARLEN = "torch_varlen"  # torch's FlashAttention varlen kernels on packed rows (trainer/torch_varlen.py)
+VARLEN_MAX_HEAD_DIM = 256
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
              "num_key_value_heads", "n_embd", "n_layer", "n_head", "max_position_embeddings", "n_positions",
              "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "head_dim")
@@ -72,6 +74,11 @@ class ModelProfile:
         return list(self.data.get("attention") or ["eager"])
 
     @property
+    def attention_facts(self) -> dict:
+        """head_dim, sliding_window, softcap: what decides whether a varlen kernel runs the model as it means."""
+        return dict(self.data.get("attention_facts") or {})
+
+    @property
     def tokenizer(self) -> dict:
         return self.data.get("tokenizer") or {}
 
@@ -95,6 +102,7 @@ class ModelPlan:
     ia3_targets: list[str] | None = None
     ia3_feedforward: list[str] | None = None
     experts_implementation: str | None = None  # a mixture of experts: how its experts run
+    kernels: dict = field(default_factory=dict)  # what runs, in words: attention, loss (the trainer fills it)
 
     def errors(self) -> list[Finding]:
         return [f for f in self.findings if f.level == "error"]
@@ -102,7 +110,7 @@ class ModelPlan:
     def to_event(self) -> dict:
         return {"event": "model_plan", "attention": self.attention, "lora_targets": self.lora_targets,
                 "ia3_targets": self.ia3_targets, "ia3_feedforward": self.ia3_feedforward,
-                "experts_implementation": self.experts_implementation,
+                "experts_implementation": self.experts_implementation, "kernels": self.kernels,
                 "notes": [f.message for f in self.findings if f.level != "error"]}
 
 
@@ -211,26 +219,69 @@ def _run_profile(folder: str | Path, trust_remote_code: bool) -> dict:
 # ---------------------------------------------------------------- decisions
 
 
+def varlen_misfit(profile: ModelProfile) -> str | None:
+    """Why torch's varlen kernel cannot run this model as it means (None: it can)."""
+    facts = profile.attention_facts
+    head_dim = facts.get("head_dim")
+    if head_dim and (head_dim > VARLEN_MAX_HEAD_DIM or head_dim % 8):
+        return f"its head dim {head_dim} (the varlen kernel takes multiples of 8 up to {VARLEN_MAX_HEAD_DIM})"
+    if facts.get("softcap"):
+        return "its attention logit softcapping"
+    if facts.get("sliding_window"):
+        return f"its sliding window of {facts['sliding_window']} tokens"
+    return None
+
+
 def choose_attention(profile: ModelProfile, requested: str, *, cuda: bool, flash_installed: bool,
-                     precision: str) -> tuple[str, list[Finding]]:
-    """model.attn_implementation resolved against what the architecture supports."""
+                     precision: str, packed: bool = False, varlen_kernel: bool | None = None
+                     ) -> tuple[str, list[Finding]]:
+    """model.attn_implementation resolved against what the architecture supports.
+
+    'auto' on a CUDA GPU in half precision: flash_attention_2 when flash_attn is installed; else, for
+    packed batches, torch's own varlen kernels (TORCH_VARLEN; `varlen_kernel`: they run on this GPU,
+    None = on any CUDA GPU) on a model that passes packed boundaries to its attention, or
+    flex_attention with a document mask where the varlen kernel cannot run the model (sliding window,
+    softcap, head dim); else sdpa, else eager."""
     supported = profile.attention
     key = "model.attn_implementation"
     if requested != "auto":
         if requested not in supported:
             best, _ = choose_attention(profile, "auto", cuda=cuda, flash_installed=flash_installed,
-                                       precision=precision)
+                                       precision=precision, packed=packed, varlen_kernel=varlen_kernel)
             return requested, [Finding("error", key, f"{profile.label} does not support {requested} attention "
                                        f"(it supports {', '.join(supported)})",
                                        f"set model.attn_implementation = 'auto' (chooses {best} here)")]
         return requested, []
-    half = precision in ("bf16", "fp16", "auto") and cuda
+    half = precision in ("bf16", "fp16", "auto", "fp8") and cuda
     if cuda and flash_installed and half and "flash_attention_2" in supported:
         return "flash_attention_2", []
+    varlen_kernel = cuda if varlen_kernel is None else varlen_kernel
+    if half and packed and varlen_kernel and "flash_attention_2" in supported:  # it passes cu_seq_lens on
+        misfit = varlen_misfit(profile)
+        if misfit is None:
+            return TORCH_VARLEN, [Finding("info", key, "packed batches run torch's FlashAttention varlen kernels "
+                                          f"({TORCH_VARLEN}; flash_attention_2 when flash-attn is installed)")]
+        if "flex_attention" in supported:
+            return "flex_attention", [Finding("info", key, f"packed batches run flex_attention with a document "
+                                              f"mask: torch's varlen kernel cannot take {misfit}")]
     if "sdpa" in supported:
         return "sdpa", []
     return "eager", [Finding("info", key, f"{profile.label} does not support sdpa attention: 'auto' runs eager "
                              "attention (flash_attention_2 on a CUDA GPU with flash_attn installed)")]
+
+
+def attention_kernel(attention: str, *, cuda: bool, packed: bool) -> str:
+    """In words, the kernel an attention implementation runs packed or unpacked batches with."""
+    if attention == TORCH_VARLEN:
+        return ("torch varlen_attn (FlashAttention varlen kernels) on packed rows" if cuda
+                else "sdpa per packed example (torch varlen_attn needs CUDA)")
+    if attention.startswith("flash_attention"):
+        return f"flash-attn {attention[-1]} varlen kernels" + (" on packed rows" if packed else "")
+    if attention == "flex_attention":
+        return "flex_attention" + (" with a document mask over packed rows" if packed else "")
+    if attention == "sdpa" and packed:
+        return "sdpa per packed example" if not cuda else "sdpa with a block-diagonal mask over packed rows"
+    return attention
 
 
 def _adapter_targets(profile: ModelProfile, method, key: str) -> tuple[list[str] | str, list[Finding]]:
@@ -354,14 +405,17 @@ def template_findings(profile: ModelProfile, recipe: Recipe) -> list[Finding]:
 
 
 def plan_model(profile: ModelProfile, recipe: Recipe, *, cuda: bool, flash_installed: bool,
-               precision: str | None = None) -> ModelPlan:
+               precision: str | None = None, varlen_kernel: bool | None = None) -> ModelPlan:
     """Every decision about this model for this recipe, with the findings preflight prints."""
+    packed = packing_enabled(recipe) and recipe.method.kind != "pretrain"  # pretrain: whole blocks, no boundaries
     attention, found = choose_attention(profile, recipe.model.attn_implementation, cuda=cuda,
                                         flash_installed=flash_installed,
-                                        precision=precision or recipe.train.precision)
+                                        precision=precision or recipe.train.precision, packed=packed,
+                                        varlen_kernel=varlen_kernel)
     methods, chosen = method_findings(profile, recipe)
     plan = ModelPlan(attention=attention, findings=found + methods + template_findings(profile, recipe)
                      + context_findings(profile, recipe), **chosen)
+    plan.kernels = {"attention": attention_kernel(attention, cuda=cuda, packed=packed)}
     if recipe.model.router_aux_loss_coef is not None and not profile.moe:
         plan.findings.append(Finding("error", "model.router_aux_loss_coef", f"{profile.label} is not a mixture of "
                                      "experts: it has no router", "remove model.router_aux_loss_coef"))

@@ -1,0 +1,135 @@
+"""Packed attention on CUDA with torch's own FlashAttention varlen kernels (no flash-attn wheel).
+
+torch 2.13 ships FlashAttention's variable-length kernels as `torch.nn.attention.varlen.varlen_attn`:
+a flattened row of packed examples (`DataCollatorWithFlattening`, its `cu_seq_lens_q`) runs in one
+call, causal inside each example, with grouped-query attention, and costs Σ lengths²/2 as
+flash-attention's varlen path does. `install()` registers it with transformers as the attention
+implementation `torch_varlen` (core.plan.model_profile.TORCH_VARLEN; `model.attn_implementation =
+"auto"` picks it on CUDA for packed batches when flash-attn is absent).
+
+Where the kernel cannot run (CPU tensors, fp32, a head dim it lacks, a softcap, a sliding window
+shorter than the row's longest example, attention dropout) the call runs sdpa once per example,
+causal (the reference the CPU tests hold it to). Calls without boundaries (generation, unpacked or
+padded batches) run transformers' sdpa with its mask; the mask function gives no mask only to the
+flattened row of a forward that carries boundaries (mark_packed_rows).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+from tuiapp.core.plan.model_profile import TORCH_VARLEN
+
+MAX_HEAD_DIM = 256  # FlashAttention's kernels: head dims up to 256, multiples of 8
+_row: dict = {"tokens": None}  # the flattened packed row the running forward carries (its length)
+
+
+def available(device: torch.device | None = None) -> bool:
+    """torch's varlen kernels can run here: the module exists, a CUDA GPU of compute capability ≥ 8.0."""
+    try:
+        from torch.nn.attention import varlen  # noqa: F401
+    except ImportError:
+        return False
+    if not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 8
+
+
+def kernel_fits(head_dim: int, dtype: torch.dtype, *, softcap: float | None = None, window: int | None = None,
+                longest: int | None = None, dropout: float = 0.0) -> bool:
+    """The settings of one attention call the varlen kernel runs as the model means them."""
+    if dtype not in (torch.float16, torch.bfloat16) or head_dim > MAX_HEAD_DIM or head_dim % 8:
+        return False
+    if softcap or dropout:
+        return False
+    return not (window and (longest is None or longest > window))
+
+
+def _windows(module, kwargs) -> int | None:
+    window = getattr(module, "sliding_window", None) or kwargs.get("sliding_window")
+    return window if isinstance(window, int) and window > 0 else None
+
+
+def _per_example(query, key, value, bounds: list[int], scaling) -> torch.Tensor:
+    """sdpa once per example, causal; (heads, tokens, dim) in, (tokens, heads, dim) out."""
+    sizes = [end - start for start, end in itertools.pairwise(bounds)]
+    gqa = query.shape[0] != key.shape[0]
+    pieces = [torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=gqa)
+              for q, k, v in zip(query.split(sizes, dim=1), key.split(sizes, dim=1), value.split(sizes, dim=1),
+                                 strict=True) if q.shape[1]]
+    return torch.cat(pieces, dim=1).transpose(0, 1)
+
+
+def packed_attention(query, key, value, cu_seq_lens: torch.Tensor, max_length: int | None, *, scaling=None,
+                     softcap: float | None = None, window: int | None = None, dropout: float = 0.0) -> torch.Tensor:
+    """Causal attention over a flattened row of packed examples.
+
+    query (heads_q, tokens, dim), key/value (heads_kv, tokens, dim); returns (tokens, heads_q, dim).
+    The varlen kernel where it fits, else sdpa per example."""
+    if max_length is None:
+        max_length = int((cu_seq_lens[1:] - cu_seq_lens[:-1]).max())
+    if query.is_cuda and available(query.device) and kernel_fits(query.shape[-1], query.dtype, softcap=softcap,
+                                                                 window=window, longest=max_length, dropout=dropout):
+        from torch.nn.attention.varlen import varlen_attn
+
+        cu = cu_seq_lens.to(device=query.device, dtype=torch.int32)
+        return varlen_attn(query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), cu, cu, max_length,
+                           max_length, scale=scaling, window_size=(-1, 0),
+                           enable_gqa=query.shape[0] != key.shape[0])
+    return _per_example(query, key, value, cu_seq_lens.tolist(), scaling)
+
+
+def torch_varlen_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """The transformers attention function `torch_varlen`: query/key/value (batch, heads, seq, dim);
+    returns ((batch, seq, heads, dim), None) as transformers' own functions do."""
+    cu_seq_lens = kwargs.get("cu_seq_lens_q")
+    packed = (cu_seq_lens is not None and query.shape[0] == 1 and query.shape[2] == key.shape[2]
+              and kwargs.get("position_bias") is None)
+    if not packed:
+        if attention_mask is None and _row["tokens"] == query.shape[2]:
+            raise RuntimeError("a packed row reached torch_varlen attention without its boundaries")
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **{k: v for k, v in kwargs.items() if k not in ("cu_seq_lens_q", "cu_seq_lens_k",
+                                                                                  "max_length_q", "max_length_k")})
+    softcap = kwargs.get("softcap") or getattr(module, "attn_logit_softcapping", None)
+    out = packed_attention(query[0], key[0], value[0], cu_seq_lens, kwargs.get("max_length_q"), scaling=scaling,
+                           softcap=softcap, window=_windows(module, kwargs),
+                           dropout=dropout if module.training else 0.0)
+    return out.unsqueeze(0), None
+
+
+def mask_unless_packed(*args, **kwargs):
+    """transformers' sdpa mask, or none for the flattened packed row of the running forward."""
+    if (not args and _row["tokens"] is not None and kwargs.get("attention_mask") is None
+            and kwargs.get("batch_size") == 1 and kwargs.get("q_length") == kwargs.get("kv_length") == _row["tokens"]
+            and not kwargs.get("q_offset") and not kwargs.get("kv_offset")):
+        return None
+    return sdpa_mask(*args, **kwargs)
+
+
+def install() -> None:
+    AttentionInterface.register(TORCH_VARLEN, torch_varlen_attention)
+    AttentionMaskInterface.register(TORCH_VARLEN, mask_unless_packed)
+
+
+def mark_packed_rows(model) -> None:
+    """Note, for the mask function, the flattened row of each forward of `model`'s decoder that carries
+    packed boundaries (its length: no host read)."""
+    decoder = model.base_model
+
+    def note_row(module, args, kwargs):
+        ids = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs.get("inputs_embeds")
+        if ids is None and args:
+            ids = args[0]
+        _row["tokens"] = ids.shape[1] if kwargs.get("cu_seq_lens_q") is not None and ids is not None else None
+
+    def forget_row(module, args, kwargs, output):
+        _row["tokens"] = None
+
+    decoder.register_forward_pre_hook(note_row, with_kwargs=True)
+    decoder.register_forward_hook(forget_row, with_kwargs=True, always_call=True)
