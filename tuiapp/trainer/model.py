@@ -49,7 +49,7 @@ def cache_dir() -> Path:
 
 
 def torch_dtype(precision: str) -> torch.dtype:
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision, torch.float32)
 
 
 def load_tokenizer(path: str, trust_remote_code: bool, recipe: Recipe | None = None):

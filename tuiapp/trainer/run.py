@@ -77,7 +77,7 @@ def resolve_precision(requested: str) -> str:
         if cuda:
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         return "fp32"
-    if requested in ("bf16", "fp16") and not cuda:
+    if requested in ("bf16", "fp16", "fp8") and not cuda:
         raise RuntimeError(f"train.precision = '{requested}' needs CUDA; set it to 'fp32' or 'auto'")
     return requested
 
@@ -226,7 +226,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         save_strategy="steps" if train.save_steps else "no",
         save_steps=train.save_steps or 500,
         save_total_limit=train.save_total_limit,
-        bf16=precision == "bf16",
+        bf16=precision in ("bf16", "fp8"),  # fp8: bf16 with float8 linears (trainer/fp8.py)
         fp16=precision == "fp16",
         activation_checkpointing=train.gradient_checkpointing,
         activation_checkpointing_kwargs={"use_reentrant": False} if train.gradient_checkpointing else None,
@@ -310,6 +310,10 @@ def train(run_dir: Path, resume: bool) -> int:
         model = vision.apply_vision_method(vision.load_vision_model(recipe, model_path, precision), recipe)
     else:
         model = apply_method(load_model(recipe, model_path, precision), recipe, model_path)
+    if precision == "fp8":
+        from tuiapp.trainer import fp8
+
+        fp8.convert(model)
     if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
 

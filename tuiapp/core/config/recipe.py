@@ -568,8 +568,10 @@ class TrainSpec(Section):
         False, description="Compile the model with torch.compile (inductor; on CPU it needs a C compiler). "
         "The first steps are slower while it compiles.",
     )
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
-        "auto", description="'auto' = bf16 on CUDA that supports it, else fp16 on CUDA, fp32 on CPU."
+    precision: Literal["auto", "bf16", "fp16", "fp32", "fp8"] = Field(
+        "auto", description="'auto' = bf16 on CUDA that supports it, else fp16 on CUDA, fp32 on CPU. "
+        "'fp8' = bf16 with the linear layers in float8 (torchao's float8 training; GPUs of compute "
+        "capability 8.9+: Ada, Hopper; the fp8 extra)."
     )
     logging_steps: int = Field(1, ge=1, description="Write a metrics line every N steps.")
     eval_steps: int = Field(0, ge=0, description="Evaluate every N steps and after the last one (0 = no "

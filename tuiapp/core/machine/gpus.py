@@ -23,6 +23,7 @@ class GpuInfo:
     util_percent: float | None = None  # None where NVML cannot tell
     power_watts: float | None = None
     temperature_c: float | None = None
+    capability: tuple[int, int] | None = None  # CUDA compute capability (9, 0) = Hopper; None where NVML cannot tell
 
 
 def _maybe(read):
@@ -49,8 +50,10 @@ def read_devices(nvml, *, processes: bool = True) -> list[GpuInfo]:
             util = _maybe(lambda h=handle: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu))
             power = _maybe(lambda h=handle: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0)  # milliwatts
             temperature = _maybe(lambda h=handle: float(nvml.nvmlDeviceGetTemperature(h, 0)))  # 0: the GPU die
+            capability = _maybe(lambda h=handle: tuple(nvml.nvmlDeviceGetCudaComputeCapability(h)))
             gpus.append(GpuInfo(index, name.decode() if isinstance(name, bytes) else str(name),
-                                int(memory.total), int(memory.used), others, util, power, temperature))
+                                int(memory.total), int(memory.used), others, util, power, temperature,
+                                capability))
     except Exception:
         return gpus
     return gpus

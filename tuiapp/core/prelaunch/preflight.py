@@ -196,6 +196,7 @@ def machine_rules(recipe: Recipe, *, cuda: bool, bnb_installed: bool | None = No
         out.append(Finding("error", "train.precision",
                            f"{precision} training needs a CUDA GPU and this machine has none",
                            "set train.precision = 'fp32' or 'auto'"))
+    out += fp8_rules(recipe, cuda=cuda)
     if recipe.method.kind == "qlora":
         if not cuda:
             out.append(Finding("error", "method.kind", "qlora needs a CUDA GPU (4-bit bitsandbytes "
@@ -207,6 +208,41 @@ def machine_rules(recipe: Recipe, *, cuda: bool, bnb_installed: bool | None = No
     out += kernel_rules(recipe, cuda=cuda)
     out += trackers.findings(recipe.train.report_to)
     return out
+
+
+FP8_CAPABILITY = (8, 9)  # float8 tensor cores: Ada (8.9) and Hopper (9.0) onwards
+
+
+def fp8_rules(recipe: Recipe, *, cuda: bool, torchao_installed: bool | None = None) -> list[Finding]:
+    """train.precision = 'fp8' (torchao's float8 training): a CUDA GPU, the torchao package. The GPUs'
+    compute capability is checked with the GPUs (fp8_gpu_rules)."""
+    if recipe.train.precision != "fp8":
+        return []
+    if recipe.method.kind not in ("pretrain", "sft"):
+        return [Finding("error", "train.precision", f"fp8 training converts the model's own linear layers, "
+                        f"which {recipe.method.kind} does not train in full", "use method.kind = 'sft' or "
+                        "'pretrain' with fp8, or set train.precision = 'bf16'")]
+    if not cuda:
+        return [Finding("error", "train.precision", "fp8 training needs a CUDA GPU with FP8 tensor cores "
+                        "(compute capability 8.9+: Ada, Hopper, Blackwell) and this machine has none",
+                        "set train.precision = 'auto' (fp32 on CPU)")]
+    if not (importlib.util.find_spec("torchao") is not None if torchao_installed is None else torchao_installed):
+        return [Finding("error", "train.precision", "fp8 training needs the torchao package, which is not "
+                        "installed", "pip install 'llmtui[fp8]' (torchao), or set train.precision = 'bf16'")]
+    return []
+
+
+def fp8_gpu_rules(recipe: Recipe, gpus: list[GpuInfo]) -> list[Finding]:
+    """train.precision = 'fp8' on GPUs older than Ada/Hopper (no FP8 tensor cores)."""
+    if recipe.train.precision != "fp8":
+        return []
+    wanted = set(requested_gpus(recipe, gpus))
+    old = [g for g in gpus if g.index in wanted and g.capability is not None and tuple(g.capability) < FP8_CAPABILITY]
+    if not old:
+        return []
+    names = ", ".join(f"GPU {g.index} ({g.name}, compute capability {g.capability[0]}.{g.capability[1]})" for g in old)
+    return [Finding("error", "train.precision", f"fp8 training needs FP8 tensor cores (compute capability 8.9+: "
+                    f"Ada, Hopper, Blackwell); {names} has none", "set train.precision = 'bf16' (or 'auto')")]
 
 
 def kernel_rules(recipe: Recipe, *, cuda: bool) -> list[Finding]:
@@ -287,6 +323,7 @@ def check_gpus(recipe: Recipe, gpus: list[GpuInfo]) -> list[Finding]:
         if missing:
             out.append(Finding("error", "launch.gpus", f"GPU ids {missing} do not exist; this machine "
                                f"has {indices}", f"use ids from {indices}, or launch.gpus = 'all'"))
+    out += fp8_gpu_rules(recipe, gpus)
     free = [g.index for g in gpus if not g.other_processes]
     for gpu in gpus:
         if gpu.index in requested_gpus(recipe, gpus) and gpu.other_processes:
@@ -426,7 +463,7 @@ def check_memory(recipe: Recipe, model_config: dict, *, cuda: bool, gpus: list[G
 def disk_needed_bytes(recipe: Recipe, model_config: dict, *, cuda: bool) -> int:
     """Peak disk use of a run's checkpoints: save_total_limit + 1 of them exist while the oldest
     is rotated out. Each holds the weights (full) or adapter, plus Adam states of what trains."""
-    half = recipe.train.precision in ("bf16", "fp16") or (recipe.train.precision == "auto" and cuda)
+    half = recipe.train.precision in ("bf16", "fp16", "fp8") or (recipe.train.precision == "auto" and cuda)
     weight_bytes, optim_bytes = (2, 12) if half else (4, 8)
     trainable = trainable_parameters(model_config, recipe.method)
     full = recipe.method.kind in ("pretrain", "sft")
