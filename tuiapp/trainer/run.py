@@ -221,6 +221,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         data_seed=train.seed,
         logging_steps=train.logging_steps,
         logging_first_step=True,
+        logging_nan_inf_filter=False,  # its isnan check read the loss on the host every micro batch
         eval_strategy=("steps" if train.eval_steps else "no") if has_eval else "no",
         eval_steps=train.eval_steps or None,
         save_strategy="steps" if train.save_steps else "no",

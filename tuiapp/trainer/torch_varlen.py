@@ -10,12 +10,15 @@ implementation `torch_varlen` (core.plan.model_profile.TORCH_VARLEN; `model.attn
 Where the kernel cannot run (CPU tensors, fp32, a head dim it lacks, a softcap, a sliding window
 shorter than the row's longest example, attention dropout) the call runs sdpa once per example,
 causal (the reference the CPU tests hold it to). Calls without boundaries (generation, unpacked or
-padded batches) run transformers' sdpa with its mask; the mask function gives no mask only to the
-flattened row of a forward that carries boundaries (mark_packed_rows).
+padded batches) run transformers' sdpa with its mask. A forward that carries boundaries runs under
+a second name, PACKED, that has no mask function (mark_packed_rows switches the decoder's config to it
+for that forward): transformers then builds no mask and does not look for packed rows in the
+position ids, which reads a value on the host (a device sync) every forward.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import torch
@@ -25,10 +28,12 @@ from transformers.masking_utils import sdpa_mask
 
 from tuiapp.core.plan.model_profile import TORCH_VARLEN
 
+PACKED = f"{TORCH_VARLEN}_packed"  # the same function, while a forward carries boundaries: no mask made
 MAX_HEAD_DIM = 256  # FlashAttention's kernels: head dims up to 256, multiples of 8
 _row: dict = {"tokens": None}  # the flattened packed row the running forward carries (its length)
 
 
+@functools.lru_cache(maxsize=8)
 def available(device: torch.device | None = None) -> bool:
     """torch's varlen kernels can run here: the module exists, a CUDA GPU of compute capability ≥ 8.0."""
     try:
@@ -115,11 +120,12 @@ def mask_unless_packed(*args, **kwargs):
 def install() -> None:
     AttentionInterface.register(TORCH_VARLEN, torch_varlen_attention)
     AttentionMaskInterface.register(TORCH_VARLEN, mask_unless_packed)
+    AttentionInterface.register(PACKED, torch_varlen_attention)  # no mask function: transformers makes none
 
 
 def mark_packed_rows(model) -> None:
-    """Note, for the mask function, the flattened row of each forward of `model`'s decoder that carries
-    packed boundaries (its length: no host read)."""
+    """For each forward of `model`'s decoder that carries packed boundaries: note its row's length
+    (no host read) and run it under PACKED, back to TORCH_VARLEN after it."""
     decoder = model.base_model
 
     def note_row(module, args, kwargs):
@@ -127,9 +133,15 @@ def mark_packed_rows(model) -> None:
         if ids is None and args:
             ids = args[0]
         _row["tokens"] = ids.shape[1] if kwargs.get("cu_seq_lens_q") is not None and ids is not None else None
+        config = getattr(module, "config", None)
+        if _row["tokens"] is not None and getattr(config, "_attn_implementation", None) == TORCH_VARLEN:
+            config._attn_implementation = PACKED
 
     def forget_row(module, args, kwargs, output):
         _row["tokens"] = None
+        config = getattr(module, "config", None)
+        if getattr(config, "_attn_implementation", None) == PACKED:
+            config._attn_implementation = TORCH_VARLEN
 
     decoder.register_forward_pre_hook(note_row, with_kwargs=True)
     decoder.register_forward_hook(forget_row, with_kwargs=True, always_call=True)
