@@ -32,6 +32,7 @@ from tuiapp.trainer import (
     bottleneck,
     checkpoints,
     cpu_dropout,
+    loader,
     mixture,
     phases,
     sampling,
@@ -237,8 +238,10 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         include_num_input_tokens_seen="no",  # counted by RunTrainerMixin and GracefulStop instead
         use_liger_kernel=train.liger_kernel,  # preflight: CUDA and the liger-kernel package
         torch_compile=train.torch_compile,
-        dataloader_num_workers=0,
         save_only_model=False,
+        **loader.loader_settings(cuda=torch.cuda.is_available(), cpus=os.cpu_count() or 1,
+                                 ranks_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                                 streaming=recipe.dataset.streaming),  # workers, pinned memory on a GPU
         **extra,
     )
 
