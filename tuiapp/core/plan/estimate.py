@@ -10,6 +10,11 @@ own estimators count are added, so the totals equal `estimate_zero2/3_model_stat
 the fp32 gradient partition the optimizer steps on (4 bytes per trainable parameter, sharded like
 the optimizer; under ZeRO-3 it takes the place of the 16-bit grad shard) and, under ZeRO-3, the
 gathered 16-bit weight + gradient of the largest layer (4 bytes per parameter of that layer).
+With the optimizer offloaded to the CPU, the GPU buffers DeepSpeed 0.19's offload path allocates
+are added too (`offload_gpu_buffers`): the gradient reduction bucket (reduce_bucket_size elements,
+hidden² as the Trainer fills 'auto'), and under ZeRO-1/2 the GPU staging buffer of the largest
+parameter (`temp_grad_buffer_for_gpu_offload`) and that parameter's 16-bit gradient before it
+reaches the bucket; the pinned fp32 gradient partition is CPU memory (cpu_offload_total).
 
 Activations follow Korthikanti et al. 2022 (see `activation_bytes`). GB here means 1e9 bytes.
 """
@@ -379,6 +384,7 @@ def model_state_bytes(
     frozen_bytes: float | None = None,
     largest_layer_params: int = 0,
     deepspeed_buffers: bool = False,
+    reduce_bucket: int = 0,
 ) -> MemoryBreakdown:
     """Model-state bytes per GPU for Adam, with `n_gpus` = the data-parallel world size N.
 
@@ -427,10 +433,27 @@ def model_state_bytes(
     buffers = 0.0
     if deepspeed_buffers:
         buffers = fp32_grads + (4 * largest_layer_params if zero_stage == 3 else 0)
+        if offload_opt and trainable:
+            buffers += offload_gpu_buffers(zero_stage, reduce_bucket, largest_layer_params, half)
     return MemoryBreakdown(
         params=int(params), grads=int(grads), optimizer=int(optimizer), buffers=int(buffers),
         cpu_offload_total=int(cpu * per_node),
     )
+
+
+def offload_gpu_buffers(zero_stage: int, reduce_bucket: int, largest_param: int, half: bool) -> int:
+    """GPU bytes DeepSpeed 0.19 adds when the optimizer is offloaded to the CPU (ZeRO-Offload).
+
+    stage_1_and_2.py: `setup_buckets` makes the reduction bucket of `reduce_bucket_size` elements
+    (fp32 under ZeRO-1, the 16-bit dtype under ZeRO-2; offload forces contiguous_gradients), and
+    `temp_grad_buffer_for_gpu_offload` holds the largest parameter's gradient on its way to the
+    CPU, next to that gradient itself before it is copied into the bucket. stage3.py: the bucket
+    (16-bit), the gradient partitions are pinned CPU memory under offload."""
+    value = 2 if half else 4
+    bucket = reduce_bucket * (4 if zero_stage == 1 else value)
+    if zero_stage == 3:
+        return bucket
+    return bucket + 2 * largest_param * value
 
 
 def activation_bytes(
@@ -564,6 +587,7 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         total, trainable, knobs.zero_stage, world, knobs.offload_optimizer, knobs.offload_params,
         precision, gpus_per_node=per_node, frozen_bytes=frozen_bytes,
         largest_layer_params=largest_layer_params(config), deepspeed_buffers=True,
+        reduce_bucket=shape.hidden * shape.hidden,  # reduce_bucket_size 'auto' as the Trainer fills it
     )
     seq = recipe.train.max_seq_len + (method.virtual_tokens if method.kind in ("prompt", "ptuning") else 0)
     # preference batches hold two sequences per example: chosen + rejected (KTO: answer + KL answer)
