@@ -64,7 +64,14 @@ from common import fmt, md_table  # noqa: E402
 ROOT = common.ROOT
 RESULTS = common.BENCH / "GPU_RESULTS.md"
 EXIT_OK, EXIT_FAILED, EXIT_BAD_ARGS = 0, 1, 2
-STAGES = ("methods", "attention", "liger", "zero", "probe", "mfu")
+STAGES = ("mfu", "attention", "methods", "zero", "liger", "fp8", "probe")  # in order of value
+# Each stage's time budget on a GPU, seconds: one call under 9 minutes in all (a stage cut short says so;
+# the report is rewritten after every stage). --budget scales them; the CPU smoke has none.
+STAGE_BUDGET_S = {"mfu": 140, "attention": 80, "methods": 110, "zero": 50, "liger": 30, "fp8": 30, "probe": 40}
+WHEELS = ROOT / "gpu-wheels"  # `make gpu-wheels`: liger-kernel, torchao (bitsandbytes) for a box without an index
+OPTIONAL = {"liger_kernel": "liger-kernel", "torchao": "torchao", "bitsandbytes": "bitsandbytes"}
+RATIO_GOAL = 1.5  # llmtui / the plain Trainer script, tokens/s
+RESERVED_GOAL = 1.2  # torch's reserved / allocated peak
 GIB = 2**30
 
 # Dense bf16 tensor-core peak, FLOP/s, by NVML device name (first match wins: the longer names first).
@@ -89,6 +96,7 @@ class Profile:
     cuda: bool
     precision: str
     steps: int
+    short_steps: int  # the attention, liger, zero and fp8 runs: parity and tokens/s need fewer steps
     small: dict  # Qwen2Config keys of the ~0.5 B model (methods, attention, liger, zero, probe)
     big: dict  # and of the ~1 B model (mfu)
     seq_len: int  # attention / liger / zero / probe
@@ -105,7 +113,7 @@ class Profile:
 
 
 GPU = Profile(
-    name="gpu", cuda=True, precision="bf16", steps=20,
+    name="gpu", cuda=True, precision="bf16", steps=20, short_steps=12,
     # Qwen2.5-0.5B's shape: 494 M parameters with its 151,936-token vocabulary (tied embeddings)
     small=dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=32768,
@@ -115,11 +123,11 @@ GPU = Profile(
              num_key_value_heads=4, vocab_size=32000, tie_word_embeddings=False, max_position_embeddings=4096,
              rope_theta=10000.0, rms_norm_eps=1e-5),
     # mfu: 8 examples of ~900 tokens a step; the padded baseline stays well inside 80 GB
-    seq_len=1024, micro_batch=8, mfu_seq_len=2048, mfu_micro_batch=8, mfu_steps=40, mfu_warmup=10,
+    seq_len=1024, micro_batch=8, mfu_seq_len=2048, mfu_micro_batch=8, mfu_steps=24, mfu_warmup=6,
     records=1200, words=(80, 1100), parallel=4, loss_rtol=0.02, timeout=600,
 )
 SMOKE = Profile(
-    name="cpu-smoke", cuda=False, precision="fp32", steps=2,
+    name="cpu-smoke", cuda=False, precision="fp32", steps=2, short_steps=2,
     small=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, vocab_size=2048, tie_word_embeddings=True, max_position_embeddings=512,
                rope_theta=10000.0, rms_norm_eps=1e-6),
@@ -275,9 +283,18 @@ def preset(kind: str) -> dict:
     return data
 
 
-def method_recipe(kind: str, model: Path, profile: Profile) -> dict:
-    """A method's preset on the check's model: `steps` steps, no evals, one device."""
-    data = preset(kind)
+FULL_BATCH_KINDS = {"sft", "lora", "qlora", "dora", "ia3", "adapter"}  # SFT records, packed rows of max_seq_len
+
+
+def method_recipe(kind: str, model: Path, profile: Profile, data: Path | None = None) -> dict:
+    """A method's preset on the check's model: `steps` steps, no evals, one device. With `data` (the
+    generated SFT records), the methods that train on SFT records take it with packed rows of the
+    check's max_seq_len, so their tokens/s and the estimate's error are those of full batches."""
+    recipe = preset(kind)
+    if data is not None and kind in FULL_BATCH_KINDS:
+        recipe["dataset"] = {"name": str(data), "format": "alpaca", "eval_split": 0.0}
+        recipe["train"].update(max_seq_len=profile.seq_len, micro_batch=profile.micro_batch, packing=True)
+    data = recipe
     data["name"] = f"gpu-check-{kind}"
     data["model"] = {"name": str(model)}
     data["method"].pop("hidden_size", None)
@@ -328,6 +345,10 @@ class Nvml:
             self.power_limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(self.handle) / 1000
         except pynvml.NVMLError:
             self.power_limit_w = None
+        try:
+            self.capability = tuple(pynvml.nvmlDeviceGetCudaComputeCapability(self.handle))
+        except pynvml.NVMLError:
+            self.capability = None
         self.driver = pynvml.nvmlSystemGetDriverVersion()
         self.driver = self.driver.decode() if isinstance(self.driver, bytes) else str(self.driver)
 
@@ -475,6 +496,8 @@ class Runner:
     def __init__(self, work: Path, env: dict, profile: Profile, sampler: Sampler | None):
         self.work, self.env, self.profile, self.sampler = work, env, profile, sampler
         self.active: list[tuple[Run, subprocess.Popen, object]] = []
+        self.deadline: float | None = None  # the stage's time budget ends: no run starts, running ones stop
+        self.budget_s: float | None = None
 
     def write_recipe(self, run: Run) -> Path:
         import tomli_w
@@ -499,6 +522,10 @@ class Runner:
             estimates = [(run, pool.submit(self.estimate, run)) for run in pending]
             try:
                 while pending or self.active:
+                    if pending and self.deadline is not None and time.time() >= self.deadline:
+                        for run in pending:
+                            run.skipped = f"not started: the stage's time budget ({self.budget_s:.0f} s) ran out"
+                        pending = []
                     while pending and len(self.active) < max(1, parallel):
                         self._start(pending.pop(0))
                     self._poll()
@@ -538,12 +565,16 @@ class Runner:
             if run.run_dir is not None and not run.rank_pids:
                 run.rank_pids = rank_pids(run.run_dir)
             timed_out = time.time() - run.started > self.profile.timeout
-            if proc.poll() is None and not timed_out:
+            cut = self.deadline is not None and time.time() >= self.deadline
+            if proc.poll() is None and not (timed_out or cut):
                 continue
-            if timed_out and proc.poll() is None:
+            if (timed_out or cut) and proc.poll() is None:
                 proc.kill()
                 common.kill_run(run.run_dir)
-                run.problems.append(f"timed out after {self.profile.timeout:.0f} s")
+                if cut and not timed_out:
+                    run.extra["cut"] = f"cut short by the stage's time budget ({self.budget_s:.0f} s)"
+                else:
+                    run.problems.append(f"timed out after {self.profile.timeout:.0f} s")
             proc.wait()
             handle.close()
             self.active.remove(item)
@@ -565,7 +596,9 @@ class Runner:
         run.log_tail = common._tail(self.work / f"{run.name}.cli.log", 25)
         steps = [r["step"] for r in run.rows]
         expected = run.recipe["train"]["max_steps"]
-        if code != 0 or run.status != "succeeded":
+        if run.extra.get("cut"):  # what it logged is kept; not a failure of llmtui
+            run.skipped = run.extra["cut"] + f" after {len(steps)} of {expected} steps"
+        elif code != 0 or run.status != "succeeded":
             run.problems.append(f"exit {code}, status {run.status}: {run.reason or 'see the log'}")
         elif steps != list(range(1, expected + 1)):
             run.problems.append(f"logged steps {steps[:3]}...{steps[-3:]} instead of 1..{expected}")
@@ -599,6 +632,30 @@ class Runner:
         return data
 
 
+def _planned_attention(run_dir: Path | None) -> str | None:
+    """The attention the run's model_plan event says it ran."""
+    if run_dir is None:
+        return None
+    for event in common.read_jsonl(run_dir / "events.jsonl"):
+        if event.get("event") == "model_plan":
+            return event.get("attention")
+    return None
+
+
+def _reward_ends(rewards: list[float]) -> tuple[float | None, float | None]:
+    """Mean reward of the first and the last quarter of the logged steps (single steps are noisy)."""
+    if len(rewards) < 2:
+        return None, None
+    k = max(1, len(rewards) // 4)
+    return sum(rewards[:k]) / k, sum(rewards[-k:]) / k
+
+
+def _common_steps(losses: list, reference: list) -> tuple[list, list]:
+    """The steps both runs logged (a run cut short by its budget compares what it trained)."""
+    n = min(len(losses), len(reference))
+    return losses[:n], reference[:n]
+
+
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
@@ -623,6 +680,20 @@ class Check:
     readers: dict = field(default_factory=dict)
     nvml: Nvml | None = None
     sampler: Sampler | None = None
+    budget_scale: float | None = None  # None: no stage budgets (the CPU smoke)
+    stage_times: list = field(default_factory=list)  # (stage, budget s, seconds, cut short)
+
+    def run_stage(self, stage: str) -> None:
+        """One stage under its time budget; whether it was cut short goes into the report."""
+        budget = STAGE_BUDGET_S[stage] * self.budget_scale if self.budget_scale else None
+        started = time.time()
+        self.runner.deadline = started + budget if budget else None
+        self.runner.budget_s = budget
+        first = len(self.runs)
+        getattr(self, f"stage_{stage}")()
+        self.runner.deadline = None
+        cut = [r for r in self.runs[first:] if r.skipped and "time budget" in r.skipped]
+        self.stage_times.append((stage, budget, time.time() - started, bool(cut)))
 
     def verdict(self, stage: str, what: str, passed: bool, detail: str = "") -> None:
         self.findings.append((stage, what, passed, detail))
@@ -670,7 +741,7 @@ class Check:
         runs = []
         for kind in self.methods:
             model = self.arch_dirs.get(ARCHITECTURE.get(kind), self.small_dir)
-            run = Run(f"method-{kind}", "methods", method_recipe(kind, model, p))
+            run = Run(f"method-{kind}", "methods", method_recipe(kind, model, p, data=self.data))
             if kind in ARCHITECTURE:
                 run.extra["note"] = f"a {ARCHITECTURE[kind]} model of the same shape"
             if kind == "qlora" and not p.cuda:
@@ -685,24 +756,34 @@ class Check:
             if run.skipped is None:
                 self.verdict("methods", f"{run.recipe['method']['kind']} trains {p.steps} steps", run.ok,
                              "; ".join(run.problems))
+            rewards = [r.get("reward") for r in run.rows if _finite(r.get("reward"))]
+            if run.recipe["method"]["kind"] in ("grpo", "rloo") and run.rows:
+                run.extra["reward"] = (rewards[0], rewards[-1]) if rewards else None
+                first, last = _reward_ends(rewards)
+                self.verdict("methods", f"{run.recipe['method']['kind']}: the reward rises (mean of the first vs "
+                             "the last quarter of the steps)", first is not None and last > first,
+                             f"{fmt(first, '.3f')} -> {fmt(last, '.3f')}")
 
-    def _compare(self, stage: str, runs: list[Run], label: str) -> None:
+    def _compare(self, stage: str, runs: list[Run], label: str, rtol: float | None = None) -> None:
         """Loss parity of runs over the same batches, against the first."""
+        rtol = self.profile.loss_rtol if rtol is None else rtol
         reference = runs[0]
-        if not reference.ok:
+        if not reference.ok and not (reference.skipped and reference.losses):
             return
         for run in runs[1:]:
-            if not run.ok:
+            if not run.ok and not (run.skipped and run.losses):
                 continue
-            gap = loss_gap(run.losses, reference.losses)
+            gap = loss_gap(*_common_steps(run.losses, reference.losses))
             run.extra["loss_gap"] = gap
             self.verdict(stage, f"{run.extra[label]} loss matches {reference.extra[label]}",
-                         gap is not None and gap <= self.profile.loss_rtol,
-                         f"largest relative gap {fmt(gap, '.2e')} (tolerance {self.profile.loss_rtol:g})")
+                         gap is not None and gap <= rtol,
+                         f"largest relative gap {fmt(gap, '.2e')} (tolerance {rtol:g})")
 
     def stage_attention(self) -> None:
         p = self.profile
-        impls = ["sdpa", "eager"]
+        # eager first (the reference of loss parity); torch_varlen: torch's FlashAttention varlen kernels on
+        # CUDA (on a CPU its fallback, sdpa per example, which is also what sdpa runs there: sdpa is left out)
+        impls = ["eager", "sdpa", "torch_varlen", "flex_attention"] if p.cuda else ["eager", "torch_varlen"]
         if p.cuda and has_package("flash_attn"):
             impls.append("flash_attention_2")
         else:
@@ -711,11 +792,12 @@ class Check:
         runs = []
         for impl in impls:
             run = Run(f"attention-{impl}", "attention", sft_recipe(f"gpu-check-attn-{impl}", self.small_dir,
-                                                                    self.data, p, attention=impl))
+                                                                    self.data, p, attention=impl,
+                                                                    steps=p.short_steps))
             run.extra["impl"] = impl
             runs.append(run)
         self.runs += self.runner.run_all(runs)
-        for run in runs:
+        for run in [r for r in runs if r.skipped is None]:
             self.verdict("attention", f"{run.extra['impl']} trains on packed batches", run.ok, "; ".join(run.problems))
         self._compare("attention", runs, "impl")
 
@@ -732,12 +814,13 @@ class Check:
         runs = [] if off is None else [off]
         for on in (False, True) if off is None else (True,):
             run = Run(f"liger-{'on' if on else 'off'}", "liger", sft_recipe(
-                f"gpu-check-liger-{'on' if on else 'off'}", self.small_dir, self.data, p, attention="sdpa", liger=on))
+                f"gpu-check-liger-{'on' if on else 'off'}", self.small_dir, self.data, p, attention="sdpa", liger=on,
+                steps=p.short_steps))
             runs.append(run)
         for run, on in zip(runs, (False, True), strict=True):
             run.extra["liger"] = "liger on" if on else "liger off"
         self.runs += self.runner.run_all(runs[1:] if off is not None else runs)
-        for run in runs:
+        for run in [r for r in runs if r.skipped is None]:
             self.verdict("liger", f"{run.extra['liger']} trains", run.ok, "; ".join(run.problems))
         self._compare("liger", runs, "liger")
 
@@ -746,11 +829,39 @@ class Check:
         runs = []
         for stage in (2, 3):
             run = Run(f"zero{stage}-offload", "zero", sft_recipe(f"gpu-check-zero{stage}", self.small_dir, self.data,
-                                                                   p, zero=stage, offload="cpu"))
+                                                                   p, zero=stage, offload="cpu", steps=p.short_steps))
             runs.append(run)
         self.runs += self.runner.run_all(runs)
-        for run in runs:
+        for run in [r for r in runs if r.skipped is None]:
             self.verdict("zero", f"{run.name} (optimizer on the CPU) trains", run.ok, "; ".join(run.problems))
+
+    def stage_fp8(self) -> None:
+        """bf16 against fp8 (torchao's float8 linears) on the same packed batches: tokens/s, loss gap."""
+        p = self.profile
+        if not p.cuda:
+            self.skip("fp8", "float8 training needs a CUDA GPU of compute capability 8.9+")
+            return
+        if not has_package("torchao"):
+            self.skip("fp8", "torchao is not installed (make gpu-wheels, or pip install '.[fp8]')")
+            return
+        if self.nvml is not None and self.nvml.capability and tuple(self.nvml.capability) < (8, 9):
+            self.skip("fp8", f"{self.nvml.name} has no FP8 tensor cores (compute capability "
+                      f"{self.nvml.capability[0]}.{self.nvml.capability[1]})")
+            return
+        runs = []
+        for precision in ("bf16", "fp8"):
+            recipe = sft_recipe(f"gpu-check-{precision}", self.small_dir, self.data, p, steps=p.short_steps)
+            recipe["train"]["precision"] = precision
+            run = Run(f"fp8-{precision}" if precision == "fp8" else "fp8-bf16", "fp8", recipe)
+            run.extra["precision"] = precision
+            runs.append(run)
+        self.runs += self.runner.run_all(runs)
+        for run in [r for r in runs if r.skipped is None]:
+            self.verdict("fp8", f"{run.extra['precision']} trains", run.ok, "; ".join(run.problems))
+        self._compare("fp8", runs, "precision", rtol=0.05)
+        bf16, fp8 = (r.tokens_per_s(self._warmup()) for r in runs)
+        self.info["fp8"] = {"bf16": bf16, "fp8": fp8, "speedup": fp8 / bf16 if bf16 and fp8 else None,
+                            "gap": runs[1].extra.get("loss_gap")}
 
     def stage_probe(self) -> None:
         p = self.profile
@@ -768,30 +879,36 @@ class Check:
 
     def stage_mfu(self) -> None:
         p = self.profile
-        attention = "flash_attention_2" if p.cuda and has_package("flash_attn") else "sdpa"
+        attention = "auto"  # what a user gets: flash-attn 2 when installed, else torch_varlen on packed rows
         liger = p.cuda and has_package("liger_kernel")
         run = Run("mfu-llmtui", "mfu", sft_recipe("gpu-check-mfu", self.big_dir, self.data, p, steps=p.mfu_steps,
                                                  seq_len=p.mfu_seq_len, micro_batch=p.mfu_micro_batch,
                                                  attention=attention, liger=liger))
         run.extra.update(attention=attention, liger=liger)
         self.runs += self.runner.run_all([run])
-        self.verdict("mfu", f"llmtui SFT of the ~1 B model trains {p.mfu_steps} steps", run.ok, "; ".join(run.problems))
+        run.extra["kernel"] = _planned_attention(run.run_dir)
+        if run.skipped is None:
+            self.verdict("mfu", f"llmtui SFT of the ~1 B model trains {p.mfu_steps} steps", run.ok,
+                         "; ".join(run.problems))
         task = {"name": "mfu-baseline", "method": "sft", "data": str(self.data), "steps": p.mfu_steps,
                 "micro_batch": p.mfu_micro_batch, "lr": 1e-4, "max_seq_len": p.mfu_seq_len, "ranks": 1}
         log("  mfu: the plain Trainer baseline ...")
         before = self.sampler.samples[-1]["used"] if self.sampler and self.sampler.samples else None
         started = time.time()
-        base = common.run_baseline(task, self.big_dir, self.work / "baseline", self.env, timeout=p.timeout)
+        left = self.runner.deadline - time.time() if self.runner.deadline else p.timeout
+        base = common.run_baseline(task, self.big_dir, self.work / "baseline", self.env,
+                                   timeout=max(10.0, min(p.timeout, left)))
         seen = self.sampler.between(started, time.time()) if self.sampler else []
         base_peak = max(s["used"] for s in seen) - before if seen and before is not None else None
         base_ok = base["ok"] and all(_finite(r.get("loss")) for r in base["rows"] if r.get("loss") is not None)
         self.verdict("mfu", "the plain Trainer baseline trains", base_ok, "" if base_ok else base["log_tail"][-600:])
         params = self.big["parameters"]
         peak = self.peak_tflops * 1e12 if self.peak_tflops else (peak_flops(self.nvml.name) if self.nvml else None)
-        ours = run.tokens_per_s(p.mfu_warmup) if run.ok else None
+        ours = run.tokens_per_s(p.mfu_warmup) if (run.ok or run.skipped and run.rows) else None
         theirs = common.throughput(base["rows"], p.mfu_warmup) if base_ok else None
         self.mfu_rows = [
-            {"what": f"llmtui: packing, {attention}" + (", Liger" if liger else ""), "tokens_per_s": ours,
+            {"what": f"llmtui: packing, {run.extra.get('kernel') or attention}" + (", Liger" if liger else ""),
+             "tokens_per_s": ours,
              "mfu": mfu(ours, params, peak), "peak": run.peak, "nvml": run.nvml_peak()},
             {"what": "plain Trainer script (bench/baseline_train.py): padded, sdpa", "tokens_per_s": theirs,
              "mfu": mfu(theirs, params, peak), "peak": None, "nvml": base_peak},
@@ -880,6 +997,12 @@ class Check:
                       for s, w, ok, d in self.findings]),
             "",
         ]
+        if self.stage_times:
+            lines += ["Stages, in the order they ran:", "",
+                      md_table(["stage", "budget", "took", ""],
+                               [[st, f"{b:.0f} s" if b else "—", f"{t:.0f} s",
+                                 "**cut short by its budget**" if cut else "done"]
+                                for st, b, t, cut in self.stage_times]), ""]
         if self.skipped:
             lines += ["Not run here:", ""] + [f"- {what}: {why}" for what, why in self.skipped] + [""]
         lines += ["## Goals", "", self._goals(), ""]
@@ -962,6 +1085,25 @@ class Check:
             value = self.mfu_rows[0]["mfu"] if self.mfu_rows else None
             rows.append([f"MFU of the 1 B SFT ({self.mfu_rows[0]['what'].split(': ')[-1]})",
                          f"≥ {MFU_GOAL:.0%}", _pct(value), _met(value is not None and value >= MFU_GOAL, value)])
+        if m:
+            ratio = m.get("ratio")
+            rows.append(["llmtui / the plain Trainer script (same GPU, same call)", f"≥ {RATIO_GOAL:g}×",
+                         fmt(ratio, ".2f") + "×", _met(ratio is not None and ratio >= RATIO_GOAL, ratio)])
+        ratios = [r.memory("reserved") / r.peak for r in self.runs if r.memory("reserved") and r.peak and r.alone]
+        if ratios and self.profile.cuda:
+            worst = max(ratios)
+            rows.append(["torch reserved / allocated peak, worst run alone on the GPU", f"≤ {RESERVED_GOAL:g}",
+                         f"{worst:.2f}", _met(worst <= RESERVED_GOAL, worst)])
+        rl = [r for r in self.runs if r.extra.get("reward")]
+        for r in rl:
+            first, last = r.extra["reward"]
+            rows.append([f"{r.name}: reward rises", "last > first", f"{first:.3f} -> {last:.3f}",
+                         _met(last > first, last)])
+        f8 = self.info.get("fp8")
+        if f8:
+            rows.append(["fp8 against bf16: tokens/s, loss gap", "faster, gap ≤ 0.05",
+                         f"{fmt(f8['speedup'], '.2f')}×, {fmt(f8['gap'], '.2e')}",
+                         _met(bool(f8["speedup"] and f8["speedup"] > 1 and (f8["gap"] or 1) <= 0.05), f8["speedup"])])
         measured = [r for r in self.runs if r.extra.get("estimate_error") is not None]
         errors = [r.extra["estimate_error"] for r in measured if r.extra.get("full_batches")]
         if errors and self.profile.cuda:  # on a CPU the peak is the process's RSS: no estimate of it
@@ -1007,6 +1149,10 @@ def parse_args(argv=None):
     p.add_argument("--parallel", type=int, default=None, help="runs at once in the methods stage")
     p.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the GPU, for MFU "
                    "(default: from its NVML name)")
+    p.add_argument("--budget", type=float, default=float(sum(STAGE_BUDGET_S.values())),
+                   help="seconds for every stage together, shared in STAGE_BUDGET_S's proportions (0 = no budget)")
+    p.add_argument("--wheels", type=Path, default=WHEELS, help="folder of wheels to install first when their "
+                   "package is missing (make gpu-wheels: liger-kernel, torchao, bitsandbytes)")
     p.add_argument("--build-model", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -1044,7 +1190,11 @@ def main(argv=None) -> int:
     env["TORCH_EXTENSIONS_DIR"] = _USER_EXTENSIONS or _default_extensions()
     if args.cpu_smoke:
         env["LLMTUI_FORCE_CPU"] = "1"
-    check = Check(profile, work, env, methods, stages, peak_tflops=args.peak_tflops)
+    check = Check(profile, work, env, methods, stages, peak_tflops=args.peak_tflops,
+                  budget_scale=None if args.cpu_smoke or args.budget == 0 else args.budget / sum(STAGE_BUDGET_S.values()))
+    if not args.cpu_smoke:
+        for what, why in install_wheels(args.wheels):
+            check.skip(what, why)
     check.info["torch_cuda"] = torch_cuda
     check.info["argv"] = ["bench/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]
     common.exit_on_sigterm()
@@ -1062,7 +1212,7 @@ def main(argv=None) -> int:
             log(f"stage {stage}")
             if done and check.nvml is not None and not check.readers:  # between stages, the GPU is quiet
                 check.readers = check.nvml.project_readers()
-            getattr(check, f"stage_{stage}")()
+            check.run_stage(stage)
             done.append(stage)
             check.check_nvml()
             if len(done) < len(stages):  # a report so far: a check cut short still leaves its figures
@@ -1081,6 +1231,28 @@ def main(argv=None) -> int:
         check.close()
         if not args.keep and args.work is None:
             common.remove(work)
+
+
+def install_wheels(folder: Path) -> list[tuple[str, str]]:
+    """The optional packages missing here installed from `folder` (no index); what stays missing, and why."""
+    import importlib
+
+    missing = [(module, dist) for module, dist in OPTIONAL.items() if not has_package(module)]
+    wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    out = []
+    for module, dist in missing:
+        found = [w for w in wheels if w.name.split("-")[0].lower().replace("_", "-") == dist]
+        if not found:
+            out.append((dist, f"optional, not installed and no wheel in {folder} (make gpu-wheels): not run"))
+            continue
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", str(found[-1])],
+                              capture_output=True, text=True)
+        importlib.invalidate_caches()
+        if done.returncode != 0 or not has_package(module):
+            out.append((dist, f"its wheel {found[-1].name} did not install: {(done.stderr or '').strip()[-200:]}"))
+        else:
+            log(f"installed {found[-1].name}")
+    return out
 
 
 def write_report(out: Path, text: str) -> None:

@@ -117,7 +117,7 @@ def test_loss_parity_and_estimate_error(gpu_check):
 
 @pytest.mark.slow
 def test_cpu_smoke_runs_the_stages_for_real(tmp_path):
-    """--cpu-smoke: two attention implementations on the same packed batches and the MFU stage with its
+    """--cpu-smoke: two attention implementations (eager, torch_varlen's CPU fallback) on the same packed batches and the MFU stage with its
     plain-Trainer baseline, through the real `llmtui run` and bench/baseline_train.py, 2-3 steps each."""
     before = results_state()
     out = tmp_path / "GPU_RESULTS.md"
@@ -126,13 +126,57 @@ def test_cpu_smoke_runs_the_stages_for_real(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     report = out.read_text()
     assert "CPU smoke run" in report and "every check passed" in report
-    for line in ("| attention | sdpa trains on packed batches | pass |",
+    for line in ("| attention | torch_varlen trains on packed batches | pass |",
                  "| attention | eager trains on packed batches | pass |",
-                 "| attention | eager loss matches sdpa | pass |",
+                 "| attention | torch_varlen loss matches eager | pass |",
                  "| mfu | the plain Trainer baseline trains | pass |"):
         assert line in report, report
     assert "flash_attention_2: needs CUDA" in report and "NVML readings: needs an NVIDIA GPU" in report
     assert "llmtui / plain Trainer: **" in report and "**—×**" not in report
     recipes = sorted(p.name for p in (tmp_path / "work" / "recipes").iterdir())
-    assert recipes == ["attention-eager.toml", "attention-sdpa.toml", "mfu-llmtui.toml"]
+    assert recipes == ["attention-eager.toml", "attention-torch_varlen.toml", "mfu-llmtui.toml"]
+    assert "Stages, in the order they ran:" in report
     assert results_state() == before
+
+
+def test_one_call_runs_the_stages_in_order_of_value_within_9_minutes(gpu_check):
+    assert gpu_check.STAGES == ("mfu", "attention", "methods", "zero", "liger", "fp8", "probe")
+    assert set(gpu_check.STAGE_BUDGET_S) == set(gpu_check.STAGES)
+    assert sum(gpu_check.STAGE_BUDGET_S.values()) <= 8 * 60  # a minute for building the models
+
+
+def test_methods_take_full_batches_and_rl_reward_is_judged_over_quarters(gpu_check, tmp_path):
+    import tomli_w
+
+    for kind in ("sft", "lora", "dpo", "grpo"):
+        data = gpu_check.method_recipe(kind, Path("tiny"), gpu_check.GPU, data=tmp_path / "sft.jsonl")
+        (tmp_path / f"{kind}.toml").write_text(tomli_w.dumps(data))
+        recipe = load_recipe(tmp_path / f"{kind}.toml")
+        full = kind in gpu_check.FULL_BATCH_KINDS
+        assert (recipe.dataset.name == str(tmp_path / "sft.jsonl")) == full
+        if full:
+            assert recipe.train.packing is True and recipe.train.max_seq_len == gpu_check.GPU.seq_len
+    assert gpu_check._reward_ends([0.1, 0.2, 0.3, 0.9, 0.1, 0.5, 0.6, 0.8]) == (pytest.approx(0.15),
+                                                                                pytest.approx(0.7))
+    assert gpu_check._reward_ends([0.5]) == (None, None)
+    assert gpu_check._common_steps([1.0, 2.0], [1.0, 2.0, 3.0]) == ([1.0, 2.0], [1.0, 2.0])
+
+
+def test_missing_optional_packages_without_wheels_are_reported_not_run(gpu_check, tmp_path):
+    absent = [dist for module, dist in gpu_check.OPTIONAL.items() if not gpu_check.has_package(module)]
+    reported = dict(gpu_check.install_wheels(tmp_path / "no-wheels"))
+    assert sorted(reported) == sorted(absent)
+    assert all("make gpu-wheels" in why for why in reported.values())
+
+
+def test_the_attention_stage_recipes_take_the_new_kernels(gpu_check, tmp_path):
+    import tomli_w
+
+    for impl in ("torch_varlen", "flex_attention"):
+        data = gpu_check.sft_recipe(f"x-{impl}", Path("tiny"), tmp_path / "sft.jsonl", gpu_check.GPU, attention=impl)
+        (tmp_path / f"{impl}.toml").write_text(tomli_w.dumps(data))
+        assert load_recipe(tmp_path / f"{impl}.toml").model.attn_implementation == impl
+    fp8 = gpu_check.sft_recipe("x-fp8", Path("tiny"), tmp_path / "sft.jsonl", gpu_check.GPU)
+    fp8["train"]["precision"] = "fp8"
+    (tmp_path / "fp8.toml").write_text(tomli_w.dumps(fp8))
+    assert load_recipe(tmp_path / "fp8.toml").train.precision == "fp8"

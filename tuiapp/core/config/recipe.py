@@ -71,9 +71,12 @@ class ModelSpec(Section):
     trust_remote_code: bool = Field(
         False, description="Allow the model's own Python code to run. Only for models you trust."
     )
-    attn_implementation: Literal["auto", "sdpa", "flash_attention_2", "eager"] = Field(
+    attn_implementation: Literal["auto", "sdpa", "flash_attention_2", "eager", "torch_varlen",
+                                 "flex_attention"] = Field(
         "auto", description="Attention kernel. 'auto' = flash_attention_2 when the flash_attn package is "
-        "installed and CUDA is there (packed batches then run its variable-length kernel), else sdpa. "
+        "installed and CUDA is there (packed batches then run its variable-length kernel); else, on CUDA "
+        "for packed batches, torch_varlen (torch's own FlashAttention varlen kernels, no extra package; "
+        "flex_attention with a document mask where a sliding window or softcap rules it out); else sdpa. "
         "flash_attention_2 needs CUDA, flash_attn and bf16/fp16. 'auto' picks eager for an architecture "
         "without sdpa (e.g. Gemma 2); `llmtui model` lists what a model supports.",
     )

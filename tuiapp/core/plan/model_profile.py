@@ -244,6 +244,8 @@ def choose_attention(profile: ModelProfile, requested: str, *, cuda: bool, flash
     softcap, head dim); else sdpa, else eager."""
     supported = profile.attention
     key = "model.attn_implementation"
+    if requested == TORCH_VARLEN and "flash_attention_2" in supported:  # it takes what flash-attn takes
+        return requested, []
     if requested != "auto":
         if requested not in supported:
             best, _ = choose_attention(profile, "auto", cuda=cuda, flash_installed=flash_installed,
