@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test test-fast install bench gpu-check wheelhouse install-offline gguf
+.PHONY: quickstart test test-fast install bench gpu-check gpu-wheels wheelhouse install-offline gguf
 
 $(BIN)/llmtui: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ bench: install
 # writes bench/GPU_RESULTS.md; without CUDA it says nothing ran and exits 0. ARGS='--cpu-smoke' on CPU.
 gpu-check: install
 	$(BIN)/python bench/gpu_check.py $(ARGS)
+
+# The GPU check's optional packages (liger-kernel, torchao, bitsandbytes while under 60 MiB) as wheels in
+# gpu-wheels/, for a GPU box without a package index: gpu_check installs them from there (docs/gpu.md)
+GPU_PY ?= 3.12
+gpu-wheels:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) tools/wheelhouse.py gpu gpu-wheels --python $(GPU_PY)
 
 # Offline install (README "Offline install"): every wheel for a target into $(WHEELS), then on the
 # server without an index: make install-offline WHEELS=DIR. PY/PLATFORM/EXTRAS/TORCH_INDEX pick the target.

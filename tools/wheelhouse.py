@@ -5,6 +5,7 @@ to a machine without a package index and installed there with the index off (`ma
                                          [--extras qlora,liger,vllm,flash] [--torch-index URL] [--print]
     python tools/wheelhouse.py check DIR          # every pin of pyproject.toml has its wheel in DIR
     python tools/wheelhouse.py install DIR [--venv .venv] [--no-deps]
+    python tools/wheelhouse.py gpu DIR [--python 3.12]  # make gpu-wheels: the GPU check's optional packages
 
 `build` runs on a machine with the index (any OS, any Python): it makes llmtui's own wheel, builds the
 pure-Python dependencies that publish no wheel (deepspeed, rouge-score) into wheels, then lets pip
@@ -41,6 +42,10 @@ EXTRAS = {  # extra -> packages, when pyproject.toml does not define the extra i
 FLASH_HELP = ("flash-attn publishes no wheels on PyPI: put the wheel for your torch, CUDA and Python "
               "(https://github.com/Dao-AILab/flash-attention/releases) into {dir} first")
 EXIT_OK, EXIT_FAILED, EXIT_BAD_ARGS = 0, 1, 2
+# `make gpu-wheels`: what bench/gpu_check.py installs on a GPU box without an index, in order of value,
+# each kept only while the folder stays under GPU_WHEELS_MIB (what a device run carries)
+GPU_WHEELS = (("liger", "liger-kernel"), ("fp8", "torchao"), ("qlora", "bitsandbytes==0.50.2"))
+GPU_WHEELS_MIB = 60
 
 
 class BadArgs(ValueError):
@@ -192,12 +197,19 @@ def main(argv=None) -> int:
     i.add_argument("--venv", type=Path, default=ROOT / ".venv")
     i.add_argument("--no-deps", action="store_true", help="llmtui's wheel alone")
     i.add_argument("--print", action="store_true", help="print the commands, run nothing")
+    g = sub.add_parser("gpu", help="the GPU check's optional wheels (liger-kernel, torchao, bitsandbytes) into DIR")
+    g.add_argument("dir", type=Path)
+    g.add_argument("--python", default="3.12", help="the GPU box's Python (default %(default)s)")
+    g.add_argument("--platform", default="manylinux_2_28_x86_64")
+    g.add_argument("--print", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
             return _build(args)
         if args.command == "check":
             return _check(args.dir)
+        if args.command == "gpu":
+            return _gpu(args)
         commands = install_commands(args.dir, args.venv, args.no_deps)
         if not (args.dir / "requirements.txt").exists() and not args.no_deps:
             raise BadArgs(f"{args.dir}/requirements.txt not found: is {args.dir} a wheelhouse made by "
@@ -226,6 +238,53 @@ def _build(args) -> int:
     if code == EXIT_OK and packages is None:
         code = _check(args.dir)
     return code
+
+
+def gpu_wheel_pins() -> list[str]:
+    """GPU_WHEELS with pyproject.toml's pins where its extras pin them."""
+    optional = project().get("optional-dependencies", {})
+    out = []
+    for extra, package in GPU_WHEELS:
+        pinned = [r for r in optional.get(extra, []) if normalize(re.split(r"[=<>!~\[ ]", r)[0])
+                  == normalize(re.split(r"[=<>!~\[ ]", package)[0]) and "==" in r]
+        out.append(pinned[0] if pinned else package)
+    return out
+
+
+def gpu_wheel_command(dest: Path, requirement: str, python: str, platform: str) -> list[str]:
+    return [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+            "--python-version", python, *[a for tag in platform_tags(platform) for a in ("--platform", tag)],
+            "--dest", str(dest), requirement]
+
+
+def _gpu(args) -> int:
+    """Each optional package's wheel into DIR while the folder stays under GPU_WHEELS_MIB."""
+    import shutil
+    import tempfile
+
+    pins = gpu_wheel_pins()
+    if args.print:
+        print("\n".join(" ".join(gpu_wheel_command(args.dir, p, args.python, args.platform)) for p in pins))
+        return EXIT_OK
+    args.dir.mkdir(parents=True, exist_ok=True)
+    limit = GPU_WHEELS_MIB * 2**20
+    for requirement in pins:
+        with tempfile.TemporaryDirectory() as tmp:
+            if run([gpu_wheel_command(Path(tmp), requirement, args.python, args.platform)]) != EXIT_OK:
+                print(f"gpu-wheels: {requirement}: no wheel downloaded (see pip above); left out", file=sys.stderr)
+                continue
+            used = sum(w.stat().st_size for w in args.dir.glob("*.whl"))
+            for wheel in Path(tmp).glob("*.whl"):
+                if used + wheel.stat().st_size > limit:
+                    print(f"gpu-wheels: {wheel.name} ({wheel.stat().st_size / 2**20:.0f} MiB) left out: the folder "
+                          f"would pass {GPU_WHEELS_MIB} MiB", file=sys.stderr)
+                    continue
+                shutil.copy2(wheel, args.dir / wheel.name)
+                used += wheel.stat().st_size
+    wheels = sorted(args.dir.glob("*.whl"))
+    total = sum(w.stat().st_size for w in wheels) / 2**20
+    print(f"gpu-wheels {args.dir}: {', '.join(w.name for w in wheels)} ({total:.1f} MiB)")
+    return EXIT_OK
 
 
 def _check(dest: Path) -> int:
