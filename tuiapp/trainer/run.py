@@ -17,7 +17,14 @@ from transformers import Trainer, TrainingArguments
 from tuiapp.core.common.errors import DatasetError
 from tuiapp.core.common.kinds import RL_KINDS
 from tuiapp.core.config import trackers
-from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe, parse_recipe, tokens_per_batch, weights_method
+from tuiapp.core.config.recipe import (
+    PREFERENCE_KINDS,
+    Recipe,
+    packing_enabled,
+    parse_recipe,
+    tokens_per_batch,
+    weights_method,
+)
 from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
 from tuiapp.core.run_folder.rundir import (
@@ -30,6 +37,7 @@ from tuiapp.core.run_folder.rundir import (
 )
 from tuiapp.trainer import (
     bottleneck,
+    buckets,
     checkpoints,
     cpu_dropout,
     loader,
@@ -341,8 +349,10 @@ def train(run_dir: Path, resume: bool) -> int:
         train_dataset=train_set,
         eval_dataset=eval_set,
         data_collator=vision.VisionCollator(processor, recipe.train.max_seq_len) if processor is not None else
-        mixture.SourceTokens(make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
-                             len(recipe.dataset.sources)),
+        mixture.SourceTokens(buckets.BucketedLengths(
+            make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
+            buckets.bucket_multiple(torch.cuda.is_available()) if packing_enabled(recipe) else 0,
+            tokenizer.pad_token_id), len(recipe.dataset.sources)),  # packed lengths in a few shapes on a GPU
         processing_class=processor or tokenizer,
         callbacks=callbacks,
     )
