@@ -536,6 +536,8 @@ class Runner:
                     common.kill_run(run.run_dir)
                 self.active = []
             for run, future in estimates:
+                if run.skipped and run.skipped.startswith("not started") and future.cancel():
+                    continue  # no estimate wanted of a run the budget left out
                 run.estimate = future.result()
         return runs
 
@@ -605,7 +607,7 @@ class Runner:
         bad = [r["step"] for r in run.rows if not _finite(r.get("loss"))]
         if bad:
             run.problems.append(f"loss not finite at steps {bad[:5]}")
-        log(f"  {run.stage}: {run.name}: {'ok' if run.ok else '; '.join(run.problems)} ({run.ended - run.started:.0f} s)")
+        log(f"  {run.stage}: {run.name}: {'ok' if run.ok else run.skipped or '; '.join(run.problems)} ({run.ended - run.started:.0f} s)")
 
     def estimate(self, run: Run) -> int | None:
         argv = [*common.llmtui_command(), "estimate", str(run.recipe_path), "--json", "--runs-dir",
@@ -621,8 +623,13 @@ class Runner:
         argv = [*common.llmtui_command(), "probe", str(run.recipe_path), "--json", "--max", str(max_size),
                 "--steps", "3", "--runs-dir", str(self.work / "probes" / run.name)]
         started = time.time()
-        out = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True,
-                             timeout=self.profile.timeout)
+        left = self.deadline - time.time() if self.deadline else self.profile.timeout
+        try:
+            out = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True,
+                                 timeout=max(5.0, min(self.profile.timeout, left)))
+        except subprocess.TimeoutExpired:
+            return {"rows": [], "error": f"cut short by the stage's time budget ({self.budget_s or 0:.0f} s)",
+                    "returncode": None, "seconds": time.time() - started, "cut": True}
         try:
             start = out.stdout.index("{")
             data = json.loads(out.stdout[start:])
@@ -692,7 +699,8 @@ class Check:
         first = len(self.runs)
         getattr(self, f"stage_{stage}")()
         self.runner.deadline = None
-        cut = [r for r in self.runs[first:] if r.skipped and "time budget" in r.skipped]
+        cut = [r for r in self.runs[first:] if r.skipped and "time budget" in r.skipped] + \
+            [what for what, why in self.skipped if "time budget" in why and what.startswith(stage)]
         self.stage_times.append((stage, budget, time.time() - started, bool(cut)))
 
     def verdict(self, stage: str, what: str, passed: bool, detail: str = "") -> None:
@@ -874,6 +882,9 @@ class Check:
             data = self.runner.probe(run, size)
             self.probes[run.name] = data
             ok_rows = [r for r in data.get("rows", []) if r.get("status") == "ok"]
+            if data.get("cut"):
+                self.skip(f"probe {run.name}", data["error"])
+                continue
             self.verdict("probe", f"{run.name} measures micro_batch 1..{size}", data["returncode"] in (0, 1) and
                          bool(ok_rows), data.get("error", "") or data.get("reason") or "")
 
@@ -1149,8 +1160,9 @@ def parse_args(argv=None):
     p.add_argument("--parallel", type=int, default=None, help="runs at once in the methods stage")
     p.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the GPU, for MFU "
                    "(default: from its NVML name)")
-    p.add_argument("--budget", type=float, default=float(sum(STAGE_BUDGET_S.values())),
-                   help="seconds for every stage together, shared in STAGE_BUDGET_S's proportions (0 = no budget)")
+    p.add_argument("--budget", type=float, default=None,
+                   help=f"seconds for every stage together, shared in STAGE_BUDGET_S's proportions (default "
+                   f"{sum(STAGE_BUDGET_S.values())} on a GPU, none in the CPU smoke; 0 = no budget)")
     p.add_argument("--wheels", type=Path, default=WHEELS, help="folder of wheels to install first when their "
                    "package is missing (make gpu-wheels: liger-kernel, torchao, bitsandbytes)")
     p.add_argument("--build-model", help=argparse.SUPPRESS)
@@ -1191,7 +1203,7 @@ def main(argv=None) -> int:
     if args.cpu_smoke:
         env["LLMTUI_FORCE_CPU"] = "1"
     check = Check(profile, work, env, methods, stages, peak_tflops=args.peak_tflops,
-                  budget_scale=None if args.cpu_smoke or args.budget == 0 else args.budget / sum(STAGE_BUDGET_S.values()))
+                  budget_scale=stage_budget_scale(args.budget, args.cpu_smoke))
     if not args.cpu_smoke:
         for what, why in install_wheels(args.wheels):
             check.skip(what, why)
@@ -1231,6 +1243,13 @@ def main(argv=None) -> int:
         check.close()
         if not args.keep and args.work is None:
             common.remove(work)
+
+
+def stage_budget_scale(budget: float | None, cpu_smoke: bool) -> float | None:
+    """STAGE_BUDGET_S's scale for --budget (None: no budgets; the CPU smoke has none unless asked)."""
+    if budget is None:
+        return None if cpu_smoke else 1.0
+    return budget / sum(STAGE_BUDGET_S.values()) if budget > 0 else None
 
 
 def install_wheels(folder: Path) -> list[tuple[str, str]]:

@@ -180,3 +180,11 @@ def test_the_attention_stage_recipes_take_the_new_kernels(gpu_check, tmp_path):
     fp8["train"]["precision"] = "fp8"
     (tmp_path / "fp8.toml").write_text(tomli_w.dumps(fp8))
     assert load_recipe(tmp_path / "fp8.toml").train.precision == "fp8"
+
+
+def test_stage_budgets_on_a_gpu_by_default_and_in_the_smoke_only_when_asked(gpu_check):
+    total = sum(gpu_check.STAGE_BUDGET_S.values())
+    assert gpu_check.stage_budget_scale(None, cpu_smoke=False) == 1.0
+    assert gpu_check.stage_budget_scale(None, cpu_smoke=True) is None
+    assert gpu_check.stage_budget_scale(total / 2, cpu_smoke=True) == 0.5
+    assert gpu_check.stage_budget_scale(0, cpu_smoke=False) is None
