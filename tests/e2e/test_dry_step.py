@@ -36,6 +36,14 @@ def test_a_method_broken_in_its_first_backward_is_caught_before_launch(tmp_path,
     assert MESSAGE in result.stderr and "failed its dry step" in result.stderr, result.stderr
     assert "lora on" in result.stderr and "Traceback" not in result.stderr
     assert not runs_dir.exists() or not [p for p in runs_dir.iterdir() if not p.name.startswith(".")]
+    # `llmtui model --dry` runs the same step: lora refused with the trainer's message, ia3 passes
+    report = llmtui("model", "tiny", "--dry", "lora", "ia3", "--json", runs_dir=runs_dir, timeout=600)
+    assert report.returncode == 0, report.stderr
+    methods = json.loads(report.stdout)["methods"]
+    assert methods["lora"]["verdict"] == "refused" and methods["lora"]["dry"] == "failed"
+    assert MESSAGE in methods["lora"]["notes"][0]["message"]
+    assert methods["ia3"]["verdict"] == "trains" and methods["ia3"]["dry"] == "passed"
+    assert "dry" not in methods["sft"]  # not asked for
 
 
 def test_the_verdict_is_cached_so_a_second_preflight_starts_no_child(tmp_path, dry_on, tiny_model):

@@ -119,6 +119,11 @@ def skip_reason(recipe, model_path: str) -> str | None:
 
     if recipe.method.kind in RL_KINDS:
         return f"{recipe.method.kind} generates completions while it trains: the dry step does not run it"
+    if recipe.method.kind == "qlora":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "qlora needs a CUDA GPU (preflight says so on this machine)"
     if recipe.launch.strategy == "pipeline":
         return "the pipeline strategy splits the model over ranks: the dry step runs one process"
     folder = Path(model_path)

@@ -115,21 +115,45 @@ def run_child(recipes: list[Recipe], base_dir: Path, timeout: float | None = Non
 
 def verdict(recipe: Recipe, base_dir: Path) -> dict | None:
     """The cached or fresh verdict of the recipe's dry step; None where it does not apply."""
-    config = _config_bytes(recipe, base_dir)
-    if config is None:
-        return None
-    path = cache_file(cache_key(recipe, config))
-    try:
-        return {**json.loads(path.read_text(encoding="utf-8")), "cached": True}
-    except (OSError, ValueError):
-        pass
-    answer = run_child([recipe], base_dir)[0]
-    if not answer.get("transient"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(answer), encoding="utf-8")
-        os.replace(tmp, path)
-    return answer
+    return verdicts([recipe], base_dir)[0]
+
+
+def verdicts(recipes: list[Recipe], base_dir: Path) -> list[dict | None]:
+    """Each recipe's verdict: from the cache, else from one child process for all the others."""
+    out: list[dict | None] = [None] * len(recipes)
+    missing: list[tuple[int, Path]] = []
+    for index, recipe in enumerate(recipes):
+        config = _config_bytes(recipe, base_dir)
+        if config is None:
+            continue
+        path = cache_file(cache_key(recipe, config))
+        try:
+            out[index] = {**json.loads(path.read_text(encoding="utf-8")), "cached": True}
+        except (OSError, ValueError):
+            missing.append((index, path))
+    if not missing:
+        return out
+    answers = run_child([recipes[i] for i, _ in missing], base_dir)
+    for (index, path), answer in zip(missing, answers, strict=True):
+        out[index] = answer
+        if not answer.get("transient"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(answer), encoding="utf-8")
+            os.replace(tmp, path)
+    return out
+
+
+# what `llmtui model --dry` steps each method on: the demo data its tiny preset reads
+DEMO_DATA = {"pretrain": "demo:text", "dpo": "demo:prefs", "simpo": "demo:prefs", "cpo": "demo:prefs",
+             "orpo": "demo:prefs", "reward": "demo:prefs", "kto": "demo:feedback"}
+
+
+def method_recipe(name: str, kind: str) -> Recipe:
+    """The recipe `llmtui model --dry` steps for a method on model `name`: its defaults, demo data."""
+    return Recipe.model_validate({"model": {"name": name}, "method": {"kind": kind},
+                                  "dataset": {"name": DEMO_DATA.get(kind, "demo:facts")},
+                                  "train": {"max_seq_len": 128}})
 
 
 def findings_of(answer: dict | None, recipe: Recipe, label: str) -> list[Finding]:
