@@ -61,7 +61,7 @@ def shrink_config(config):
         if kv_key:
             kv = getattr(c, kv_key)
             setattr(c, kv_key, _WIDTH["heads"] if kv >= heads else (1 if kv == 1 else 2))
-    if isinstance(getattr(c, "head_dim", None), int):
+    if isinstance(getattr(c, "head_dim", None), int) and "head_dim" in c.__dict__:  # not a derived property
         c.head_dim = _WIDTH["head_dim"]
     for key in ("intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim"):
         if isinstance(getattr(c, key, None), int):
