@@ -25,8 +25,9 @@ import shutil
 import socket
 import sys
 import time
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 PLUGINS_ENV = "LLMTUI_TRAINER_PLUGINS"
 STEP_SAMPLES, STEP_SEQ_LEN = 8, 256
@@ -169,6 +170,7 @@ def dry_step(recipe_path: Path, work: Path) -> dict:
 
     from tuiapp.core.common.errors import UserError
     from tuiapp.core.config.recipe import parse_recipe, recipe_from_dict
+    from tuiapp.core.run_folder.rundir import RECIPE_TOML
     from tuiapp.trainer.bundled import resolve_model_path
 
     started = time.monotonic()
@@ -192,7 +194,7 @@ def dry_step(recipe_path: Path, work: Path) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     data = step_recipe(tomllib.loads(recipe.to_toml()), folder)
-    (run_dir / "recipe.toml").write_text(recipe_from_dict(data).to_toml(), encoding="utf-8")
+    (run_dir / RECIPE_TOML).write_text(recipe_from_dict(data).to_toml(), encoding="utf-8")
     from accelerate.state import AcceleratorState
 
     from tuiapp.trainer.run import train
