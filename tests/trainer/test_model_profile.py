@@ -139,3 +139,22 @@ def test_moe_keys_are_refused_on_a_dense_model(profiles):
         errors = plan_model(profiles["llama"], dense, cuda=False, flash_installed=False).errors()
         assert errors and errors[0].key == f"model.{key}" and "not a mixture of experts" in errors[0].message
         assert not plan_model(profiles["qwen3_moe"], moe, cuda=False, flash_installed=False).errors()
+
+
+def test_expert_counts_reach_the_config_under_the_names_libraries_read(profiles):
+    """PhiMoE names its experts num_local_experts; TRL's load-balancing loss (DPO, KTO) reads
+    config.num_experts (AttributeError after launch). load_model gives the config the profile's counts."""
+    from transformers import AutoConfig
+
+    from tuiapp.trainer.moe import name_experts
+
+    phimoe = AutoConfig.for_model("phimoe", num_local_experts=4, num_experts_per_tok=2)
+    assert not hasattr(phimoe, "num_experts")
+    name_experts(phimoe, profiles["phimoe"].moe)
+    assert phimoe.num_experts == phimoe.num_local_experts == 4 and phimoe.num_experts_per_tok == 2
+    qwen = AutoConfig.for_model("qwen3_moe", num_experts=8, num_experts_per_tok=2)
+    name_experts(qwen, {"experts": 4, "active_experts": 1})  # names it has are never changed
+    assert (qwen.num_experts, qwen.num_experts_per_tok) == (8, 2)
+    llama = AutoConfig.for_model("llama")
+    name_experts(llama, None)  # a dense model: nothing added
+    assert not hasattr(llama, "num_experts")
