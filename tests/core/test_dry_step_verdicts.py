@@ -15,6 +15,9 @@ def test_a_failed_step_is_an_error_with_the_trainers_message_the_architecture_an
     assert finding.level == "error" and finding.key == "method.kind" and finding.fix
     assert finding.message.startswith("lora on DeepseekV3ForCausalLM (deepseek_v3) failed its dry step")
     assert finding.message.endswith(answer["error"])
+    assert "dropout = 0" in finding.fix  # a failure seen before gets its fix
+    (unknown,) = dry_step.findings_of({"ok": False, "error": "KeyError: 'x'"}, _recipe(), "m")
+    assert "report it with this message" in unknown.fix
 
 
 def test_a_recipe_error_keeps_its_own_key_and_fix():

@@ -156,6 +156,22 @@ def method_recipe(name: str, kind: str) -> Recipe:
                                   "train": {"max_seq_len": 128}})
 
 
+# (a fragment of a trainer message, the method kinds it concerns or None for all, the fix): failures seen
+# beyond the rules, for the families the rules have not met yet
+KNOWN_FIXES = [
+    ("lora_dropout != 0", None, "set dropout = 0 in the LoRA table (method, or method.adapter), or target_modules "
+                                "to the attention linears only (peft adapts fused expert weights without dropout)"),
+    ("Sizes of tensors must match", {"prefix"}, "use method.kind = 'prompt' or 'ptuning' (virtual tokens at the "
+                                                "input), or 'lora': this attention layout does not take a prefix"),
+    ("without its mask", None, "set train.packing = false"),
+]
+
+
+def known_fix(error: str, kind: str) -> str | None:
+    return next((fix for fragment, kinds, fix in KNOWN_FIXES if fragment in error and (kinds is None or kind in kinds)),
+                None)
+
+
 def findings_of(answer: dict | None, recipe: Recipe, label: str) -> list[Finding]:
     """A verdict as preflight findings: an error with the trainer's message, or a note."""
     if answer is None:
@@ -168,8 +184,8 @@ def findings_of(answer: dict | None, recipe: Recipe, label: str) -> list[Finding
     if answer.get("ok"):
         return []
     kind = recipe.method.kind
-    fix = answer.get("fix") or ("a known failure of this architecture with this method: choose another method "
-                                "(`llmtui model` lists each one's verdict), or report it with this message")
+    fix = answer.get("fix") or known_fix(answer.get("error", ""), kind) or ("not a known failure: choose another method (`llmtui model PATH --dry` "
+                                "steps each one), or report it with this message")
     return [Finding("error", answer.get("key") or "method.kind",
                     f"{kind} on {label} failed its dry step (one training step on a shrunken copy of the model, "
                     f"before launch): {answer['error']}", fix)]
