@@ -43,3 +43,14 @@ def test_the_step_recipe_is_one_step_on_a_few_examples_of_the_recipes_own_data(t
     assert step["train"]["max_steps"] == 1 and step["train"]["eval_steps"] == 0 and step["train"]["micro_batch"] == 2
     assert step["train"]["max_seq_len"] == 256 and step["dataset"]["max_samples"] == 8
     assert step["launch"] == {"gpus": 1}
+
+
+@pytest.mark.slow  # a few seconds each on a busy 2-core machine (real weights: DeepSeek's vocabulary)
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "falcon", "stablelm", "phimoe"])
+def test_a_shrunken_copy_takes_a_forward_and_backward(model_type):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(shrink_config(AutoConfig.for_model(model_type)))
+    ids = torch.randint(0, 100, (1, 12))
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss) and model.get_input_embeddings().weight.grad is not None

@@ -63,7 +63,8 @@ def shrink_config(config):
             kv = getattr(c, kv_key)
             setattr(c, kv_key, _WIDTH["heads"] if kv >= heads else (1 if kv == 1 else 2))
     if isinstance(getattr(c, "head_dim", None), int) and "head_dim" in c.__dict__:  # not a derived property
-        c.head_dim = _WIDTH["head_dim"]
+        # latent attention (DeepSeek) ropes head_dim channels of each head: its rope part, shrunk below
+        c.head_dim = 8 if isinstance(getattr(c, "qk_rope_head_dim", None), int) else _WIDTH["head_dim"]
     for key in ("intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim"):
         if isinstance(getattr(c, key, None), int):
             setattr(c, key, _WIDTH["intermediate"])
