@@ -19,6 +19,7 @@ import json
 import os
 import tempfile
 import threading
+from collections import deque
 from importlib import metadata
 from pathlib import Path
 
@@ -96,7 +97,7 @@ def run_child(recipes: list[Recipe], base_dir: Path, timeout: float | None = Non
             paths.append(str(path))
         tool = ChildTool(TOOL, [str(Path(work) / "work"), *paths], cwd=base_dir)  # data paths as the launch reads them
         lines: list[str] = []
-        tail: list[str] = []
+        tail: deque[str] = deque(maxlen=20)  # the rest of its output: its last lines say why it ended
         limit = timeout if timeout is not None else timeout_s()
         timer = threading.Timer(limit, tool.cancel)
         timer.start()
@@ -109,7 +110,7 @@ def run_child(recipes: list[Recipe], base_dir: Path, timeout: float | None = Non
         row = json.loads(line[len(LINE_PREFIX):])
         answers[row["recipe"]] = row
     why = f"the dry step took over {limit:.0f}s" if outcome.cancelled else \
-        f"the dry step's process ended (exit {outcome.code}): {''.join(tail[-1:]).strip()[:300]}"
+        f"the dry step's process ended (exit {outcome.code}): {(tail[-1] if tail else '').strip()[:300]}"
     return [answers.get(p, {"error": why, "transient": True}) for p in paths]
 
 
