@@ -2,6 +2,7 @@
 
 - `llmtui_cache`: one cache (tiny model, tokenized data) for the whole session, child processes
   included: LLMTUI_CACHE points there from before the first test to the end of the session.
+  The dry step before launch is off (LLMTUI_DRY_STEP=0) unless a test turns it on.
 - `tiny_model`: the bundled tiny model, built once into that cache. Tests marked `slow` (they
   launch runs of it) or `tiny` get it built before they start, so no test pays for the build
   inside its own timeout and ranks never race to build it; child processes find it ready.
@@ -32,6 +33,9 @@ def llmtui_cache(tmp_path_factory):
         # DeepSpeed's op is built once per environment (the user's llmtui cache), not per session
         patch.setenv("TORCH_EXTENSIONS_DIR", torch_extensions_dir())
         patch.setenv("LLMTUI_CACHE", cache)
+        # the dry step before launch is off for the suite's many launches (tests/e2e/test_dry_step.py turns
+        # it on): each distinct recipe would pay for a child process of one real step
+        patch.setenv("LLMTUI_DRY_STEP", os.environ.get("LLMTUI_TEST_DRY_STEP", "0"))
         for var in OFFLINE:
             if var not in os.environ:
                 patch.setenv(var, "1")

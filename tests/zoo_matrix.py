@@ -4,7 +4,9 @@ accepted ones in one process (one rank, no launcher: the launcher adds nothing t
     python -m tests.zoo_matrix verdicts            # JSON lines: arch, method, verdict, first error
     python -m tests.zoo_matrix train OUT_DIR [ARCH|ARCH:METHOD ...]
                                                    # trains each accepted pair 3 steps (LLMTUI_ZOO_WORKERS
-                                                   # processes, default 2); JSON lines
+                                                   # processes, default 2); JSON lines. The families of
+                                                   # zoo.DRY_DECIDED are left to the dry step (one step each,
+                                                   # tests/e2e/test_dry_step.py) unless named
     python -m tests.zoo_matrix table               # the README's support table
 
 The README's support table is generated from `verdicts` (tests/test_zoo.py checks it is current).
@@ -149,6 +151,8 @@ def train_in_workers(pairs: list[tuple[str, str]], out: Path, workers: int) -> l
 
 
 def main(argv: list[str]) -> int:
+    from tuiapp.trainer.zoo import DRY_DECIDED
+
     if argv[:1] == ["verdicts"]:
         for row in verdicts(argv[1:2] or None):
             print(json.dumps(row), flush=True)
@@ -159,7 +163,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["train"] and len(argv) >= 2:
         out, only = Path(argv[1]), set(argv[2:])
         pairs = [(r["arch"], r["method"]) for r in verdicts(sorted({o.split(":")[0] for o in only}) or None)
-                 if r["verdict"] == "trains" and (not only or r["arch"] in only or f"{r['arch']}:{r['method']}" in only)]
+                 if r["verdict"] == "trains" and (r["arch"] in only or f"{r['arch']}:{r['method']}" in only
+                                                  or (not only and r["arch"] not in DRY_DECIDED))]
         for row in train_in_workers(pairs, out, int(os.environ.get("LLMTUI_ZOO_WORKERS", "2"))):
             print(json.dumps(row), flush=True)
         return 0

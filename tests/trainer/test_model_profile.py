@@ -17,7 +17,7 @@ from tuiapp.trainer.zoo import ZOO, zoo_config, zoo_profile
 
 pytestmark = pytest.mark.tiny
 ROOT = Path(__file__).resolve().parents[2]
-MOE = ("qwen3_moe", "mixtral", "olmoe")
+MOE = ("qwen3_moe", "mixtral", "olmoe", "deepseek_v3", "phimoe")
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +74,25 @@ def test_moe_lora_adapts_the_experts_only_without_dropout(profiles):
         recipe = zoo_recipe(arch, "lora")
         with_dropout = plan_model(profiles[arch], recipe, cuda=False, flash_installed=False)
         assert "experts" not in " ".join(with_dropout.lora_targets)
-        assert set(with_dropout.lora_targets) >= {"q_proj", "v_proj"}
+        assert set(with_dropout.lora_targets) >= set(profiles[arch].roles["attention"])
+        # peft moves linears named like the experts' old projections onto them (DeepSeek-V3's dense
+        # gate_proj/up_proj/down_proj): with dropout those stay out too (ValueError from lora.ParamWrapper)
+        renamed = set((profiles[arch].data["peft"] or {}).get("expert_names") or [])
+        assert not renamed & set(with_dropout.lora_targets), arch
         assert any("dropout = 0" in (f.fix or "") for f in with_dropout.findings)
         recipe.method.dropout = 0.0
         assert plan_model(profiles[arch], recipe, cuda=False, flash_installed=False).lora_targets == "all-linear"
         dora = zoo_recipe(arch, "dora")  # peft refuses DoRA on fused expert weights, dropout or not
         dora.method.dropout = 0.0
         assert "experts" not in " ".join(plan_model(profiles[arch], dora, cuda=False, flash_installed=False).lora_targets)
+
+
+def test_prefix_tuning_is_refused_for_latent_and_multi_query_attention(profiles):
+    for arch, words in (("deepseek_v3", "latent"), ("falcon", "multi-query")):
+        errors = plan_model(profiles[arch], zoo_recipe(arch, "prefix"), cuda=False, flash_installed=False).errors()
+        assert errors and words in errors[0].message and "prompt" in errors[0].fix, arch
+    for arch in ("llama", "qwen3", "mistral"):  # grouped-query heads that peft counts: accepted
+        assert not plan_model(profiles[arch], zoo_recipe(arch, "prefix"), cuda=False, flash_installed=False).errors()
 
 
 def test_unknown_lora_targets_are_refused_with_the_models_linears(profiles):
@@ -127,3 +139,22 @@ def test_moe_keys_are_refused_on_a_dense_model(profiles):
         errors = plan_model(profiles["llama"], dense, cuda=False, flash_installed=False).errors()
         assert errors and errors[0].key == f"model.{key}" and "not a mixture of experts" in errors[0].message
         assert not plan_model(profiles["qwen3_moe"], moe, cuda=False, flash_installed=False).errors()
+
+
+def test_expert_counts_reach_the_config_under_the_names_libraries_read(profiles):
+    """PhiMoE names its experts num_local_experts; TRL's load-balancing loss (DPO, KTO) reads
+    config.num_experts (AttributeError after launch). load_model gives the config the profile's counts."""
+    from transformers import AutoConfig
+
+    from tuiapp.trainer.moe import name_experts
+
+    phimoe = AutoConfig.for_model("phimoe", num_local_experts=4, num_experts_per_tok=2)
+    assert not hasattr(phimoe, "num_experts")
+    name_experts(phimoe, profiles["phimoe"].moe)
+    assert phimoe.num_experts == phimoe.num_local_experts == 4 and phimoe.num_experts_per_tok == 2
+    qwen = AutoConfig.for_model("qwen3_moe", num_experts=8, num_experts_per_tok=2)
+    name_experts(qwen, {"experts": 4, "active_experts": 1})  # names it has are never changed
+    assert (qwen.num_experts, qwen.num_experts_per_tok) == (8, 2)
+    llama = AutoConfig.for_model("llama")
+    name_experts(llama, None)  # a dense model: nothing added
+    assert not hasattr(llama, "num_experts")

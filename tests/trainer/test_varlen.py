@@ -5,7 +5,14 @@ examples run apart, no tokens × tokens mask while every layer runs per example,
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, DataCollatorWithFlattening, LlamaConfig, MistralConfig, Qwen2Config
+from transformers import (
+    AutoModelForCausalLM,
+    DataCollatorWithFlattening,
+    LlamaConfig,
+    MistralConfig,
+    Qwen2Config,
+    StableLmConfig,
+)
 from transformers.masking_utils import sdpa_mask
 
 from tuiapp.trainer import varlen
@@ -36,7 +43,9 @@ def _apart(model, examples) -> float:
     (MistralConfig(**SHAPE, sliding_window=64), True),  # every example inside the window: plain causal
     (MistralConfig(**SHAPE, sliding_window=16), False),  # one example is longer than the window
     (Qwen2Config(**SHAPE, use_sliding_window=True, sliding_window=16, max_window_layers=1), False),
-], ids=["llama", "llama-lora", "mistral-wide-window", "mistral-short-window", "qwen2-sliding-layers"])
+    # StableLM's decoder layer hands its attention no boundaries: it runs on those of the row (was a RuntimeError)
+    (StableLmConfig(**SHAPE), True),
+], ids=["llama", "llama-lora", "mistral-wide-window", "mistral-short-window", "qwen2-sliding-layers", "stablelm"])
 def test_packed_row_loses_what_its_examples_lose_apart(config, maskless, monkeypatch):
     varlen.install()
     torch.manual_seed(0)

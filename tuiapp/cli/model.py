@@ -26,6 +26,9 @@ def add_command(add) -> None:
     p.add_argument("model", help="a local model folder, a hub id in the HF cache, or 'tiny'")
     p.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code (trusted models)")
     p.add_argument("--json", action="store_true", help="print the profile and verdicts as one JSON document")
+    p.add_argument("--dry", nargs="*", metavar="KIND", default=None,
+                   help="also run the dry step (one real training step on a shrunken copy of the model) of every "
+                   "method the rules accept, or of the KINDs named; cached, as at preflight")
 
 
 def method_verdicts(profile: model_profile.ModelProfile, name: str) -> dict[str, dict]:
@@ -41,6 +44,23 @@ def method_verdicts(profile: model_profile.ModelProfile, name: str) -> dict[str,
         out[kind] = {"verdict": "refused" if errors else "trains",
                      "notes": [_finding(f) for f in (errors or notes)], "attention": plan.attention}
     return out
+
+
+def dry_verdicts(verdicts: dict[str, dict], name: str, label: str, only: list[str] | None = None) -> None:
+    """The dry step of each method the rules accept (`only` those named; one child for those not
+    cached), as preflight runs it: a method that fails it becomes 'refused' with the trainer's message."""
+    from tuiapp.core.prelaunch import dry_step
+
+    kinds = [k for k, v in verdicts.items() if v["verdict"] == "trains" and (not only or k in only)]
+    recipes = [dry_step.method_recipe(name, k) for k in kinds]
+    for kind, recipe, answer in zip(kinds, recipes, dry_step.verdicts(recipes, Path.cwd()), strict=True):
+        found = dry_step.findings_of(answer, recipe, label)
+        verdicts[kind]["dry"] = "skipped" if answer is None or answer.get("skipped") else \
+            ("passed" if answer.get("ok") else ("no verdict" if answer.get("transient") else "failed"))
+        errors = [f for f in found if f.level == "error"]
+        if errors:
+            verdicts[kind]["verdict"] = "refused"
+            verdicts[kind]["notes"] = [_finding(f) for f in errors]
 
 
 def _finding(f: Finding) -> dict:
@@ -73,6 +93,14 @@ def cmd_model(args) -> int:
         print(f"error: {exc.message}\n  fix: {fix}", file=sys.stderr)
         return EXIT_BAD_INPUT
     verdicts = method_verdicts(profile, args.model)
+    dry = getattr(args, "dry", None)
+    if dry is not None:
+        unknown = [k for k in dry if k not in verdicts]
+        if unknown:
+            print(f"error: --dry {' '.join(unknown)}: not a method kind\n  fix: use some of {', '.join(verdicts)}",
+                  file=sys.stderr)
+            return EXIT_BAD_INPUT
+        dry_verdicts(verdicts, args.model, profile.label, dry)
     if args.json:
         write_document(sys.stdout, {"model": args.model, "profile": profile.data, "methods": verdicts})
         return EXIT_OK
@@ -125,7 +153,8 @@ def describe_verdicts(verdicts: dict[str, dict]) -> str:
     for kind, v in verdicts.items():
         mark = "ok " if v["verdict"] == "trains" else "no "
         first = v["notes"][0]["message"] if v["notes"] else ""
-        lines.append(f"    {mark}{kind:<14}{first}")
+        dry = f"[dry step {v['dry']}] " if v.get("dry") else ""
+        lines.append(f"    {mark}{kind:<14}{dry}{first}")
         if v["verdict"] == "refused" and v["notes"][0].get("fix"):
             lines.append(f"    {'':<17}fix: {v['notes'][0]['fix']}")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.estimate import adapter_base
 from tuiapp.core.plan.model_profile import ModelPlan, ModelProfile, plan_model, raise_for_errors
 from tuiapp.core.prelaunch.model_check import FINAL_INFO
-from tuiapp.trainer import bottleneck, templates, torch_varlen, varlen
+from tuiapp.trainer import bottleneck, moe, templates, torch_varlen, varlen
 from tuiapp.trainer.profile import profile
 from tuiapp.trainer.tiny import default_cache_dir  # noqa: F401 (re-exported)
 
@@ -145,6 +145,8 @@ def load_model(recipe: Recipe, path: str, precision: str):
     torch_varlen.install()  # torch's varlen kernels on packed rows (model_plan picks them on CUDA)
     model = _load_model(recipe, path, precision)
     model.config.use_cache = False
+    profile_ = model_profile(path, recipe.model.trust_remote_code)  # expert counts under every family's name
+    moe.name_experts(model.config, profile_.moe if profile_ is not None else None)
     varlen.skip_packed_mask(model)  # and without the mask over the row that no layer reads
     torch_varlen.mark_packed_rows(model)
     return model

@@ -15,6 +15,19 @@ import torch
 from transformers import TrainerCallback
 
 
+def name_experts(config, moe: dict | None) -> None:
+    """The profile's normalised expert counts also under the names libraries read directly (TRL's
+    load-balancing loss reads `config.num_experts`; PhiMoE and Mixtral call it num_local_experts,
+    DeepSeek n_routed_experts). Only names the config lacks are added; nothing else changes."""
+    if not moe:
+        return
+    for name, value in (("num_experts", moe["experts"]), ("num_experts_per_tok", moe["active_experts"])):
+        try:
+            getattr(config, name)
+        except AttributeError:
+            setattr(config, name, value)
+
+
 def routers(model) -> list[torch.nn.Module]:
     """The router modules of a mixture-of-experts model (transformers' *TopKRouter / *Router)."""
     return [m for m in model.modules() if type(m).__name__.endswith("Router") and hasattr(m, "weight")]

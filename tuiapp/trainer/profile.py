@@ -101,17 +101,59 @@ def tokenizer_facts(path: str, trust_remote_code: bool) -> dict | None:
     }
 
 
-def _peft_facts(model_type: str) -> dict:
+def _peft_facts(config) -> dict:
     from peft.tuners.adaption_prompt.config import TRANSFORMERS_MODEL_CONFIG
     from peft.utils.constants import (
         TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING,
         TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING,
     )
 
+    model_type = config.model_type
     return {"llama_adapter": model_type in TRANSFORMERS_MODEL_CONFIG,
             "llama_adapter_types": sorted(TRANSFORMERS_MODEL_CONFIG),
             "ia3_targets": TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING.get(model_type),
-            "ia3_feedforward": TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING.get(model_type)}
+            "ia3_feedforward": TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING.get(model_type),
+            "expert_names": _peft_expert_names(model_type),
+            "prefix_kv_heads": _peft_prefix_heads(config)}
+
+
+def _peft_expert_names(model_type: str) -> list[str]:
+    """The linear names peft moves onto a mixture's fused expert parameters (its transformers v4 -> v5
+    renames: DeepSeek-V3's gate_proj/up_proj/down_proj become experts.gate_up_proj/down_proj, even where
+    a dense MLP or shared expert has linears of those names). peft's own table; [] where it has none."""
+    try:
+        from peft.utils import transformers_weight_conversion as conversion
+
+        base = conversion._MODEL_TO_CONVERSION_PATTERN.get(model_type)
+        return sorted(conversion._MOE_TARGET_MODULE_MAPPING.get(base) or {})
+    except (ImportError, AttributeError):
+        return []
+
+
+def _peft_prefix_heads(config) -> int | None:
+    """The key/value heads peft's prefix tuning gives each layer's learned past (its own reading of the
+    config), to set beside the heads the attention has (kv_heads)."""
+    try:
+        import peft
+        from peft.utils.other import _prepare_prompt_learning_config
+
+        prefix = _prepare_prompt_learning_config(peft.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=1),
+                                                 config)
+        return int(prefix.num_attention_heads)
+    except Exception:  # noqa: BLE001 - a config peft cannot read: prefix tuning is left to the dry step
+        return None
+
+
+def _kv_layout(config) -> dict:
+    """Attention heads under the names families give them: query heads, key/value heads (grouped or
+    multi-query), and whether keys and values come from a compressed latent (MLA, DeepSeek)."""
+    heads = next((getattr(config, k) for k in ("num_attention_heads", "n_head", "num_heads")
+                  if isinstance(getattr(config, k, None), int)), None)
+    kv = next((getattr(config, k) for k in ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
+               if isinstance(getattr(config, k, None), int)), None)
+    if getattr(config, "multi_query", False) and not getattr(config, "new_decoder_architecture", False):
+        kv = 1  # Falcon's multi-query attention names no key/value head count
+    return {"heads": heads, "kv_heads": kv or heads, "latent": bool(getattr(config, "kv_lora_rank", None))}
 
 
 def profile_config(config, *, trust_remote_code: bool = False) -> dict:
@@ -172,7 +214,8 @@ def profile_config(config, *, trust_remote_code: bool = False) -> dict:
         "attention": supported_attention(model_class),
         "attention_facts": attention_facts(config),
         "sequence_classification": config.model_type in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
-        "peft": _peft_facts(config.model_type),
+        "peft": _peft_facts(config),
+        "kv": _kv_layout(config),
     }
 
 

@@ -28,7 +28,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 _bounds_of: dict = {"tensor": None, "list": None}  # one host read of the boundaries per forward
-_maskless_row: dict = {"tokens": None}  # the length of the flattened row the forward now runs without a mask
+# the flattened row the forward now runs without a mask: its length and its examples' boundaries
+_maskless_row: dict = {"tokens": None, "bounds": None}
 
 
 def _boundaries(cu_seq_lens: torch.Tensor) -> list[int]:
@@ -42,12 +43,18 @@ def _longest(bounds: list[int]) -> int:
 
 
 def _example_bounds(module, query, key, kwargs) -> list[int] | None:
-    """The packed examples' boundaries in this row, or None where sdpa should run as it is."""
+    """The packed examples' boundaries in this row, or None where sdpa should run as it is. A layer
+    whose attention is not handed the boundaries (StableLM's decoder layer passes no extra keywords)
+    gets those of the maskless row its forward runs: that row has no mask to fall back to."""
     cu_seq_lens = kwargs.get("cu_seq_lens_q")
-    if (cu_seq_lens is None or query.shape[0] != 1 or kwargs.get("position_bias") is not None
-            or kwargs.get("cache") is not None):
+    if query.shape[0] != 1 or kwargs.get("position_bias") is not None or kwargs.get("cache") is not None:
         return None
-    bounds = _boundaries(cu_seq_lens)
+    if cu_seq_lens is not None:
+        bounds = _boundaries(cu_seq_lens)
+    elif _maskless_row["tokens"] == query.shape[2] and _maskless_row["bounds"] is not None:
+        bounds = _maskless_row["bounds"]
+    else:
+        return None
     window = getattr(module, "sliding_window", None) or kwargs.get("sliding_window")
     if window and _longest(bounds) > window:  # within the window a sliding layer is plain causal
         return None
@@ -105,14 +112,14 @@ def skip_packed_mask(model) -> None:
 
     def note_row(module, args, kwargs):
         cu_seq_lens = kwargs.get("cu_seq_lens_q")
-        _maskless_row["tokens"] = None
+        _maskless_row["tokens"] = _maskless_row["bounds"] = None
         if cu_seq_lens is not None and getattr(module.config, "_attn_implementation", None) == "sdpa":
             bounds = _boundaries(cu_seq_lens)
             if not window or _longest(bounds) <= window:
-                _maskless_row["tokens"] = bounds[-1]
+                _maskless_row["tokens"], _maskless_row["bounds"] = bounds[-1], bounds
 
     def forget_row(module, args, kwargs, output):
-        _maskless_row["tokens"] = None
+        _maskless_row["tokens"] = _maskless_row["bounds"] = None
 
     decoder.register_forward_pre_hook(note_row, with_kwargs=True)
     decoder.register_forward_hook(forget_row, with_kwargs=True, always_call=True)

@@ -39,7 +39,18 @@ ZOO: dict[str, dict] = {
     "qwen3_moe": dict(_DECODER, **_MOE, decoder_sparse_step=1, mlp_only_layers=[]),
     "mixtral": dict(_DECODER, num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
     "olmoe": dict(_DECODER, **{k: v for k, v in _MOE.items() if k != "moe_intermediate_size"}),
+    # beyond the first zoo: layouts the rules above did not foresee (issue: packed sdpa reached another way,
+    # MLA attention with fused experts, multi-query attention, num_local_experts under another name)
+    "stablelm": {k: v for k, v in _DECODER.items() if k != "head_dim"},
+    "deepseek_v3": dict(_DECODER, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=32,
+                        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, head_dim=8),
+    "falcon": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "multi_query": True,
+               "new_decoder_architecture": False, "ffn_hidden_size": 128, "max_position_embeddings": 512},
+    "phimoe": dict(_DECODER, num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
 }
+# families whose pairs the dry step decides (one step on the zoo model) rather than 3-step trainings
+DRY_DECIDED = frozenset({"stablelm", "deepseek_v3", "falcon", "phimoe"})
 
 
 def definition_version(arch: str) -> str:
@@ -66,7 +77,7 @@ def zoo_config(arch: str, vocab_size: int, eos: int, pad: int):
     from transformers import AutoConfig
 
     overrides = dict(ZOO[arch])
-    if arch == "gpt2":
+    if arch in ("gpt2", "falcon", "stablelm"):
         overrides.pop("head_dim", None)
     ids = {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": overrides.pop("pad_token_id", pad)}
     return AutoConfig.for_model(arch, vocab_size=vocab_size, **ids, **overrides)

@@ -30,8 +30,9 @@ class ToolOutcome:
 class ChildTool:
     """One run of a trainer tool; `run` blocks (call it from a thread), `cancel` from any thread."""
 
-    def __init__(self, module: str, argv: list[str]) -> None:
+    def __init__(self, module: str, argv: list[str], cwd: str | os.PathLike | None = None) -> None:
         self.argv = [sys.executable, "-m", module, *argv]
+        self.cwd = cwd
         self._proc: subprocess.Popen | None = None
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
@@ -42,7 +43,7 @@ class ChildTool:
                 return ToolOutcome(code=-signal.SIGTERM, cancelled=True)
             self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True, errors="replace",
-                                          start_new_session=True)
+                                          start_new_session=True, cwd=self.cwd)
         errors: list[str] = []
         assert self._proc.stdout is not None
         for line in self._proc.stdout:

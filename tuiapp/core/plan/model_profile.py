@@ -23,7 +23,7 @@ from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.config.recipe import CHAT_TEMPLATES, Recipe, packing_enabled
 
-PROFILE_VERSION = "3"  # 3: attention_facts (head dim, sliding window, softcap)
+PROFILE_VERSION = "4"  # 3: expert counts under every family's name; 4: attention_facts (head dim, sliding window, softcap)
 PROFILE_TIMEOUT_S = 180.0
 CONFIG_FILE = "config.json"
 # config sizes that must be positive integers when present
@@ -292,15 +292,19 @@ def _adapter_targets(profile: ModelProfile, method, key: str) -> tuple[list[str]
     experts = profile.expert_parameters
     if targets == "all-linear":
         # peft wraps fused expert weights in a ParamWrapper, which refuses dropout and DoRA
-        dense = sorted(profile.roles.get("attention", []) + profile.roles.get("mlp", []))
+        # peft also moves linears named like the experts' v4 projections onto them: those stay out too
+        renamed = set(_expert_names(profile))
+        dense = sorted(n for n in profile.roles.get("attention", []) + profile.roles.get("mlp", []) if n not in renamed)
+        left = sorted(set(profile.roles.get("mlp", [])) & renamed)
+        also = f" (not {', '.join(left)}: peft would move those names onto the fused experts)" if left else ""
         if experts and method.dropout > 0:
             return dense, [Finding("info", f"{key}.target_modules", f"{profile.label} keeps its experts' weights "
                                    f"in fused tensors, which peft adapts only with dropout 0: LoRA goes on the "
-                                   f"attention{' and dense MLP' if profile.roles.get('mlp') else ''} linears "
-                                   f"({', '.join(dense)})", f"set {key}.dropout = 0 to adapt the experts too")]
+                                   f"attention{' and dense MLP' if set(profile.roles.get('mlp', [])) - renamed else ''} "
+                                   f"linears ({', '.join(dense)}){also}", f"set {key}.dropout = 0 to adapt the experts too")]
         if experts and method.kind != "lora":
             return dense, [Finding("info", f"{key}.target_modules", f"{method.kind} cannot adapt the fused expert "
-                                   f"weights of {profile.label}: it goes on {', '.join(dense)}",
+                                   f"weights of {profile.label}: it goes on {', '.join(dense)}{also}",
                                    "use kind = 'lora' to adapt the experts too")]
         return "all-linear", []
     known = profile.linear_names
@@ -309,7 +313,38 @@ def _adapter_targets(profile: ModelProfile, method, key: str) -> tuple[list[str]
         return targets, [Finding("error", f"{key}.target_modules", f"{', '.join(unknown)} match no linear layer of "
                                  f"{profile.label} (its linears: {', '.join(sorted(known))})",
                                  f"set {key}.target_modules to some of those, or 'all-linear'")]
+    onto_experts = [t for t in targets if t in _expert_names(profile) or any(t == e.split(".")[-1] for e in experts)]
+    if experts and onto_experts and (method.dropout > 0 or method.kind != "lora"):
+        why = "dropout" if method.dropout > 0 else method.kind
+        return targets, [Finding("error", f"{key}.target_modules", f"{', '.join(onto_experts)} on {profile.label} "
+                                 f"adapt its fused expert weights, which peft cannot do with {why}",
+                                 f"set {key}.dropout = 0 and kind = 'lora', or leave {', '.join(onto_experts)} out")]
     return targets, []
+
+
+def _expert_names(profile: ModelProfile) -> list[str]:
+    return list((profile.data.get("peft") or {}).get("expert_names") or []) if profile.expert_parameters else []
+
+
+def prefix_findings(profile: ModelProfile, recipe: Recipe) -> list[Finding]:
+    """Prefix tuning hands each layer a learned past of one key/value shape, sized as peft reads the
+    config: attention whose keys and values come from a latent (MLA), or with other key/value heads
+    than peft counts (Falcon's multi-query, named its own way), cannot take it."""
+    if recipe.method.kind != "prefix":
+        return []
+    kv = profile.data.get("kv") or {}
+    fix = "use method.kind = 'prompt' or 'ptuning' (virtual tokens at the input), or 'lora'"
+    if kv.get("latent"):
+        return [Finding("error", "method.kind", f"{profile.label} computes its keys and values from a compressed "
+                        "latent (multi-head latent attention), which has no per-head past for prefix tuning to "
+                        "extend", fix)]
+    counted = (profile.data.get("peft") or {}).get("prefix_kv_heads")
+    if counted and kv.get("kv_heads") and counted != kv["kv_heads"]:
+        layout = "multi-query attention (one key/value head)" if kv["kv_heads"] == 1 else \
+            f"{kv['kv_heads']} key/value heads"
+        return [Finding("error", "method.kind", f"{profile.label} has {layout}, and peft's prefix tuning would "
+                        f"give each layer a past of {counted} heads", fix)]
+    return []
 
 
 def _ia3_targets(profile: ModelProfile, method) -> tuple[list[str] | None, list[str] | None, list[Finding]]:
@@ -415,8 +450,8 @@ def plan_model(profile: ModelProfile, recipe: Recipe, *, cuda: bool, flash_insta
                                         precision=precision or recipe.train.precision, packed=packed,
                                         varlen_kernel=varlen_kernel)
     methods, chosen = method_findings(profile, recipe)
-    plan = ModelPlan(attention=attention, findings=found + methods + template_findings(profile, recipe)
-                     + context_findings(profile, recipe), **chosen)
+    plan = ModelPlan(attention=attention, findings=found + methods + prefix_findings(profile, recipe)
+                     + template_findings(profile, recipe) + context_findings(profile, recipe), **chosen)
     plan.kernels = {"attention": attention_kernel(attention, cuda=cuda, packed=packed)}
     if recipe.model.router_aux_loss_coef is not None and not profile.moe:
         plan.findings.append(Finding("error", "model.router_aux_loss_coef", f"{profile.label} is not a mixture of "

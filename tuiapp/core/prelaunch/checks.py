@@ -14,7 +14,7 @@ from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe
 from tuiapp.core.data import datasets
 from tuiapp.core.machine import gpus
 from tuiapp.core.plan import estimate, model_profile, probe
-from tuiapp.core.prelaunch import model_check, preference, preflight, rl, vision_checks
+from tuiapp.core.prelaunch import dry_step, model_check, preference, preflight, rl, vision_checks
 from tuiapp.core.store.runs import RunStore
 
 
@@ -155,6 +155,9 @@ def before_launch(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Findi
     config = model_config(recipe, base_dir)
     findings += preflight.run_preflight(recipe, store.root, config, free_bytes=free)
     findings += preference.adapter_findings(recipe, config)
+    if not has_errors(findings):  # last: one real step on a shrunken copy of the model (cached)
+        profile = profile_of(recipe, base_dir)
+        findings += dry_step.dry_findings(recipe, base_dir, profile.label if profile is not None else None)
     unique = {(f.level, f.key, f.message): f for f in findings}
     return list(unique.values())
 

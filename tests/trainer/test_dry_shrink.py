@@ -1,0 +1,56 @@
+"""trainer.dry's shrunken copy: transformers' own full-size configs of the families found beyond the zoo,
+shrunk to two layers and a width of 64, keep their class and their attention and expert layout."""
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from tuiapp.trainer.dry import shrink_config, step_recipe
+from tuiapp.trainer.profile import _kv_layout, _moe_facts
+
+
+@pytest.mark.parametrize("model_type", ["stablelm", "deepseek_v3", "falcon", "phimoe", "qwen3_moe", "gemma2"])
+def test_a_shrunken_copy_keeps_the_class_and_the_layout(model_type):
+    full = AutoConfig.for_model(model_type)
+    small = shrink_config(full)
+    assert small is not full and type(small) is type(full)
+    assert full.num_hidden_layers > 2 and small.num_hidden_layers == 2 and small.hidden_size == 64
+    kv_full, kv_small = _kv_layout(full), _kv_layout(small)
+    assert kv_small["latent"] == kv_full["latent"]
+    assert (kv_small["kv_heads"] == 1) == (kv_full["kv_heads"] == 1)  # multi-query stays multi-query
+    assert (kv_small["kv_heads"] < kv_small["heads"]) == (kv_full["kv_heads"] < kv_full["heads"])  # grouped
+    assert bool(_moe_facts(small)) == bool(_moe_facts(full))
+    if getattr(full, "first_k_dense_replace", None):
+        assert small.first_k_dense_replace == 1  # a dense layer, then one of experts
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(small)
+    assert sum(p.numel() for p in model.parameters()) < 30_000_000  # the vocabulary is most of it
+
+
+def test_a_small_model_is_kept_as_it_is():
+    config = AutoConfig.for_model("llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+    assert shrink_config(config) is config
+
+
+def test_the_step_recipe_is_one_step_on_a_few_examples_of_the_recipes_own_data(tmp_path):
+    data = {"name": "x", "model": {"name": "big"}, "dataset": {"name": "data/train.jsonl", "eval_split": 0.1},
+            "method": {"kind": "lora", "rank": 8}, "train": {"max_steps": 1000, "micro_batch": "auto",
+                                                             "eval_steps": 50, "max_seq_len": 4096},
+            "launch": {"gpus": 8, "zero_stage": 3}}
+    step = step_recipe(data, tmp_path / "small")
+    assert step["method"] == data["method"] and step["dataset"]["name"] == "data/train.jsonl"
+    assert step["model"]["name"] == str(tmp_path / "small")
+    assert step["train"]["max_steps"] == 1 and step["train"]["eval_steps"] == 0 and step["train"]["micro_batch"] == 2
+    assert step["train"]["max_seq_len"] == 256 and step["dataset"]["max_samples"] == 8
+    assert step["launch"] == {"gpus": 1}
+
+
+@pytest.mark.slow  # a few seconds each on a busy 2-core machine (real weights: DeepSeek's vocabulary)
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "falcon", "stablelm", "phimoe"])
+def test_a_shrunken_copy_takes_a_forward_and_backward(model_type):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(shrink_config(AutoConfig.for_model(model_type)))
+    ids = torch.randint(0, 100, (1, 12))
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss) and model.get_input_embeddings().weight.grad is not None
