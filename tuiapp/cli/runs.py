@@ -13,7 +13,7 @@ from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.config.recipe import batching_label
 from tuiapp.core.prelaunch import rl
-from tuiapp.core.run_folder import runstate
+from tuiapp.core.run_folder import provenance, runstate
 from tuiapp.core.run_folder.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
 from tuiapp.core.run_folder.rundir import attempt_count, duration_s, first_started
@@ -114,7 +114,8 @@ def cmd_show(args) -> int:
     rows = dedupe_steps(train_rows(run.metrics()))
     if args.json:
         print(json.dumps({"run": run.record.to_json(), "summary": row, "metrics_rows": len(rows),
-                          "source_tokens": source_tokens(rows[-1]) if rows else {}}, indent=2, default=str))
+                          "source_tokens": source_tokens(rows[-1]) if rows else {},
+                          "provenance": provenance.read(run.path)}, indent=2, default=str))
         return EXIT_OK
     print(f"{run.id}  [{run.status}]  {run.record.method} on {row['model']}  data {row['dataset']}")
     print(f"  path      {run.path}")
@@ -144,6 +145,8 @@ def cmd_show(args) -> int:
         print("  reason    " + str(run.record.reason).replace("\n", "\n            "))
     if run.final_path.is_dir():
         print(f"  final     {run.final_path}")
+    for line in provenance.lines(provenance.read(run.path)):
+        print(line)
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import tomllib
 
-from tuiapp.core.run_folder import evals
+from tuiapp.core.run_folder import evals, provenance
 from tuiapp.core.run_folder.metrics import JsonlReader, preference_best
 from tuiapp.core.run_folder.rundata import RunData, Series, columns_cache, read_run_data
 from tuiapp.core.run_folder.rundir import RECIPE_TOML
@@ -80,7 +80,15 @@ def load_compare_run(path: Path) -> CompareRun:
     run = Run(path).load()
     data, reader = read_run_data(run.metrics_path, columns_cache(path))
     row = row_from_record(path, run.record, meta.read_meta(path))
-    return CompareRun(path.name, summary_row(row, data), read_frozen_recipe(run), data, path=path, reader=reader)
+    return CompareRun(path.name, summary_row(row, data), with_provenance(read_frozen_recipe(run), path), data,
+                      path=path, reader=reader)
+
+
+def with_provenance(recipe: dict, path: Path) -> dict:
+    """The recipe and, under `provenance`, where and with what the run was made (versions,
+    machine, data fingerprint): a changed package version is a differing key of the config diff."""
+    made = provenance.environment(provenance.read(path))
+    return {**recipe, "provenance": made} if made else recipe
 
 
 def prune_columns_cache(runs_root: Path) -> int:
