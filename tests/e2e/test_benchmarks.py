@@ -104,7 +104,7 @@ def test_judge_against_the_base_with_a_served_run_as_judge(tmp_path_factory, tmp
         assert text.returncode == 0, text.stderr[-3000:]
         assert "mean rating" in text.stdout and "saved " in text.stdout
         shown = llmtui("show", path.name, runs_dir=tmp_path, check=True).stdout
-        assert "judge     against base" in shown
+        assert "judge     rated by" in shown and "mean rating" in shown  # the latest: the single-answer one
     finally:
         served.stop(path, grace_s=5)
     # a run that is not served is refused before any model loads

@@ -31,7 +31,7 @@ FINAL_STAGING = ".final-staging"
 SUPERVISOR_LOCK = ".supervisor.lock"  # held by the run's supervisor while it lives (machine.runlock)
 PROVENANCE_JSON = "provenance.json"  # what made the run: versions, machine, data fingerprint, seed, recipe
 BENCH_DIR = "bench"  # `llmtui eval --benchmark`: one JSON per evaluation (core.run_folder.benchmarks)
-JUDGE_DIR = "judge"  # `llmtui eval --judge`: one JSON per judged comparison (core.run_folder.judging)
+JUDGE_DIR = "judge"  # `llmtui eval --judge`: one JSON per judged comparison (core.after.judging)
 
 
 def lock_path(run_dir: Path, node_rank: int | None = None) -> Path:
