@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from tuiapp.core.after.chat import ChatSession
+from tuiapp.core.after.targets import model_target, require_base
 from tuiapp.core.common.errors import RunError, UserError
 from tuiapp.core.data.demo_data import facts_eval_pairs
 from tuiapp.core.run_folder import stamped
@@ -251,8 +253,6 @@ def plan(run_dir: Path, request: JudgeRequest, store: RunStore, base_dir: Path |
         raise UserError(message=f"unknown judge mode '{request.mode}'", key="--judge-mode", fix="pairwise or single")
     if request.limit < 0:
         raise UserError(message="--limit counts prompts", fix="0 (all) or more")
-    from tuiapp.core.after.targets import model_target, require_base
-
     target = model_target(run_dir, None, purpose="be judged")
     against_dir = None
     against = request.against.strip() or "base"
@@ -296,9 +296,7 @@ def _answers(session_of: Callable, run_dir: Path, models: list[str], prompts: li
     return out
 
 
-def _chat_session(run_dir: Path, models: list[str]):
-    from tuiapp.core.after.chat import ChatSession
-
+def _chat_session(run_dir: Path, models: list[str]) -> ChatSession:
     return ChatSession(run_dir, None, load=models)
 
 
