@@ -64,3 +64,17 @@ def vlm_run(tmp_path_factory) -> Path:
             f"train.max_steps={VLM_STEPS}", f"train.learning_rate={VLM_LR}", "train.save_steps=0",
             "train.eval_steps=0", "train.seed=0"])
     return _made["vlm"]
+
+
+BENCH_STEPS, BENCH_EVERY, BENCH_LIMIT = 8, 4, 12
+
+
+def bench_run(tmp_path_factory) -> Path:
+    """recipes/tiny-sft-bench.toml made short: 8 steps, an evaluation (with the demo benchmark,
+    12 questions) at steps 4 and 8, checkpoints 4 and 8. Shared by the benchmark and judge tests."""
+    if "bench" not in _made:
+        root = tmp_path_factory.mktemp("after-bench")
+        _made["bench"] = _train(root, "recipes/tiny-sft-bench.toml", [
+            f"train.max_steps={BENCH_STEPS}", f"train.eval_steps={BENCH_EVERY}", f"train.save_steps={BENCH_EVERY}",
+            f"eval.benchmarks.0.limit={BENCH_LIMIT}"])
+    return _made["bench"]

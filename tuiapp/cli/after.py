@@ -9,13 +9,14 @@ import importlib.util
 import sys
 import time
 
+from tuiapp.cli import judge
 from tuiapp.cli.shared import json_document, print_err
-from tuiapp.core.after import evaluation
+from tuiapp.core.after import benchmarking, evaluation
 from tuiapp.core.after.chat import ChatSession, check_image, check_overrides, image_label
 from tuiapp.core.common.child_tool import ChildTool
 from tuiapp.core.common.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
 from tuiapp.core.data.datasets import FORMATS
-from tuiapp.core.run_folder import evals
+from tuiapp.core.run_folder import benchmarks, evals
 from tuiapp.core.store.runs import RunStore
 
 EXIT_COMMANDS = ("/quit", "/exit")
@@ -218,7 +219,26 @@ def _evaluate(args) -> dict:
     return evaluation.run(planned, _echo)
 
 
+def _benchmark(args) -> dict:
+    run = RunStore(args.runs_dir).get(args.run)
+    request = benchmarking.BenchRequest(tasks=list(args.benchmark), checkpoints=args.checkpoints,
+                                        checkpoint=args.checkpoint, no_base=args.no_base, limit=args.limit,
+                                        num_fewshot=args.num_fewshot, chat_template=args.chat_template)
+    planned = benchmarking.plan(run.path, request)  # every check, before any work
+    print(planned.summary, file=sys.stderr, flush=True)
+    return benchmarking.run(planned, _echo)
+
+
 def cmd_eval(args) -> int:
+    if args.judge:
+        return judge.cmd_judge(args)
+    if args.benchmark:
+        if args.json:
+            return json_document(lambda: _benchmark(args))
+        result = _benchmark(args)
+        print("\n".join(benchmarks.table(result)))
+        print(f"saved {result['path']}")
+        return EXIT_OK
     if not args.json:
         result = _evaluate(args)
         print("\n".join(evals.table(result)))
@@ -278,6 +298,15 @@ def add_commands(add) -> None:
                    "and ROUGE-L (0 = none)")
     p.add_argument("--tasks", default="", help="lm-evaluation-harness tasks, comma-separated (package and data "
                    "must be here)")
+    p.add_argument("--benchmark", action="append", default=None, metavar="TASK_OR_YAML", help="instead of held-out "
+                   "data: an lm-eval task (registry name, a task YAML over local files, or demo:facts-mc) scored on "
+                   "the final model and its base, saved in runs/<id>/bench/ (repeat for more)")
+    p.add_argument("--checkpoints", choices=("final", "all"), default="final", help="with --benchmark: all = a "
+                   "score per kept checkpoint too")
+    p.add_argument("--num-fewshot", type=int, default=0, help="with --benchmark: examples before each question")
+    p.add_argument("--chat-template", action="store_true", help="with --benchmark: questions through the chat "
+                   "template")
+    judge.add_flags(p)
     p.add_argument("--json", action="store_true")
 
     p = add("export-metrics", cmd_export_metrics, "write a run's metrics as TensorBoard event files")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuiapp.cli import after, cache, export, manage, merge, model, probe, recipe, run, runs, serve, serve_ui
+from tuiapp.cli import after, cache, export, manage, merge, model, probe, recipe, reproduce, run, runs, serve, serve_ui
 from tuiapp.core.common.errors import exit_code
 
 
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     manage.add_commands(add)  # queue, sweep, tag, note, rename, archive, delete, trash
     runs.add_show(add)
     run.add_control(add)  # stop, resume, doctor
+    reproduce.add_command(add)
     recipe.add_data(add)
     export.add_command(add)
     merge.add_command(add)

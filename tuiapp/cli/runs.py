@@ -9,11 +9,12 @@ import time
 
 from tuiapp.cli import scale
 from tuiapp.cli.shared import print_err
+from tuiapp.core.after import judging
 from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.config.recipe import batching_label
 from tuiapp.core.prelaunch import rl
-from tuiapp.core.run_folder import runstate
+from tuiapp.core.run_folder import benchmarks, provenance, runstate
 from tuiapp.core.run_folder.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
 from tuiapp.core.run_folder.rundir import attempt_count, duration_s, first_started
@@ -114,7 +115,10 @@ def cmd_show(args) -> int:
     rows = dedupe_steps(train_rows(run.metrics()))
     if args.json:
         print(json.dumps({"run": run.record.to_json(), "summary": row, "metrics_rows": len(rows),
-                          "source_tokens": source_tokens(rows[-1]) if rows else {}}, indent=2, default=str))
+                          "source_tokens": source_tokens(rows[-1]) if rows else {},
+                          "benchmarks": benchmarks.latest_scores(run.metrics()),
+                          "bench_eval": benchmarks.latest(run.path),
+                          "provenance": provenance.read(run.path)}, indent=2, default=str))
         return EXIT_OK
     print(f"{run.id}  [{run.status}]  {run.record.method} on {row['model']}  data {row['dataset']}")
     print(f"  path      {run.path}")
@@ -144,7 +148,28 @@ def cmd_show(args) -> int:
         print("  reason    " + str(run.record.reason).replace("\n", "\n            "))
     if run.final_path.is_dir():
         print(f"  final     {run.final_path}")
+    for line in bench_lines(run):
+        print(line)
+    for line in provenance.lines(provenance.read(run.path)):
+        print(line)
     return EXIT_OK
+
+
+def bench_lines(run) -> list[str]:
+    """The benchmarks scored while training (the last evaluation's) and the latest `llmtui eval --benchmark`."""
+    out = []
+    during = benchmarks.latest_scores(run.metrics())
+    for task, metrics in during.items():
+        out.append(f"  bench     {task}: " + ", ".join(f"{m} {v:.4f}" for m, v in metrics.items()) + " (last eval)")
+    after = benchmarks.latest(run.path)
+    if after:
+        out.append("  bench     llmtui eval --benchmark:")
+        out += ["    " + line for line in benchmarks.table(after)]
+    judged = judging.results(run.path)
+    if judged:
+        first, *rest = judging.summary_lines(judged[-1])
+        out += [f"  judge     {first}", *(f"          {line}" for line in rest)]
+    return out
 
 
 def _nothing_shown(runs: list, args) -> str:

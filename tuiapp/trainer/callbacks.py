@@ -320,6 +320,7 @@ class RunRecorder(TrainerCallback):
         self._others: dict = {}  # rank 0: the other ranks' latest memory files
         self.rank = int(os.environ.get("RANK", "0"))
         self.samples: list[dict] = []
+        self.extra_eval: dict = {}  # what other callbacks add to the next eval row (benchmark scores)
         self._eval_batches = 0  # batches of the evaluation under way, and when its progress was written
         self._eval_started = self._eval_written = 0.0
 
@@ -472,6 +473,7 @@ class RunRecorder(TrainerCallback):
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         self._eval_batches = 0
+        extra, self.extra_eval = self.extra_eval, {}
         if not self._is_writer(state) or self.metrics is None:
             return
         self._flush(state)  # the agreement settled in its own on_evaluate, called first
@@ -480,6 +482,7 @@ class RunRecorder(TrainerCallback):
         if isinstance(loss, (int, float)) and math.isfinite(loss) and self.loss_is_nll:
             row["perplexity"] = math.exp(min(loss, 50.0))
         row.update({f"eval_{k}": v for k, v in preference_metrics(metrics or {}, "eval_").items()})
+        row.update(extra)
         if self.samples:
             row["samples"] = self.samples
         self.metrics.write(row)

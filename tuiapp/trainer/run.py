@@ -342,6 +342,10 @@ def train(run_dir: Path, resume: bool) -> int:
             EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
                         recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
         )
+    if eval_set is not None and recipe.eval.benchmarks:  # scored on this model, into the eval row
+        from tuiapp.trainer.benchmarks import Benchmarks
+
+        callbacks.append(Benchmarks(recorder, tokenizer, recipe.eval.benchmarks, recipe.eval.benchmark_at, Path.cwd()))
     callbacks += [*early_stopping(recipe, recorder), *_expert_load(model, recipe, model_path), recorder]
     trainer = RunTrainer(
         model=model,

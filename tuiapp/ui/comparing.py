@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import tomllib
 
-from tuiapp.core.run_folder import evals
+from tuiapp.core.run_folder import benchmarks, evals, provenance
 from tuiapp.core.run_folder.metrics import JsonlReader, preference_best
 from tuiapp.core.run_folder.rundata import RunData, Series, columns_cache, read_run_data
 from tuiapp.core.run_folder.rundir import RECIPE_TOML
@@ -25,7 +25,7 @@ from tuiapp.core.store import meta
 from tuiapp.core.store.runs import Run
 from tuiapp.ui.downsample import numpy_module
 from tuiapp.ui.groups import compare_labels
-from tuiapp.ui.history import RunRow, row_from_record
+from tuiapp.ui.history import RunRow, bench_summary, row_from_record
 
 # metric id -> (title, where it lives)
 METRICS = {
@@ -42,6 +42,8 @@ PREFERENCE_CHARTS = {
 }
 # online RL runs (grpo, rloo): the reward curve, shown when a compared run is one
 RL_CHARTS = {"reward": ("Reward", "train")}
+# runs with [[eval.benchmarks]]: the first task's main metric at each evaluation (bench/<task>/<metric>)
+BENCH_CHARTS = {"bench": ("Benchmark", "eval")}
 # spiky metrics: their y range comes from percentiles, so one spike does not set the axis
 ROBUST_METRICS = ("tokens_per_s", "grad_norm")
 AXES = ("step", "tokens", "time", "relative")
@@ -72,7 +74,32 @@ class CompareRun:
 
     def metric(self, metric: str) -> Series:
         """A metric's series by step."""
+        if metric == "bench":
+            return bench_series(self.data)
         return self.data.eval_loss if metric == "eval_loss" else self.data.series[metric]
+
+
+def bench_key(data: RunData) -> str | None:
+    """The bench/<task>/<metric> a run's Benchmark chart draws: its first task's main metric."""
+    found = benchmarks.latest_scores(data.eval_records)
+    for task, metrics in found.items():
+        name = benchmarks.main_metric(metrics)
+        if name:
+            return f"{benchmarks.PREFIX}{task}/{name}"
+    return None
+
+
+def bench_series(data: RunData) -> Series:
+    series = Series()
+    key = bench_key(data)
+    for step, value in benchmarks.curves(data.eval_records).get(key, []) if key else []:
+        series.append(step, value)
+    return series
+
+
+def has_benchmarks(recipe: dict | None) -> bool:
+    """Whether a run's recipe (run.json's copy) scores benchmarks while training."""
+    return bool(((recipe or {}).get("eval") or {}).get("benchmarks"))
 
 
 def load_compare_run(path: Path) -> CompareRun:
@@ -80,7 +107,15 @@ def load_compare_run(path: Path) -> CompareRun:
     run = Run(path).load()
     data, reader = read_run_data(run.metrics_path, columns_cache(path))
     row = row_from_record(path, run.record, meta.read_meta(path))
-    return CompareRun(path.name, summary_row(row, data), read_frozen_recipe(run), data, path=path, reader=reader)
+    return CompareRun(path.name, summary_row(row, data), with_provenance(read_frozen_recipe(run), path), data,
+                      path=path, reader=reader)
+
+
+def with_provenance(recipe: dict, path: Path) -> dict:
+    """The recipe and, under `provenance`, where and with what the run was made (versions,
+    machine, data fingerprint): a changed package version is a differing key of the config diff."""
+    made = provenance.environment(provenance.read(path))
+    return {**recipe, "provenance": made} if made else recipe
 
 
 def prune_columns_cache(runs_root: Path) -> int:
@@ -125,6 +160,7 @@ def summary_row(row: RunRow, data: RunData) -> RunRow:
         peak_mem=max(peaks) * 1e9 if peaks else None,
         last_time=_number(last.get("time")),
         step_times=[t for t in data.times[-STALL_WINDOW:] if not math.isnan(t)],  # the stall check, as in the history
+        bench=bench_summary(row.path, data.eval_records),
         summarized=True,
         **best,
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from tuiapp.core.common.kinds import RL_KINDS
-from tuiapp.core.run_folder import evals, rundir
+from tuiapp.core.run_folder import benchmarks, evals, rundir
 from tuiapp.core.run_folder.metrics import (
     PREFERENCE_WINDOW,
     JsonlReader,
@@ -66,6 +66,7 @@ class RunRow:
     best_eval_loss: float | None = None
     eval_ppl: float | None = None  # the latest `llmtui eval` (runs/<id>/evals/): the tuned and base perplexity
     eval_base_ppl: float | None = None
+    bench: dict = field(default_factory=dict)  # {task: main metric}: the last eval's benchmarks, else `eval --benchmark`
     best_accuracy: float | None = None  # preference runs: reward accuracy and margin (metrics.preference_best)
     best_margin: float | None = None
     reward: float | None = None  # grpo/rloo runs: the mean total reward of the last 10% of steps (metrics.recent_reward)
@@ -226,6 +227,7 @@ def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
         last_time=summary["last_time"],
         losses=_thin(finite, SPARK_POINTS),
         step_times=[t for t in times if t is not None],
+        bench=bench_summary(row.path, [r for r in records if r.get("split") == "eval"]),
         summarized=True,
     )
 
@@ -255,8 +257,20 @@ def with_run_data(row: RunRow, data: RunData) -> RunRow:
         last_time=as_number(last.get("time")),
         losses=_thin(list(data.loss.ys), SPARK_POINTS),
         step_times=[t for t in data.times[-STALL_WINDOW:] if not math.isnan(t)],
+        bench=bench_summary(row.path, data.eval_records),
         summarized=True,
     )
+
+
+def bench_summary(path: Path | None, eval_records: list[dict]) -> dict:
+    """{task: its main metric}: the benchmarks of the run's last evaluation that scored them, else
+    the final model's in its latest `llmtui eval --benchmark`."""
+    found = benchmarks.latest_scores(eval_records)
+    if not found and path is not None:
+        latest = benchmarks.latest(path)
+        tuned = [m for m in (latest or {}).get("models") or [] if isinstance(m, dict) and m.get("model") != "base"]
+        found = (tuned[-1].get("scores") or {}) if tuned else {}
+    return benchmarks.headline(found)
 
 
 def _upper_median(values) -> float | None:

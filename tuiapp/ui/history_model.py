@@ -31,6 +31,7 @@ SORT_KEYS: dict[str, Callable[[RunRow, float], object]] = {
     "started": lambda r, now: r.started or r.created,
     "spark": lambda r, now: r.last_loss,
     "eval_ppl": lambda r, now: r.eval_ppl,
+    "bench": lambda r, now: next(iter(r.bench.values()), None),
 }
 SORT_KEYS["name"] = lambda r, now: r.title.lower()
 # a sweep's row sorts by what it sums up: its name, its best metric, its start

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from tuiapp.core.run_folder import benchmarks
 from tuiapp.core.run_folder.evals import perplexity_text
 from tuiapp.core.run_folder.metrics import as_number, source_tokens_text
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number
@@ -176,6 +177,16 @@ def experts_text(row: dict) -> str:
     return text
 
 
+def bench_lines(data: RunData) -> list[str]:
+    """The benchmarks scored at each evaluation ([[eval.benchmarks]]): one line per task's metric,
+    its last five evaluations."""
+    out = []
+    for key, points in benchmarks.curves(data.eval_records).items():
+        task, metric = benchmarks.split_key(key)
+        out.append(f"bench {task} {metric}: " + ", ".join(f"step {x:.0f}: {y:.4f}" for x, y in points[-5:]))
+    return out
+
+
 def samples_text(data: RunData, after: AfterTraining | None = None) -> str:
     """In-training evals and their samples; first, what was evaluated and exported after training."""
     done = after_lines(after) if after is not None else []
@@ -187,6 +198,7 @@ def samples_text(data: RunData, after: AfterTraining | None = None) -> str:
         ppl = as_number(data.last_eval.get("perplexity"))
         if ppl is not None:
             lines.append(f"perplexity {ppl:.2f}")
+    lines += bench_lines(data)
     for step, samples in reversed(data.evals):  # every eval's samples, the latest first
         lines.append(f"\n── samples at step {step:.0f} ──")
         for sample in samples:

@@ -769,6 +769,26 @@ class VisionSpec(Section):
     )
 
 
+class BenchmarkSpec(Section):
+    task: str = Field(..., min_length=1, description="An lm-evaluation-harness task: a name from its registry "
+                      "(its data must already be in the local datasets cache: nothing is downloaded), the path of "
+                      "a task YAML of yours over local files, or demo:facts-mc (multiple choice over the demo facts, "
+                      "made locally by llmtui).")
+    limit: int = Field(0, ge=0, description="Documents scored per evaluation (0 = all).")
+    num_fewshot: int = Field(0, ge=0, le=64, description="Examples shown before each question (few-shot).")
+    chat_template: bool = Field(False, description="Format each question with the model's chat template (a "
+                                "chat model, or demo:facts-mc on a model tuned on the demo facts).")
+
+
+class EvalSpec(Section):
+    benchmarks: list[BenchmarkSpec] = Field(
+        default_factory=list, description="lm-evaluation-harness tasks scored on the run's own model: "
+        "[[eval.benchmarks]] tables. Their scores are metrics rows' bench/<task>/<metric>.")
+    benchmark_at: Literal["evals", "end"] = Field(
+        "evals", description="When the benchmarks run: at every evaluation (train.eval_steps and after the "
+        "last step), or only after the last step.")
+
+
 class Recipe(Section):
     name: str = Field("run", pattern=NAME_PATTERN, description="Run name: letters, digits, . _ -")
     description: str = Field("", description="Free text shown in history.")
@@ -788,6 +808,8 @@ class Recipe(Section):
     vision: VisionSpec = Field(default_factory=VisionSpec, description="Vision-language models on image data: "
                                "what trains (language model, projector, vision tower), their learning rates, "
                                "the image size limit.")
+    eval: EvalSpec = Field(default_factory=EvalSpec, description="Benchmarks (lm-evaluation-harness) scored "
+                           "while the run trains.")
 
     @model_validator(mode="after")
     def _hold_out_for_evals(self) -> Recipe:

@@ -39,7 +39,7 @@ from tuiapp.core.plan.launcher import (
 from tuiapp.core.prelaunch import checks, cluster_checks, preflight
 from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.rundir import ACTIVE, RECIPE_TOML, RUN_JSON, SUPERVISOR_LOG
-from tuiapp.core.store import queue
+from tuiapp.core.store import environment, queue
 from tuiapp.core.store.runs import Run, RunStore
 
 Say = Callable[[str], None]
@@ -208,6 +208,7 @@ def launch(plan: LaunchPlan, store: RunStore, say: Say = _quiet) -> Run:
     run = store.create(plan.recipe, recipe_file=options.recipe_file, run_id=options.run_id, model_ref=plan.model_ref,
                        lock=plan.mode != "slurm")
     try:
+        record_provenance(run, plan, say)
         if plan.mode == "slurm":
             return _submit_slurm(run, plan, say)
         say(f"run {run.id} in {run.path}")
@@ -237,6 +238,14 @@ def launch(plan: LaunchPlan, store: RunStore, say: Say = _quiet) -> Run:
         return run
     finally:
         run.release_lock()
+
+
+def record_provenance(run: Run, plan: LaunchPlan, say: Say = _quiet) -> None:
+    """provenance.json: versions, machine, data fingerprint, seed and recipe (never blocks a launch)."""
+    try:
+        environment.write(run.path, plan.recipe, plan.options.overrides, Path.cwd())
+    except (OSError, ValueError, TypeError) as exc:
+        say(f"note: provenance.json not written: {exc}")
 
 
 def _enqueue(run: Run, plan: LaunchPlan, store: RunStore) -> None:

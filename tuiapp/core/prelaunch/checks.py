@@ -14,7 +14,7 @@ from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe
 from tuiapp.core.data import datasets
 from tuiapp.core.machine import gpus
 from tuiapp.core.plan import estimate, model_profile, probe
-from tuiapp.core.prelaunch import dry_step, model_check, preference, preflight, rl, vision_checks
+from tuiapp.core.prelaunch import benchmark_checks, dry_step, model_check, preference, preflight, rl, vision_checks
 from tuiapp.core.store.runs import RunStore
 
 
@@ -102,6 +102,7 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
     findings += probe.rules(recipe)
     findings += _dataset_findings(recipe, base_dir)
     findings += vision_checks.unused_findings(recipe, base_dir)
+    findings += benchmark_checks.findings(recipe, base_dir)
     label = f"{ref} ({recipe.model.name})" if ref != recipe.model.name else None
     found = model_check.model_findings(recipe, base_dir, label=label)
     findings += found

@@ -29,6 +29,9 @@ CHECKPOINTS_DIR = "checkpoints"  # checkpoint-N folders
 FINAL_DIR = "final"  # the trained model (adapter or full), written once through FINAL_STAGING
 FINAL_STAGING = ".final-staging"
 SUPERVISOR_LOCK = ".supervisor.lock"  # held by the run's supervisor while it lives (machine.runlock)
+PROVENANCE_JSON = "provenance.json"  # what made the run: versions, machine, data fingerprint, seed, recipe
+BENCH_DIR = "bench"  # `llmtui eval --benchmark`: one JSON per evaluation (core.run_folder.benchmarks)
+JUDGE_DIR = "judge"  # `llmtui eval --judge`: one JSON per judged comparison (core.after.judging)
 
 
 def lock_path(run_dir: Path, node_rank: int | None = None) -> Path:

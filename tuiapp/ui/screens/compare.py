@@ -29,6 +29,7 @@ from tuiapp.core.store.runs import ACTIVE, Run
 from tuiapp.ui.comparing import (
     AXES,
     AXIS_LABELS,
+    BENCH_CHARTS,
     COLORS,
     MARKERS,
     METRICS,
@@ -41,6 +42,7 @@ from tuiapp.ui.comparing import (
     config_rows,
     default_x_range,
     ema,
+    has_benchmarks,
     label_runs,
     load_compare_run,
     prune_columns_cache,
@@ -154,6 +156,7 @@ class CompareScreen(PaneDeckActions, Screen):
         yield Static("", id="cmp-title")
         methods = self._methods()
         self.preference, self.online_rl = bool(methods & PREFERENCE_KINDS), bool(methods & RL_KINDS)
+        self.benchmarked = self._benchmarked()
         panes = [Pane(title, CompareChart(title.lower(), id=f"cmp-chart-{chart_id(key)}"), id=f"cmp-{chart_id(key)}")
                  for key, (title, _) in self.chart_metrics().items()]
         with Horizontal(id="cmp-body"):
@@ -171,7 +174,14 @@ class CompareScreen(PaneDeckActions, Screen):
     def chart_metrics(self) -> dict[str, tuple[str, str]]:
         """The metrics charted: the usual ones, and reward curves when a preference or an online RL run
         is compared."""
-        return {**METRICS, **(PREFERENCE_CHARTS if self.preference else {}), **(RL_CHARTS if self.online_rl else {})}
+        return {**METRICS, **(PREFERENCE_CHARTS if self.preference else {}), **(RL_CHARTS if self.online_rl else {}),
+                **(BENCH_CHARTS if getattr(self, "benchmarked", False) else {})}
+
+    def _benchmarked(self) -> bool:
+        """Whether a compared run scores benchmarks while training (a Benchmark chart then)."""
+        root = self.app.config.runs_root
+        return any(has_benchmarks(Run(root / run_id).load().record.recipe) for run_id in self.run_ids
+                   if (root / run_id).is_dir())
 
     def _methods(self) -> set[str]:
         root = self.app.config.runs_root
@@ -494,6 +504,7 @@ class CompareScreen(PaneDeckActions, Screen):
             ]))
         fill_table(self.query_one("#cmp-summary", DataTable), headers, rows)
         self._show_evals()
+        self._show_bench()
         self._show_sources()
 
     def _show_sources(self) -> None:
@@ -517,6 +528,22 @@ class CompareScreen(PaneDeckActions, Screen):
         for run in self.runs:
             table.update_cell(run.id, tuned, fmt_number(run.row.eval_ppl, ".3f"))
             table.update_cell(run.id, base, fmt_number(run.row.eval_base_ppl, ".3f"))
+
+    def _show_bench(self) -> None:
+        """Each run's benchmarks (the last evaluation's, else its latest `llmtui eval --benchmark`): a
+        column per task, only when a compared run has them."""
+        tasks: list[str] = []
+        for run in self.runs:
+            tasks += [task for task in run.row.bench if task not in tasks]
+        table = self.query_one("#cmp-summary", DataTable)
+        for task in tasks:
+            column = table.add_column(task, key=f"bench-{task}", default="-")
+            for run in self.runs:
+                table.update_cell(run.id, column, fmt_number(run.row.bench.get(task), ".4f"))
+
+    def bench_table(self) -> list[tuple[str, dict]]:
+        """(run label, {task: main metric}) of the compared runs (for tests and the palette)."""
+        return [(run.label, dict(run.row.bench)) for run in self.runs]
 
     def _show_samples(self) -> None:
         """Every eval's answers to the sample prompts, one column per run."""

@@ -57,6 +57,7 @@ COLUMNS = [
     Column("model", "model", 18),
     Column("dataset", "dataset", 16),
     Column("eval_ppl", "eval ppl", 18, True),  # the latest `llmtui eval`: tuned perplexity (base)
+    Column("bench", "bench", 24),  # benchmarks: each task's main metric (core.run_folder.benchmarks)
 ]
 SORTABLE = [c.key for c in FIXED[1:] + COLUMNS]
 # the look of each shown status (marks in tuiapp.core.run_folder.runstate): one style class per key
@@ -109,6 +110,7 @@ def cells(row: RunRow, now: float, web: bool = False) -> dict[str, str]:
         "model": row.model,
         "dataset": row.dataset,
         "eval_ppl": eval_cell(row.eval_ppl, row.eval_base_ppl),
+        "bench": " · ".join(f"{task} {value:.3g}" for task, value in row.bench.items()),
     }
 
 
