@@ -142,7 +142,7 @@ def test_json_errors_are_one_document_too(tmp_path):
     empty = tmp_path / "empty.toml"
     empty.write_text("")
     bad_data = tmp_path / "bad-data.toml"
-    bad_data.write_text(f'[dataset]\nname = "{tmp_path / "nope.jsonl"}"\n[method]\nkind = "lora"\n')
+    bad_data.write_text(f'[model]\nname = "tiny"\n[dataset]\nname = "{tmp_path / "nope.jsonl"}"\n[method]\nkind = "lora"\n')
     for args, key in [
         (["estimate", missing, "--json"], None),
         (["estimate", str(empty), "--json"], "method.kind"),

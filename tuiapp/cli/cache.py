@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from tuiapp.cli import numbers
 from tuiapp.core.common.built_folder import cache_root
 from tuiapp.core.common.errors import EXIT_OK, UserError
 from tuiapp.core.common.jsonout import write_document
@@ -105,7 +106,7 @@ def add_command(add) -> None:
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(cache_func=cmd_cache_list)
     prune = sub.add_parser("prune", help="remove tokenized datasets (never one a run is using)")
-    prune.add_argument("--older-than", type=float, default=None, metavar="DAYS", help="not used for DAYS days")
+    prune.add_argument("--older-than", type=numbers.non_negative(), default=None, metavar="DAYS", help="not used for DAYS days")
     prune.add_argument("--all", action="store_true", help="every entry")
     prune.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     prune.set_defaults(cache_func=cmd_cache_prune)
