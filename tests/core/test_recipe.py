@@ -121,7 +121,7 @@ def test_a_bad_value_from_a_set_names_the_set_not_the_file_line(tmp_path):
     assert errors["train.learning_rate"].message.endswith("(from --set train.learning_rate=abc)")
     assert errors["train.max_steps"].message.endswith("(from --set train.max_steps=-3)")  # the one that won
     assert errors["train.lr"].message == "unknown key 'lr' (from --set train.lr=3)"
-    path.write_text('[model]\nname = "tiny"\n[method]\nkind = "lora"\n[train]\nlearning_rate = "x"\n')
+    path.write_text('[method]\nkind = "lora"\n[train]\nlearning_rate = "x"\n[model]\nname = "tiny"\n')
     with pytest.raises(RecipeError) as info:  # the file's own error keeps its line
         load_recipe(path, ["train.max_steps=4"])
     assert (info.value.key, info.value.line) == ("train.learning_rate", 4) and "--set" not in info.value.message
