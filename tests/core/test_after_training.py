@@ -175,12 +175,16 @@ def test_chat_json_prints_one_error_document(runs):
     assert "Traceback" not in done.stderr
 
 
+EMPTY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"  # a safetensors file holding no tensor
+
+
 def test_eval_refuses_a_file_of_unknown_format(runs, tmp_path):
     run = runs / SFT
     final = run / "final"  # a final folder is enough for the refusal: nothing loads before the data check
     final.mkdir()
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+    for name in ("config.json", "tokenizer.json"):
         (final / name).write_text("{}")
+    (final / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)  # readable weights (damaged ones are refused first)
     bad = tmp_path / "held.xml"
     bad.write_text("<a/>")
     done = llmtui("eval", SFT, "--data", str(bad), runs=runs)
@@ -200,8 +204,9 @@ def test_eval_tasks_without_lm_eval_say_how_to_get_it(runs):
         pytest.skip("lm-eval is installed here")
     run = runs / SFT
     (run / "final").mkdir()
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+    for name in ("config.json", "tokenizer.json"):
         (run / "final" / name).write_text("{}")
+    (run / "final" / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     done = llmtui("eval", SFT, "--data", "demo:facts-heldout", "--tasks", "hellaswag", runs=runs)
     assert done.returncode == 2
     assert "--tasks needs lm-evaluation-harness" in done.stderr and "pip install lm-eval" in done.stderr

@@ -137,7 +137,7 @@ def test_a_small_file_with_a_nul_byte_names_the_line(tmp_path):
 @pytest.mark.parametrize("command", ["validate", "run"])
 def test_the_cli_refuses_a_2gb_sparse_file_fast_and_creates_nothing(tmp_path, command):
     sparse(tmp_path / "corpus.jsonl")
-    (tmp_path / "r.toml").write_text('name = "big"\n[dataset]\nname = "corpus.jsonl"\n[method]\nkind = "pretrain"\n'
+    (tmp_path / "r.toml").write_text('name = "big"\n[model]\nname = "tiny"\n[dataset]\nname = "corpus.jsonl"\n[method]\nkind = "pretrain"\n'
                                      '[launch]\ngpus = 1\n')
     started = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "tuiapp.cli", command, "r.toml"], cwd=tmp_path, capture_output=True,

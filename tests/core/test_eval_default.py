@@ -13,7 +13,7 @@ from tuiapp.core.prelaunch.checks import static_findings
 from tuiapp.core.store.runs import RunStore
 from tuiapp.ui import formdata
 
-BASE = 'name = "x"\n[method]\nkind = "lora"\n'
+BASE = 'name = "x"\n[model]\nname = "tiny"\n[method]\nkind = "lora"\n'
 
 
 def test_eval_steps_hold_out_a_split():

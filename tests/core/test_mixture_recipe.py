@@ -117,7 +117,8 @@ def test_overrides_and_sweeps_reach_a_source_by_index(tmp_path):
     from tuiapp.core.config.recipe import load_recipe
 
     path = tmp_path / "mix.toml"
-    path.write_text(MIX)
+    text = MIX + '[model]\nname = "tiny"\n'  # a recipe file names its model
+    path.write_text(text)
     recipe = load_recipe(path, ["dataset.sources.1.weight=3"])
     assert [s.weight for s in recipe.dataset.sources] == [2.0, 3.0]
     for bad, words in (("dataset.sources.7.weight=1", "no item 7"), ("dataset.sources.weight=1", "a list")):
@@ -126,7 +127,7 @@ def test_overrides_and_sweeps_reach_a_source_by_index(tmp_path):
         assert words in info.value.message
     import tomllib
 
-    plan = plan_sweep(tomllib.loads(MIX), MIX, str(path), {"dataset.sources.0.weight": [1, 4]})
+    plan = plan_sweep(tomllib.loads(text), text, str(path), {"dataset.sources.0.weight": [1, 4]})
     assert sorted(c.recipe.dataset.sources[0].weight for c in plan.combinations) == [1.0, 4.0]
     assert len({c.recipe.name for c in plan.combinations}) == 2
 

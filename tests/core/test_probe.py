@@ -162,11 +162,11 @@ def test_probe_command_refuses_what_it_cannot_probe_before_launching(tmp_path, c
     from tuiapp.cli.main import main
 
     dpo = tmp_path / "dpo.toml"
-    dpo.write_text('[method]\nkind = "dpo"\n[dataset]\nname = "demo:prefs"\n')
+    dpo.write_text('[model]\nname = "tiny"\n[method]\nkind = "dpo"\n[dataset]\nname = "demo:prefs"\n')
     assert main(["--runs-dir", str(tmp_path / "runs"), "probe", str(dpo)]) == 2
     assert "train.micro_batch" in capsys.readouterr().err
     assert not (tmp_path / "runs" / probe.PROBES_DIR).exists()
     lora = tmp_path / "lora.toml"
-    lora.write_text('[method]\nkind = "lora"\n')
+    lora.write_text('[model]\nname = "tiny"\n[method]\nkind = "lora"\n')
     assert main(["--runs-dir", str(tmp_path / "runs"), "probe", str(lora), "--memory-limit", "lots"]) == 2
     assert "--memory-limit 'lots' is not a size" in capsys.readouterr().err

@@ -100,7 +100,7 @@ def test_gpu_fit_respects_other_runs_and_foreign_processes():
 
 
 def _data(**extra) -> dict:
-    return {"name": "s", "method": {"kind": "lora"}, **extra}
+    return {"name": "s", "model": {"name": "tiny"}, "method": {"kind": "lora"}, **extra}
 
 
 def test_sweep_expands_every_combination_with_names_and_values():

@@ -45,7 +45,7 @@ def test_method_kind_is_required_with_overrides_too(tmp_path):
     with pytest.raises(RecipeError) as info:
         load_recipe(path, ["train.max_steps=7"])
     assert info.value.key == "method.kind" and info.value.file == str(path)
-    assert load_recipe(path, ["method.kind=sft"]).method.kind == "sft"
+    assert load_recipe(path, ["method.kind=sft", "model.name=tiny"]).method.kind == "sft"
 
 
 def test_unknown_key_names_file_line_key_and_suggestion():
@@ -100,7 +100,7 @@ def test_every_method_kind_parses():
 
 def test_overrides(tmp_path):
     path = tmp_path / "r.toml"
-    path.write_text('[method]\nkind = "lora"\n')
+    path.write_text('[model]\nname = "tiny"\n[method]\nkind = "lora"\n')
     recipe = load_recipe(path, ["train.max_steps=7", "method.rank=4", "launch.gpus=[0,1]", "name=abc"])
     assert recipe.train.max_steps == 7 and recipe.method.rank == 4
     assert recipe.launch.gpus == [0, 1] and recipe.name == "abc"
@@ -112,7 +112,7 @@ def test_overrides(tmp_path):
 def test_a_bad_value_from_a_set_names_the_set_not_the_file_line(tmp_path):
     """The line of the value the --set replaced was named as the culprit."""
     path = tmp_path / "r.toml"
-    path.write_text('[method]\nkind = "lora"\n[train]\nlearning_rate = 1e-3\nmax_steps = 5\n')
+    path.write_text('[model]\nname = "tiny"\n[method]\nkind = "lora"\n[train]\nlearning_rate = 1e-3\nmax_steps = 5\n')
     with pytest.raises(RecipeErrors) as info:
         load_recipe(path, ["train.learning_rate=abc", "train.max_steps=4", "train.max_steps=-3", "train.lr=3"])
     errors = {e.key: e for e in info.value.errors}
@@ -121,7 +121,7 @@ def test_a_bad_value_from_a_set_names_the_set_not_the_file_line(tmp_path):
     assert errors["train.learning_rate"].message.endswith("(from --set train.learning_rate=abc)")
     assert errors["train.max_steps"].message.endswith("(from --set train.max_steps=-3)")  # the one that won
     assert errors["train.lr"].message == "unknown key 'lr' (from --set train.lr=3)"
-    path.write_text('[method]\nkind = "lora"\n[train]\nlearning_rate = "x"\n')
+    path.write_text('[method]\nkind = "lora"\n[train]\nlearning_rate = "x"\n[model]\nname = "tiny"\n')
     with pytest.raises(RecipeError) as info:  # the file's own error keeps its line
         load_recipe(path, ["train.max_steps=4"])
     assert (info.value.key, info.value.line) == ("train.learning_rate", 4) and "--set" not in info.value.message
@@ -195,7 +195,7 @@ def test_fuzzed_structures_never_raise_anything_but_recipe_error(section, key, v
 
 def test_validate_cli_exit_codes(tmp_path):
     good = tmp_path / "good.toml"
-    good.write_text('name = "g"\n[method]\nkind = "sft"\n')
+    good.write_text('name = "g"\n[model]\nname = "tiny"\n[method]\nkind = "sft"\n')
     bad = tmp_path / "bad.toml"
     bad.write_text('[train]\nlr = 1\n[method]\nkind = "lora"\n')
     run = lambda p: subprocess.run([sys.executable, "-m", "tuiapp.cli", "validate", str(p)], capture_output=True, text=True)

@@ -31,7 +31,7 @@ def write(path, text):
         ('[method]\nkind = "lora"\nrank = -3\n', ["bad.toml:3", "method.rank"]),
         ('[train\n', ["bad.toml:1", "TOML"]),
         ('[model]\nname = "run:nothing"\n[method]\nkind = "lora"\n', ["model.name", "no succeeded run"]),
-        ('[train]\nprecision = "bf16"\n[method]\nkind = "lora"\n', ["train.precision", "fp32"]),
+        ('[model]\nname = "tiny"\n[train]\nprecision = "bf16"\n[method]\nkind = "lora"\n', ["train.precision", "fp32"]),
         ("", ["bad.toml", "method.kind", "missing", "lora", "llama-adapter"]),  # an empty file trains nothing
         ('[model]\nname = "nobody/not-cached-model"\n[method]\nkind = "lora"\n',
          ["model.name", "nobody/not-cached-model", "hf download nobody/not-cached-model"]),
@@ -56,7 +56,7 @@ def test_bad_dataset(tmp_path, name, content, needles):
     runs = tmp_path / "runs"
     if content is not None:
         write(tmp_path / name, content)
-    recipe = write(tmp_path / "r.toml", f'[dataset]\nname = "{tmp_path / name}"\n[method]\nkind = "lora"\n')
+    recipe = write(tmp_path / "r.toml", f'[model]\nname = "tiny"\n[dataset]\nname = "{tmp_path / name}"\n[method]\nkind = "lora"\n')
     result = llmtui("run", str(recipe), runs_dir=runs)
     assert_clean_failure(result, runs, *needles)
     validated = llmtui("validate", str(recipe), runs_dir=runs)
@@ -142,7 +142,7 @@ def test_json_errors_are_one_document_too(tmp_path):
     empty = tmp_path / "empty.toml"
     empty.write_text("")
     bad_data = tmp_path / "bad-data.toml"
-    bad_data.write_text(f'[dataset]\nname = "{tmp_path / "nope.jsonl"}"\n[method]\nkind = "lora"\n')
+    bad_data.write_text(f'[model]\nname = "tiny"\n[dataset]\nname = "{tmp_path / "nope.jsonl"}"\n[method]\nkind = "lora"\n')
     for args, key in [
         (["estimate", missing, "--json"], None),
         (["estimate", str(empty), "--json"], "method.kind"),
@@ -158,7 +158,7 @@ def test_json_errors_are_one_document_too(tmp_path):
 @pytest.mark.slow  # four CLI processes: 14 s here
 def test_show_and_probe_json_errors_are_one_document(tmp_path):
     empty = write(tmp_path / "empty.toml", "")
-    bad_data = write(tmp_path / "bad-data.toml", f'[dataset]\nname = "{tmp_path / "nope.jsonl"}"\n[method]\nkind = "lora"\n')
+    bad_data = write(tmp_path / "bad-data.toml", f'[model]\nname = "tiny"\n[dataset]\nname = "{tmp_path / "nope.jsonl"}"\n[method]\nkind = "lora"\n')
     for args, key in [
         (["show", "no-such-run", "--json"], None),
         (["probe", str(empty), "--json"], "method.kind"),
@@ -209,7 +209,7 @@ def test_values_no_trainer_takes_are_refused_with_key_and_fix(tmp_path, capsys, 
 
 
 def test_each_fix_line_is_printed_once(tmp_path, capsys):
-    recipe = write(tmp_path / "r.toml", f'[dataset]\nname = "{tmp_path / "missing.jsonl"}"\n[method]\nkind = "lora"\n')
+    recipe = write(tmp_path / "r.toml", f'[model]\nname = "tiny"\n[dataset]\nname = "{tmp_path / "missing.jsonl"}"\n[method]\nkind = "lora"\n')
     for command in ("validate", "run"):
         code, out, err = cli(capsys, tmp_path / "runs", command, str(recipe))
         assert code == 2 and (out + err).count("fix: check the path") == 1, out + err

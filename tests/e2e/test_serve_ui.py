@@ -124,7 +124,7 @@ def test_a_run_launched_in_the_browser_outlives_the_closed_tab(runs_dir):
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["--port", "70000"], ["--port 70000", "1 to 65535"]),
+    (["--port", "70000"], ["--port: 70000", "1 to 65535"]),
     (["--host", "nosuch.invalid"], ["--host nosuch.invalid", "localhost"]),
     (["--port", "{busy}"], ["cannot listen on localhost:", "another --port"]),
 ])

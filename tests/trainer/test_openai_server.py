@@ -42,3 +42,13 @@ def test_requests_are_checked_with_openai_error_shapes():
             endpoint.check(body)
         assert caught.value.status == status and caught.value.body()["error"]["param"] == param
     assert ApiError(401, "no").body()["error"]["type"] == "authentication_error"
+
+
+def test_a_stop_that_is_not_text_is_a_400_not_a_500():
+    endpoint = Endpoint(Path("runs/x"), None, "run-1", token=None)
+    messages = [{"role": "user", "content": "Hi"}]
+    for stop in (5, {"a": 1}, ["a"] * 5, [None]):
+        with pytest.raises(ApiError) as caught:
+            endpoint.check({"model": "run-1", "messages": messages, "stop": stop})
+        assert caught.value.status == 400 and caught.value.body()["error"]["param"] == "stop"
+    assert endpoint.check({"model": "run-1", "messages": messages, "stop": None})[1] == []

@@ -24,7 +24,7 @@ from tuiapp.core.store import queue
 from tuiapp.core.store.runs import Run, RunStore
 
 SWEEP_ID = "sweep-20260101-000400-tiny-sweep-e0e0"
-SWEEP_RECIPE = {"name": "tiny-sweep", "method": {"kind": "lora"}, "dataset": {"name": "demo:facts"},
+SWEEP_RECIPE = {"name": "tiny-sweep", "model": {"name": "tiny"}, "method": {"kind": "lora"}, "dataset": {"name": "demo:facts"},
                 "train": {"max_steps": 20, "eval_steps": 5, "logging_steps": 1}}
 GRID = {"train.learning_rate": [1e-3, 3e-3], "method.rank": [4, 8]}
 

@@ -276,7 +276,7 @@ def test_esc_and_q_ask_before_dropping_edits(tmp_path, size):
 @pytest.mark.parametrize("size", SIZES, ids=IDS)
 def test_ctrl_o_opens_a_recipe_or_preset_by_fuzzy_search(tmp_path, size):
     (tmp_path / "recipes").mkdir()
-    (tmp_path / "recipes" / "mine.toml").write_text('name = "mine"\n[method]\nkind = "ia3"\n[train]\nmax_steps = 7\n',
+    (tmp_path / "recipes" / "mine.toml").write_text('name = "mine"\n[model]\nname = "tiny"\n[method]\nkind = "ia3"\n[train]\nmax_steps = 7\n',
                                                     encoding="utf-8")
 
     async def scenario():
@@ -314,7 +314,7 @@ def test_ctrl_o_opens_a_recipe_or_preset_by_fuzzy_search(tmp_path, size):
 def test_a_mixture_in_the_form_says_its_sources_and_what_each_holds_out(tmp_path):
     (tmp_path / "recipes").mkdir()
     (tmp_path / "recipes" / "mix.toml").write_text(
-        'name = "mix"\n[dataset]\n[[dataset.sources]]\nname = "demo:facts"\nweight = 3\n'
+        'name = "mix"\n[model]\nname = "tiny"\n[dataset]\n[[dataset.sources]]\nname = "demo:facts"\nweight = 3\n'
         '[[dataset.sources]]\nname = "demo:chat"\n[method]\nkind = "sft"\n[train]\nmax_steps = 7\n',
         encoding="utf-8")
 

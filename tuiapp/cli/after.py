@@ -9,7 +9,7 @@ import importlib.util
 import sys
 import time
 
-from tuiapp.cli import judge
+from tuiapp.cli import judge, numbers
 from tuiapp.cli.shared import json_document, print_err
 from tuiapp.core.after import benchmarking, evaluation
 from tuiapp.core.after.chat import ChatSession, check_image, check_overrides, image_label
@@ -267,7 +267,7 @@ def cmd_export_metrics(args) -> int:
 def add_commands(add) -> None:
     p = add("chat", cmd_chat, "talk to a run's model (final or a checkpoint), or its base, or both")
     p.add_argument("run")
-    p.add_argument("--checkpoint", type=int, default=None, metavar="N", help="checkpoint-N instead of final/")
+    p.add_argument("--checkpoint", type=numbers.count(), default=None, metavar="N", help="checkpoint-N instead of final/")
     who = p.add_mutually_exclusive_group()
     who.add_argument("--base", action="store_true", help="the base model the run started from")
     who.add_argument("--vs-base", action="store_true", help="the tuned model and its base, one after the other")
@@ -279,9 +279,9 @@ def add_commands(add) -> None:
                    "shows a vision-language model (repeat for more; in the chat, /image PATH attaches one)")
     p.add_argument("--json", action="store_true", help="with --prompt: one JSON document")
     p.add_argument("--system", default=None, help="system prompt (default: the run's generate.system)")
-    p.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: generate.temperature)")
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--temperature", type=numbers.non_negative(), default=None, help="0 = greedy (default: generate.temperature)")
+    p.add_argument("--top-p", type=numbers.fraction(low_open=True), default=None)
+    p.add_argument("--max-new-tokens", type=numbers.count(), default=None)
 
     p = add("eval", cmd_eval, "loss, perplexity and answer scores of a run's model vs its base on held-out data")
     p.add_argument("run")
@@ -291,10 +291,10 @@ def add_commands(add) -> None:
     p.add_argument("--format", default="auto", choices=("auto", *FORMATS))
     p.add_argument("--columns", default="", metavar="ROLE=COL,...", help="column names, as the recipe's "
                    "dataset.columns: prompt=question,response=answer")
-    p.add_argument("--checkpoint", type=int, default=None, metavar="N")
+    p.add_argument("--checkpoint", type=numbers.count(), default=None, metavar="N")
     p.add_argument("--no-base", action="store_true", help="only the tuned model")
-    p.add_argument("--limit", type=int, default=0, help="first N records only (0 = all)")
-    p.add_argument("--gen-limit", type=int, default=50, help="prompt→response records answered for exact match "
+    p.add_argument("--limit", type=numbers.count(0), default=0, help="first N records only (0 = all)")
+    p.add_argument("--gen-limit", type=numbers.count(0), default=50, help="prompt→response records answered for exact match "
                    "and ROUGE-L (0 = none)")
     p.add_argument("--tasks", default="", help="lm-evaluation-harness tasks, comma-separated (package and data "
                    "must be here)")

@@ -5,6 +5,7 @@ checked by tuiapp.core.after.exporting, before any work; the export itself is a 
 
 from __future__ import annotations
 
+from tuiapp.cli import numbers
 from tuiapp.cli.shared import trainer_tool
 from tuiapp.core.after import exporting
 from tuiapp.core.store.runs import RunStore
@@ -43,7 +44,7 @@ def add_export_arguments(p) -> None:
                    "vs the trained model)")
     p.add_argument("--parity-prompts", default=None, metavar="FILE", help="prompts of the parity check, one per "
                    "line (default: the recipe's train.sample_prompts)")
-    p.add_argument("--parity-min", type=float, default=None, metavar="F",
+    p.add_argument("--parity-min", type=numbers.fraction(), default=None, metavar="F",
                    help="lowest token agreement of a GGUF that passes (default 0.75)")
     p.add_argument("--ollama", default=None, metavar="NAME",
                    help="with --gguf: then `ollama create NAME` from the Modelfile (needs the ollama command)")

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from tuiapp.cli import numbers
 from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, RunError, UserError
 from tuiapp.core.config import sweep
 from tuiapp.core.config.recipe import read_recipe_data
@@ -22,8 +23,8 @@ def add_queue_arguments(p) -> None:
     group = p.add_argument_group("queue (wait for free devices; see `llmtui queue`)")
     group.add_argument("--queue", action="store_true", help="queue the run: it starts when its GPUs (or a CPU slot) "
                        "are free and the runs ahead of it have started")
-    group.add_argument("--priority", type=int, default=0, help="higher starts first (default 0)")
-    group.add_argument("--slots", type=int, default=None, help="runs at once without CUDA (default "
+    group.add_argument("--priority", type=numbers.integer(), default=0, help="higher starts first (default 0)")
+    group.add_argument("--slots", type=numbers.count(), default=None, help="runs at once without CUDA (default "
                        f"${queue.SLOTS_ENV} or 1)")
 
 
@@ -196,10 +197,10 @@ def add_commands(add) -> None:
     p.add_argument("recipe")
     p.add_argument("--grid", action="append", metavar="KEY=V1,V2", help="a recipe key and its values; repeat")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe key for every run")
-    p.add_argument("--random", type=int, default=None, metavar="N", help="try N combinations drawn at random")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--slots", type=int, default=None, help="runs at once without CUDA (default 1)")
-    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--random", type=numbers.count(), default=None, metavar="N", help="try N combinations drawn at random")
+    p.add_argument("--seed", type=numbers.count(0), default=None)
+    p.add_argument("--slots", type=numbers.count(), default=None, help="runs at once without CUDA (default 1)")
+    p.add_argument("--priority", type=numbers.integer(), default=0)
     p.add_argument("--dry-run", action="store_true", help="print the combinations; create nothing")
 
     p = add("tag", cmd_tag, "add (+name) or remove (-name) tags")
@@ -227,5 +228,5 @@ def add_commands(add) -> None:
     p = add("trash", cmd_trash, "list deleted runs, restore one, or purge them")
     p.add_argument("--restore", metavar="NAME")
     p.add_argument("--purge", action="store_true")
-    p.add_argument("--older-than", type=float, default=0.0, metavar="DAYS")
+    p.add_argument("--older-than", type=numbers.non_negative(), default=0.0, metavar="DAYS")
 

@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tuiapp.cli import numbers
 from tuiapp.cli.shared import trainer_tool
 from tuiapp.core.after import merging
 from tuiapp.core.common.errors import EXIT_OK, RunError
@@ -52,5 +53,5 @@ def add_command(add) -> None:
                    help="linear (weighted mean), cat (LoRA: the adapters side by side), ties, dare_linear, dare_ties "
                    "(on the changes from the base; --density of each change kept)")
     p.add_argument("--weights", default="", metavar="W,W,...", help="one weight per run (default: equal)")
-    p.add_argument("--density", type=float, default=0.5, help="ties/dare: the fraction of each change kept")
-    p.add_argument("--seed", type=int, default=0, help="dare's random drop")
+    p.add_argument("--density", type=numbers.fraction(low_open=True), default=0.5, help="ties/dare: the fraction of each change kept")
+    p.add_argument("--seed", type=numbers.count(0), default=0, help="dare's random drop")

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from tuiapp.cli import numbers
 from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.config.recipe import load_recipe
@@ -27,13 +28,13 @@ def add_command(add) -> None:
     p = add("probe", cmd_probe, "train a few steps at micro_batch 1, 2, 4, ...; keep the largest that fits")
     p.add_argument("recipe")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe key")
-    p.add_argument("--max", type=int, default=None, help="largest micro_batch to try (default: train.max_micro_batch)")
+    p.add_argument("--max", type=numbers.count(), default=None, help="largest micro_batch to try (default: train.max_micro_batch)")
     p.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="memory one rank may use, e.g. 12GB (default: the GPU's memory, or on CPU this "
                    f"machine's memory over the run's ranks; ${probe.DEVICE_MEMORY_ENV} sets it too)")
-    p.add_argument("--headroom", type=float, default=None, help="fraction of that memory left free (default: "
+    p.add_argument("--headroom", type=numbers.fraction(high=0.99), default=None, help="fraction of that memory left free (default: "
                    "train.memory_headroom)")
-    p.add_argument("--steps", type=int, default=probe.STEPS, help="steps per size, the first untimed")
+    p.add_argument("--steps", type=numbers.count(2), default=probe.STEPS, help="steps per size, the first untimed")
     p.add_argument("--json", action="store_true", help="print probe.json instead of the table")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tuiapp.cli import numbers
 from tuiapp.cli.shared import json_document, print_err, trainer_tool
 from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document
@@ -69,9 +70,9 @@ def add_checks(add) -> None:
     p = add("estimate", cmd_estimate, "memory per GPU for a recipe")
     p.add_argument("recipe")
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
-    p.add_argument("--gpus", type=int, default=None,
+    p.add_argument("--gpus", type=numbers.count(), default=None,
                    help="GPUs per node (default: the recipe's launch.gpus_per_node, its hosts' slots or launch.gpus)")
-    p.add_argument("--nodes", type=int, default=None,
+    p.add_argument("--nodes", type=numbers.count(), default=None,
                    help="nodes (default: the recipe's launch.nodes, its hosts, or 1)")
     p.add_argument("--json", action="store_true")
 
@@ -81,6 +82,6 @@ def add_checks(add) -> None:
 def add_data(add) -> None:
     p = add("data", cmd_data, "show training examples exactly as the trainer sees them")
     p.add_argument("recipe")
-    p.add_argument("--show", type=int, default=3)
+    p.add_argument("--show", type=numbers.count(0), default=3)
     p.add_argument("--json", action="store_true")
     p.add_argument("--set", action="append", metavar="KEY=VALUE")

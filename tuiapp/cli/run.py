@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuiapp.cli import manage, scale
+from tuiapp.cli import manage, numbers, scale
 from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from tuiapp.core.config.recipe import load_recipe
 from tuiapp.core.lifecycle import service
@@ -184,7 +184,7 @@ def add_control(add) -> None:
     """stop, resume, doctor."""
     p = add("stop", cmd_stop, "stop a run gracefully (checkpoint, then exit)")
     p.add_argument("run")
-    p.add_argument("--grace", type=float, default=launcher.STOP_GRACE_S, help="seconds before SIGKILL")
+    p.add_argument("--grace", type=numbers.non_negative(), default=launcher.STOP_GRACE_S, help="seconds before SIGKILL")
 
     p = add("resume", cmd_resume, "continue a stopped or failed run from its last checkpoint")
     p.add_argument("run")

@@ -34,8 +34,9 @@ def _row(run) -> dict:
     summary = summarize(metrics)
     record = run.record
     notes = meta.read_meta(run.path)
-    times = [r["time"] for r in dedupe_steps(train_rows(metrics))[-runstate.STALL_WINDOW:] if isinstance(r.get("time"), (int, float))]
-    view = runstate.status_of(record, time.time(), times)
+    trained = dedupe_steps(train_rows(metrics))
+    times = [r["time"] for r in trained[-runstate.STALL_WINDOW:] if isinstance(r.get("time"), (int, float))]
+    view = runstate.status_of(record, time.time(), times, zero_steps=runstate.zero_steps(trained))
     return {
         "id": run.id,
         "name": notes.get("display_name") or run.name,

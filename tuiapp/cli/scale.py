@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from tuiapp.cli import numbers
 from tuiapp.core.lifecycle.service import SLURM_FLAGS, LaunchOptions
 from tuiapp.core.plan import cluster
 from tuiapp.core.store.runs import Run
@@ -16,19 +17,19 @@ NODE_FLAGS = ("node_rank", "nnodes", "master_addr", "master_port", "run_id")
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("multi-node (one launcher per node; see docs/scale-out.md)")
-    group.add_argument("--node-rank", type=int, default=None, metavar="K",
+    group.add_argument("--node-rank", type=numbers.count(0), default=None, metavar="K",
                        help="this node's rank, 0 on the master node (runs DeepSpeed --no_ssh / torchrun here)")
-    group.add_argument("--nnodes", type=int, default=None, metavar="N", help="number of nodes (default: launch.nodes)")
+    group.add_argument("--nnodes", type=numbers.count(), default=None, metavar="N", help="number of nodes (default: launch.nodes)")
     group.add_argument("--master-addr", default=None, metavar="HOST", help="address of node 0 as every node sees it")
-    group.add_argument("--master-port", type=int, default=None, metavar="P",
+    group.add_argument("--master-port", type=numbers.port(), default=None, metavar="P",
                        help="rendezvous port, the same on every node (default: launch.master_port or 29500)")
     group.add_argument("--run-id", default=None, metavar="ID",
                        help="run folder name shared by all nodes (node 0 creates it, the others join it)")
     group = p.add_argument_group("SLURM")
     group.add_argument("--slurm", action="store_true", help="write an sbatch script into the run and submit it")
     group.add_argument("--partition", default=None)
-    group.add_argument("--nodes", type=int, default=None, help="nodes to allocate (default: launch.nodes or 1)")
-    group.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (sbatch --gpus-per-node)")
+    group.add_argument("--nodes", type=numbers.count(), default=None, help="nodes to allocate (default: launch.nodes or 1)")
+    group.add_argument("--gpus-per-node", type=numbers.count(), default=None, help="GPUs per node (sbatch --gpus-per-node)")
     group.add_argument("--time", default=None, help="time limit, e.g. 04:00:00")
     group.add_argument("--account", default=None)
 
@@ -87,6 +88,6 @@ def _or(value, default):
 
 
 def add_resume_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--node-rank", type=int, default=None, metavar="K",
+    p.add_argument("--node-rank", type=numbers.count(0), default=None, metavar="K",
                    help="multi-node runs started with --node-rank: resume this node (0 first)")
     p.add_argument("--master-addr", default=None, metavar="HOST", help="address of node 0 (default: as before)")

@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tuiapp.cli import numbers
 from tuiapp.core.after.targets import model_target
 from tuiapp.core.common.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
 from tuiapp.core.machine.gpus import cuda_available, detect_gpus
@@ -25,12 +26,12 @@ VLLM_ADAPTERS = ("lora", "qlora", "dpo", "simpo", "cpo", "orpo", "kto")  # their
 def add_commands(add) -> None:
     p = add("serve", cmd_serve, "an OpenAI-compatible chat endpoint for a run's model (detached; --stop, --status)")
     p.add_argument("run", nargs="?", default=None, help="the run (omit with --status to list every served model)")
-    p.add_argument("--port", type=int, default=8001, help="port (default: 8001)")
+    p.add_argument("--port", type=numbers.port(), default=8001, help="port (default: 8001)")
     p.add_argument("--host", default="localhost",
                    help="address to listen on (default: localhost); anything else needs a token")
     p.add_argument("--token", default=None, help=f"API key clients must send (default: ${served.TOKEN_ENV}; "
                    "none on localhost)")
-    p.add_argument("--checkpoint", type=int, default=None, metavar="N", help="checkpoint-N instead of final/")
+    p.add_argument("--checkpoint", type=numbers.count(), default=None, metavar="N", help="checkpoint-N instead of final/")
     p.add_argument("--backend", choices=served.BACKENDS, default="auto",
                    help="transformers, or vllm (CUDA + the vllm package); auto: vllm when both are here")
     p.add_argument("--no-wait", action="store_true", help="return once started, before the model has loaded")

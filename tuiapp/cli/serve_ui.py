@@ -23,6 +23,7 @@ import socket
 import sys
 from urllib.parse import urlsplit
 
+from tuiapp.cli import numbers
 from tuiapp.core.common.errors import EXIT_OK, UserError
 from tuiapp.core.store import served
 from tuiapp.core.store.runs import RunStore
@@ -35,7 +36,7 @@ def add_command(add) -> None:
     p = add("serve-ui", cmd_serve_ui, "the TUI in a browser (textual-serve); each tab is its own TUI")
     p.add_argument("--host", default="localhost",
                    help="address to listen on (default: localhost; over SSH forward the port instead of opening it)")
-    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    p.add_argument("--port", type=numbers.port(), default=8000, help="port (default: 8000)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a --host beyond this machine's loopback (the URL's token is still required)")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",

@@ -29,6 +29,7 @@ from tuiapp.core.run_folder.metrics import (
 from tuiapp.core.run_folder.rundata import MetricsWriter
 from tuiapp.core.run_folder.rundir import EVENTS_JSONL, METRICS_JSONL
 from tuiapp.trainer import phases
+from tuiapp.trainer.resume import pause_at
 
 
 def _distributed() -> bool:
@@ -446,6 +447,7 @@ class RunRecorder(TrainerCallback):
                 row["model_tflops"] = 6 * self.active_parameters * row["tokens_per_s"] / 1e12
             self.metrics.write(row)
             self._last_time, self._last_tokens, self._last_step = now, tokens, row["step"]
+            pause_at(f"step:{row['step']}", self.run_dir)  # tests only (LLMTUI_PAUSE_AT)
 
     def _flush(self, state) -> None:
         if self.metrics is not None and self._held:

@@ -20,6 +20,7 @@ the server (an answer being streamed is cut).
 from __future__ import annotations
 
 import argparse
+import copy
 import hmac
 import json
 import os
@@ -35,6 +36,9 @@ from tuiapp.core.common.errors import UserError
 
 TOKEN_ENV = "LLMTUI_SERVE_TOKEN"  # tuiapp.core.store.served.TOKEN_ENV
 MAX_BODY = 8 * 1024 * 1024
+BACKLOG = 1024  # connections the kernel queues before accept (http.server's default, 5, reset them under load)
+MAX_WAITING = int(os.environ.get("LLMTUI_SERVE_MAX_WAITING", "512"))  # requests waiting for the model; more: 503
+DEFAULT_CONTEXT = 2048  # a model whose config names no context length
 
 
 class ApiError(Exception):
@@ -93,6 +97,12 @@ class Endpoint:
         self.recipe = None
         self.created = int(time.time())
         self.lock = threading.Lock()
+        self.tokenizer_lock = threading.Lock()  # a fast tokenizer refuses concurrent use ("Already borrowed")
+        self.counter = None
+        self.waiting = 0  # requests in the handler threads, waiting for or holding the model
+        self.waiting_lock = threading.Lock()
+        self.context = DEFAULT_CONTEXT
+        self.token_bytes = 1  # the longest token's UTF-8 bytes: prompt bytes / it ≤ its tokens
 
     def load(self) -> None:
         from tuiapp.core.after.targets import model_target
@@ -100,7 +110,39 @@ class Endpoint:
 
         target = model_target(self.run_dir, self.checkpoint)
         self.recipe = inference.frozen_recipe(self.run_dir)
-        self.loaded = inference.load("tuned", target, self.recipe.model.trust_remote_code)
+        loaded = inference.load("tuned", target, self.recipe.model.trust_remote_code)
+        self.context = context_length(loaded.model, loaded.tokenizer)
+        self.token_bytes = max((len(t.encode()) for t in loaded.tokenizer.get_vocab()), default=1) or 1
+        self.counter = copy.deepcopy(loaded.tokenizer)  # counts prompts beside the one generating
+        self.loaded = loaded
+
+    def bound(self, messages: list[dict], settings, asked: bool):
+        """Prompt tokens + max_tokens within the model's context, or a 400 saying why, before any work
+        waits on the model: a prompt whose bytes alone hold more tokens than the context is refused
+        without tokenizing it (a 7 MB prompt in milliseconds), the rest by its exact token count.
+        max_tokens not given (`asked` False) is cut to what the context leaves."""
+        from tuiapp.trainer import inference
+
+        limit = self.context
+        least = sum(len(m["content"].encode()) for m in messages) // self.token_bytes  # tokens, at least
+        if least >= limit:
+            raise ApiError(400, f"the messages hold at least {least:,} tokens; this model reads at most {limit:,} "
+                           "(prompt and answer together)", code="context_length_exceeded", param="messages")
+        with self.tokenizer_lock:
+            tokenizer = self.counter
+            text = inference.prompt_text(tokenizer, inference.conversation(messages, settings.system))
+            prompt = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        room = limit - prompt
+        if room < 1:
+            raise ApiError(400, f"the messages are {prompt:,} tokens; this model reads at most {limit:,} "
+                           "(prompt and answer together)", code="context_length_exceeded", param="messages")
+        if settings.max_new_tokens > room:
+            if asked:
+                raise ApiError(400, f"max_tokens {settings.max_new_tokens:,} + the messages' {prompt:,} tokens is "
+                               f"more than this model's context of {limit:,} tokens; ask for at most {room:,}",
+                               code="context_length_exceeded", param="max_tokens")
+            settings = settings.model_copy(update={"max_new_tokens": room})
+        return settings
 
     def authorized(self, header: str | None) -> bool:
         if not self.token:
@@ -147,10 +189,11 @@ class Endpoint:
             clean.append({"role": role, "content": content})
         if (body.get("n") or 1) != 1:
             raise ApiError(400, "only n=1 is supported", param="n")
-        stop = body.get("stop") or []
-        stops = [stop] if isinstance(stop, str) else list(stop)
-        if not all(isinstance(s, str) for s in stops) or len(stops) > 4:
+        stop = body.get("stop")
+        stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
+        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops) or len(stops) > 4:
             raise ApiError(400, "stop must be a string or up to 4 strings", param="stop")
+        stops = [s for s in stops if s]
         return clean, stops
 
     def answer(self, messages: list[dict], settings, stops: list[str], on_text=None) -> dict:
@@ -176,6 +219,24 @@ class Endpoint:
         if result is None:  # cut at a stop string: the text is what streamed
             return {"finish_reason": "stop", "stopped": True}
         return result
+
+
+def context_length(model, tokenizer) -> int:
+    """The tokens the model reads at most: its config's position limit, else the tokenizer's."""
+    config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    value = getattr(tokenizer, "model_max_length", None)
+    return value if isinstance(value, int) and 0 < value < 10**7 else DEFAULT_CONTEXT
+
+
+class Server(ThreadingHTTPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+    request_queue_size = BACKLOG
 
 
 def _chunk(ident: str, created: int, model: str, delta: dict, finish: str | None) -> bytes:
@@ -233,32 +294,30 @@ def make_handler(endpoint: Endpoint):
                     self._guard()
                     raise ApiError(404, f"no route POST {self.path}", code="not_found")
                 self._guard()
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
-                    raise ApiError(413, "request body too large")
                 try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
+                    body = json.loads(self._body() or b"{}")
                 except ValueError:
                     raise ApiError(400, "the body is not JSON") from None
                 if not isinstance(body, dict):
                     raise ApiError(400, "the body must be a JSON object")
                 messages, stops = endpoint.check(body)
                 settings = endpoint.settings(body)
-                if body.get("stream"):
-                    self._stream(messages, settings, stops, bool((body.get("stream_options") or {})
-                                                                 .get("include_usage")))
-                    return
-                result = endpoint.answer(messages, settings, stops) if not stops else self._collect(
-                    messages, settings, stops)
-                usage = {"prompt_tokens": result.get("prompt_tokens", 0), "completion_tokens": result.get("tokens", 0)}
-                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-                self._json(200, {
-                    "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                    "model": endpoint.model_id,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": result["text"]},
-                                 "finish_reason": result.get("finish_reason", "stop"), "logprobs": None}],
-                    "usage": usage})
+                asked = body.get("max_completion_tokens", body.get("max_tokens")) is not None
+                settings = endpoint.bound(messages, settings, asked)
+                with endpoint.waiting_lock:
+                    full = endpoint.waiting >= MAX_WAITING
+                    if not full:
+                        endpoint.waiting += 1
+                if full:
+                    raise ApiError(503, f"{MAX_WAITING} requests are waiting for the model; retry in a moment",
+                                   code="server_busy")
+                try:
+                    self._answer(body, messages, settings, stops)
+                finally:
+                    with endpoint.waiting_lock:
+                        endpoint.waiting -= 1
             except ApiError as exc:
+                self.close_connection = True  # the rest of a refused body is never read
                 self._json(exc.status, exc.body())
             except UserError as exc:  # the request's to fix (a conversation longer than the model reads): a 400
                 self._json(400, ApiError(400, str(exc), "context_length_exceeded", "messages").body())
@@ -268,6 +327,43 @@ def make_handler(endpoint: Endpoint):
                 sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n")
                 self._json(500, {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error",
                                            "param": None, "code": None}})
+
+        def _body(self) -> bytes:
+            """The body, bounded by the bytes read, not by what the header claims."""
+            header = self.headers.get("Content-Length")
+            if self.headers.get("Transfer-Encoding"):
+                raise ApiError(400, "send the body with a Content-Length, not chunked", param="Content-Length")
+            if header is None:
+                raise ApiError(411, "a Content-Length header is required", param="Content-Length")
+            try:
+                length = int(header.strip())
+            except ValueError:
+                raise ApiError(400, f"Content-Length '{header[:40]}' is not a number", param="Content-Length") from None
+            if length < 0:
+                raise ApiError(400, f"Content-Length {length} is negative", param="Content-Length")
+            if length > MAX_BODY:
+                raise ApiError(413, f"the body is {length:,} bytes; at most {MAX_BODY:,}", param="Content-Length")
+            data = self.rfile.read(length)
+            if len(data) != length:
+                raise ApiError(400, f"the body ended after {len(data):,} of the {length:,} bytes its Content-Length "
+                               "announced", param="Content-Length")
+            return data
+
+        def _answer(self, body, messages, settings, stops) -> None:
+            if body.get("stream"):
+                self._stream(messages, settings, stops, bool((body.get("stream_options") or {})
+                                                             .get("include_usage")))
+                return
+            result = endpoint.answer(messages, settings, stops) if not stops else self._collect(
+                messages, settings, stops)
+            usage = {"prompt_tokens": result.get("prompt_tokens", 0), "completion_tokens": result.get("tokens", 0)}
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            self._json(200, {
+                "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                "model": endpoint.model_id,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": result["text"]},
+                             "finish_reason": result.get("finish_reason", "stop"), "logprobs": None}],
+                "usage": usage})
 
         def _collect(self, messages, settings, stops) -> dict:
             parts: list[str] = []
@@ -327,14 +423,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     token = os.environ.pop(TOKEN_ENV, None) or None  # not inherited by anything this process starts
     endpoint = Endpoint(args.run_dir, args.checkpoint, args.model_id or args.run_dir.name, token)
-    ThreadingHTTPServer.allow_reuse_address = True
-    ThreadingHTTPServer.daemon_threads = True
     if ":" in args.host:
         import socket
 
-        ThreadingHTTPServer.address_family = socket.AF_INET6
+        Server.address_family = socket.AF_INET6
     try:
-        httpd = ThreadingHTTPServer((args.host, args.port), make_handler(endpoint))
+        httpd = Server((args.host, args.port), make_handler(endpoint))
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr, flush=True)
         return 2

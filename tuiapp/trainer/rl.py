@@ -29,6 +29,7 @@ from tuiapp.core.prelaunch import rl as core_rl
 from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.completions import COMPLETIONS_FILE
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
+from tuiapp.trainer import reward_clock
 from tuiapp.trainer.model import load_model, lora_config
 
 TRL_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
@@ -141,15 +142,23 @@ def load_user_function(function: str, base_dir: Path):
 def _python_reward(spec, base_dir: Path, trainer_ref: list):
     path, func = load_user_function(spec.function, base_dir)
 
+    def fail(message: str, exc: BaseException | None):
+        raise RewardFunctionError(message) from exc
+
+    guard = reward_clock.Guard(spec.label(), spec.function, func, path, spec.timeout_s, spec.on_error,
+                               spec.bad_steps, fail)
+
     def reward(prompts, completions, completion_ids, **kwargs):
         texts = [_text(c) for c in completions]
+        trainer = trainer_ref[0] if trainer_ref else None
+        step = trainer.state.global_step + 1 if trainer is not None else "?"
         try:
-            return func(prompts=prompts, completions=texts, completion_ids=completion_ids, **_columns(kwargs))
+            return guard.call(len(texts), step, prompts=prompts, completions=texts, completion_ids=completion_ids,
+                              **_columns(kwargs))
+        except RewardFunctionError:
+            raise
         except Exception as exc:
-            frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path]
-            where = f"{path}:{frames[-1].lineno}" if frames else str(path)
-            trainer = trainer_ref[0] if trainer_ref else None
-            step = trainer.state.global_step + 1 if trainer is not None else "?"
+            where = reward_clock.where(exc, path) or str(path)
             trace = "".join(traceback.format_exception(exc, limit=-3)).rstrip()
             raise RewardFunctionError(f"reward function {spec.function} raised {type(exc).__name__}: {exc} at "
                                       f"{where} (step {step})\n{trace}") from exc

@@ -25,14 +25,12 @@ from tuiapp.core.config.recipe import (
     tokens_per_batch,
     weights_method,
 )
-from tuiapp.core.run_folder.atomic import atomic_write_text
-from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
+from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.core.run_folder.rundir import (
     CHECKPOINTS_DIR,
     EVENTS_JSONL,
     FINAL_DIR,
     FINAL_STAGING,
-    METRICS_JSONL,
     RECIPE_TOML,
 )
 from tuiapp.trainer import (
@@ -50,6 +48,7 @@ from tuiapp.trainer import (
     varlen,
     vision,
 )
+from tuiapp.trainer import resume as resume_edges
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.early_stop import early_stopping
@@ -186,7 +185,14 @@ class RunTrainerMixin:
         _barrier()
         if _is_main():
             checkpoints.publish(staging, name, root, self.args.save_total_limit or 2)
+            resume_edges.pause_at(f"checkpoint:{self.state.global_step}", root.parent)
         _barrier()
+
+    def _run_epoch(self, *args, **kwargs):
+        if resume_edges.nothing_left(self.state):  # resumed at max_steps: its loop would train one step more
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
 
     def _save(self, output_dir=None, state_dict=None):
         if self.method_kind != "adapter":
@@ -257,15 +263,6 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
 def _varlen_attention(model) -> bool:
     """Attention kernels that take packed sequences without a (Σ lengths)² mask."""
     return varlen.runs_varlen(getattr(model.config, "_attn_implementation", None), torch.cuda.is_available())
-
-
-def _trim_metrics(run_dir: Path, step: int) -> None:
-    """On resume, drop metric rows past the checkpoint so steps are never duplicated."""
-    path = run_dir / METRICS_JSONL
-    if not path.exists():
-        return
-    kept = [r for r in read_jsonl(path) if (r.get("step") or 0) <= step]
-    atomic_write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
 
 
 def train(run_dir: Path, resume: bool) -> int:
@@ -471,10 +468,9 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
     resume_from = None
     if resume:
         last = checkpoints.last_checkpoint(ckpt_root)
-        if last is not None:
-            resume_from = str(last)
-            if _is_main():
-                _trim_metrics(run_dir, checkpoints.checkpoint_step(last))
+        resume_from = str(last) if last is not None else None
+        if _is_main():  # rows past the checkpoint (all of them without one) are written again
+            resume_edges.trim_metrics(run_dir, checkpoints.checkpoint_step(last) if last is not None else 0)
     _barrier()
     if _is_main():
         checkpoints.clear_staging(ckpt_root)
@@ -516,6 +512,7 @@ def _save_final(trainer: RunTrainer, run_dir: Path, recipe: Recipe, model_path: 
         if tokenizer is not None and not (staging / "tokenizer_config.json").exists():
             tokenizer.save_pretrained(staging)
         keep_sentencepiece(staging, model_path)
+        resume_edges.pause_at("final", run_dir)
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)

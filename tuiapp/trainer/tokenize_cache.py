@@ -23,11 +23,13 @@ import threading
 import time
 from pathlib import Path
 
+from tuiapp.core.data import cache_entry
 from tuiapp.core.run_folder import rundir
+from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.trainer import phases
 
 log = logging.getLogger("llmtui.data")
-ENTRY_INFO = "llmtui.json"
+ENTRY_INFO = cache_entry.ENTRY_INFO
 PROGRESS_EVERY_S = 2.0  # how often the phase record's progress is rewritten
 PARALLEL_FROM = 20_000  # documents: fewer are tokenized in the rank itself (workers cost a second to start)
 MAX_WORKERS = 8
@@ -48,27 +50,60 @@ def workers(documents: int) -> int:
 def shared_entry(folder: Path, build):
     """The entry at `folder`, built by `build(scratch) -> (dataset, info)` once across ranks and runs
     (under the entry's lock; `scratch`: a folder for its intermediate Arrow files, removed once the
-    entry is saved), then loaded (memory-mapped)."""
+    entry is saved), then loaded (memory-mapped). An entry that fails its check (its files against the
+    sizes and checksums recorded at write, then Arrow's own reading) is reported with its path and
+    rebuilt."""
     if folder.is_dir():
-        touch(folder)
-        log.info("tokenized dataset loaded from cache %s", folder)
-        return load_entry(folder)
+        loaded = _load_checked(folder)
+        if loaded is not None:
+            touch(folder)
+            log.info("tokenized dataset loaded from cache %s", folder)
+            return loaded
     folder.parent.mkdir(parents=True, exist_ok=True)
     locks = folder.parent.parent / "locks"  # beside the entries: `data/` holds entries only
     locks.mkdir(exist_ok=True)
     with _locked(locks / f"{folder.parent.name}-{folder.name}.lock"):
-        if not folder.is_dir():  # another rank or run may have built it while this one waited
-            scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}-scratch-", dir=folder.parent))
-            try:
-                dataset, info = build(scratch)
-                save_atomically(dataset, folder, info, scratch)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-                release_freed_memory()  # before the training stacks its memory on what the build freed
-        else:
-            touch(folder)
-            log.info("tokenized dataset loaded from cache %s (built while this rank waited)", folder)
+        if folder.is_dir():  # another rank or run may have built (or rebuilt) it while this one waited
+            loaded = _load_checked(folder)
+            if loaded is not None:
+                touch(folder)
+                log.info("tokenized dataset loaded from cache %s (built while this rank waited)", folder)
+                return loaded
+            _discard(folder)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}-scratch-", dir=folder.parent))
+        try:
+            dataset, info = build(scratch)
+            save_atomically(dataset, folder, info, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+            release_freed_memory()  # before the training stacks its memory on what the build freed
     return load_entry(folder)
+
+
+def _load_checked(folder: Path):
+    """The entry loaded, or None when it is damaged (reported: the rank's log and the run's events)."""
+    why = cache_entry.problem(folder)
+    if why is None:
+        try:
+            return load_entry(folder)
+        except Exception as exc:  # noqa: BLE001 - Arrow's errors (ArrowInvalid, OSError...) all mean damaged
+            why = f"{folder} cannot be read ({type(exc).__name__}: {str(exc)[:300]})"
+    message = f"tokenized cache entry {folder} is damaged: {why}; it is rebuilt"
+    log.warning(message)
+    print(f"warning: {message}", flush=True)
+    run_dir, rank = phases._state["run_dir"], phases._state["rank"]
+    if run_dir is not None and not rank:
+        with contextlib.suppress(OSError), JsonlWriter(Path(run_dir) / rundir.EVENTS_JSONL) as events:
+            events.write({"event": "cache_damaged", "path": str(folder), "reason": why, "action": "rebuilt"})
+    return None
+
+
+def _discard(folder: Path) -> None:
+    """Move a damaged entry out of the way (under its lock), then remove it."""
+    gone = folder.parent / f".{folder.name}-damaged-{os.getpid()}"
+    with contextlib.suppress(OSError):
+        os.rename(folder, gone)
+    shutil.rmtree(gone, ignore_errors=True)
 
 
 def release_freed_memory() -> None:
@@ -120,7 +155,9 @@ def save_atomically(dataset, folder: Path, info: dict, scratch: Path | None = No
         else:
             dataset.save_to_disk(str(building))
         now = time.time()
-        (building / ENTRY_INFO).write_text(json.dumps({**info, "rows": len(dataset), "built": now, "used": now}))
+        info = {**info, "rows": len(dataset), "built": now, "used": now,
+                "manifest": cache_entry.manifest(building)}  # each file's size and sha256: checked on load
+        (building / ENTRY_INFO).write_text(json.dumps(info))
         try:
             os.rename(building, folder)
         except OSError:

@@ -12,7 +12,7 @@ from tuiapp.core.run_folder.metrics import as_number, source_tokens_text
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number
 from tuiapp.core.run_folder.rundata import RunData
 from tuiapp.core.run_folder.rundir import RunRecord, attempt_count, duration_s
-from tuiapp.core.run_folder.runstate import error_log, error_summary, reason_summary, status_of
+from tuiapp.core.run_folder.runstate import error_log, error_summary, reason_summary, status_of, zero_steps
 from tuiapp.ui.after_training import AfterTraining
 from tuiapp.ui.after_training import lines as after_lines
 from tuiapp.ui.footer_keys import plural
@@ -45,7 +45,7 @@ def status_text(record: RunRecord, data: RunData, now: float, stopping: bool = F
     orphans, a stall, the root cause of a failure)."""
     status = record.status or "unknown"
     times = [t for t in (as_number(r.get("time")) for r in data.recent) if t is not None]
-    view = status_of(record, now, times, stopping=stopping)
+    view = status_of(record, now, times, stopping=stopping, zero_steps=zero_steps(data.recent))
     badge = f"[{BADGE_STYLES.get(view.key, 'b')}]{literal(view.badge)}[/]"
     model = record.model_ref or record.model or "?"
     name, method, dataset = (str(v) if v is not None else "?" for v in (record.name, record.method, record.dataset))

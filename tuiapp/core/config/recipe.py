@@ -1107,12 +1107,30 @@ def read_recipe_data(path: str | Path, overrides: list[str] | None = None) -> tu
     return data, text
 
 
+def require_model(data: dict, text: str, file: str) -> None:
+    """A recipe file must name its base model: without a [model] table (or its name) the schema's
+    default would silently train the bundled test model. Recipes built in code keep the default."""
+    model = data.get("model")
+    if isinstance(model, dict) and "name" in model:
+        return
+    missing = "its name" if isinstance(model, dict) else "a [model] table"
+    raise RecipeError(
+        message=f"missing: {missing} naming the base model to train",
+        file=file, key="model.name",
+        line=key_line(text, ("model",)) if isinstance(model, dict) else None,
+        fix='add\n  [model]\n  name = "tiny"\n(the bundled test model), or a local HF model folder, a hub id '
+            "such as 'Qwen/Qwen2.5-0.5B', or 'run:NAME' for an earlier run's final model; "
+            "or pass --set model.name=...",
+    )
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """Read a recipe file, apply `key.path=value` overrides, validate."""
-    if not overrides:
-        return parse_recipe(read_recipe_text(path), str(path))
     data, text = read_recipe_data(path, overrides)
-    return recipe_from_dict(data, text=text, file=str(path), overrides=overrides)
+    recipe = parse_recipe(text, str(path)) if not overrides else \
+        recipe_from_dict(data, text=text, file=str(path), overrides=overrides)
+    require_model(data, text, str(path))
+    return recipe
 
 
 def apply_override(data: dict, override: str) -> None:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 REWARD_KINDS = ["format", "answer", "length", "json", "tool_call", "python", "model"]
 FUNCTION_PATTERN = r"^[^:]+\.py:[A-Za-z_][A-Za-z0-9_]*$"
+REWARD_TIMEOUT_S = 60.0  # one call of a user's reward function (tuiapp.core.prelaunch.rl.CHECK_TIMEOUT_S too)
 
 
 class _Reward(BaseModel):
@@ -114,6 +115,13 @@ class PythonReward(_Reward):
     function: str = Field("", description="'FILE.py:NAME' (relative to where llmtui runs): NAME(prompts, "
                           "completions, completion_ids, **columns) returns one float (or None) per completion; "
                           "completions are texts, prompts chat turns, each dataset column a list.")
+    timeout_s: float = Field(REWARD_TIMEOUT_S, gt=0, le=3600, description="Seconds one call may take in training "
+                             "(the pre-launch check's limit by default); past it the call counts as failed (on_error).")
+    on_error: Literal["fail", "skip"] = Field("fail", description="When a call times out, or returns only NaN/None "
+                                              "for bad_steps calls in a row: 'fail' ends the run naming the function "
+                                              "and its file:line; 'skip' scores that call None (ignored) and goes on.")
+    bad_steps: int = Field(1, ge=1, le=100000, description="Calls in a row (one a step) returning NaN/None for "
+                           "every completion before on_error acts.")
 
     @field_validator("function")
     @classmethod

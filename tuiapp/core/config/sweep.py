@@ -16,7 +16,7 @@ from pathlib import Path
 import tomllib
 
 from tuiapp.core.common.errors import RecipeError, UserError
-from tuiapp.core.config.recipe import Recipe, SweepSpec, apply_override, recipe_from_dict
+from tuiapp.core.config.recipe import Recipe, SweepSpec, apply_override, recipe_from_dict, require_model
 from tuiapp.core.config.sweep_groups import groups_dir
 from tuiapp.core.run_folder.atomic import atomic_write_text
 
@@ -104,6 +104,7 @@ def plan_sweep(data: dict, text: str, file: str, grid_flags: dict[str, list], *,
     """Every combination checked against the schema; a RecipeError naming each bad combination,
     key and value otherwise. `data` is the recipe file's TOML (with --set applied)."""
     base = recipe_from_dict(data, text=text, file=file, overrides=overrides)  # the recipe itself must be valid first
+    require_model(data, text, file)
     spec = base.sweep.model_copy(update={k: v for k, v in (("random", random_n), ("seed", seed), ("slots", slots))
                                          if v is not None})
     grid = {**spec.grid, **grid_flags}

@@ -26,6 +26,7 @@ from tuiapp.core.common.findings import Finding
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.core.plan.estimate import adapter_base
+from tuiapp.core.prelaunch.weights_check import weight_problems
 
 HUB_TIMEOUT_S = float(os.environ.get("LLMTUI_HUB_TIMEOUT_S", "5"))
 # the TUI form checks on every edit: ask the hub about a name once a minute at most (15 s when
@@ -93,7 +94,10 @@ def folder_problems(folder: Path, *, needs_weights: bool = True, label: str | No
         missing.append("weights (*.safetensors, *.bin or their index .json)")
     if not names & set(TOKENIZER_FILES):
         missing.append("a tokenizer (tokenizer.json, tokenizer_config.json or tokenizer.model)")
-    return [f"{label} lacks {m}" for m in missing]
+    problems = [f"{label} lacks {m}" for m in missing]
+    if needs_weights and not problems:  # there: can they be read? (headers only, milliseconds)
+        problems = weight_problems(folder, names)
+    return problems
 
 
 def _adapter_problems(folder: Path, kind: str, label: str) -> list[str]:
@@ -199,7 +203,7 @@ def check_model(name: str, *, method_kind: str = "lora", base_dir: Path | None =
         if not kind:
             problems = folder_problems(local, needs_weights=needs_weights, label=label)
             return [_error(problems, "point model.name at a complete HF model folder (save_pretrained "
-                           "writes config.json, the weights and the tokenizer), or save the model again")] \
+                           "writes config.json, the weights and the tokenizer), or save or download the model again")] \
                 if problems else []
         problems = _adapter_problems(local, kind, label)
         if problems:

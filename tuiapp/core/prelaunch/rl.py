@@ -20,6 +20,7 @@ from tuiapp.core.common.errors import DatasetError, UserError
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.common.kinds import RL_KINDS
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe, weights_method
+from tuiapp.core.config.rewards import REWARD_TIMEOUT_S
 from tuiapp.core.data import datasets as data
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.core.machine.gpus import cuda_available, detect_gpus
@@ -29,7 +30,7 @@ from tuiapp.core.prelaunch.preflight import launch_world
 PROMPT_COLUMNS = ("prompt", "question", "query", "instruction", "problem")
 CHAT_COLUMNS = ("messages", "conversations")
 CHECK_ROWS = 4  # rows a user's reward function is tried on before launch
-CHECK_TIMEOUT_S = 60
+CHECK_TIMEOUT_S = int(REWARD_TIMEOUT_S)  # the same limit as a call in training
 
 
 # ---------------------------------------------------------------- prompt-only data

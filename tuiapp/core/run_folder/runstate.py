@@ -29,6 +29,9 @@ ORPHANS_HINT = "the supervisor is gone but processes of the run remain"
 STALL_FACTOR = 5.0  # a running run is stalled when its last step is older than this many median steps
 STALL_MIN_S = float(os.environ.get("LLMTUI_STALL_MIN_S", "60"))  # and at least this old
 STALL_WINDOW = 20  # the last train rows' step times the stall check reads
+# a running run whose last this-many train rows have loss and grad_norm exactly 0 learns nothing (rewards all
+# NaN/None or all equal, a broken loss): flagged stalled like one whose steps stopped
+ZERO_STEPS = int(os.environ.get("LLMTUI_ZERO_STEPS", "10"))
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ def fmt_clock(seconds: float | None) -> str:
 def status_view(status: str, now: float, *, phase: str | None = None, phase_since: float | None = None,
                 hang: dict | None = None, orphans: bool = False, stop_requested: float | None = None,
                 step_times: list[float] | tuple = (), stopping: bool = False,
-                queue_position: int | None = None) -> StatusView:
+                queue_position: int | None = None, zero_steps: int = 0) -> StatusView:
     """The status to show. `stopping`: the user confirmed a stop the run has not recorded yet;
     `queue_position`: a queued run's place in the device queue (tuiapp.core.store.queue.position)."""
     status = status or "unknown"
@@ -96,11 +99,28 @@ def status_view(status: str, now: float, *, phase: str | None = None, phase_sinc
         return StatusView("stalled", "stalled", "stalled",
                           f"stalled: no step for {fmt_duration(now - step_times[-1])} (median step "
                           f"{statistics.median(gaps):.1f}s); check the log tail for a hung rank or NCCL timeout")
+    if status == "running" and zero_steps >= ZERO_STEPS > 0:
+        return StatusView("stalled", "stalled · learns nothing", "stalled",
+                          f"stalled: loss and grad_norm exactly 0 for the last {zero_steps} steps, nothing is learned "
+                          "(rewards all NaN/None or all equal within each group? a broken loss?)")
     return StatusView(status, status, status)
 
 
+def zero_steps(rows: list[dict]) -> int:
+    """How many of the last train rows have loss and grad_norm exactly 0 (a run that learns nothing)."""
+    count = 0
+    for row in reversed(rows):
+        if row.get("split", "train") != "train" or "step" not in row:
+            continue
+        if row.get("loss") == 0 and row.get("grad_norm") == 0:
+            count += 1
+        else:
+            break
+    return count
+
+
 def status_of(record: rundir.RunRecord, now: float, step_times: list[float] | tuple = (),
-              stopping: bool = False) -> StatusView:
+              stopping: bool = False, zero_steps: int = 0) -> StatusView:
     """status_view of a run's record. A `starting` run whose steps are already counting in this
     attempt (the supervisor records `running` at its next look) shows as running, not as the
     start-up phase it last wrote (`loading model` while the steps of a resumed run went on)."""
@@ -111,7 +131,7 @@ def status_of(record: rundir.RunRecord, now: float, step_times: list[float] | tu
     return status_view(status, now, phase=record.phase,
                        phase_since=record.phase_since, hang=hang if isinstance(hang, dict) else None,
                        orphans=record.orphans, stop_requested=record.stop_requested,
-                       step_times=step_times, stopping=stopping)
+                       step_times=step_times, stopping=stopping, zero_steps=zero_steps)
 
 
 # ---------------------------------------------------------------- attempts, time and reasons

@@ -248,9 +248,9 @@ class PipelineRun:
         self.step_count = int(state["global_step"])
         self.tokens_seen = int(state.get("num_input_tokens_seen", 0))
         if self.topo.rank == 0:
-            from tuiapp.trainer.run import _trim_metrics
+            from tuiapp.trainer.resume import trim_metrics
 
-            _trim_metrics(self.run_dir, self.step_count)
+            trim_metrics(self.run_dir, self.step_count)
         return last
 
     # ------------------------------------------------------------ the recorder's view
