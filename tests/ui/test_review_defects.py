@@ -1,0 +1,59 @@
+"""The review's defects of issue 43, each where a user sees it (Pilot, real files and processes)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+from ui_fixtures import test_app, wait_for
+
+from tuiapp.core.config.recipe import load_recipe
+from tuiapp.ui.preview import read_trainer_view, trainer_view_text
+from tuiapp.ui.screens.new_experiment import NewExperimentScreen
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
+
+def text_of(screen, selector: str) -> str:
+    content = screen.query_one(selector, Static).render()
+    return getattr(content, "plain", str(content))
+
+
+async def open_recipe_form(pilot, recipe_path: Path) -> NewExperimentScreen:
+    app = pilot.app
+    await wait_for(pilot, lambda: app.screen.loaded, what="home")
+    screen = NewExperimentScreen(load_recipe(recipe_path), title=recipe_path.name)
+    await app.push_screen(screen)
+    await wait_for(pilot, lambda: screen.last_check is not None and screen.filled, timeout=30,
+                   what=f"first check, every section (check {screen.last_check is not None}, filled {screen.filled})")
+    return screen
+
+
+# ---------------------------------------------------------------- 3: the GRPO data preview
+
+
+def test_grpo_records_preview_shows_prompts_and_reward_columns_not_a_format_error(tmp_path):
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_recipe_form(pilot, RECIPES / "tiny-grpo.toml")
+            await wait_for(pilot, lambda: "records  1000" in text_of(screen, "#ne-data"), what="the prompts")
+            text = text_of(screen, "#ne-data")
+            assert "cannot tell the format" not in text and "prompts" in text
+            assert "columns  answer, prompt" in text and "user: " in text and "answer: " in text
+            assert "✓ valid" in text_of(screen, "#ne-verdict")
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow  # tokenizes in a child process (torch import): ~15 s on 2 busy cores
+def test_grpo_trainer_view_shows_each_prompt_with_its_tokens_not_zero_trained(tmp_path):
+    recipe = load_recipe(RECIPES / "tiny-grpo.toml")
+    examples, error = read_trainer_view(recipe.to_toml(), tmp_path)
+    assert error is None and examples
+    text = trainer_view_text("grpo", examples).plain
+    assert "0 tokens, 0 trained" not in text
+    assert f"— prompt 1 · {len(examples[0]['input_ids'])} tokens; the policy writes the completions" in text
+    assert "<|im_start|>assistant" in text and "columns: answer=" in text
