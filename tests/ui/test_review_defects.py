@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import Static
-from ui_fixtures import test_app, wait_for
+from ui_fixtures import screen_text, test_app, wait_for
 
 from tuiapp.core.config.recipe import load_recipe
 from tuiapp.ui.preview import read_trainer_view, trainer_view_text
@@ -57,3 +57,38 @@ def test_grpo_trainer_view_shows_each_prompt_with_its_tokens_not_zero_trained(tm
     assert "0 tokens, 0 trained" not in text
     assert f"— prompt 1 · {len(examples[0]['input_ids'])} tokens; the policy writes the completions" in text
     assert "<|im_start|>assistant" in text and "columns: answer=" in text
+
+
+# ---------------------------------------------------------------- 4: ctrl+o on a fresh form
+
+
+@pytest.mark.slow  # three forms filled: ~8 s on 2 busy cores
+def test_ctrl_o_on_an_unedited_form_opens_the_choice_without_asking(tmp_path):
+    from textual.command import CommandPalette
+
+    from tuiapp.ui.screens.confirm import ConfirmScreen
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            await pilot.press("n", "ctrl+o", *"tiny-dpo")  # typed at once, as the form still fills
+            await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette)
+                           and "preset tiny-dpo" in screen_text(app), what="the picker's match")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, NewExperimentScreen) and app.screen.kind == "dpo",
+                           what="the preset in the form")
+            form = app.screen
+            await wait_for(pilot, lambda: form.filled and form.last_check is not None, timeout=30, what="filled")
+            assert not form.has_edits()
+            await pilot.press("ctrl+o")
+            await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the picker")
+            await pilot.press(*"tiny-grpo")
+            await wait_for(pilot, lambda: "preset tiny-grpo" in screen_text(app), what="the fuzzy match")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not isinstance(app.screen, CommandPalette), what="the choice")
+            assert not isinstance(app.screen, ConfirmScreen)
+            await wait_for(pilot, lambda: isinstance(app.screen, NewExperimentScreen) and app.screen.kind == "grpo",
+                           what="the grpo preset in the form")
+
+    asyncio.run(scenario())
