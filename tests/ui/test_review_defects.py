@@ -92,3 +92,42 @@ def test_ctrl_o_on_an_unedited_form_opens_the_choice_without_asking(tmp_path):
                            what="the grpo preset in the form")
 
     asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------- 14: the history's reward of a GRPO run
+
+
+def test_the_reward_column_shows_the_answer_reward_not_the_total(tmp_path):
+    from rl_fixtures import rl_run
+
+    from tuiapp.core.store.runs import Run
+    from tuiapp.ui.history import HistoryLoader, LiveSummary
+    from tuiapp.ui.primary_reward import primary_reward_key
+    from tuiapp.ui.widgets.runs_table import cells
+
+    root = tmp_path / "runs"
+    rewards = [0.0] * 18 + [1.0, 2.0]  # totals; each of format and answer logs half of it
+    run = rl_run(root, "grpo-run", steps=20, rewards=rewards, index=1)
+    plain = rl_run(root, "no-answer", steps=20, rewards=rewards, index=2)
+    for target, kinds in ((run, [{"kind": "format", "pattern": "x"}, {"kind": "answer", "column": "answer"}]),
+                          (plain, [{"kind": "format", "pattern": "x"}])):
+        loaded = Run(target.path).load()
+        recipe = dict(loaded.record.recipe)
+        recipe["method"] = {**recipe["method"], "rewards": kinds}
+        loaded.record.set(recipe=recipe)
+        loaded.save()
+    loader = HistoryLoader(root)
+    rows = {r.name: loader.summarize(r) for batch in loader.load_infos(loader.scan(), 10) for r in batch}
+    assert rows["grpo-run"].reward_key == "rewards/answer/mean" and rows["grpo-run"].reward == 0.75
+    assert rows["no-answer"].reward_key == "reward" and rows["no-answer"].reward == 1.5  # the total
+    assert cells(rows["grpo-run"], 0)["reward"] == "0.750"
+    live = LiveSummary()
+    live.add([{"step": s, "reward": r, "rewards/answer/mean": r / 2} for s, r in enumerate(rewards, 1)])
+    assert live.apply(rows["grpo-run"]).reward == 0.75 and live.apply(rows["no-answer"]).reward == 1.5
+    # a reward flagged primary wins; a named one logs under its name; a python one under its function
+    assert primary_reward_key({"method": {"rewards": [{"kind": "answer"}, {"kind": "length", "primary": True}]}}) \
+        == "rewards/length/mean"
+    assert primary_reward_key({"method": {"rewards": [{"kind": "answer", "name": "right"}]}}) == "rewards/right/mean"
+    assert primary_reward_key({"method": {"rewards": [{"kind": "python", "function": "r.py:score", "primary": True}]}}) \
+        == "rewards/score/mean"
+    assert primary_reward_key(None) == "reward"
