@@ -131,3 +131,55 @@ def test_the_reward_column_shows_the_answer_reward_not_the_total(tmp_path):
     assert primary_reward_key({"method": {"rewards": [{"kind": "python", "function": "r.py:score", "primary": True}]}}) \
         == "rewards/score/mean"
     assert primary_reward_key(None) == "reward"
+
+
+# ---------------------------------------------------------------- 8, 11: the Export dialog at 80x24
+
+
+def test_export_dialog_at_80x24_names_the_run_keeps_its_keys_and_speaks_of_its_fields(runs_root, tmp_path):
+    from test_evaluate_export import _home
+    from ui_fixtures import REAL_IDS
+
+    from tuiapp.ui.screens.export import ExportScreen
+
+    run_id = REAL_IDS["sft"]
+    (runs_root / run_id / "final").mkdir()
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _home(pilot, run_id)
+            await pilot.press("X")
+            await wait_for(pilot, lambda: isinstance(app.screen, ExportScreen), what="the form")
+            form = app.screen
+            await pilot.pause()
+            assert "Export sft" in screen_text(app) and f"Export {run_id}" not in screen_text(app)
+            form.query_one("#export-ollama").value = "mine"  # an Ollama name without GGUF types
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda: not form.running and "✗" in text_of(form, "#tool-error"), what="the refusal")
+            refusal = text_of(form, "#tool-error")
+            assert "--" not in refusal and "the ollama field" in refusal and "the gguf field" in refusal, refusal
+            form.show_result((str(tmp_path / "exports" / "x"), [f"model-{i:05d}-of-00030.safetensors" for i in range(30)]))
+            await pilot.pause()
+            lines = screen_text(app).splitlines()
+            assert any("esc closes" in line for line in lines)  # the dialog's own keys stay on screen
+            assert "Export sft" in "".join(lines)
+            assert "▄" not in lines[-1] and "▀" not in lines[0]  # the dialog leaves the top and bottom lines
+            assert all(line.rstrip()[-1:] in ("█", "") for line in lines)  # no table digit beside the border
+
+    asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------- 11: the form's errors
+
+
+def test_form_errors_have_no_pydantic_prefix_and_no_unsaved_file():
+    from tuiapp.ui import formdata
+
+    values = formdata.default_values("lora")
+    values["dataset.eval_split"] = "2"
+    check = formdata.check_values(values, "lora", "recipes/run.toml")
+    (error,) = check.errors
+    shown = formdata.form_error(error)
+    assert shown.startswith("dataset.eval_split: eval_split as a fraction must be between 0 and 0.5"), shown
+    assert "Value error" not in str(error) and "recipes/run.toml" not in shown

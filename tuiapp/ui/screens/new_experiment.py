@@ -348,7 +348,7 @@ class NewExperimentScreen(Screen):
             return  # a newer check is on its way, or the form is closing
         self.last_check = message
         check = message.check
-        lines = [f"error: {e}" for e in check.errors]
+        lines = [f"error: {formdata.form_error(e)}" for e in check.errors]
         if message.findings_text:
             lines.append(message.findings_text)
         name = self.collect().get("name") or "run"
@@ -518,7 +518,8 @@ class NewExperimentScreen(Screen):
         values = self.collect()
         check = formdata.check_values(values, self.kind, f"recipes/{values.get('name') or 'run'}.toml")
         if check.errors:
-            self.notify("\n".join(str(e) for e in check.errors[:3]), title="Recipe has errors", severity="error")
+            self.notify("\n".join(formdata.form_error(e) for e in check.errors[:3]), title="Recipe has errors",
+                        severity="error")
             self.query_one("#ne-side", TabbedContent).active = "tab-checks"
             return None
         return check.recipe
