@@ -183,3 +183,17 @@ def test_form_errors_have_no_pydantic_prefix_and_no_unsaved_file():
     shown = formdata.form_error(error)
     assert shown.startswith("dataset.eval_split: eval_split as a fraction must be between 0 and 0.5"), shown
     assert "Value error" not in str(error) and "recipes/run.toml" not in shown
+
+
+# ---------------------------------------------------------------- 10: docs/tui.md's key tables
+
+
+def test_the_key_tables_of_docs_tui_name_the_pane_keys_the_screens_bind():
+    from tuiapp.ui.screens.compare import CompareScreen
+    from tuiapp.ui.screens.run_view import RunViewScreen
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "tui.md").read_text(encoding="utf-8")
+    for screen in (CompareScreen, RunViewScreen):
+        digits = sorted(int(b.key) for b in screen.BINDINGS if b.key.isdigit() and b.action.startswith("pane("))
+        assert f"| `1`-`{digits[-1]}`" in docs, (screen.__name__, digits[-1])
+    assert "\n7. **Generations**" not in docs  # one numbered pane 7 (Markdown renumbered a second to 8)
