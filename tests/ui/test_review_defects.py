@@ -197,3 +197,37 @@ def test_the_key_tables_of_docs_tui_name_the_pane_keys_the_screens_bind():
         digits = sorted(int(b.key) for b in screen.BINDINGS if b.key.isdigit() and b.action.startswith("pane("))
         assert f"| `1`-`{digits[-1]}`" in docs, (screen.__name__, digits[-1])
     assert "\n7. **Generations**" not in docs  # one numbered pane 7 (Markdown renumbered a second to 8)
+
+
+# ---------------------------------------------------------------- 12: text cut at 80 columns
+
+
+def test_placeholders_fit_80_columns():
+    from tuiapp.ui.generations import GenerationBrowser, generation_lines
+    from tuiapp.ui.screens.chat import INPUT_HINTS, input_hint
+
+    lines = generation_lines(GenerationBrowser(), 76)
+    assert len(lines) > 1 and all(len(line.plain) <= 76 for line in lines)
+    assert " ".join(line.plain for line in lines).endswith("(method.log_completions = false writes none)")
+    assert len(input_hint(80)) <= 74 and input_hint(200) == INPUT_HINTS[0]
+
+
+def test_help_wraps_each_description_under_itself_at_80x24(runs_root, tmp_path):
+    from tuiapp.ui.screens.help import KEY_WIDTH, HelpScreen
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+            await pilot.pause()
+            text = app.screen.query_one("#help-text", Static).render()
+            plain = getattr(text, "plain", str(text)).splitlines()
+            assert max(len(line) for line in plain) <= 70
+            continued = [line for line in plain if line.startswith(" " * KEY_WIDTH)]
+            assert continued and all(line[KEY_WIDTH] != " " for line in continued)
+            frame = screen_text(app).splitlines()
+            assert not any(line.strip("│ ").startswith(("a run", "the run")) for line in frame)  # no ragged wrap
+
+    asyncio.run(scenario())
