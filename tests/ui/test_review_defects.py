@@ -231,3 +231,25 @@ def test_help_wraps_each_description_under_itself_at_80x24(runs_root, tmp_path):
             assert not any(line.strip("│ ").startswith(("a run", "the run")) for line in frame)  # no ragged wrap
 
     asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------- 13: toasts at 80x24
+
+
+def test_a_toast_at_80x24_is_compact_and_leaves_the_names_and_the_status_line(runs_root, tmp_path):
+    from textual.widgets._toast import Toast
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            app.notify("stopped serving 20260101-000218-sft-f004 on http://localhost:8000/v1", title="Served models")
+            await wait_for(pilot, lambda: app.screen.query(Toast), what="the toast")
+            await pilot.pause()
+            region = app.screen.query_one(Toast).region
+            assert region.width <= 44 and region.x > 30 and region.height <= 4  # title + text, no blank lines
+            assert region.bottom <= 24 - 3  # the status line and the footer stay
+            frame = screen_text(app).splitlines()
+            assert "7 runs" in frame[-2] and frame[4].startswith("  live ")  # the status line, the names
+
+    asyncio.run(scenario())
