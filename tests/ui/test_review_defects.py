@@ -26,7 +26,7 @@ async def open_recipe_form(pilot, recipe_path: Path) -> NewExperimentScreen:
     await wait_for(pilot, lambda: app.screen.loaded, what="home")
     screen = NewExperimentScreen(load_recipe(recipe_path), title=recipe_path.name)
     await app.push_screen(screen)
-    await wait_for(pilot, lambda: screen.last_check is not None and screen.filled, timeout=30,
+    await wait_for(pilot, lambda: screen.last_check is not None and screen.filled, timeout=90,
                    what=f"first check, every section (check {screen.last_check is not None}, filled {screen.filled})")
     return screen
 
@@ -253,3 +253,12 @@ def test_a_toast_at_80x24_is_compact_and_leaves_the_names_and_the_status_line(ru
             assert "7 runs" in frame[-2] and frame[4].startswith("  live ")  # the status line, the names
 
     asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------- 6: the data preview's wait has a clock
+
+
+def test_the_trainer_view_says_how_long_it_has_waited():
+    waiting = trainer_view_text("sft", None, elapsed_s=83.4).plain
+    assert "tokenizing the first examples… 1:23" in waiting and "processor" in waiting
+    assert "1:23" not in trainer_view_text("sft", None).plain

@@ -159,7 +159,8 @@ def image_caption(image: dict) -> str:
     return f"{Path(str(image.get('path', ''))).name} {image.get('width')}x{image.get('height')} {image.get('format', '')}"
 
 
-def trainer_view_text(kind: str, examples: list[dict] | None, error: str | None = None) -> Text:
+def trainer_view_text(kind: str, examples: list[dict] | None, error: str | None = None,
+                      elapsed_s: float | None = None) -> Text:
     """The examples as the trainer sees them for the method: pretrain text blocks, or chat
     sequences with the trained tokens marked and the masked ones (label -100) dim inside ⟦ ⟧.
     Image chats are drawn below it, each with its images (widgets.example_images)."""
@@ -169,7 +170,9 @@ def trainer_view_text(kind: str, examples: list[dict] | None, error: str | None 
         out.append(error + "\n")
         return out
     if examples is None:
-        out.append("tokenizing the first examples… (`llmtui data RECIPE` in a child process)\n", style=MASKED_STYLE)
+        clock = f" {int(elapsed_s) // 60}:{int(elapsed_s) % 60:02d}" if elapsed_s is not None else ""
+        out.append(f"tokenizing the first examples…{clock} (`llmtui data RECIPE` in a child process: torch, the "
+                   "tokenizer and, for images, the model's processor load first)\n", style=MASKED_STYLE)
         return out
     if kind == "pretrain":
         out.append("text blocks cut at max_seq_len; every token trained\n", style=MASKED_STYLE)

@@ -100,6 +100,8 @@ class NewExperimentScreen(Screen):
         self.check_pending = False  # a check is scheduled and has not started yet
         self._data_timer: Timer | None = None
         self._view_timer: Timer | None = None
+        self._view_clock: Timer | None = None  # ticks while the trainer's view is being read
+        self._view_started: float | None = None
         self._last_form_focus: Widget | None = None
         self.later_sections = ("train", "launch", *formdata.sections()[len(formdata.SECTIONS):])
         # every section but the run's is mounted after the first frame, a few rows per frame: the form
@@ -436,7 +438,19 @@ class NewExperimentScreen(Screen):
             return
         view.update(trainer_view_text(self.kind, None))
         self.query_one("#ne-examples", ExampleImages).show(self.kind, None)
+        self._view_started = time.monotonic()
+        if self._view_clock is None:  # the wait's clock (a vision model's processor takes a minute or more)
+            self._view_clock = self.set_interval(1.0, self._tick_trainer_view)
+        self._view_clock.resume()
         self.read_trainer_view(toml, self.kind)
+
+    def _tick_trainer_view(self) -> None:
+        if self.taken_down or self._view_started is None:
+            if self._view_clock is not None:
+                self._view_clock.pause()
+            return
+        elapsed = time.monotonic() - self._view_started
+        self.query_one("#ne-trainer-view", Static).update(trainer_view_text(self.kind, None, elapsed_s=elapsed))
 
     @work(thread=True, exclusive=True, group="trainer-view")
     def read_trainer_view(self, toml: str, kind: str) -> None:
@@ -446,6 +460,7 @@ class NewExperimentScreen(Screen):
     def on_trainer_view_read(self, message: TrainerViewRead) -> None:
         if self.taken_down:
             return
+        self._view_started = None  # the clock stops at its next tick
         self.trainer_view = message if message.error is None else None
         self.query_one("#ne-trainer-view", Static).update(trainer_view_text(message.kind, message.examples, message.error))
         self.query_one("#ne-examples", ExampleImages).show(message.kind, None if message.error else message.examples)
