@@ -44,6 +44,8 @@ def test_grpo_records_preview_shows_prompts_and_reward_columns_not_a_format_erro
             assert "cannot tell the format" not in text and "prompts" in text
             assert "columns  answer, prompt" in text and "user: " in text and "answer: " in text
             assert "✓ valid" in text_of(screen, "#ne-verdict")
+            checks = text_of(screen, "#ne-checks")  # 11: no file named as if it were written
+            assert "recipe ok (grpo on tiny" in checks and "recipes/tiny-grpo.toml:" not in checks
 
     asyncio.run(scenario())
 

@@ -356,7 +356,8 @@ class NewExperimentScreen(Screen):
         name = self.collect().get("name") or "run"
         if not message.has_errors and check.recipe is not None:
             recipe = check.recipe
-            lines.append(f"recipes/{name}.toml: ok ({recipe.method.kind} on {recipe.model.name}, data {recipe.dataset.label})")
+            lines.append(f"recipe ok ({recipe.method.kind} on {recipe.model.name}, data {recipe.dataset.label}); "
+                         f"ctrl+s writes recipes/{name}.toml")  # not written yet: no file to point at
         self.query_one("#ne-checks", Static).update("\n".join(lines) or "ok")
         self.query_one("#ne-toml", Static).update(check.toml)
         self.query_one("#ne-estimate", Static).update(message.estimate or "(valid recipe needed for an estimate)")
