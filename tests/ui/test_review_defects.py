@@ -264,3 +264,24 @@ def test_the_trainer_view_says_how_long_it_has_waited():
     waiting = trainer_view_text("sft", None, elapsed_s=83.4).plain
     assert "tokenizing the first examples… 1:23" in waiting and "processor" in waiting
     assert "1:23" not in trainer_view_text("sft", None).plain
+
+
+# ---------------------------------------------------------------- 1 (title): compare's loading state fits
+
+
+def test_compare_title_puts_the_loading_count_first_so_120_columns_show_it(runs_root, tmp_path):
+    from test_compare import open_compare
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_compare(pilot, runs_root, ["baseline", "high-lr", "sft"])
+            title = text_of(screen, "#cmp-title")
+            assert title.startswith("3 runs by step") and "loading" not in title
+            screen.loaded, screen.runs = False, screen.runs[:1]  # as while the other two are read
+            screen._show_title()
+            await pilot.pause()
+            line = next(line for line in screen_text(app).splitlines() if "runs by step" in line)
+            assert line.strip().startswith("loading 1/3 runs… · 3 runs by step")
+
+    asyncio.run(scenario())
