@@ -7,11 +7,14 @@ BIN := $(VENV)/bin
 
 $(BIN)/llmtui: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --no-build-isolation -e '.[test]'
+	$(BIN)/pip install --quiet --upgrade pip 'setuptools>=77'  # the build below uses it (no isolation)
+	# not --quiet: pip's own progress (each download's bar, each build) shows while it works
+	$(BIN)/pip install torch==2.13.0
+	DS_BUILD_OPS=0 $(BIN)/pip install --no-build-isolation -e '.[test]'
 	# bytecode of the editable package, as a wheel install has it (the TUI starts ~0.1 s sooner)
 	$(BIN)/python -m compileall -q tuiapp
+	# DeepSpeed's CPU comm op, built once here (with a clock) so the first run does not
+	$(BIN)/python tools/build_ops.py
 	touch $(BIN)/llmtui
 
 install: $(BIN)/llmtui

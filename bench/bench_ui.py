@@ -388,13 +388,15 @@ asyncio.run(main())
 """
 
 
-def bench_form(tmp: Path, code: Path, repeats: int = 5) -> dict:
-    """`n` -> the new-experiment form painted, and taking keys, each in a fresh process."""
+def bench_form(tmp: Path, code: Path, repeats: int = 5, runs: int = 20) -> dict:
+    """`n` -> the new-experiment form painted, and taking keys, each in a fresh process, with
+    `runs` runs in the history (0, 20 or 10,000: the form lists succeeded runs as models)."""
     import subprocess
 
-    root = tmp / "form"
+    root = tmp / f"form-{runs}"
     if not root.exists():
-        make_runs(root, 20, metric_rows=10)
+        root.mkdir(parents=True)
+        make_runs(root, runs, metric_rows=10)
     painted, usable, cpu = [], [], []
     for _ in range(repeats):
         done = subprocess.run([sys.executable, "-c", FORM_DRIVER, str(root)], cwd=code, capture_output=True, text=True, check=True)
@@ -403,6 +405,44 @@ def bench_form(tmp: Path, code: Path, repeats: int = 5) -> dict:
         usable.append(second)
         cpu.append(used)
     return {"painted": painted, "usable": usable, "cpu": cpu}
+
+
+# A fresh interpreter: the history with every run loaded and summarised, then CPU time over a
+# window of doing nothing (no key, no run changing): the app's own polling and redraws.
+IDLE_DRIVER = r"""
+import asyncio, sys, time
+from pathlib import Path
+from tuiapp.ui.app import LlmtuiApp
+from tuiapp.ui.config import UiConfig
+root, window = Path(sys.argv[1]), float(sys.argv[2])
+app = LlmtuiApp(UiConfig(runs_root=root, base_dir=root.parent, system_monitor=False, hf_cache_dirs=[]))
+async def main():
+    async with app.run_test(size=(160, 48)) as pilot:
+        while not getattr(app.screen, "summarized", False):
+            await pilot.pause(0.1)
+        await pilot.pause(3.0)  # the last batches painted, the loaders done
+        wall, cpu = time.perf_counter(), time.process_time()
+        await asyncio.sleep(window)
+        print((time.process_time() - cpu) / (time.perf_counter() - wall))
+asyncio.run(main())
+"""
+
+
+def bench_idle(tmp: Path, code: Path, runs: int = 10_000, window_s: float = 20.0, repeats: int = 3) -> list[float]:
+    """CPU share of one core used by the app sitting on the history of `runs` runs (live polling
+    on, the default), over `window_s` seconds, each in a fresh process."""
+    import subprocess
+
+    root = tmp / f"form-{runs}"
+    if not root.exists():
+        root.mkdir(parents=True)
+        make_runs(root, runs, metric_rows=10)
+    out = []
+    for _ in range(repeats):
+        done = subprocess.run([sys.executable, "-c", IDLE_DRIVER, str(root), str(window_s)], cwd=code,
+                              capture_output=True, text=True, check=True)
+        out.append(float(done.stdout.split()[-1]))
+    return out
 
 
 def compile_bytecode(code: Path) -> None:
@@ -504,7 +544,7 @@ def fmt(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-SIDE_BY_SIDE = ("start", "compare", "history", "form", "runview")
+SIDE_BY_SIDE = ("start", "compare", "history", "form", "runview", "idle")
 
 
 def side_by_side(tmp: Path, before: Path | None, quick: bool, only: list[str] | None = None) -> list[str]:
@@ -539,12 +579,19 @@ def side_by_side(tmp: Path, before: Path | None, quick: bool, only: list[str] | 
             lines.append(f"| run view of a run of {points:,} points: open -> first frame with every row, {what} | "
                          + " | ".join(spread(views[n][index]) for n, _ in trees) + " |")
     if "form" in only:
-        forms = {name: bench_form(tmp, code) for name, code in trees}
-        lines.append("| `n` -> new-experiment form: first frame | " + " | ".join(spread(forms[n]["painted"]) for n, _ in trees) + " |")
-        lines.append("| `n` -> new-experiment form: a key typed at its first frame shown (usable) | "
-                     + " | ".join(spread(forms[n]["usable"]) for n, _ in trees) + " |")
-        lines.append("| ... CPU time of the process until then (all threads; steadier on a loaded machine) | "
-                     + " | ".join(spread(forms[n]["cpu"]) for n, _ in trees) + " |")
+        for runs in (0, 1000 if quick else 10_000):
+            forms = {name: bench_form(tmp, code, runs=runs) for name, code in trees}
+            lines.append(f"| `n` -> new-experiment form, {runs:,} runs: first frame | "
+                         + " | ".join(spread(forms[n]["painted"]) for n, _ in trees) + " |")
+            lines.append(f"| `n` -> new-experiment form, {runs:,} runs: a key typed at its first frame shown (usable) | "
+                         + " | ".join(spread(forms[n]["usable"]) for n, _ in trees) + " |")
+            lines.append("| ... CPU time of the process until then (all threads; steadier on a loaded machine) | "
+                         + " | ".join(spread(forms[n]["cpu"]) for n, _ in trees) + " |")
+    if "idle" in only:
+        runs = 1000 if quick else 10_000
+        idle = {name: bench_idle(tmp, code, runs=runs) for name, code in trees}
+        lines.append(f"| idle CPU of the history with {runs:,} runs (share of one core, 20 s windows) | "
+                     + " | ".join(" / ".join(f"{v:.1%}" for v in idle[n]) for n, _ in trees) + " |")
     return lines
 
 

@@ -67,7 +67,7 @@ def test_evaluate_form_fits_80x24_and_shows_refusals_with_their_fix(runs_root, t
         async with app.run_test(size=(80, 24)) as pilot:
             form = await _evaluate_form(pilot, run_id)
             text = screen_text(app)
-            for words in (f"Evaluate {run_id}", "demo:facts-heldout", "limit", "the base model too",
+            for words in ("Evaluate sft", "demo:facts-heldout", "limit", "the base model too",
                           "esc closes"):
                 assert words in text, words
             form.query_one("#eval-limit", Input).value = "lots"
@@ -122,7 +122,7 @@ def test_export_refuses_a_folder_that_is_not_empty_in_the_form(runs_root, tmp_pa
             await wait_for(pilot, lambda: isinstance(app.screen, ExportScreen), what="the form")
             form = app.screen
             text = screen_text(app)
-            for words in (f"Export {run_id}", f"exports/{run_id}", "dtype", "as trained",
+            for words in ("Export sft", f"exports/{run_id}", "dtype", "as trained",
                           "merge: no adapter, every weight trained"):  # a full fine-tune: nothing to merge
                 assert words in text, words
             assert form.query_one("#export-merge", Checkbox).disabled

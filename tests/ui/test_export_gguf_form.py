@@ -17,7 +17,7 @@ from tests.after_runs import sft_run
 from tuiapp.core.after import exporting, gguf_tools
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.run_folder import exports
-from tuiapp.ui.screens.export import ExportScreen
+from tuiapp.ui.screens.export import ExportScreen, form_words
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.widgets.runs_table import RunsTable
 
@@ -29,11 +29,11 @@ def _text(form, selector: str) -> str:
 
 
 def core_line(out, gguf: str, **options) -> str:
-    """What core says of these GGUF options (the form shows it as is)."""
+    """What core says of these GGUF options (the form shows it in its fields' words, not flags)."""
     try:
         text = exporting.gguf_readiness(exporting.ExportRequest(out=str(out), gguf=gguf, **options))
     except UserError as exc:
-        return f"✗ {exc}"
+        return form_words(f"✗ {exc}")
     return f"✓ {text}"
 
 
@@ -70,12 +70,12 @@ def test_gguf_fields_show_the_tools_or_their_refusal_before_starting(runs_root, 
                            what="the tools' line")
             if gguf_tools.bundled_llama_cpp() is None:
                 line = _text(form, "#export-gguf-check")
-                assert line.startswith("✗ --gguf needs llama.cpp's converter") and "run `make gguf`" in line
+                assert line.startswith("✗ the gguf field needs llama.cpp's converter") and "run `make gguf`" in line
                 assert form.query_one("#export-gguf-check").has_class("-refused")
 
             # an unknown type
             form.query_one("#export-gguf", Input).value = "q8_0,q9"
-            await wait_for(pilot, lambda: "✗ --gguf: unknown type q9" in _text(form, "#export-gguf-check"),
+            await wait_for(pilot, lambda: "✗ the gguf field: unknown type q9" in _text(form, "#export-gguf-check"),
                            what="the type's refusal")
             assert form.query_one("#export-gguf-check").has_class("-refused")
 
@@ -85,7 +85,7 @@ def test_gguf_fields_show_the_tools_or_their_refusal_before_starting(runs_root, 
             await wait_for(pilot, lambda: "no convert_hf_to_gguf.py there" in _text(form, "#export-gguf-check"),
                            what="the folder's refusal")
             line = _text(form, "#export-gguf-check")
-            assert f"✗ --llama-cpp {no_llama}: no convert_hf_to_gguf.py there" in line and "fix: " in line
+            assert f"✗ the llama field {no_llama}: no convert_hf_to_gguf.py there" in line and "fix: " in line
             await pilot.press("ctrl+r")
             await wait_for(pilot, lambda: not form.running and "no convert_hf_to_gguf.py" in _text(form, "#tool-error"),
                            what="the refusal at start")
@@ -101,11 +101,11 @@ def test_gguf_fields_show_the_tools_or_their_refusal_before_starting(runs_root, 
             await wait_for(pilot, lambda: _text(form, "#export-gguf-check") == core_line(
                 out, "q8_0", no_parity=True, ollama="tiny-sft:q8"), what="the line of parity off and Ollama")
             if gguf_tools.bundled_llama_cpp() is not None and shutil.which("ollama") is None:
-                assert "--ollama needs the ollama command" in _text(form, "#export-gguf-check")
+                assert "the ollama field needs the ollama command" in _text(form, "#export-gguf-check")
             # Ollama without GGUF types
             form.query_one("#export-gguf", Input).value = ""
             form.query_one("#export-ollama", Input).value = "tiny"
-            await wait_for(pilot, lambda: "--ollama registers the GGUF export" in _text(form, "#export-gguf-check"),
+            await wait_for(pilot, lambda: "the ollama field registers the GGUF export" in _text(form, "#export-gguf-check"),
                            what="--ollama without --gguf")
 
     asyncio.run(scenario())

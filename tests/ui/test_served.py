@@ -19,6 +19,7 @@ from tests.after_runs import sft_run
 from tests.e2e.helpers import llmtui
 from tuiapp.core.plan import launcher
 from tuiapp.core.store import queue, served
+from tuiapp.ui.screens.confirm import ConfirmScreen
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.report import ReportScreen
 from tuiapp.ui.screens.served import ServedScreen
@@ -62,6 +63,28 @@ def test_served_list_80x24(snap_compare, runs_root, tmp_path, loading_server):
                        what="the served list")
 
     assert snap_compare(test_app(runs_root, tmp_path, live=False), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_x_in_the_served_list_asks_before_it_stops_a_model(runs_root, tmp_path, loading_server):
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _history(pilot)
+            await pilot.press("V")
+            await wait_for(pilot, lambda: isinstance(app.screen, ServedScreen) and app.screen.models, what="the list")
+            await pilot.press("x")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+            assert f"Stop serving {SFT_FIXTURE}?" in screen_text(app)
+            await pilot.press("n")
+            await pilot.pause(0.3)
+            assert isinstance(app.screen, ServedScreen) and not app.screen.stopping
+            assert served.live_records([loading_server]), "no still serves"
+            await pilot.press("x")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question again")
+            await pilot.press("y")
+            await wait_for(pilot, lambda: "no model is served" in screen_text(app), timeout=30, what="the stop")
+
+    asyncio.run(scenario())
 
 
 def test_served_models_in_the_palette(runs_root, tmp_path):
@@ -118,6 +141,8 @@ async def _real_flow(app, run_dir, port: int) -> None:
         assert "Thread" in report  # the server's Python stack
         await pilot.press("escape")
         await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+        await pilot.press("y")
         await wait_for(pilot, lambda: "no model is served" in screen_text(app), timeout=60, what="the stop")
         await pilot.press("escape")
         await wait_for(pilot, lambda: not app.screen.query_one(RunsTable).serving, timeout=20,

@@ -18,6 +18,7 @@ from tuiapp.core.prelaunch import checks
 from tuiapp.core.run_folder.metrics import JsonlReader
 from tuiapp.core.run_folder.progress import fmt_duration, fmt_number, progress_line
 from tuiapp.core.run_folder.rundir import ACTIVE, FINAL, read_phases
+from tuiapp.core.run_folder.runstate import fmt_clock
 from tuiapp.core.store import queue
 from tuiapp.core.store.runs import RunStore
 
@@ -62,6 +63,56 @@ def cmd_run(args) -> int:
     return code
 
 
+PHASE_REDRAW_S = 1.0  # a terminal's phase line is redrawn in place each second
+PHASE_REPEAT_S = 10.0  # a pipe or file gets the line again every 10 s (no carriage returns there)
+OPS_NOTE = ("DeepSpeed's CPU comm op: compiled once per Python environment (1-2 min on a busy machine; "
+            "`make install` builds it), then cached")
+
+
+def phase_line(phase: str | None, since: float | None, hang: str | None, now: float) -> str:
+    """'starting: building ops 0:42 (what it is)': the phase, how long it has lasted, and a hang."""
+    phase = phase or "launching"
+    clock = f" {fmt_clock(now - since)}" if since else ""
+    note = f" ({OPS_NOTE})" if phase == "building ops" else ""
+    return f"starting: {phase}{clock}{note}" + (f" — ! {hang}" if hang else "")
+
+
+class PhaseClock:
+    """The start-up phase line with its clock: on a terminal one line redrawn in place every
+    second; elsewhere a new line when the phase changes and every PHASE_REPEAT_S while it lasts.
+    `say` prints any other line (ending a redrawn one first)."""
+
+    def __init__(self, out) -> None:
+        self.out = out
+        self.tty = bool(getattr(out, "isatty", lambda: False)())
+        self.open = False  # a redrawn line is on screen without its newline
+        self.last = 0.0
+
+    def due(self, now: float) -> bool:
+        return self.last > 0 and now - self.last >= (PHASE_REDRAW_S if self.tty else PHASE_REPEAT_S)
+
+    def show(self, line: str, changed: bool, now: float) -> None:
+        self.last = now
+        if self.tty:
+            if changed:
+                self.end_line()
+            self.out.write("\r\033[K" + line)
+            self.out.flush()
+            self.open = True
+        else:
+            print(line, file=self.out, flush=True)
+
+    def end_line(self) -> None:
+        if self.open:
+            self.out.write("\n")
+            self.out.flush()
+            self.open = False
+
+    def say(self, *args, **kwargs) -> None:
+        self.end_line()
+        print(*args, file=self.out, **{k: v for k, v in kwargs.items() if k != "file"})
+
+
 def follow(run, store) -> int:
     """Print start-up phases and progress lines until the run ends; Ctrl-C stops the run cleanly."""
     reader = JsonlReader(run.metrics_path)
@@ -70,6 +121,7 @@ def follow(run, store) -> int:
     interrupted = False
     shown: tuple = ()
     shown_figure: dict | None = None
+    clock = PhaseClock(sys.stdout)
 
     def on_interrupt(signum, frame):
         nonlocal interrupted
@@ -87,41 +139,40 @@ def follow(run, store) -> int:
                 place = queue.position(run.path.parent, run.id)
                 if ("queued", place) != shown:
                     shown = ("queued", place)
-                    print(f"queued: #{place} in line (`llmtui queue`)" if place else "queued", flush=True)
+                    clock.say(f"queued: #{place} in line (`llmtui queue`)" if place else "queued", flush=True)
             if run.status == "starting" and not rows:
                 hang = (record.hang or {}).get("message")
                 state = (record.phase, hang)
-                if state != shown:
+                now = time.time()
+                if state != shown or clock.due(now):  # each phase with its clock, redrawn while it lasts
+                    changed = state != shown
                     shown = state
-                    phase = record.phase or "launching"
-                    if phase == "building ops":  # a cached op loads in a moment; a first launch compiles it
-                        phase += " (DeepSpeed's CPU comm op: compiled on the first launch in this Python " \
-                                 "environment, 1-2 min, then cached)"
-                    print(f"starting: {phase}" + (f" — ! {hang}" if hang else ""), flush=True)
+                    clock.show(phase_line(record.phase, record.phase_since, hang, now), changed, now)
                 figure = (read_phases(run.path).get(0) or {}).get("progress")
                 if isinstance(figure, dict) and figure.get("total") and figure != shown_figure:
                     shown_figure = figure  # rank 0 tokenizing: documents, throughput, ETA
-                    print(f"tokenizing {figure.get('done', 0):,}/{figure['total']:,} docs  "
+                    clock.say(f"tokenizing {figure.get('done', 0):,}/{figure['total']:,} docs  "
                           f"{figure.get('docs_per_s') or 0:,.0f} docs/s  {figure.get('mb_per_s') or 0:.1f} MB/s  "
                           f"ETA {fmt_duration(figure.get('eta_s'))}", flush=True)
             for event in events.read_new():
                 if event.get("event") == "eval_progress":
                     total = event.get("total")
-                    print(f"eval {event.get('done')}/{total if total else '?'}  step {event.get('step')}  "
+                    clock.say(f"eval {event.get('done')}/{total if total else '?'}  step {event.get('step')}  "
                           f"{fmt_duration(event.get('elapsed_s'))}", flush=True)
             for row in reader.read_new():
                 if row.get("split", "train") == "train" and "step" in row:
                     rows.append(row)
-                    print(progress_line(row, rows), flush=True)
+                    clock.say(progress_line(row, rows), flush=True)
                 elif row.get("split") == "eval":
-                    print(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}", flush=True)
+                    clock.say(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}", flush=True)
             if run.status in FINAL:
                 for row in reader.read_new():
                     if row.get("split") == "eval":
-                        print(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}")
+                        clock.say(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}")
                 break
             time.sleep(0.5)
     finally:
+        clock.end_line()
         signal.signal(signal.SIGINT, previous)
     bell = "\a" if sys.stdout.isatty() else ""  # the terminal's own notification when the run ends
     print(f"{bell}{run.id}: {run.status}" + (f" — {run.record.reason}" if run.record.reason else ""))

@@ -274,6 +274,12 @@ class FormCheck:
         return {e.key for e in self.errors if e.key}
 
 
+def form_error(error) -> str:
+    """A recipe error as the form shows it: the key, the message and the fix, no file or line
+    (the recipe is not saved yet: its TOML pane is what would be written)."""
+    return (f"{error.key}: " if error.key else "") + error.message + (f"\n  fix: {error.fix}" if error.fix else "")
+
+
 def check_values(values: dict[str, str], method_kind: str, file: str = "<form>") -> FormCheck:
     data = build_data(values, method_kind)
     try:

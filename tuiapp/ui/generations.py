@@ -108,8 +108,9 @@ def generation_lines(browser: GenerationBrowser, width: int) -> list[Text]:
     (one line) and its completions, each under its scores."""
     key = browser.current
     if key is None:
-        return [Text("no generations logged yet: each completion and its rewards appear here once a step is "
-                     "scored (method.log_completions = false writes none)", style="dim")]
+        note = ("no generations logged yet: each completion and its rewards appear here once a step is "
+                "scored (method.log_completions = false writes none)")
+        return [Text(line, style="dim") for line in textwrap.wrap(note, max(20, width - 1))]  # whole at 80 columns
     generations = browser.steps[key]
     keys = browser.keys
     where = f"{keys.index(key) + 1}/{len(keys)} kept" + (f" ({browser.dropped} older dropped)" if browser.dropped else "")

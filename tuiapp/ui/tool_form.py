@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from textual import work
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
@@ -26,9 +27,9 @@ class ToolFormScreen(ModalScreen[bool]):
     `#tool-keys` Statics, and say how a request is read, planned, run and shown."""
 
     DEFAULT_CSS = """
-    ToolFormScreen { align: center middle; }
+    ToolFormScreen { align: center middle; padding: 1 0; }
     #tool-box {
-        width: 78; max-width: 100%; height: auto; max-height: 100%;
+        width: 80; max-width: 100%; height: auto; max-height: 100%;
         border: thick $primary; background: $surface; padding: 0 1;
     }
     #tool-title { text-style: bold; margin-bottom: 1; }
@@ -39,8 +40,9 @@ class ToolFormScreen(ModalScreen[bool]):
     #tool-box Checkbox { margin-bottom: 1; }
     #tool-error { color: $text-error; }
     #tool-progress { color: $text-warning; }
-    #tool-result { margin-top: 1; }
-    #tool-keys { color: $text-muted; margin-top: 1; }
+    #tool-result-box { height: auto; max-height: 6; margin-top: 1; }
+    #tool-result { text-wrap: nowrap; text-overflow: ellipsis; }
+    #tool-keys { color: $text-muted; margin-top: 1; dock: bottom; }  /* always on screen */
     """
     BINDINGS = [
         Binding("ctrl+r", "start", "Run", tooltip="Check the fields and start"),
@@ -65,7 +67,8 @@ class ToolFormScreen(ModalScreen[bool]):
         """The form's lines under its fields: the refusal, the progress, the result and the keys."""
         yield Static("", id="tool-error", markup=False)
         yield Static("", id="tool-progress", markup=False)
-        yield Static("", id="tool-result", markup=False)
+        # a long file list scrolls: the keys line stays
+        yield VerticalScroll(Static("", id="tool-result", markup=False), id="tool-result-box")
         yield Static("", id="tool-keys")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -96,11 +99,29 @@ class ToolFormScreen(ModalScreen[bool]):
 
     # ------------------------------------------------------------ flow
 
+    def in_form_words(self, text: str) -> str:
+        """A message of core's (written for the CLI) in the form's words: its fields, not flags."""
+        return text
+
+    @property
+    def run_title(self) -> str:
+        """The run as the history names it: its display name, else its recipe's name, else its id."""
+        try:
+            from tuiapp.core.store import meta
+            from tuiapp.core.store.runs import Run
+
+            shown = meta.read_meta(self.run_path).get("display_name")
+            return str(shown or Run(self.run_path).load().record.name or self.run_id)
+        except Exception:  # an unreadable run.json: its id still names it
+            return self.run_id
+
     def show(self, selector: str, text: str) -> None:
         """A line of the form's state; hidden while it has nothing to say."""
         widget = self.query_one(selector, Static)
-        widget.update(text)
+        widget.update(self.in_form_words(text))
         widget.display = bool(text)
+        if selector == "#tool-result":
+            self.query_one("#tool-result-box").display = bool(text)
 
     def on_mount(self) -> None:
         for selector in ("#tool-error", "#tool-progress", "#tool-result"):

@@ -882,7 +882,7 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
     kind = item["type"]
     line = key_line(text, tuple(loc))
     fix = None
-    message = item["msg"]
+    message = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")  # pydantic's wording
     if loc[:2] == ["method", "adapter"] and kind in ("union_tag_invalid", "union_tag_not_found"):
         given = item["input"].get("kind", "") if isinstance(item.get("input"), dict) else ""
         message = f"unknown adapter kind '{given}'" if given else "missing: the adapter's kind"

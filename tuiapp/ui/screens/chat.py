@@ -32,6 +32,16 @@ MODELS = ("tuned", "other", "base")  # the run, the arena's second run, the run'
 IMAGE_COMMAND = "/image"  # `/image PATH` in the input: the next message shows a VLM that image
 
 
+INPUT_HINTS = ("message (enter sends; /image PATH attaches an image; ctrl+b base beside; ctrl+t single turn; "
+               "ctrl+l new chat)", "message (enter sends; /image PATH; ctrl+b base; ctrl+l new chat; ? keys)",
+               "message (enter sends; ? keys)")
+
+
+def input_hint(width: int) -> str:
+    """The input's placeholder: the longest of INPUT_HINTS that fits the box (borders and padding)."""
+    return next((hint for hint in INPUT_HINTS if len(hint) <= width - 6), INPUT_HINTS[-1])
+
+
 def run_name(run_dir: Path) -> str:
     """The name a run is shown with: its display name, else its recipe's name, else its id."""
     try:
@@ -95,7 +105,7 @@ class ChatColumn(VerticalScroll):
 class ChatScreen(Screen):
     DEFAULT_CSS = """
     ChatScreen #chat-columns { height: 1fr; }
-    ChatScreen #chat-title { height: auto; padding: 0 1; color: $text-muted; }
+    ChatScreen #chat-title { height: 1; padding: 0 1; color: $text-muted; text-wrap: nowrap; text-overflow: ellipsis; }
     """
     BINDINGS = [
         Binding("ctrl+b", "toggle_base", "Base beside", tooltip="Ask the base model too, side by side (or stop)"),
@@ -254,6 +264,11 @@ class ChatScreen(Screen):
         """The settings the next answer uses: the run's [generate] table with the user's changes."""
         return {**self.defaults, **(self.session.overrides if self.session else {})}
 
+    def on_resize(self) -> None:
+        field = self.query("#chat-input")
+        if self.ready and not self.failed and field:
+            field.first(Input).placeholder = input_hint(self.size.width)
+
     def show_title(self) -> None:
         settings = self.settings()
         temperature = settings.get("temperature") or 0
@@ -281,8 +296,7 @@ class ChatScreen(Screen):
         self.column("base").border_title = f"base · {Path(str(target.get('base', ''))).name}"
         field = self.query_one("#chat-input", Input)
         field.disabled = False
-        field.placeholder = ("message (enter sends; /image PATH attaches an image; ctrl+b base beside; "
-                             "ctrl+t single turn; ctrl+l new chat)")
+        field.placeholder = input_hint(self.size.width)
         field.focus()
 
     def on_chat_screen_failed(self, message: Failed) -> None:

@@ -465,12 +465,14 @@ class CompareScreen(PaneDeckActions, Screen):
     # ------------------------------------------------------------ tables
 
     def _show_title(self) -> None:
-        names = ", ".join(r.label for r in self.runs) + ("" if self.loaded else " (loading…)")
+        names = ", ".join(r.label for r in self.runs)
+        # the loading state first, with its count: a long title is cut at its end, never this
+        loading = "" if self.loaded else f"loading {len(self.runs)}/{len(self.run_ids)} runs… · "
         keys = "differing keys" if self.only_differing else "all keys"
         slider = "▮" * self.smoothing + "▯" * (len(SMOOTHING) - 1 - self.smoothing)
         scale = "log" if self.log_y else "linear"
         self.query_one("#cmp-title", Static).update(
-            f"{len(self.run_ids)} runs by [b]{AXIS_LABELS[self.axis]}[/] · smooth {slider} {self.smoothing_weight:g} · "
+            f"{loading}{len(self.run_ids)} runs by [b]{AXIS_LABELS[self.axis]}[/] · smooth {slider} {self.smoothing_weight:g} · "
             f"y {scale} · config: {keys} · {escape(names)}")
 
     def _show_config(self) -> None:

@@ -43,7 +43,7 @@ class EvaluateScreen(ToolFormScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="tool-box"):
-            yield Static(f"Evaluate {self.run_id}", id="tool-title", markup=False)
+            yield Static(f"Evaluate {self.run_title}", id="tool-title", markup=False)
             with Horizontal(classes="tool-field"):
                 yield Label("data ", classes="tool-label")
                 yield Input(evaluation.default_data(self.run_path), placeholder="demo:facts-heldout or a "

@@ -8,6 +8,7 @@ are shown with the fix when it starts. The export runs in a child process (core.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +35,21 @@ def out_folder(text: str, base_dir: Path) -> str:
     return str(path if path.is_absolute() else base_dir / path)
 
 
+FIELD_WORDS = (  # core's CLI flags (longest first) as the Export form's fields
+    ("--llama-cpp", "the llama field"), ("--ollama", "the ollama field"), ("--gguf", "the gguf field"),
+    ("--no-parity", "no parity check"), ("--merge", "merge"), ("--dtype", "dtype"), ("--out", "the to field"),
+)
+
+
+def form_words(text: str) -> str:
+    """A refusal of core's (worded for `llmtui export`) in the form's words: its fields, not flags."""
+    text = re.sub(r"\b(add|pass) --(gguf|llama-cpp|ollama) (\S+)", r"type \3 in the \2 field", text)
+    text = text.replace("the llama-cpp field", "the llama field")
+    for flag, words in FIELD_WORDS:
+        text = re.sub(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", words, text)
+    return text
+
+
 def files_text(folder: str, files: list[str]) -> str:
     shown = files[:FILES_SHOWN]
     more = [f"… and {len(files) - FILES_SHOWN} more"] if len(files) > FILES_SHOWN else []
@@ -48,9 +64,12 @@ class ExportScreen(ToolFormScreen):
     """
     ACTION = "exports"
 
+    def in_form_words(self, text: str) -> str:
+        return form_words(text)
+
     def compose(self) -> ComposeResult:
         with Vertical(id="tool-box"):
-            yield Static(f"Export {self.run_id}", id="tool-title", markup=False)
+            yield Static(f"Export {self.run_title}", id="tool-title", markup=False)
             with Horizontal(classes="tool-field"):
                 yield Label("to   ", classes="tool-label")
                 yield Input(f"exports/{self.run_id}", placeholder="a new (or empty) folder", compact=True,

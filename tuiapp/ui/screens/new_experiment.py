@@ -24,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Select, Static, TabbedContent, TabPane, TextArea
 
 from tuiapp.core.common.errors import UserError
+from tuiapp.core.common.kinds import RL_KINDS
 from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe, load_recipe
 from tuiapp.core.store.runs import RunStore
 from tuiapp.ui import actions, formdata
@@ -37,7 +38,7 @@ from tuiapp.ui.candidates import (
 )
 from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.messages import ActionFailed, DatasetInspected, ModelsFound, RecipeChecked, RunLaunched
-from tuiapp.ui.preview import dataset_preview, read_trainer_view, trainer_view_text
+from tuiapp.ui.preview import dataset_preview, read_trainer_view, rl_dataset_info, trainer_view_text
 from tuiapp.ui.widgets.example_images import ExampleImages
 from tuiapp.ui.widgets.form import FieldRow, FieldSelect, FormSection, being_removed, field_help, read_value, set_value
 from tuiapp.ui.widgets.header import AppHeader
@@ -99,6 +100,8 @@ class NewExperimentScreen(Screen):
         self.check_pending = False  # a check is scheduled and has not started yet
         self._data_timer: Timer | None = None
         self._view_timer: Timer | None = None
+        self._view_clock: Timer | None = None  # ticks while the trainer's view is being read
+        self._view_started: float | None = None
         self._last_form_focus: Widget | None = None
         self.later_sections = ("train", "launch", *formdata.sections()[len(formdata.SECTIONS):])
         # every section but the run's is mounted after the first frame, a few rows per frame: the form
@@ -347,13 +350,14 @@ class NewExperimentScreen(Screen):
             return  # a newer check is on its way, or the form is closing
         self.last_check = message
         check = message.check
-        lines = [f"error: {e}" for e in check.errors]
+        lines = [f"error: {formdata.form_error(e)}" for e in check.errors]
         if message.findings_text:
             lines.append(message.findings_text)
         name = self.collect().get("name") or "run"
         if not message.has_errors and check.recipe is not None:
             recipe = check.recipe
-            lines.append(f"recipes/{name}.toml: ok ({recipe.method.kind} on {recipe.model.name}, data {recipe.dataset.label})")
+            lines.append(f"recipe ok ({recipe.method.kind} on {recipe.model.name}, data {recipe.dataset.label}); "
+                         f"ctrl+s writes recipes/{name}.toml")  # not written yet: no file to point at
         self.query_one("#ne-checks", Static).update("\n".join(lines) or "ok")
         self.query_one("#ne-toml", Static).update(check.toml)
         self.query_one("#ne-estimate", Static).update(message.estimate or "(valid recipe needed for an estimate)")
@@ -392,7 +396,10 @@ class NewExperimentScreen(Screen):
         try:
             from tuiapp.core.data.datasets import inspect_dataset
 
-            info = inspect_dataset(DatasetSpec(**data), base_dir=self.app.config.base_dir, limit=3)
+            if self.kind in RL_KINDS:  # prompts and reward columns: no chat format to detect
+                info = rl_dataset_info(DatasetSpec(**data), self.app.config.base_dir)
+            else:
+                info = inspect_dataset(DatasetSpec(**data), base_dir=self.app.config.base_dir, limit=3)
         except UserError as exc:
             self.post_message(DatasetInspected(name, error=str(exc)))
             return
@@ -432,7 +439,19 @@ class NewExperimentScreen(Screen):
             return
         view.update(trainer_view_text(self.kind, None))
         self.query_one("#ne-examples", ExampleImages).show(self.kind, None)
+        self._view_started = time.monotonic()
+        if self._view_clock is None:  # the wait's clock (a vision model's processor takes a minute or more)
+            self._view_clock = self.set_interval(1.0, self._tick_trainer_view)
+        self._view_clock.resume()
         self.read_trainer_view(toml, self.kind)
+
+    def _tick_trainer_view(self) -> None:
+        if self.taken_down or self._view_started is None:
+            if self._view_clock is not None:
+                self._view_clock.pause()
+            return
+        elapsed = time.monotonic() - self._view_started
+        self.query_one("#ne-trainer-view", Static).update(trainer_view_text(self.kind, None, elapsed_s=elapsed))
 
     @work(thread=True, exclusive=True, group="trainer-view")
     def read_trainer_view(self, toml: str, kind: str) -> None:
@@ -442,6 +461,7 @@ class NewExperimentScreen(Screen):
     def on_trainer_view_read(self, message: TrainerViewRead) -> None:
         if self.taken_down:
             return
+        self._view_started = None  # the clock stops at its next tick
         self.trainer_view = message if message.error is None else None
         self.query_one("#ne-trainer-view", Static).update(trainer_view_text(message.kind, message.examples, message.error))
         self.query_one("#ne-examples", ExampleImages).show(message.kind, None if message.error else message.examples)
@@ -514,7 +534,8 @@ class NewExperimentScreen(Screen):
         values = self.collect()
         check = formdata.check_values(values, self.kind, f"recipes/{values.get('name') or 'run'}.toml")
         if check.errors:
-            self.notify("\n".join(str(e) for e in check.errors[:3]), title="Recipe has errors", severity="error")
+            self.notify("\n".join(formdata.form_error(e) for e in check.errors[:3]), title="Recipe has errors",
+                        severity="error")
             self.query_one("#ne-side", TabbedContent).active = "tab-checks"
             return None
         return check.recipe

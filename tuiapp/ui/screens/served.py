@@ -102,9 +102,16 @@ class ServedScreen(ModalScreen[None]):
         model = self._cursor_model()
         if model is None or model.run_id in self.stopping:
             return
-        self.stopping.add(model.run_id)
-        self.query_one("#served-status", Static).update(f"stopping {model.run_id}…")
-        self.stop_served(model)
+
+        def stop(yes: bool | None) -> None:  # asked first, as the history's x does
+            if not yes or model.run_id in self.stopping:
+                return
+            self.stopping.add(model.run_id)
+            self.query_one("#served-status", Static).update(f"stopping {model.run_id}…")
+            self.stop_served(model)
+
+        self.app.confirm(f"Stop serving {model.run_id}?", f"{model.url} stops answering; `llmtui serve` starts it "
+                         "again", stop)
 
     @work(thread=True, group="served-stop")
     @reports_errors("stop")
