@@ -30,6 +30,7 @@ from tuiapp.core.run_folder.rundata import SUMMARISE_MIN_BYTES, RunData, columns
 from tuiapp.core.run_folder.runstate import STALL_WINDOW, StatusView, error_log, status_view, steps_counting, why_text
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import ACTIVE, Run, RunStore
+from tuiapp.ui.primary_reward import TOTAL_KEY, primary_reward_key
 from tuiapp.ui.run_panes import flag_text
 
 SPARK_POINTS = 48  # losses kept per row for the sparkline
@@ -68,7 +69,8 @@ class RunRow:
     eval_base_ppl: float | None = None
     best_accuracy: float | None = None  # preference runs: reward accuracy and margin (metrics.preference_best)
     best_margin: float | None = None
-    reward: float | None = None  # grpo/rloo runs: the mean total reward of the last 10% of steps (metrics.recent_reward)
+    reward: float | None = None  # grpo/rloo runs: the mean reward of the last 10% of steps (metrics.recent_mean)
+    reward_key: str = TOTAL_KEY  # which: the task's reward (primary_reward), else the total
     tokens_per_s: float | None = None
     peak_mem: float | None = None
     last_time: float | None = None
@@ -167,6 +169,7 @@ def row_from_record(path: Path, record: rundir.RunRecord, notes: dict | None = N
         model=str(record.model_ref or record.model or ""),
         dataset=str(record.dataset or ""),
         description=str((record.recipe or {}).get("description") or ""),
+        reward_key=primary_reward_key(record.recipe) if str(record.method or "") in RL_KINDS else TOTAL_KEY,
         started=as_number(rundir.first_started(record)),
         ended=as_number(record.ended),
         created=as_number(record.created),
@@ -220,7 +223,9 @@ def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
         eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
         best_accuracy=summary["best_accuracy"],
         best_margin=summary["best_margin"],
-        reward=summary["recent_reward"] if row.method in RL_KINDS else None,
+        reward=(summary["recent_reward"] if row.reward_key == TOTAL_KEY else recent_mean(
+            [v for v in (as_number(r.get(row.reward_key)) for r in train) if v is not None and math.isfinite(v)]))
+        if row.method in RL_KINDS else None,
         tokens_per_s=summary["tokens_per_s"],
         peak_mem=summary["peak_mem"],
         last_time=summary["last_time"],
@@ -249,7 +254,8 @@ def with_run_data(row: RunRow, data: RunData) -> RunRow:
         eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
         best_accuracy=best.get("best_accuracy"),
         best_margin=best.get("best_margin"),
-        reward=recent_mean(data.series["reward"].ys) if row.method in RL_KINDS else None,
+        # a long run's columns keep the total only (rundata.TRAIN_SERIES): the task's reward when there
+        reward=recent_mean(data.series.get(row.reward_key, data.series[TOTAL_KEY]).ys) if row.method in RL_KINDS else None,
         tokens_per_s=_upper_median(data.series["tokens_per_s"].ys),
         peak_mem=max(peaks) * 1e9 if peaks else None,
         last_time=as_number(last.get("time")),
@@ -292,6 +298,7 @@ class LiveSummary:
         self.times: deque[float] = deque(maxlen=STALL_WINDOW)
         self.preference = PreferenceBest()
         self.rewards: list[float] = []  # an online RL run's total reward per step (a float a step)
+        self.each_reward: dict[str, list[float]] = {}  # and each reward's mean, by metrics key
 
     @classmethod
     def from_data(cls, data: RunData) -> "LiveSummary":
@@ -336,6 +343,9 @@ class LiveSummary:
         reward = as_number(record.get("reward"))
         if reward is not None and math.isfinite(reward):
             self.rewards.append(reward)
+            for key, value in record.items():
+                if key.startswith("rewards/") and key.endswith("/mean") and isinstance(value, (int, float)):
+                    self.each_reward.setdefault(key, []).append(value)
         speed = as_number(record.get("tokens_per_s"))
         if speed is not None and math.isfinite(speed):
             self.speeds.append(speed)
@@ -357,7 +367,7 @@ class LiveSummary:
             best_eval_loss=self.best_eval,
             best_accuracy=self.preference.best("best_accuracy"),
             best_margin=self.preference.best("best_margin"),
-            reward=recent_mean(self.rewards) if row.method in RL_KINDS else None,
+            reward=recent_mean(self.each_reward.get(row.reward_key, self.rewards)) if row.method in RL_KINDS else None,
             tokens_per_s=speeds[len(speeds) // 2] if speeds else None,
             peak_mem=self.peak,
             last_time=as_number(last.get("time")),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.text import Text
 
+from tuiapp.core.common.kinds import RL_KINDS
 from tuiapp.core.run_folder.rundir import RECIPE_TOML
 
 MAX_FIELD = 300
@@ -19,6 +20,26 @@ MAX_FIELD = 300
 def _short(value) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= MAX_FIELD else text[: MAX_FIELD - 1] + "…"
+
+
+def rl_dataset_info(spec, base_dir: Path, limit: int = 3):
+    """A grpo/rloo dataset as the run reads it: prompts and the columns its rewards read (no
+    chat/alpaca format to detect: the policy writes the completions)."""
+    from tuiapp.core.data.datasets import DatasetInfo, is_hub_dataset, resolve_source
+    from tuiapp.core.prelaunch.rl import prompt_records
+
+    if is_hub_dataset(spec, base_dir):
+        return DatasetInfo(source=spec.name, format="prompts", count=None, examples=[], is_hub=True)
+    records = prompt_records(spec, base_dir)
+    columns = sorted({key for record in records[:50] for key in record})
+    return DatasetInfo(source=resolve_source(spec, base_dir).name, format="prompts (the policy writes the answers)",
+                       count=len(records), examples=[_rl_example(r) for r in records[:limit]], columns=columns,
+                       kind="prompts")
+
+
+def _rl_example(record: dict) -> dict:
+    """{"messages": the prompt's turns, other columns...}: shown as turns, then each column."""
+    return {"messages": record.get("prompt") or [], **{k: v for k, v in record.items() if k != "prompt"}}
 
 
 def dataset_preview(name: str, info, error: str | None) -> str:
@@ -109,7 +130,10 @@ def _counts(example: dict) -> str:
 
 
 def example_heading(kind: str, index: int, example: dict) -> str:
-    """'— example 1 · 38 tokens, 4 trained' (a block, a pair, a label, its images)."""
+    """'— example 1 · 38 tokens, 4 trained' (a block, a pair, a label, its images); a grpo/rloo
+    prompt: '— prompt 1 · 45 tokens; the policy writes the completions'."""
+    if "labels" not in example and "input_ids" in example:  # an online-RL prompt: nothing trained yet
+        return f"— prompt {index} · {len(example['input_ids'])} tokens; the policy writes the completions"
     what = "block" if kind == "pretrain" else "pair" if "rejected" in example else "example"
     label = f", label {str(example['label']).lower()}" if "label" in example else ""
     images = len(example.get("images") or [])
@@ -149,6 +173,9 @@ def trainer_view_text(kind: str, examples: list[dict] | None, error: str | None 
         return out
     if kind == "pretrain":
         out.append("text blocks cut at max_seq_len; every token trained\n", style=MASKED_STYLE)
+    elif kind in RL_KINDS:
+        out.append("each prompt after the chat template; the completions are sampled and scored by the rewards\n",
+                   style=MASKED_STYLE)
     else:
         out.append("trained tokens ", style=MASKED_STYLE)
         out.append("bright", style=TRAINED_STYLE)
@@ -164,5 +191,11 @@ def trainer_view_text(kind: str, examples: list[dict] | None, error: str | None 
         if example.get("images"):
             continue  # drawn with its images
         out.append(f"\n{example_heading(kind, index, example)}\n", style="bold")
+        if "labels" not in example and "input_ids" in example:
+            out.append(_clip(example.get("text", "")) + "\n")
+            columns = example.get("columns") or {}
+            out.append("columns: " + (", ".join(f"{k}={_short(v)}" for k, v in columns.items()) or "none") + "\n",
+                       style=MASKED_STYLE)
+            continue
         out.append_text(example_text(example))
     return out

@@ -24,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Select, Static, TabbedContent, TabPane, TextArea
 
 from tuiapp.core.common.errors import UserError
+from tuiapp.core.common.kinds import RL_KINDS
 from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe, load_recipe
 from tuiapp.core.store.runs import RunStore
 from tuiapp.ui import actions, formdata
@@ -37,7 +38,7 @@ from tuiapp.ui.candidates import (
 )
 from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.messages import ActionFailed, DatasetInspected, ModelsFound, RecipeChecked, RunLaunched
-from tuiapp.ui.preview import dataset_preview, read_trainer_view, trainer_view_text
+from tuiapp.ui.preview import dataset_preview, read_trainer_view, rl_dataset_info, trainer_view_text
 from tuiapp.ui.widgets.example_images import ExampleImages
 from tuiapp.ui.widgets.form import FieldRow, FieldSelect, FormSection, being_removed, field_help, read_value, set_value
 from tuiapp.ui.widgets.header import AppHeader
@@ -392,7 +393,10 @@ class NewExperimentScreen(Screen):
         try:
             from tuiapp.core.data.datasets import inspect_dataset
 
-            info = inspect_dataset(DatasetSpec(**data), base_dir=self.app.config.base_dir, limit=3)
+            if self.kind in RL_KINDS:  # prompts and reward columns: no chat format to detect
+                info = rl_dataset_info(DatasetSpec(**data), self.app.config.base_dir)
+            else:
+                info = inspect_dataset(DatasetSpec(**data), base_dir=self.app.config.base_dir, limit=3)
         except UserError as exc:
             self.post_message(DatasetInspected(name, error=str(exc)))
             return
