@@ -13,7 +13,7 @@ from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.config.recipe import batching_label
 from tuiapp.core.prelaunch import rl
-from tuiapp.core.run_folder import runstate
+from tuiapp.core.run_folder import reward_health, runstate
 from tuiapp.core.run_folder.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
 from tuiapp.core.run_folder.rundir import attempt_count, duration_s, first_started
@@ -135,6 +135,11 @@ def cmd_show(args) -> int:
     online = rl.reward_summary(rows)  # grpo/rloo: rewards and completion length, first step -> last
     if online:
         print(f"  rewards   {online}")
+        headline = reward_health.component_summary(rows, run.record.recipe)  # the task's reward first
+        if headline:
+            print(f"  primary   {headline}")
+        for line in reward_health.hacking_lines(rows, run.record.recipe, run.path):
+            print(("  ! " if not line.startswith(" ") else "    ") + line.strip())
     for line in scale.show_lines(run):  # strategy, nodes, SLURM job
         print(line)
     if run.record.trust_remote_code:
