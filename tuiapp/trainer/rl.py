@@ -200,7 +200,8 @@ def trainer_config(recipe: Recipe, kwargs: dict):
     if method.kind == "grpo":
         from trl import GRPOConfig
 
-        return GRPOConfig(**common, loss_type=method.loss_type, scale_rewards=method.scale_rewards)
+        agent = {"max_tool_calling_iterations": method.max_turns} if (method.tools or method.environment) else {}
+        return GRPOConfig(**common, loss_type=method.loss_type, scale_rewards=method.scale_rewards, **agent)
     from trl import RLOOConfig
 
     return RLOOConfig(**common, normalize_advantages=method.normalize_advantages)
@@ -246,7 +247,12 @@ class _OnlineRun:
     def _generate_and_score_completions(self, inputs):
         from accelerate.utils import gather_object
 
+        guard = getattr(self, "tool_guard", None)
+        if guard is not None:
+            guard.step = self.state.global_step + 1
         output = super()._generate_and_score_completions(inputs)
+        if guard is not None:
+            guard.check()  # past method.tool_error_limit: the run fails naming the tool and its file:line
         tokens = output["prompt_mask"].sum() + output["completion_mask"].sum()
         agreement = getattr(self, "step_agreement", None)
         if agreement is not None and self.model.training:
@@ -319,9 +325,18 @@ def build_trainer(recipe: Recipe, run_dir: Path, model, peft_config, kwargs: dic
     funcs, classes, _ = reward_functions(recipe, base_dir, trainer_ref)
     config = trainer_config(recipe, kwargs)
     cls = trainer_class(recipe.method.kind, mixins)
+    guard, agent = None, {}
+    if getattr(recipe.method, "tools", None) or getattr(recipe.method, "environment", None):
+        from tuiapp.trainer import environments, tool_guard
+
+        method = recipe.method
+        guard = tool_guard.Guard(method.tool_timeout_s, method.tool_output_tokens, method.tool_error_limit,
+                                 run_dir, tokenizer)
+        agent = environments.trainer_kwargs(recipe, base_dir, guard)
     trainer = cls(model=model, reward_funcs=funcs, args=config, train_dataset=train_set, eval_dataset=eval_set,
                   processing_class=tokenizer, reward_processing_classes=classes, callbacks=callbacks,
-                  peft_config=peft_config)
+                  peft_config=peft_config, **agent)
+    trainer.tool_guard = guard
     trainer_ref.append(trainer)
     trainer.reward_func_names = [r.label() for r in recipe.method.rewards]  # TRL names a model by its folder
     trainer.run_dir = Path(run_dir)
