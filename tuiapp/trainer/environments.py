@@ -9,10 +9,26 @@ kv_search   one tool, search(key): the value of a key of a local JSON object fil
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 from pathlib import Path
 
 from tuiapp.core.config import tools as core_tools
 from tuiapp.core.config.recipe import Recipe
+from tuiapp.core.prelaunch.rl import function_path
+
+
+def load_user_object(reference: str, base_dir: Path):
+    """NAME of FILE.py (imported here, in the ranks only; pre-flight checked it in a subprocess)."""
+    path, name = function_path(reference, base_dir)
+    module_name = "llmtui_tools_" + hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found = getattr(module, name, None)
+    if not callable(found):
+        raise RuntimeError(f"{path} has no function or class '{name}'")
+    return found
 
 
 class CalculatorEnv:
@@ -68,16 +84,11 @@ def environment_class(recipe: Recipe, base_dir: Path):
     if spec.builtin == "kv_search":
         path = Path(spec.file).expanduser()
         return kv_search_class(path if path.is_absolute() else base_dir / path)
-    from tuiapp.trainer.rl import load_user_function
-
-    _, cls = load_user_function(spec.class_, base_dir)
-    return cls
+    return load_user_object(spec.class_, base_dir)
 
 
 def tool_functions(recipe: Recipe, base_dir: Path) -> list:
-    from tuiapp.trainer.rl import load_user_function
-
-    return [load_user_function(spec.function, base_dir)[1] for spec in recipe.method.tools]
+    return [load_user_object(spec.function, base_dir) for spec in recipe.method.tools]
 
 
 def trainer_kwargs(recipe: Recipe, base_dir: Path, guard) -> dict:
