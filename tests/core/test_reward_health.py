@@ -6,7 +6,9 @@ writers (JsonlWriter) in the trainer's row format: the format reward of a hackin
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -55,7 +57,7 @@ def test_a_format_reward_saturating_while_the_answer_stays_flat_is_flagged_with_
     out = capsys.readouterr().out
     assert "primary   answer (primary) 0.000 -> 0.000 · total 0.140 -> 1.000 · format 0.140 -> 1.000" in out
     assert "! reward hacking? format rose" in out and "while answer (primary) stayed 0.00 -> 0.00" in out
-    assert "step 16: '666666666666' format 1.00 · answer 0.00" in out  # the samples that show it
+    assert out.count("step 16: '666666666666' format 1.00 · answer 0.00") == 1  # the samples, each once
     lines = reward_hacking_lines(run.path, RECIPE)  # what the run view's header adds
     assert lines[0].startswith("reward hacking? format rose") and "666666666666" in lines[1]
 
@@ -89,3 +91,22 @@ def test_primary_true_picks_the_headline_and_two_primaries_are_refused():
     with pytest.raises(UserError) as caught:
         recipe_from_dict({**RECIPE, "method": {"kind": "grpo", "rewards": both}})
     assert "2 rewards are marked primary (format, answer)" in str(caught.value)
+
+
+def test_the_rows_of_a_real_tiny_grpo_run_that_hacked_its_format_reward_are_flagged(tmp_path, capsys):
+    """tests/fixtures/tiny_grpo_hacking.json: the reward rows and completions a real 16-step run of the
+    landed tiny-grpo.toml wrote on CPU (format 0.008 -> 1.0 on '666666666666', answer 0.0 throughout)."""
+    real = json.loads((Path(__file__).parents[1] / "fixtures" / "tiny_grpo_hacking.json").read_text())
+    run = RunStore(tmp_path).create(recipe_from_dict(RECIPE))
+    run.update(status="succeeded", started=time.time() - 600, ended=time.time())
+    with JsonlWriter(run.metrics_path) as rows, JsonlWriter(completions_path(run.path)) as gens:
+        for row in real["metrics"]:
+            rows.write(row)
+        for generation in real["completions"]:
+            gens.write(generation)
+    assert main(["--runs-dir", str(tmp_path), "show", run.id]) == 0
+    out = capsys.readouterr().out
+    assert "! reward hacking? format rose 0.00 -> 1.00 while answer (primary) stayed" in out
+    assert "step 16: '666666666666' format 1.00 · answer 0.00" in out
+    healthy = [{**row, "rewards/answer/mean": row["rewards/format/mean"] * 0.6} for row in real["metrics"]]
+    assert reward_health.reward_hacking(healthy, RECIPE) == []  # the same run had the answer followed

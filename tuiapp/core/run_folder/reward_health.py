@@ -133,15 +133,16 @@ def reward_hacking(rows: list[dict], recipe: dict | None) -> list[Hacking]:
 def hacking_samples(generations: list[dict], hacking: Hacking, count: int = 3) -> list[dict]:
     """The latest train generations (completions.jsonl records) that score >= SATURATED on the
     shaping reward and at most the primary's flat level: what the policy does instead of the task."""
-    out = []
+    out, seen = [], set()
     for record in reversed(generations):
-        if record.get("split") == "eval":
-            continue
+        if record.get("split") == "eval" or record.get("completion") in seen:
+            continue  # one line per distinct completion
         scores = record.get("rewards") or {}
         shaping, primary = scores.get(hacking.shaping), scores.get(hacking.primary)
         if isinstance(shaping, (int, float)) and shaping >= SATURATED and (
                 primary is None or (isinstance(primary, (int, float)) and primary <= hacking.primary_last)):
             out.append(record)
+            seen.add(record.get("completion"))
             if len(out) >= count:
                 break
     return out
