@@ -150,7 +150,26 @@ def cmd_show(args) -> int:
         print("  reason    " + str(run.record.reason).replace("\n", "\n            "))
     if run.final_path.is_dir():
         print(f"  final     {run.final_path}")
+    if getattr(args, "generations", None):
+        print_generations(run.path, args.generations)
     return EXIT_OK
+
+
+def print_generations(run_dir, steps: int, width: int = 100) -> None:
+    """The last `steps` steps of completions.jsonl, drawn as the Generations pane draws them."""
+    from tuiapp.core.run_folder.completions import parse_generation
+    from tuiapp.ui.generations import GenerationBrowser, generation_lines
+
+    browser = GenerationBrowser(max_steps=max(1, steps))
+    browser.add([g for g in map(parse_generation, reward_health.latest_generations(run_dir)) if g is not None])
+    if not browser.keys:
+        print("  generations: none logged (method.log_completions = false writes none)")
+        return
+    for key in browser.keys[-steps:]:
+        browser.picked = key
+        print()
+        for line in generation_lines(browser, width):
+            print("  " + line.plain)
 
 
 def _nothing_shown(runs: list, args) -> str:
@@ -193,3 +212,6 @@ def add_show(add) -> None:
     p = add("show", cmd_show, "show one run")
     p.add_argument("run")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--generations", nargs="?", const=1, type=int, metavar="STEPS",
+                   help="grpo/rloo: the last STEPS logged steps' generations (default 1), each rollout's turns "
+                        "(model, tool call, tool result), rewards and advantage, as the run view's Generations pane")

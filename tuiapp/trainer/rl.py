@@ -283,9 +283,37 @@ class _OnlineRun:
             record = {"step": step, "prompt": _prompt_text(prompts[i]), "completion": _text(completions[i]),
                       "rewards": each, "reward": total, "advantage": _finite(advantages[i]),
                       "tokens": int(lengths[i]), "clipped": int(lengths[i]) >= limit}
+            turns = completion_turns(completions[i])
+            if turns:
+                record["turns"] = turns
             if not training:
                 record["split"] = "eval"
             self._completions.write(record)
+
+
+def completion_turns(completion) -> list[dict]:
+    """A multi-turn completion (TRL's tool loop: assistant turns with tool_calls, tool turns) as
+    completions.jsonl's turns; [] for a single turn."""
+    if not isinstance(completion, list) or not any(
+            isinstance(t, dict) and (t.get("role") == "tool" or t.get("tool_calls")) for t in completion):
+        return []
+    out = []
+    for turn in completion:
+        if not isinstance(turn, dict):
+            continue
+        content = turn.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, default=str) if content else ""
+        if turn.get("role") == "tool":
+            out.append({"role": "tool", "content": (f"{turn['name']}: " if turn.get("name") else "") + text})
+            continue
+        if text.strip():
+            out.append({"role": "model", "content": text})
+        for call in turn.get("tool_calls") or []:
+            function = call.get("function", call) if isinstance(call, dict) else {}
+            arguments = function.get("arguments", {})
+            arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+            out.append({"role": "tool_call", "content": f"{function.get('name', '?')}({arguments})"})
+    return out
 
 
 def _finite(value):
