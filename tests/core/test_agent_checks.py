@@ -106,3 +106,14 @@ def test_images_async_generation_and_tools_on_the_tiny_template_are_refused_with
     assert "tool_call' turns" in agent.rules(tiny)[0].message
     with pytest.raises(Exception, match="tools"):  # rloo: RLOOTrainer takes no tools
         recipe_from_dict({"name": "r", "method": {"kind": "rloo", "tools": [{"function": "t.py:f"}]}})
+
+
+def test_an_environment_table_round_trips_through_the_run_folders_recipe(tmp_path):
+    from tuiapp.core.config.recipe import load_recipe
+    from tuiapp.core.store.runs import RunStore
+
+    run = RunStore(tmp_path).create(recipe(environment={"class": "env.py:Shop"}, max_turns=3))
+    text = (run.path / "recipe.toml").read_text()
+    assert 'class = "env.py:Shop"' in text
+    method = load_recipe(run.path / "recipe.toml").method
+    assert method.environment.class_ == "env.py:Shop" and method.max_turns == 3

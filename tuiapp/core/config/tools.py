@@ -62,7 +62,7 @@ class EnvironmentSpec(BaseModel):
     file: str = Field("", description="kv_search: the JSON file of {key: value} it searches (relative to where "
                       "llmtui runs).")
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, serialize_by_alias=True)
 
     @field_validator("builtin")
     @classmethod
