@@ -303,7 +303,7 @@ def add_commands(add) -> None:
                    "the final model and its base, saved in runs/<id>/bench/ (repeat for more)")
     p.add_argument("--checkpoints", choices=("final", "all"), default="final", help="with --benchmark: all = a "
                    "score per kept checkpoint too")
-    p.add_argument("--num-fewshot", type=int, default=0, help="with --benchmark: examples before each question")
+    p.add_argument("--num-fewshot", type=numbers.count(0), default=0, help="with --benchmark: examples before each question")
     p.add_argument("--chat-template", action="store_true", help="with --benchmark: questions through the chat "
                    "template")
     judge.add_flags(p)

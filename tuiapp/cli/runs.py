@@ -7,14 +7,14 @@ import json
 import sys
 import time
 
-from tuiapp.cli import scale
+from tuiapp.cli import numbers, scale
 from tuiapp.cli.shared import print_err
 from tuiapp.core.after import judging
 from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.config.recipe import batching_label
 from tuiapp.core.prelaunch import rl
-from tuiapp.core.run_folder import benchmarks, provenance, runstate
+from tuiapp.core.run_folder import benchmarks, provenance, reward_health, runstate
 from tuiapp.core.run_folder.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
 from tuiapp.core.run_folder.rundir import attempt_count, duration_s, first_started
@@ -139,6 +139,11 @@ def cmd_show(args) -> int:
     online = rl.reward_summary(rows)  # grpo/rloo: rewards and completion length, first step -> last
     if online:
         print(f"  rewards   {online}")
+        headline = reward_health.component_summary(rows, run.record.recipe)  # the task's reward first
+        if headline:
+            print(f"  primary   {headline}")
+        for line in reward_health.hacking_lines(rows, run.record.recipe, run.path):
+            print(("  ! " if not line.startswith(" ") else "    ") + line.strip())
     for line in scale.show_lines(run):  # strategy, nodes, SLURM job
         print(line)
     if run.record.trust_remote_code:
@@ -153,6 +158,8 @@ def cmd_show(args) -> int:
         print(line)
     for line in provenance.lines(provenance.read(run.path)):
         print(line)
+    if getattr(args, "generations", None):
+        print_generations(run.path, args.generations)
     return EXIT_OK
 
 
@@ -171,6 +178,23 @@ def bench_lines(run) -> list[str]:
         first, *rest = judging.summary_lines(judged[-1])
         out += [f"  judge     {first}", *(f"          {line}" for line in rest)]
     return out
+
+
+def print_generations(run_dir, steps: int, width: int = 100) -> None:
+    """The last `steps` steps of completions.jsonl, drawn as the Generations pane draws them."""
+    from tuiapp.core.run_folder.completions import parse_generation
+    from tuiapp.ui.generations import GenerationBrowser, generation_lines
+
+    browser = GenerationBrowser(max_steps=max(1, steps))
+    browser.add([g for g in map(parse_generation, reward_health.latest_generations(run_dir)) if g is not None])
+    if not browser.keys:
+        print("  generations: none logged (method.log_completions = false writes none)")
+        return
+    for key in browser.keys[-steps:]:
+        browser.picked = key
+        print()
+        for line in generation_lines(browser, width):
+            print("  " + line.plain)
 
 
 def _nothing_shown(runs: list, args) -> str:
@@ -213,3 +237,6 @@ def add_show(add) -> None:
     p = add("show", cmd_show, "show one run")
     p.add_argument("run")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--generations", nargs="?", const=1, type=numbers.count(), metavar="STEPS",
+                   help="grpo/rloo: the last STEPS logged steps' generations (default 1), each rollout's turns "
+                        "(model, tool call, tool result), rewards and advantage, as the run view's Generations pane")

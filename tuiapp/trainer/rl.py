@@ -200,7 +200,8 @@ def trainer_config(recipe: Recipe, kwargs: dict):
     if method.kind == "grpo":
         from trl import GRPOConfig
 
-        return GRPOConfig(**common, loss_type=method.loss_type, scale_rewards=method.scale_rewards)
+        agent = {"max_tool_calling_iterations": method.max_turns} if (method.tools or method.environment) else {}
+        return GRPOConfig(**common, loss_type=method.loss_type, scale_rewards=method.scale_rewards, **agent)
     from trl import RLOOConfig
 
     return RLOOConfig(**common, normalize_advantages=method.normalize_advantages)
@@ -246,7 +247,12 @@ class _OnlineRun:
     def _generate_and_score_completions(self, inputs):
         from accelerate.utils import gather_object
 
+        guard = getattr(self, "tool_guard", None)
+        if guard is not None:
+            guard.step = self.state.global_step + 1
         output = super()._generate_and_score_completions(inputs)
+        if guard is not None:
+            guard.check()  # past method.tool_error_limit: the run fails naming the tool and its file:line
         tokens = output["prompt_mask"].sum() + output["completion_mask"].sum()
         agreement = getattr(self, "step_agreement", None)
         if agreement is not None and self.model.training:
@@ -277,9 +283,37 @@ class _OnlineRun:
             record = {"step": step, "prompt": _prompt_text(prompts[i]), "completion": _text(completions[i]),
                       "rewards": each, "reward": total, "advantage": _finite(advantages[i]),
                       "tokens": int(lengths[i]), "clipped": int(lengths[i]) >= limit}
+            turns = completion_turns(completions[i])
+            if turns:
+                record["turns"] = turns
             if not training:
                 record["split"] = "eval"
             self._completions.write(record)
+
+
+def completion_turns(completion) -> list[dict]:
+    """A multi-turn completion (TRL's tool loop: assistant turns with tool_calls, tool turns) as
+    completions.jsonl's turns; [] for a single turn."""
+    if not isinstance(completion, list) or not any(
+            isinstance(t, dict) and (t.get("role") == "tool" or t.get("tool_calls")) for t in completion):
+        return []
+    out = []
+    for turn in completion:
+        if not isinstance(turn, dict):
+            continue
+        content = turn.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, default=str) if content else ""
+        if turn.get("role") == "tool":
+            out.append({"role": "tool", "content": (f"{turn['name']}: " if turn.get("name") else "") + text})
+            continue
+        if text.strip():
+            out.append({"role": "model", "content": text})
+        for call in turn.get("tool_calls") or []:
+            function = call.get("function", call) if isinstance(call, dict) else {}
+            arguments = function.get("arguments", {})
+            arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+            out.append({"role": "tool_call", "content": f"{function.get('name', '?')}({arguments})"})
+    return out
 
 
 def _finite(value):
@@ -319,9 +353,18 @@ def build_trainer(recipe: Recipe, run_dir: Path, model, peft_config, kwargs: dic
     funcs, classes, _ = reward_functions(recipe, base_dir, trainer_ref)
     config = trainer_config(recipe, kwargs)
     cls = trainer_class(recipe.method.kind, mixins)
+    guard, agent = None, {}
+    if getattr(recipe.method, "tools", None) or getattr(recipe.method, "environment", None):
+        from tuiapp.trainer import environments, tool_guard
+
+        method = recipe.method
+        guard = tool_guard.Guard(method.tool_timeout_s, method.tool_output_tokens, method.tool_error_limit,
+                                 run_dir, tokenizer)
+        agent = environments.trainer_kwargs(recipe, base_dir, guard)
     trainer = cls(model=model, reward_funcs=funcs, args=config, train_dataset=train_set, eval_dataset=eval_set,
                   processing_class=tokenizer, reward_processing_classes=classes, callbacks=callbacks,
-                  peft_config=peft_config)
+                  peft_config=peft_config, **agent)
+    trainer.tool_guard = guard
     trainer_ref.append(trainer)
     trainer.reward_func_names = [r.label() for r in recipe.method.rewards]  # TRL names a model by its folder
     trainer.run_dir = Path(run_dir)

@@ -103,6 +103,20 @@ def completion_lines(text: str, width: int, count: int = COMPLETION_LINES) -> li
     return lines
 
 
+TURN_MARKS = {"model": ("model ", "bold"), "tool_call": ("call  ", "bold cyan"), "tool": ("tool  ", "dim")}
+
+
+def turn_lines(turns: tuple[tuple[str, str], ...], width: int) -> list[Text]:
+    """A rollout's turns: the model's text, each tool call, each result it read (two lines each at most)."""
+    out = []
+    for role, text in turns:
+        mark, style = TURN_MARKS.get(role, (role[:5].ljust(6), "dim"))
+        wrapped = completion_lines(text, width - 10, 2) if text.strip() else ["(empty)"]
+        out.append(Text.assemble("    ", (mark, style), wrapped[0]))
+        out += [Text("          " + line) for line in wrapped[1:]]
+    return out
+
+
 def generation_lines(browser: GenerationBrowser, width: int) -> list[Text]:
     """What the pane shows: the step and where it lies, the mean of each score, then each prompt
     (one line) and its completions, each under its scores."""
@@ -135,8 +149,11 @@ def generation_lines(browser: GenerationBrowser, width: int) -> list[Text]:
             scores.append((f" · {generation.tokens} tok" + (" clipped" if generation.clipped else ""), "dim"))
         lines.append(Text.assemble(*scores))
         text = generation.completion
-        lines += [Text("    " + line) for line in completion_lines(text, width - 4)] if text.strip() else \
-            [Text("    (empty)", style="dim")]
+        if generation.turns:  # a multi-turn rollout: each turn on its own lines
+            lines += turn_lines(generation.turns, width)
+        else:
+            lines += [Text("    " + line) for line in completion_lines(text, width - 4)] if text.strip() else \
+                [Text("    (empty)", style="dim")]
     for line in lines:
         line.truncate(width, overflow="ellipsis")  # one line each: the pane never wraps them
     return lines

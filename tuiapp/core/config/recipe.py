@@ -22,6 +22,7 @@ from tuiapp.core.common.errors import RecipeError, RecipeErrors, did_you_mean
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.config.hosts import parse_host_entries
 from tuiapp.core.config.rewards import REWARD_KINDS, REWARD_MODELS, RewardSpec, check_labels
+from tuiapp.core.config.tools import TOOL_ERROR_LIMIT, TOOL_OUTPUT_TOKENS, TOOL_TIMEOUT_S, EnvironmentSpec, ToolSpec
 
 BUNDLED_MODEL = "tiny"
 CHAT_TEMPLATE_NAMES = ("model", "chatml", "llama3", "qwen", "gemma", "mistral", "phi")  # dataset.template
@@ -479,6 +480,22 @@ class GrpoMethod(_OnlineRl):
         "group", description="Advantages divided by the reward std of the 'group', of the 'batch', or 'none' "
         "(Dr. GRPO).",
     )
+    # ---- agentic GRPO (tuiapp.core.config.tools): tools the model calls, an environment per rollout
+    tools: list[ToolSpec] = Field(default_factory=list, description="[[method.tools]]: Python functions the model "
+                                  "may call (function = 'FILE.py:NAME'), each result a tool turn masked out of the loss.")
+    environment: EnvironmentSpec | None = Field(None, description="[method.environment]: one instance per rollout "
+                                                "whose public methods are tools: builtin = 'calculator' or "
+                                                "'kv_search' (with file), or class = 'FILE.py:NAME'.")
+    max_turns: int = Field(4, ge=1, le=64, description="Tool-calling turns per rollout at most (TRL's "
+                           "max_tool_calling_iterations).")
+    tool_timeout_s: float = Field(TOOL_TIMEOUT_S, gt=0, le=600, description="Seconds one tool call may take; past "
+                                  "it the call ends with a recorded error.")
+    tool_output_tokens: int = Field(TOOL_OUTPUT_TOKENS, ge=1, le=32768, description="Tokens of a tool's result the "
+                                    "model reads at most (the rest is cut, marked '…').")
+    tool_error_limit: int = Field(TOOL_ERROR_LIMIT, ge=1, le=100000, description="Tool calls that raise, time out "
+                                  "or return garbage before the run fails naming the tool and its file:line.")
+    async_generation: bool = Field(False, description="Generation overlapped with training (TRL's experimental "
+                                   "AsyncGRPOTrainer); refused before launch where the setup does not support it.")
 
 
 class RlooMethod(_OnlineRl):

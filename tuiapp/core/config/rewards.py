@@ -37,6 +37,9 @@ class _Reward(BaseModel):
     weight: float = Field(1.0, ge=-100, le=100, description="Weight of this reward in the total (TRL's reward_weights).")
     name: str = Field("", pattern=r"^[A-Za-z0-9_.-]{0,40}$", description="Its label in metrics (rewards/NAME/mean) "
                       "and completions.jsonl; '' = the kind (or the function's name). Unique within the list.")
+    primary: bool = Field(False, description="The task's reward: the run's headline (history, compare, `llmtui "
+                          "show`) and what the reward-hacking check watches. At most one; none marked = the first "
+                          "answer reward, else the weighted total.")
 
     def label(self) -> str:
         return self.name or self.kind
@@ -158,6 +161,10 @@ def check_labels(rewards: list) -> list:
         if reward.label() in seen:
             raise ValueError(f"two rewards are labelled '{reward.label()}': give one a distinct name")
         seen.add(reward.label())
+    primary = [r.label() for r in rewards if r.primary]
+    if len(primary) > 1:
+        raise ValueError(f"{len(primary)} rewards are marked primary ({', '.join(primary)}): mark one, the task's "
+                         "reward (e.g. the answer's)")
     return rewards
 
 

@@ -14,7 +14,16 @@ from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe
 from tuiapp.core.data import datasets
 from tuiapp.core.machine import gpus
 from tuiapp.core.plan import estimate, model_profile, probe
-from tuiapp.core.prelaunch import benchmark_checks, dry_step, model_check, preference, preflight, rl, vision_checks
+from tuiapp.core.prelaunch import (
+    agent,
+    benchmark_checks,
+    dry_step,
+    model_check,
+    preference,
+    preflight,
+    rl,
+    vision_checks,
+)
 from tuiapp.core.store.runs import RunStore
 
 
@@ -55,7 +64,7 @@ def _source_keys(text: str, index: int) -> str:
 
 def _one_dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     if recipe.method.kind in rl.RL_KINDS:  # prompts only, and the columns the rewards read
-        return rl.data_findings(recipe, base_dir)
+        return rl.data_findings(recipe, base_dir) + agent.records_findings(recipe, base_dir)  # and tools
     try:
         info = datasets.inspect_dataset(recipe.dataset, base_dir=base_dir)
     except UserError as exc:
@@ -99,6 +108,7 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
     findings = preflight.recipe_rules(recipe)
     findings += preference.rules(recipe)
     findings += rl.rules(recipe)
+    findings += agent.rules(recipe)  # agentic GRPO, images and async generation
     findings += probe.rules(recipe)
     findings += _dataset_findings(recipe, base_dir)
     findings += vision_checks.unused_findings(recipe, base_dir)

@@ -7,7 +7,9 @@ Rank 0 appends one line per completion (tuiapp.trainer.rl), in JsonlWriter's for
      "tokens": 2, "clipped": false}
 
 `rewards` holds each reward function's score (null where it gave none), `reward` their weighted
-total; generations of an evaluation add "split": "eval". A resume rewrites the file without the
+total; generations of an evaluation add "split": "eval". A multi-turn rollout (tools) adds
+"turns": [{"role": "model" | "tool_call" | "tool", "content": ...}], the completion as the model
+wrote it, its tool calls and the results it read. A resume rewrites the file without the
 steps past its checkpoint. This module turns a line into a typed Generation and follows the file
 by byte offset (a TextTail: only new bytes, from the last `initial_bytes` on the first read).
 """
@@ -39,6 +41,21 @@ class Generation:
     clipped: bool = False  # reached max_completion_length
     split: str = "train"
     time: float | None = None
+    turns: tuple[tuple[str, str], ...] = ()  # a multi-turn rollout: (role, text), role model/tool_call/tool
+
+
+TURN_ROLES = ("model", "tool_call", "tool")
+
+
+def _turns(value: object) -> tuple[tuple[str, str], ...]:
+    """A record's `turns` ([{"role", "content"}]) as (role, text) pairs; () when absent or malformed."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for turn in value:
+        if isinstance(turn, dict) and turn.get("role") in TURN_ROLES:
+            out.append((str(turn["role"]), str(turn.get("content") or "")))
+    return tuple(out)
 
 
 def _number(value: object) -> float | None:
@@ -72,6 +89,7 @@ def parse_generation(row: object) -> Generation | None:
         clipped=row.get("clipped") is True,
         split="eval" if row.get("split") == "eval" else "train",
         time=_number(row.get("time")),
+        turns=_turns(row.get("turns")),
     )
 
 

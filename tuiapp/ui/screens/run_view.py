@@ -18,12 +18,15 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.run_folder import reward_health
 from tuiapp.core.run_folder.completions import GenerationsTail
+from tuiapp.core.run_folder.metrics import read_jsonl, train_rows
 from tuiapp.core.run_folder.rundata import RunData, columns_cache, read_run_data
 from tuiapp.core.run_folder.rundir import FINAL_DIR, METRICS_JSONL, RunRecord
 from tuiapp.core.run_folder.tail import TextTail, log_sources
@@ -60,6 +63,23 @@ from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
 from tuiapp.ui.worker_errors import reports_errors
 
 RESUMABLE = ("stopped", "failed")
+HACKING_CHECK_S = 10.0  # how often a live RL run's rewards are read again for the hacking check
+
+
+class RewardHackingRead(Message):
+    """The followed RL run's reward-hacking warning lines (reward_health.hacking_lines; [] = none)."""
+
+    def __init__(self, run_id: str, lines: list[str]) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.lines = lines
+
+
+def reward_hacking_lines(run_path: Path, recipe: dict | None) -> list[str]:
+    """The warning and its samples, from the run folder's train rows and latest generations."""
+    path = run_path / METRICS_JSONL
+    rows = train_rows(read_jsonl(path)) if path.is_file() else []
+    return reward_health.hacking_lines(rows, recipe, run_path)
 
 
 def first_log(sources: list[tuple[str, Path]]) -> int:
@@ -125,6 +145,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.diagnosing = False
         self.is_rl = False  # grpo/rloo: the Generations pane follows completions.jsonl
         self.generations = GenerationBrowser()
+        self.hacking: list[str] = []  # grpo/rloo: a shaping reward gamed while the primary stays flat
         self.generations_shown: tuple | None = None  # the step drawn last
         self.after: AfterTraining | None = None  # evaluations and exports (None: not read yet)
 
@@ -211,10 +232,16 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         last_record: RunRecord | None = None
         last_after: tuple | None = None  # the evals/ and exports/ folders' stamp when last read
         last_status_check = 0.0
+        last_hacking_check, rewards_changed = 0.0, self.is_rl
         while not worker.is_cancelled:
             records = reader.read_new()
             if records:
                 self.post_message(MetricsAppended(self.run_id, records))
+                rewards_changed = self.is_rl
+            if rewards_changed and time.monotonic() - last_hacking_check >= HACKING_CHECK_S:
+                last_hacking_check, rewards_changed = time.monotonic(), False
+                self.post_message(RewardHackingRead(self.run_id, reward_hacking_lines(self.run_path,
+                                                                                      run.load().record.recipe)))
             if generations is not None:
                 found, reset = generations.read_new()
                 if found or reset:
@@ -302,6 +329,11 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
                 self.notify(text, title=str(self.sub_title or self.run_id), markup=False)
         self._show_status()
         self._show_panes()
+
+    def on_reward_hacking_read(self, message: RewardHackingRead) -> None:
+        if message.lines != self.hacking:
+            self.hacking = message.lines
+            self._show_status()
 
     def on_generations_appended(self, message: GenerationsAppended) -> None:
         if message.reset:
@@ -404,6 +436,10 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     def _show_status(self) -> None:
         text = status_text(self.record, self.data, self.app.config.clock(), stopping=self.stopping, run_path=self.run_path,
                            after=self.after)
+        if self.hacking:  # grpo/rloo: the warning, then the samples that show it
+            from tuiapp.ui.run_panes import literal
+
+            text += "\n" + "\n".join(f"[$warning]{literal(line)}[/]" for line in self.hacking[:4])
         self.query_one("#rv-status", Static).update(text)
 
     def _show_panes(self) -> None:

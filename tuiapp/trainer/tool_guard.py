@@ -1,0 +1,137 @@
+"""Tools under a clock: each call of a recipe's tool (a `[[method.tools]]` function or an environment's
+method) in training runs with a timeout, its result cut to the token budget; a call that raises, hangs
+or returns garbage ends with an error turn (`error: ...`, what the model reads) and a line in the run
+folder's tool_errors.jsonl, and the run goes on. Past `limit` such calls the guard holds a fatal message
+naming the tool and its file:line, which the trainer raises after the step's generation (TRL catches
+what a tool raises, so the run cannot be failed from inside the call).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import inspect
+import json
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from tuiapp.core.config.tools import tool_output
+
+TOOL_ERRORS_FILE = "tool_errors.jsonl"
+
+
+class ToolError(RuntimeError):
+    """Too many tool calls failed: the message names the tool and its file:line."""
+
+
+def where(func) -> str:
+    """FILE:LINE of a function's definition."""
+    func = inspect.unwrap(func)
+    try:
+        return f"{inspect.getsourcefile(func)}:{inspect.getsourcelines(func)[1]}"
+    except (OSError, TypeError):
+        return getattr(func, "__module__", "?")
+
+
+def _raised_at(exc: BaseException, func) -> str:
+    source = inspect.getsourcefile(inspect.unwrap(func)) if callable(func) else None
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if source and f.filename == source]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else where(func)
+
+
+class Guard:
+    """One run's tool calls: the clock, the budget, the error count and its limit."""
+
+    def __init__(self, timeout_s: float, output_tokens: int, limit: int, run_dir: Path | None = None,
+                 tokenizer=None) -> None:
+        self.timeout_s = timeout_s
+        self.output_tokens = output_tokens
+        self.limit = limit
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.tokenizer = tokenizer
+        self.errors = 0
+        self.calls = 0
+        self.fatal: str | None = None
+        self.step: int | str = "?"
+        self._lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="llmtui-tool")
+
+    def cut(self, text: str) -> str:
+        """The result within output_tokens tokens (characters x 4 without a tokenizer), '…' marking a cut."""
+        if self.tokenizer is None:
+            limit = self.output_tokens * 4
+            return text if len(text) <= limit else text[:limit] + "…"
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) <= self.output_tokens:
+            return text
+        return self.tokenizer.decode(ids[: self.output_tokens]) + "…"
+
+    def _record(self, name: str, func, kind: str, message: str, at: str) -> str:
+        with self._lock:
+            self.errors += 1
+            if self.errors > self.limit and self.fatal is None:
+                self.fatal = (f"tool {name} ({at}) {message}; {self.errors} tool calls failed, past "
+                              f"method.tool_error_limit ({self.limit})")
+            if self.run_dir is not None:
+                record = {"time": time.time(), "step": self.step, "tool": name, "kind": kind, "error": message,
+                          "at": at}
+                with (self.run_dir / TOOL_ERRORS_FILE).open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(record) + "\n")
+        return f"error: {message}"
+
+    def call(self, name: str, func, args: tuple, kwargs: dict) -> str:
+        """The tool's result as text, or an error turn."""
+        with self._lock:
+            self.calls += 1
+        future = self._pool.submit(func, *args, **kwargs)
+        try:
+            value = future.result(timeout=self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            return self._record(name, func, "timeout", f"did not return within {self.timeout_s:g}s", where(func))
+        except Exception as exc:  # the tool's own error: the rollout reads it, the run goes on
+            return self._record(name, func, "raised", f"raised {type(exc).__name__}: {exc}", _raised_at(exc, func))
+        text = tool_output(value)
+        if text is None:
+            return self._record(name, func, "garbage", f"returned {type(value).__name__} {repr(value)[:80]}, not "
+                                "text, a number or JSON data", where(func))
+        return self.cut(text)
+
+    def wrap(self, func, name: str | None = None):
+        """func with the same signature and docstring (TRL builds the tool's schema from them), guarded."""
+        label = name or func.__name__
+
+        @functools.wraps(func)
+        def guarded(*args, **kwargs):
+            return self.call(label, func, args, kwargs)
+
+        return guarded
+
+    def wrap_class(self, cls):
+        """A subclass of an environment class whose public methods (the tools) are guarded; reset is not."""
+        guard = self
+        members = {}
+        for member, value in inspect.getmembers(cls, predicate=inspect.isfunction):
+            if member.startswith("_") or member in ("reset", "get_reward"):
+                continue
+
+            def make(method, label):
+                @functools.wraps(method)
+                def guarded(self, *args, **kwargs):
+                    return guard.call_method(label, method, self, args, kwargs)
+
+                return guarded
+
+            members[member] = make(value, member)
+        return type(cls.__name__, (cls,), members)
+
+    def call_method(self, name: str, method, instance, args: tuple, kwargs: dict) -> str:
+        bound = functools.partial(method, instance)
+        functools.update_wrapper(bound, method)
+        return self.call(name, bound, args, kwargs)
+
+    def check(self) -> None:
+        """Raise the fatal message once the errors passed the limit."""
+        if self.fatal is not None:
+            raise ToolError(self.fatal)
