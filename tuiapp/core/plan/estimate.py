@@ -24,6 +24,7 @@ from typing import Any
 
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.config import optimizer
 from tuiapp.core.config.recipe import (
     METHOD_MODELS,
     PREFERENCE_KINDS,
@@ -334,6 +335,57 @@ def trainable_parameters(config: dict, method) -> int:
     raise ValueError(f"unknown method kind {kind!r}")
 
 
+# ---------------------------------------------------------------- optimizer state
+
+
+def trainable_shapes(config: dict, method) -> list[tuple[tuple[int, ...], str, str]] | None:
+    """(shape, role, name) of each trainable parameter, as train.optimizer's state counts them:
+    the full model (pretrain, sft) or the LoRA/DoRA matrices; None for other methods (their
+    parameters are then counted as vectors)."""
+    method = _as_method(method)
+    config = apply_method_overrides(config, method)
+    if PROFILE_COUNTS in config and method.kind in ("pretrain", "sft"):
+        return None  # an architecture the shape does not describe: its exact count only
+    shape = model_shape(config)
+    h, out = shape.hidden, []
+    if method.kind in ("pretrain", "sft"):
+        out.append(((shape.vocab, h), "embedding", "embed_tokens"))
+        if shape.positions:
+            out.append(((shape.positions, h), "embedding", "embed_positions"))
+        for _ in range(shape.layers):
+            for linear in shape.linears:
+                copies = shape.experts if _is_mlp(linear) else 1
+                for _ in range(copies):
+                    out.append(((linear.out_features, linear.in_features), "hidden", linear.name))
+                    if linear.bias:
+                        out.append(((linear.out_features,), "other", linear.name + ".bias"))
+            if shape.experts > 1:
+                out.append(((shape.experts, h), "other", "router"))
+            out.append(((shape.norm_params,), "other", "norm"))
+        out.append(((shape.final_norm_params,), "other", "norm"))
+        if not shape.tied:
+            out.append(((shape.vocab, h), "head", "lm_head"))
+        return out
+    if method.kind in ("lora", "qlora", "dora"):
+        for _ in range(shape.layers):
+            for linear in targeted_linears(config, method.target_modules):
+                out.append(((method.rank, linear.in_features), "hidden", linear.name + ".lora_A"))
+                out.append(((linear.out_features, method.rank), "hidden", linear.name + ".lora_B"))
+                if method.kind == "dora":
+                    out.append(((linear.out_features,), "other", linear.name + ".magnitude"))
+        return out
+    return None
+
+
+def optimizer_state_bytes(config: dict, recipe: Recipe, method, trainable: int, zero_stage: int = 0) -> float:
+    """State bytes of train.optimizer over the trainable parameters (unsharded)."""
+    spec = recipe.train.optimizer
+    shapes = trainable_shapes(config, method)
+    if shapes is None or sum(optimizer.numel(s) for s, _, _ in shapes) != trainable:
+        shapes = [((int(trainable),), "other", "")]  # vision parts, other adapters: vectors
+    return float(optimizer.state_bytes(spec, shapes, flattened=zero_stage >= 1))
+
+
 # ---------------------------------------------------------------- memory
 
 
@@ -379,6 +431,7 @@ def model_state_bytes(
     frozen_bytes: float | None = None,
     largest_layer_params: int = 0,
     deepspeed_buffers: bool = False,
+    optimizer_state: float | None = None,
 ) -> MemoryBreakdown:
     """Model-state bytes per GPU for Adam, with `n_gpus` = the data-parallel world size N.
 
@@ -409,6 +462,8 @@ def model_state_bytes(
 
     params = shard(trainable * weight_b + frozen_bytes, zero_stage == 3)
     grads = shard(trainable * grad_b, zero_stage >= 2)
+    if optimizer_state is not None:  # train.optimizer's own state (AdamW: 8 bytes a parameter), + fp32 master
+        optim_b = optimizer_state / max(1, trainable) + (4 if half else 0)
     optimizer = shard(trainable * optim_b, zero_stage >= 1)
     fp32_grads = shard(trainable * 4, zero_stage >= 1) if half else 0.0
     if zero_stage == 3:  # DeepSpeed reduces ZeRO-3 grads into the fp32 partition: it replaces the shard
@@ -564,6 +619,7 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         total, trainable, knobs.zero_stage, world, knobs.offload_optimizer, knobs.offload_params,
         precision, gpus_per_node=per_node, frozen_bytes=frozen_bytes,
         largest_layer_params=largest_layer_params(config), deepspeed_buffers=True,
+        optimizer_state=optimizer_state_bytes(config, recipe, method, trainable, knobs.zero_stage),
     )
     seq = recipe.train.max_seq_len + (method.virtual_tokens if method.kind in ("prompt", "ptuning") else 0)
     # preference batches hold two sequences per example: chosen + rejected (KTO: answer + KL answer)
