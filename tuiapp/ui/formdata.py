@@ -82,10 +82,8 @@ def _kind(annotation: Any) -> tuple[str, list[Any]]:
         if any(choices == [] for choices in lists) and all(
                 lists[i] is not None or typing.get_origin(a) is Literal for i, a in enumerate(args)):
             return "lines", words
-    if origin in (typing.Union, types.UnionType):  # a word or its table (train.optimizer): the words
-        args = typing.get_args(annotation)
-        if all(typing.get_origin(a) is Literal or _is_table(a) for a in args):
-            return "choice", [v for a in args if typing.get_origin(a) is Literal for v in typing.get_args(a)]
+    if _is_table(annotation) and getattr(annotation, "BY_KIND", False):  # train.optimizer: its kind's words
+        return "choice", list(typing.get_args(annotation.model_fields["kind"].annotation))
     if origin is Literal:
         return "choice", list(typing.get_args(annotation))
     if annotation is bool:

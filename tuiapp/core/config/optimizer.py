@@ -9,7 +9,7 @@ launch `tuiapp.core.prelaunch.optimizer_checks`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
@@ -35,6 +35,7 @@ TRAITS: dict[str, dict] = {
 
 class OptimizerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)  # as the recipe's sections
+    BY_KIND: ClassVar[bool] = True  # written as its kind alone: the form offers the kinds
 
     kind: OptimizerKind = Field(
         "adamw", description="'adamw' (fused on CUDA), 'adamw_8bit' (bitsandbytes, CUDA), 'muon' (Muon on the "

@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 from tuiapp.core.common.errors import RecipeError, RecipeErrors, did_you_mean
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.config.hosts import parse_host_entries
-from tuiapp.core.config.optimizer import OPTIMIZER_KINDS, OptimizerKind, OptimizerSpec
+from tuiapp.core.config.optimizer import OPTIMIZER_KINDS, OptimizerSpec
 from tuiapp.core.config.rewards import REWARD_KINDS, REWARD_MODELS, RewardSpec, check_labels
 
 BUNDLED_MODEL = "tiny"
@@ -541,7 +541,7 @@ class TrainSpec(Section):
     grad_accum: int = Field(1, ge=1, description="Micro batches accumulated per optimizer step.")
     learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
     scheduler: Literal["cosine", "linear", "constant"] = Field("cosine", description="LR schedule.")
-    optimizer: OptimizerKind | OptimizerSpec = Field(
+    optimizer: OptimizerSpec = Field(
         "adamw", validate_default=True, description="Optimizer: 'adamw' (default), 'adamw_8bit', 'muon', "
         "'adafactor', 'schedule_free_adamw', 'galore', 'apollo' or 'lion'; or a [train.optimizer] table with "
         "kind and its keys (betas, eps, momentum, ns_steps, lr_scale, rank, ...).",
@@ -618,11 +618,6 @@ class TrainSpec(Section):
             raise PydanticCustomError("optimizer_kind", "unknown optimizer '{given}'; {hint}",
                                       {"given": given, "hint": hint})
         return value
-
-    @field_validator("optimizer")
-    @classmethod
-    def _optimizer(cls, value: str | OptimizerSpec) -> OptimizerSpec:
-        return OptimizerSpec(kind=value) if isinstance(value, str) else value  # always a table once read
 
     @field_validator("micro_batch")
     @classmethod
