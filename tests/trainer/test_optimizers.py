@@ -130,7 +130,7 @@ def test_estimate_counts_the_optimizer_and_the_fp32_master():
 
 @pytest.mark.parametrize(("text", "cuda", "installed", "says"), [
     ("optimizer = \"adamw_8bit\"", False, True, "needs a CUDA GPU"),
-    ("optimizer = \"adamw_8bit\"", True, False, "pip install 'bitsandbytes'"),
+    ("optimizer = \"adamw_8bit\"", True, False, "pip install 'llmtui[qlora]'"),
     ("optimizer = \"galore\"", True, True, "launch.strategy = 'ddp'"),
     ("optimizer = \"apollo\"", False, True, "needs a CUDA GPU"),
     ("optimizer = \"lion\"", True, False, "llmtui[optimizers]"),

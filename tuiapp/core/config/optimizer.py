@@ -20,15 +20,15 @@ OptimizerKind = Literal[OPTIMIZER_KINDS]
 TRAITS: dict[str, dict] = {
     "adamw": {"state": "8 B: momentum + variance (fp32)"},
     "adamw_8bit": {"state": "2 B: momentum + variance in 8 bits (blockwise, bitsandbytes)", "cuda": True,
-                   "package": ("bitsandbytes", "bitsandbytes")},
+                   "package": ("bitsandbytes", "llmtui[qlora]")},
     "muon": {"state": "4 B momentum for 2-D hidden weights (Muon); 8 B AdamW for embeddings, norms, biases, head"},
     "adafactor": {"state": "factored second moment: rows + columns of each matrix (4 B per row and column); "
                   "4 B for vectors"},
     "schedule_free_adamw": {"state": "8 B: z + variance (fp32)", "package": ("schedulefree", "llmtui[optimizers]")},
     "galore": {"state": "AdamW on rank-r projections of the targeted matrices + the projection; 8 B elsewhere",
-               "cuda": True, "package": ("galore_torch", "galore-torch"), "projected": True},
+               "cuda": True, "package": ("galore_torch", "llmtui[galore]"), "projected": True},
     "apollo": {"state": "AdamW on rank-r random projections of the targeted matrices; 8 B elsewhere",
-               "cuda": True, "package": ("apollo_torch", "apollo-torch"), "projected": True},
+               "cuda": True, "package": ("apollo_torch", "llmtui[apollo]"), "projected": True},
     "lion": {"state": "4 B: momentum (fp32)", "package": ("lion_pytorch", "llmtui[optimizers]")},
 }
 

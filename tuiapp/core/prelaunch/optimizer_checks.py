@@ -31,7 +31,7 @@ def rules(recipe: Recipe, *, cuda: bool, is_installed=installed) -> list[Finding
                "set train.optimizer = 'adamw', or launch.strategy = 'deepspeed' (or 'ddp')")
         return out
     if traits.get("cuda") and not cuda:
-        refuse(f"{kind} needs a CUDA GPU ({'bitsandbytes' if kind == 'adamw_8bit' else traits['package'][1]} "
+        refuse(f"{kind} needs a CUDA GPU ({traits['package'][0]} "
                "runs its states there) and this machine has none",
                "on CPU use train.optimizer = 'adafactor' (factored states) or 'lion' (4 bytes a parameter) for "
                "less memory than AdamW, or run on a CUDA machine")
