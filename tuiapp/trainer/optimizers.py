@@ -115,12 +115,45 @@ class MuonWithAdamW(torch.optim.Optimizer):
             self.param_groups = [g for g in groups if not g["use_muon"]]
             if self.param_groups:
                 torch.optim.AdamW.step(self)
-            self.param_groups = [g for g in groups if g["use_muon"]]
-            if self.param_groups:
-                torch.optim.Muon.step(self)
         finally:
             self.param_groups = groups
+        for group in groups:
+            if group["use_muon"]:
+                self._muon_step(group)
         return loss
+
+    def _muon_step(self, group: dict) -> None:
+        """torch's single-tensor Muon step (momentum, Nesterov, Newton-Schulz, decoupled decay,
+        the update scaled to AdamW's RMS), with Newton-Schulz in fp32 off CUDA: torch runs it in
+        bf16, which a CPU without bf16 units computes ~100x slower than fp32."""
+        lr, decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+            buf = state["momentum_buffer"]
+            buf.lerp_(p.grad, 1 - momentum)
+            update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
+            update = orthogonalize(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
+            rows, cols = p.shape[:2]
+            p.mul_(1 - lr * decay)
+            p.add_(update.to(p.dtype), alpha=-lr * 0.2 * math.sqrt(max(rows, cols)))  # match_rms_adamw
+
+
+def orthogonalize(grad: torch.Tensor, coefficients, steps: int, eps: float) -> torch.Tensor:
+    """Muon's quintic Newton-Schulz iteration (as torch.optim.Muon), bf16 on CUDA, fp32 elsewhere."""
+    a, b, c = coefficients
+    x = grad.to(torch.bfloat16 if grad.is_cuda else torch.float32, copy=True)
+    tall = grad.size(0) > grad.size(1)
+    if tall:
+        x = x.T
+    x.div_(x.norm().clamp(min=eps))
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
 
 
 class MuonFactory:
