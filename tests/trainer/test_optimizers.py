@@ -174,3 +174,31 @@ def test_trainer_arguments_of_each_kind():
     assert galore["optim_target_modules"] == ["attn", "mlp"]
     assert optimizers.deepspeed_section(_with("[train]\noptimizer = \"muon\"\n"))["type"] == "muon"
     assert optimizers.deepspeed_section(_with("")) is None
+
+
+def test_muon_part_steps_as_torchs_muon_and_the_rest_as_adamw():
+    import torch
+
+    from tuiapp.trainer.optimizers import MuonWithAdamW
+
+    torch.manual_seed(0)
+    matrix, vector = torch.randn(48, 16), torch.randn(16)
+    grads = [torch.randn(48, 16), torch.randn(16)]
+    ours = [matrix.clone().requires_grad_(), vector.clone().requires_grad_()]
+    ref = [matrix.clone().requires_grad_(), vector.clone().requires_grad_()]
+    optimizer = MuonWithAdamW([{"params": [ours[0]], "use_muon": True, "weight_decay": 0.1},
+                               {"params": [ours[1]], "use_muon": False, "weight_decay": 0.0}],
+                              lr=1e-2, betas=(0.9, 0.999), eps=1e-8, momentum=0.95, ns_steps=5, lr_scale=1.0)
+    muon = torch.optim.Muon([ref[0]], lr=1e-2, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    adamw = torch.optim.AdamW([ref[1]], lr=1e-2, weight_decay=0.0)
+    for _ in range(3):
+        for params in (ours, ref):
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g.clone()
+        optimizer.step()
+        muon.step()
+        adamw.step()
+    step = (ref[0] - matrix).abs().mean()
+    assert (ours[0] - ref[0]).abs().mean() < 0.02 * step  # torch runs Newton-Schulz in bf16, ours in fp32 here
+    assert torch.allclose(ours[1], ref[1])
+    assert set(optimizer.state[ours[0]]) == {"momentum_buffer"}

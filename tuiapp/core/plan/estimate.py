@@ -570,6 +570,7 @@ class Estimate:
     ram_first_tokenizing: int = 0  # what the rank building the data cache adds while it builds it
     streaming: bool = False  # dataset.streaming: no cache to build, examples tokenized as they come
     vision: dict | None = None  # a VLM: {vision_tower, projector: parameters, image_tokens, trains: parts}
+    optimizer: str = "adamw"  # train.optimizer's kind: the optimizer row's state is its own
 
     @property
     def total(self) -> int:
@@ -773,7 +774,7 @@ def estimate_recipe(
         ram_first_tokenizing=0 if recipe.dataset.streaming else TOKENIZING_BYTES,
         streaming=bool(recipe.dataset.streaming),
         server_share=memory_share(recipe.method) if server_gpu_count(recipe) else 0.0,
-        vision=_vision_facts(model_config, recipe),
+        vision=_vision_facts(model_config, recipe), optimizer=recipe.train.optimizer.kind,
     )
 
 
@@ -901,9 +902,10 @@ def format_estimate(est: Estimate) -> str:
         f"per rank         {unit_name}" if est.cpu else f"per GPU          {unit_name}",
     ]
     for name in ("params", "grads", "optimizer"):
-        rows.append(f"  {name:<12} {getattr(m, name) / unit:>6.1f}")
+        rows.append(f"  {name:<12} {getattr(m, name) / unit:>6.1f}" + (f"  {est.optimizer}" if name == "optimizer" else ""))
     states = f"  {'model states':<12} {m.model_states / unit:>6.1f}"
-    full = est.trainable_params == est.total_params and est.precision != "fp32" and not m.cpu_offload_total
+    full = est.trainable_params == est.total_params and est.precision != "fp32" and not m.cpu_offload_total \
+        and est.optimizer == "adamw"  # the ZeRO paper's K = 12 is Adam's
     if full:  # the ZeRO paper's mixed-precision Adam, P parameters over N ranks
         states += f"  ZeRO-{est.zero_stage}: {ZERO_FORMULAS[est.zero_stage]}, N = {est.world_size or est.n_gpus * est.nodes}"
     rows.append(states)
