@@ -76,6 +76,12 @@ class OptimizerSpec(BaseModel):
         return data
 
 
+def word_or_table(schema: dict) -> None:
+    """JSON Schema of train.optimizer: a kind's word, or the table."""
+    ref = schema.pop("$ref", None)
+    schema["anyOf"] = [{"type": "string", "enum": list(OPTIMIZER_KINDS)}] + ([{"$ref": ref}] if ref else [])
+
+
 # ---------------------------------------------------------------- state bytes
 
 Role = Literal["embedding", "head", "hidden", "other"]  # hidden = a 2-D weight inside the blocks

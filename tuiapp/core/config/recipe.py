@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 from tuiapp.core.common.errors import RecipeError, RecipeErrors, did_you_mean
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.config.hosts import parse_host_entries
-from tuiapp.core.config.optimizer import OPTIMIZER_KINDS, OptimizerSpec
+from tuiapp.core.config.optimizer import OPTIMIZER_KINDS, OptimizerSpec, word_or_table
 from tuiapp.core.config.rewards import REWARD_KINDS, REWARD_MODELS, RewardSpec, check_labels
 
 BUNDLED_MODEL = "tiny"
@@ -542,7 +542,7 @@ class TrainSpec(Section):
     learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
     scheduler: Literal["cosine", "linear", "constant"] = Field("cosine", description="LR schedule.")
     optimizer: OptimizerSpec = Field(
-        "adamw", validate_default=True, description="Optimizer: 'adamw' (default), 'adamw_8bit', 'muon', "
+        "adamw", validate_default=True, json_schema_extra=word_or_table, description="Optimizer: 'adamw' (default), 'adamw_8bit', 'muon', "
         "'adafactor', 'schedule_free_adamw', 'galore', 'apollo' or 'lion'; or a [train.optimizer] table with "
         "kind and its keys (betas, eps, momentum, ns_steps, lr_scale, rank, ...).",
     )
