@@ -100,14 +100,52 @@ def loss_at_time(rows, seconds: float) -> float:
     return sum(done[-3:]) / len(done[-3:])
 
 
+def step_cost(micro_batch: int, seq: int, reps: int = 20) -> dict:
+    """Milliseconds of one optimizer step (AdamW, Muon; interleaved, median) and of one forward +
+    backward on the tiny model, one thread: what 'equal time' comes to when the machine is busy."""
+    import statistics
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tuiapp.trainer import optimizers
+    from tuiapp.trainer.tiny import ensure_tiny_model
+
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(ensure_tiny_model(Path(os.environ["LLMTUI_CACHE"])))
+    batch = torch.randint(0, model.config.vocab_size, (micro_batch, seq))
+    passes = []
+    for _ in range(5):
+        begin = time.perf_counter()
+        model(input_ids=batch, labels=batch).loss.backward()
+        passes.append(time.perf_counter() - begin)
+    adamw = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    muon = optimizers.MuonFactory()(model, lr=1e-3, weight_decay=0.0, decay_names=set(), betas=(0.9, 0.999),
+                                    eps=1e-8, momentum=0.95, ns_steps=5, lr_scale=1.0)
+    times: dict[str, list[float]] = {"adamw": [], "muon": []}
+    for _ in range(reps):
+        for name, optimizer in (("adamw", adamw), ("muon", muon)):
+            begin = time.perf_counter()
+            optimizer.step()
+            times[name].append(time.perf_counter() - begin)
+    out = {name: 1000 * statistics.median(values[3:]) for name, values in times.items()}
+    out["forward_backward"] = 1000 * statistics.median(passes[1:])
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--step-cost", action="store_true", help="only the step cost, printed")
     args = parser.parse_args(argv)
     from tuiapp.core.plan import estimate
+
+    if args.step_cost:
+        print(step_cost(args.micro_batch, args.seq))
+        return 0
 
     runs = {kind: train(kind, args.steps, args.micro_batch, args.seq) for kind in ("adamw", "muon")}
     lines = [f"## Optimizers: Muon vs AdamW (tiny pretraining, {args.steps} steps)", "",
@@ -129,6 +167,14 @@ def main(argv=None) -> int:
         seconds = fraction * min(totals.values())
         lines.append(f"| loss at {seconds:.1f} s (equal time) | {loss_at_time(runs['adamw']['rows'], seconds):.3f} | "
                      f"{loss_at_time(runs['muon']['rows'], seconds):.3f} |")
+    cost = step_cost(args.micro_batch, args.seq)
+    per_step = {k: cost["forward_backward"] + cost[k] for k in ("adamw", "muon")}
+    muon_steps = int(args.steps * per_step["adamw"] / per_step["muon"])
+    lines += ["", f"Step cost measured apart (one thread, median): forward + backward {cost['forward_backward']:.0f} ms, "
+              f"AdamW step {cost['adamw']:.0f} ms, Muon step {cost['muon']:.0f} ms (Newton-Schulz on every hidden "
+              f"matrix). At equal time, in AdamW's {args.steps} steps Muon makes {muon_steps}: loss "
+              f"{loss_at_step(runs['muon']['rows'], muon_steps):.3f} (Muon) vs "
+              f"{loss_at_step(runs['adamw']['rows'], args.steps):.3f} (AdamW)."]
     lines += ["", "Optimizer state after a real step (sum of the state tensors) against the estimate's optimizer "
               "bytes, same model, fp32:", "", "| optimizer | measured | estimate | error |", "|---|---|---|---|"]
     for kind in STATE_KINDS:
