@@ -7,8 +7,9 @@ import tomllib
 from tests.e2e.helpers import llmtui, metrics, only_run, run_info
 from tuiapp.core.machine.gpus import cuda_available
 
+pytestmark = pytest.mark.slow  # real `llmtui` processes
 
-@pytest.mark.slow
+
 def test_tiny_muon_preset_trains_and_is_named(tmp_path):
     from tuiapp.core.run_folder.rundata import RunData
     from tuiapp.core.run_folder.rundir import RunRecord
