@@ -49,3 +49,11 @@ def test_a_mixture_run_shows_each_sources_tokens_in_the_speed_pane():
     single = RunData()
     single.extend([{"step": 4, "max_steps": 8, "time": 10.0, "loss": 2.0, "tokens": 1000}])
     assert "sources" not in speed_text(single)
+
+
+def test_the_header_names_the_optimizer():
+    muon = RunRecord(status="running", name="x", method="pretrain", recipe={"train": {"optimizer": "muon"}})
+    assert "pretrain with muon on" in status_text(muon, RunData(), now=0.0)
+    table = RunRecord(status="running", name="x", method="sft", recipe={"train": {"optimizer": {"kind": "lion"}}})
+    assert "sft with lion on" in status_text(table, RunData(), now=0.0)
+    assert " with " not in status_text(RunRecord(status="running", name="x", method="sft"), RunData(), now=0.0)

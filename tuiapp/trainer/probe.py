@@ -26,7 +26,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from tuiapp.core.config.recipe import Recipe, parse_recipe
 from tuiapp.core.plan.probe import ROWS_FILE
-from tuiapp.trainer import strategies
+from tuiapp.trainer import optimizers, strategies
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.model import apply_method, cache_dir, load_model, load_tokenizer
 from tuiapp.trainer.run import resolve_precision, training_kwargs
@@ -164,6 +164,7 @@ def measure(recipe: Recipe, size: int, steps: int, model_path: str, precision: s
                                 tokenizer.pad_token_id)
     trainer = Trainer(model=model, args=TrainingArguments(**kwargs), train_dataset=longest(train_set, size * steps),
                       data_collator=collator, callbacks=[clock])
+    optimizers.install(trainer, sized)  # the run's optimizer, so its state is in the peak
     row = {"micro_batch": size, "status": "ok"}
     try:
         trainer.train()

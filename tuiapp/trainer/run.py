@@ -40,6 +40,7 @@ from tuiapp.trainer import (
     cpu_dropout,
     loader,
     mixture,
+    optimizers,
     phases,
     sampling,
     strategies,
@@ -218,6 +219,9 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
     """TrainingArguments of a run as keywords (TRL's configs take the same ones, and more)."""
     train = recipe.train
     extra = strategies.training_kwargs(recipe, run_dir=run_dir)  # deepspeed config, or FSDP/DDP settings
+    if "deepspeed" in extra and optimizers.deepspeed_section(recipe):  # muon: DeepSpeed's ZeRO-aware Muon
+        extra["deepspeed"] = {**extra["deepspeed"], "optimizer": optimizers.deepspeed_section(recipe)}
+    extra.update(optimizers.training_kwargs(recipe))  # train.optimizer: optim name, betas, eps
     if recipe.dataset.streaming:
         extra["accelerator_config"] = {**extra.get("accelerator_config", {}), **streaming.accelerator_config()}
     return dict(
@@ -358,6 +362,7 @@ def train(run_dir: Path, resume: bool) -> int:
         callbacks=callbacks,
     )
     trainer.method_kind = recipe.method.kind
+    optimizers.install(trainer, recipe)  # muon, lion: the Trainer's optimizer_cls_and_kwargs
     trainer.step_agreement = stopper
     if processor is not None:
         trainer.part_lrs = vision.part_param_lrs(model, recipe)  # [vision]'s own learning rates
@@ -412,6 +417,7 @@ def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, 
     trainer = rl.build_trainer(recipe, run_dir, model, peft_config, kwargs, train_set, eval_set, tokenizer, callbacks,
                                mixins=(strategies.StrategyMixin, RunTrainerMixin))
     trainer.method_kind = recipe.method.kind
+    optimizers.install(trainer, recipe)  # muon, lion: the Trainer's optimizer_cls_and_kwargs
     trainer.step_agreement = stopper
     if _is_main():
         with JsonlWriter(run_dir / EVENTS_JSONL) as events:
@@ -451,6 +457,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
             mixins=(strategies.StrategyMixin, RunTrainerMixin),
         )
     trainer.method_kind = recipe.method.kind
+    optimizers.install(trainer, recipe)  # muon, lion: the Trainer's optimizer_cls_and_kwargs
     trainer.step_agreement = stopper
     if _is_main():  # before the first step, so a stop at any time finds it
         with JsonlWriter(run_dir / EVENTS_JSONL) as events:

@@ -82,6 +82,8 @@ def _kind(annotation: Any) -> tuple[str, list[Any]]:
         if any(choices == [] for choices in lists) and all(
                 lists[i] is not None or typing.get_origin(a) is Literal for i, a in enumerate(args)):
             return "lines", words
+    if _is_table(annotation) and getattr(annotation, "BY_KIND", False):  # train.optimizer: its kind's words
+        return "choice", list(typing.get_args(annotation.model_fields["kind"].annotation))
     if origin is Literal:
         return "choice", list(typing.get_args(annotation))
     if annotation is bool:

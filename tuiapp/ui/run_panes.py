@@ -38,6 +38,13 @@ def literal(text: str) -> str:
     return str(text).replace("\\", "\\\\").replace("[", "\\[")
 
 
+def optimizer_of(record: RunRecord) -> str:
+    """The run's train.optimizer kind from its recipe ('' when the recipe predates the key)."""
+    train = (record.recipe or {}).get("train") if isinstance(record.recipe, dict) else None
+    value = train.get("optimizer") if isinstance(train, dict) else None
+    return str(value.get("kind", "")) if isinstance(value, dict) else str(value or "")
+
+
 def status_text(record: RunRecord, data: RunData, now: float, stopping: bool = False, run_path: Path | None = None,
                 after: AfterTraining | None = None) -> str:
     """The run view's header: badge, name and what it trains; progress; time over every attempt;
@@ -49,6 +56,8 @@ def status_text(record: RunRecord, data: RunData, now: float, stopping: bool = F
     badge = f"[{BADGE_STYLES.get(view.key, 'b')}]{literal(view.badge)}[/]"
     model = record.model_ref or record.model or "?"
     name, method, dataset = (str(v) if v is not None else "?" for v in (record.name, record.method, record.dataset))
+    optimizer = optimizer_of(record)
+    method += f" with {optimizer}" if optimizer else ""
     head = f"{badge}  [b]{escape(name)}[/]  {escape(method)} on {escape(str(model))} · {escape(dataset)}"
     row = data.last_train
     parts = []

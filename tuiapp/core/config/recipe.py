@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 from tuiapp.core.common.errors import RecipeError, RecipeErrors, did_you_mean
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.config.hosts import parse_host_entries
+from tuiapp.core.config.optimizer import OPTIMIZER_KINDS, OptimizerSpec, word_or_table
 from tuiapp.core.config.rewards import REWARD_KINDS, REWARD_MODELS, RewardSpec, check_labels
 from tuiapp.core.config.tools import TOOL_ERROR_LIMIT, TOOL_OUTPUT_TOKENS, TOOL_TIMEOUT_S, EnvironmentSpec, ToolSpec
 
@@ -560,8 +561,13 @@ class TrainSpec(Section):
     grad_accum: int = Field(1, ge=1, description="Micro batches accumulated per optimizer step.")
     learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
     scheduler: Literal["cosine", "linear", "constant"] = Field("cosine", description="LR schedule.")
+    optimizer: OptimizerSpec = Field(
+        "adamw", validate_default=True, json_schema_extra=word_or_table, description="Optimizer: 'adamw' (default), 'adamw_8bit', 'muon', "
+        "'adafactor', 'schedule_free_adamw', 'galore', 'apollo' or 'lion'; or a [train.optimizer] table with "
+        "kind and its keys (betas, eps, momentum, ns_steps, lr_scale, rank, ...).",
+    )
     warmup_ratio: float = Field(0.03, ge=0, le=0.5, description="Fraction of steps for linear warmup.")
-    weight_decay: float = Field(0.0, ge=0, lt=1, description="AdamW weight decay.")
+    weight_decay: float = Field(0.0, ge=0, lt=1, description="Decoupled weight decay (every optimizer that takes one).")
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm (0 = off).")
     seed: int = Field(42, ge=0, description="Seed for init, shuffling and dropout.")
     max_seq_len: int = Field(512, ge=8, le=1_048_576, description="Tokens per sequence; longer is cut.")
@@ -623,6 +629,16 @@ class TrainSpec(Section):
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):
             raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("optimizer", mode="before")
+    @classmethod
+    def _optimizer_kind(cls, value):
+        given = value.get("kind", "adamw") if isinstance(value, dict) else value
+        if isinstance(given, str) and given not in OPTIMIZER_KINDS:
+            hint = did_you_mean(given, OPTIMIZER_KINDS) or "use one of: " + ", ".join(OPTIMIZER_KINDS)
+            raise PydanticCustomError("optimizer_kind", "unknown optimizer '{given}'; {hint}",
+                                      {"given": given, "hint": hint})
         return value
 
     @field_validator("micro_batch")

@@ -29,6 +29,7 @@ from typing import Any
 
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.config import optimizer
 from tuiapp.core.config.recipe import (
     METHOD_MODELS,
     PREFERENCE_KINDS,
@@ -339,6 +340,57 @@ def trainable_parameters(config: dict, method) -> int:
     raise ValueError(f"unknown method kind {kind!r}")
 
 
+# ---------------------------------------------------------------- optimizer state
+
+
+def trainable_shapes(config: dict, method) -> list[tuple[tuple[int, ...], str, str]] | None:
+    """(shape, role, name) of each trainable parameter, as train.optimizer's state counts them:
+    the full model (pretrain, sft) or the LoRA/DoRA matrices; None for other methods (their
+    parameters are then counted as vectors)."""
+    method = _as_method(method)
+    config = apply_method_overrides(config, method)
+    if PROFILE_COUNTS in config and method.kind in ("pretrain", "sft"):
+        return None  # an architecture the shape does not describe: its exact count only
+    shape = model_shape(config)
+    h, out = shape.hidden, []
+    if method.kind in ("pretrain", "sft"):
+        out.append(((shape.vocab, h), "embedding", "embed_tokens"))
+        if shape.positions:
+            out.append(((shape.positions, h), "embedding", "embed_positions"))
+        for _ in range(shape.layers):
+            for linear in shape.linears:
+                copies = shape.experts if _is_mlp(linear) else 1
+                for _ in range(copies):
+                    out.append(((linear.out_features, linear.in_features), "hidden", linear.name))
+                    if linear.bias:
+                        out.append(((linear.out_features,), "other", linear.name + ".bias"))
+            if shape.experts > 1:
+                out.append(((shape.experts, h), "other", "router"))
+            out.append(((shape.norm_params,), "other", "norm"))
+        out.append(((shape.final_norm_params,), "other", "norm"))
+        if not shape.tied:
+            out.append(((shape.vocab, h), "head", "lm_head"))
+        return out
+    if method.kind in ("lora", "qlora", "dora"):
+        for _ in range(shape.layers):
+            for linear in targeted_linears(config, method.target_modules):
+                out.append(((method.rank, linear.in_features), "hidden", linear.name + ".lora_A"))
+                out.append(((linear.out_features, method.rank), "hidden", linear.name + ".lora_B"))
+                if method.kind == "dora":
+                    out.append(((linear.out_features,), "other", linear.name + ".magnitude"))
+        return out
+    return None
+
+
+def optimizer_state_bytes(config: dict, recipe: Recipe, method, trainable: int, zero_stage: int = 0) -> float:
+    """State bytes of train.optimizer over the trainable parameters (unsharded)."""
+    spec = recipe.train.optimizer
+    shapes = trainable_shapes(config, method)
+    if shapes is None or sum(optimizer.numel(s) for s, _, _ in shapes) != trainable:
+        shapes = [((int(trainable),), "other", "")]  # vision parts, other adapters: vectors
+    return float(optimizer.state_bytes(spec, shapes, flattened=zero_stage >= 1))
+
+
 # ---------------------------------------------------------------- memory
 
 
@@ -385,6 +437,7 @@ def model_state_bytes(
     largest_layer_params: int = 0,
     deepspeed_buffers: bool = False,
     reduce_bucket: int = 0,
+    optimizer_state: float | None = None,
 ) -> MemoryBreakdown:
     """Model-state bytes per GPU for Adam, with `n_gpus` = the data-parallel world size N.
 
@@ -415,6 +468,8 @@ def model_state_bytes(
 
     params = shard(trainable * weight_b + frozen_bytes, zero_stage == 3)
     grads = shard(trainable * grad_b, zero_stage >= 2)
+    if optimizer_state is not None:  # train.optimizer's own state (AdamW: 8 bytes a parameter), + fp32 master
+        optim_b = optimizer_state / max(1, trainable) + (4 if half else 0)
     optimizer = shard(trainable * optim_b, zero_stage >= 1)
     fp32_grads = shard(trainable * 4, zero_stage >= 1) if half else 0.0
     if zero_stage == 3:  # DeepSpeed reduces ZeRO-3 grads into the fp32 partition: it replaces the shard
@@ -538,6 +593,7 @@ class Estimate:
     ram_first_tokenizing: int = 0  # what the rank building the data cache adds while it builds it
     streaming: bool = False  # dataset.streaming: no cache to build, examples tokenized as they come
     vision: dict | None = None  # a VLM: {vision_tower, projector: parameters, image_tokens, trains: parts}
+    optimizer: str = "adamw"  # train.optimizer's kind: the optimizer row's state is its own
 
     @property
     def total(self) -> int:
@@ -588,6 +644,7 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         precision, gpus_per_node=per_node, frozen_bytes=frozen_bytes,
         largest_layer_params=largest_layer_params(config), deepspeed_buffers=True,
         reduce_bucket=shape.hidden * shape.hidden,  # reduce_bucket_size 'auto' as the Trainer fills it
+        optimizer_state=optimizer_state_bytes(config, recipe, method, trainable, knobs.zero_stage),
     )
     seq = recipe.train.max_seq_len + (method.virtual_tokens if method.kind in ("prompt", "ptuning") else 0)
     # preference batches hold two sequences per example: chosen + rejected (KTO: answer + KL answer)
@@ -741,7 +798,7 @@ def estimate_recipe(
         ram_first_tokenizing=0 if recipe.dataset.streaming else TOKENIZING_BYTES,
         streaming=bool(recipe.dataset.streaming),
         server_share=memory_share(recipe.method) if server_gpu_count(recipe) else 0.0,
-        vision=_vision_facts(model_config, recipe),
+        vision=_vision_facts(model_config, recipe), optimizer=recipe.train.optimizer.kind,
     )
 
 
@@ -869,9 +926,10 @@ def format_estimate(est: Estimate) -> str:
         f"per rank         {unit_name}" if est.cpu else f"per GPU          {unit_name}",
     ]
     for name in ("params", "grads", "optimizer"):
-        rows.append(f"  {name:<12} {getattr(m, name) / unit:>6.1f}")
+        rows.append(f"  {name:<12} {getattr(m, name) / unit:>6.1f}" + (f"  {est.optimizer}" if name == "optimizer" else ""))
     states = f"  {'model states':<12} {m.model_states / unit:>6.1f}"
-    full = est.trainable_params == est.total_params and est.precision != "fp32" and not m.cpu_offload_total
+    full = est.trainable_params == est.total_params and est.precision != "fp32" and not m.cpu_offload_total \
+        and est.optimizer == "adamw"  # the ZeRO paper's K = 12 is Adam's
     if full:  # the ZeRO paper's mixed-precision Adam, P parameters over N ranks
         states += f"  ZeRO-{est.zero_stage}: {ZERO_FORMULAS[est.zero_stage]}, N = {est.world_size or est.n_gpus * est.nodes}"
     rows.append(states)

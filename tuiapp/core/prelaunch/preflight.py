@@ -33,6 +33,7 @@ from tuiapp.core.plan.estimate import (
     trainable_parameters,
 )
 from tuiapp.core.plan.generation_server import server_gpu_count
+from tuiapp.core.prelaunch import optimizer_checks
 from tuiapp.core.prelaunch.cluster_checks import scale_rules
 from tuiapp.core.run_folder.progress import plural
 
@@ -206,6 +207,7 @@ def machine_rules(recipe: Recipe, *, cuda: bool, bnb_installed: bool | None = No
             out.append(Finding("error", "method.kind", "qlora needs the bitsandbytes package, which "
                                "is not installed", "pip install bitsandbytes (or use method.kind = 'lora')"))
     out += kernel_rules(recipe, cuda=cuda)
+    out += optimizer_checks.rules(recipe, cuda=cuda)  # train.optimizer: device, packages, strategy
     out += trackers.findings(recipe.train.report_to)
     return out
 

@@ -100,7 +100,8 @@ def _optimizer(stage: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
         {"params": [p for n, p in params if n in decay], "weight_decay": recipe.train.weight_decay},
         {"params": [p for n, p in params if n not in decay], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=recipe.train.learning_rate, betas=(0.9, 0.999), eps=1e-8)
+    spec = recipe.train.optimizer  # preflight refuses every kind but adamw here; its betas and eps apply
+    return torch.optim.AdamW(groups, lr=recipe.train.learning_rate, betas=tuple(spec.betas), eps=spec.eps)
 
 
 def _scheduler(optimizer, recipe: Recipe, max_steps: int):

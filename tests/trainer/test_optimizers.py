@@ -1,0 +1,204 @@
+"""train.optimizer: each optimizer that runs here trains the tiny model through the real Trainer
+(loss falls), and the estimate's optimizer bytes match its state after a real step."""
+
+from pathlib import Path
+
+import pytest
+
+from tuiapp.core.config.recipe import parse_recipe
+from tuiapp.core.plan import estimate
+
+RUNS_HERE = ("adamw", "muon", "adafactor", "schedule_free_adamw", "lion")  # the others need CUDA
+STEPS = 8
+
+
+def _recipe(kind: str):
+    return parse_recipe(f"""
+[dataset]
+name = "demo:text"
+[method]
+kind = "pretrain"
+[train]
+optimizer = "{kind}"
+max_steps = {STEPS}
+micro_batch = 4
+learning_rate = 3e-3
+max_seq_len = 32
+warmup_ratio = 0.0
+scheduler = "constant"
+[launch]
+gpus = 1
+""", "optim.toml")
+
+
+def _train(kind: str, tiny_model: Path, out: Path) -> tuple[list[float], int]:
+    import transformers
+    from transformers import TrainerCallback
+
+    from tuiapp.trainer import optimizers
+    from tuiapp.trainer.data import build_datasets, make_collator
+    from tuiapp.trainer.model import apply_method, cache_dir, load_model, load_tokenizer
+    from tuiapp.trainer.run import RunTrainer, _training_args
+
+    recipe = _recipe(kind)
+    tokenizer = load_tokenizer(str(tiny_model), False, recipe)
+    train_set, _ = build_datasets(recipe, tokenizer, cache_dir())
+    transformers.set_seed(0)
+    model = apply_method(load_model(recipe, str(tiny_model), "fp32"), recipe, str(tiny_model))
+    losses: list[float] = []
+
+    class Losses(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                losses.append(float(logs["loss"]))
+
+    args = _training_args(recipe, out, "fp32", has_eval=False)
+    args.report_to = []
+    trainer = RunTrainer(model=model, args=args, train_dataset=train_set,
+                         data_collator=make_collator(recipe, tokenizer), processing_class=tokenizer,
+                         callbacks=[Losses()])
+    optimizers.install(trainer, recipe)
+    trainer.train()
+    return losses, optimizers.state_bytes(trainer.optimizer)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model, tmp_path_factory):
+    return {kind: _train(kind, tiny_model, tmp_path_factory.mktemp(kind)) for kind in RUNS_HERE}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", RUNS_HERE)
+def test_optimizer_trains_and_its_state_is_estimated(kind, trained):
+    losses, measured = trained[kind]
+    assert len(losses) >= STEPS // 2
+    first, last = sum(losses[:2]) / 2, sum(losses[-2:]) / 2
+    assert last < first * 0.9, (kind, losses)
+    predicted = estimate.estimate_recipe(_recipe(kind), dict(estimate.TINY_CONFIG), 1, cuda=False).memory.optimizer
+    assert abs(predicted - measured) <= 0.05 * measured, (kind, predicted, measured)
+
+
+# ---------------------------------------------------------------- fast: schema, estimate, refusals
+
+
+def _with(text: str):
+    return parse_recipe("[method]\nkind = \"sft\"\n" + text, "x.toml")
+
+
+def test_a_word_or_a_table_and_written_back_short():
+    from tuiapp.core.common.errors import RecipeError
+
+    assert _with("[train]\noptimizer = \"muon\"\n").train.optimizer.kind == "muon"
+    assert _with("").train.optimizer.kind == "adamw"
+    recipe = _with("[train.optimizer]\nkind = \"lion\"\nbetas = [0.9, 0.99]\n")
+    assert recipe.train.optimizer.betas == [0.9, 0.99]
+    assert "[train.optimizer]" in recipe.to_toml()
+    assert 'optimizer = "muon"' in _with("[train]\noptimizer = \"muon\"\n").to_toml()
+    with pytest.raises(RecipeError) as caught:
+        _with("[train]\noptimizer = \"muonn\"\n")
+    assert "did you mean 'muon'" in str(caught.value)
+    with pytest.raises(RecipeError) as caught:
+        _with("[train.optimizer]\nkind = \"muon\"\nrnk = 4\n")
+    assert "train.optimizer.rnk" in str(caught.value)
+
+
+def test_state_bytes_per_parameter():
+    from tuiapp.core.config.optimizer import state_bytes
+
+    matrix, vector = ((64, 32), "hidden", "mlp.up_proj"), ((32,), "other", "norm")
+    assert state_bytes("adamw", [matrix, vector]) == 8 * (64 * 32 + 32)
+    assert state_bytes("lion", [matrix, vector]) == 4 * (64 * 32 + 32)
+    assert state_bytes("muon", [matrix, vector]) == 4 * 64 * 32 + 8 * 32
+    assert state_bytes("muon", [((64, 32), "embedding", "embed_tokens")]) == 8 * 64 * 32
+    assert state_bytes("adafactor", [matrix, vector]) == 4 * (64 + 32) + 4 * 32
+    assert state_bytes("adafactor", [matrix], flattened=True) == 4 * 64 * 32
+    assert state_bytes("adamw_8bit", [((256, 256), "hidden", "x")]) == 2 * (65536 + 4 * 256)
+
+
+def test_estimate_counts_the_optimizer_and_the_fp32_master():
+    tiny = dict(estimate.TINY_CONFIG)
+    adamw = estimate.estimate_recipe(_with(""), tiny, 1, cuda=False)
+    lion = estimate.estimate_recipe(_with("[train]\noptimizer = \"lion\"\n"), tiny, 1, cuda=False)
+    assert adamw.memory.optimizer == 8 * adamw.trainable_params
+    assert lion.memory.optimizer == 4 * lion.trainable_params
+    half = estimate.estimate_recipe(_with("[train]\noptimizer = \"lion\"\nprecision = \"bf16\"\n"), tiny, 1)
+    assert half.memory.optimizer == 8 * half.trainable_params  # + the fp32 master copy
+    lora = estimate.estimate_recipe(parse_recipe("[method]\nkind = \"lora\"\n[train]\noptimizer = \"muon\"\n",
+                                                 "x.toml"), tiny, 1, cuda=False)
+    assert lora.memory.optimizer == 4 * lora.trainable_params  # LoRA's matrices are all Muon's
+
+
+@pytest.mark.parametrize(("text", "cuda", "installed", "says"), [
+    ("optimizer = \"adamw_8bit\"", False, True, "needs a CUDA GPU"),
+    ("optimizer = \"adamw_8bit\"", True, False, "pip install 'llmtui[qlora]'"),
+    ("optimizer = \"galore\"", True, True, "launch.strategy = 'ddp'"),
+    ("optimizer = \"apollo\"", False, True, "needs a CUDA GPU"),
+    ("optimizer = \"lion\"", True, False, "llmtui[optimizers]"),
+    ("optimizer = \"schedule_free_adamw\"\nscheduler = \"constant\"\n[launch]\nzero_stage = 2", True, True,
+     "launch.zero_stage = 0"),
+    ("optimizer = \"muon\"\n[launch]\nstrategy = \"fsdp\"", True, True, "FSDP shards"),
+    ("optimizer = \"muon\"\n[launch]\nzero_stage = 2\noffload_optimizer = \"cpu\"", True, True, "offload"),
+    ("optimizer = \"adafactor\"\n[launch]\nstrategy = \"pipeline\"", True, True, "AdamW only"),
+])
+def test_refused_before_launch_with_the_fix(text, cuda, installed, says):
+    from tuiapp.core.common.findings import format_findings
+    from tuiapp.core.prelaunch import optimizer_checks
+
+    findings = optimizer_checks.rules(_with("[train]\n" + text + "\n"), cuda=cuda, is_installed=lambda m: installed)
+    errors = [f for f in findings if f.level == "error"]
+    assert errors and all(f.key == "train.optimizer" and f.fix for f in errors)
+    assert says in format_findings(findings)
+
+
+def test_what_runs_here_is_not_refused():
+    from tuiapp.core.prelaunch import preflight
+
+    for kind in RUNS_HERE:
+        recipe = _with(f"[train]\noptimizer = \"{kind}\"\nscheduler = \"constant\"\n")
+        assert not [f for f in preflight.machine_rules(recipe, cuda=False) if f.key == "train.optimizer"], kind
+    galore = _with("[train]\noptimizer = \"galore\"\n[launch]\nstrategy = \"ddp\"\n")
+    from tuiapp.core.prelaunch import optimizer_checks
+
+    assert not optimizer_checks.rules(galore, cuda=True, is_installed=lambda m: True)
+
+
+def test_trainer_arguments_of_each_kind():
+    from tuiapp.trainer import optimizers
+
+    assert optimizers.training_kwargs(_with(""), cuda=True)["optim"] == "adamw_torch_fused"
+    assert optimizers.training_kwargs(_with(""), cuda=False)["optim"] == "adamw_torch"
+    offload = _with("[launch]\nzero_stage = 2\noffload_optimizer = \"cpu\"\n")
+    assert optimizers.training_kwargs(offload, cuda=True)["optim"] == "adamw_torch"
+    galore = optimizers.training_kwargs(_with("[train.optimizer]\nkind = \"galore\"\nrank = 16\n"), cuda=True)
+    assert galore["optim"] == "galore_adamw" and "rank=16" in galore["optim_args"]
+    assert galore["optim_target_modules"] == ["attn", "mlp"]
+    assert optimizers.deepspeed_section(_with("[train]\noptimizer = \"muon\"\n"))["type"] == "muon"
+    assert optimizers.deepspeed_section(_with("")) is None
+
+
+def test_muon_part_steps_as_torchs_muon_and_the_rest_as_adamw():
+    import torch
+
+    from tuiapp.trainer.optimizers import MuonWithAdamW
+
+    torch.manual_seed(0)
+    matrix, vector = torch.randn(48, 16), torch.randn(16)
+    grads = [torch.randn(48, 16), torch.randn(16)]
+    ours = [matrix.clone().requires_grad_(), vector.clone().requires_grad_()]
+    ref = [matrix.clone().requires_grad_(), vector.clone().requires_grad_()]
+    optimizer = MuonWithAdamW([{"params": [ours[0]], "use_muon": True, "weight_decay": 0.1},
+                               {"params": [ours[1]], "use_muon": False, "weight_decay": 0.0}],
+                              lr=1e-2, betas=(0.9, 0.999), eps=1e-8, momentum=0.95, ns_steps=5, lr_scale=1.0)
+    muon = torch.optim.Muon([ref[0]], lr=1e-2, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    adamw = torch.optim.AdamW([ref[1]], lr=1e-2, weight_decay=0.0)
+    for _ in range(3):
+        for params in (ours, ref):
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g.clone()
+        optimizer.step()
+        muon.step()
+        adamw.step()
+    step = (ref[0] - matrix).abs().mean()
+    assert (ours[0] - ref[0]).abs().mean() < 0.02 * step  # torch runs Newton-Schulz in bf16, ours in fp32 here
+    assert torch.allclose(ours[1], ref[1])
+    assert set(optimizer.state[ours[0]]) == {"momentum_buffer"}
