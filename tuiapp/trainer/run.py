@@ -32,6 +32,7 @@ from tuiapp.trainer import (
     bottleneck,
     checkpoints,
     cpu_dropout,
+    long_context,
     mixture,
     phases,
     sampling,
@@ -132,11 +133,14 @@ class RunTrainerMixin:
             tokens = torch.tensor(inputs[name].numel())
         self.step_agreement.add_tokens(tokens.to(torch.int64))
 
+    sequence_parallel = False  # train.sequence_parallel > 1: each batch is this rank's shard of the sequences
     trained_logits_only = False  # set where trained_logits.applies: training batches skip the prompts' logits
 
     def compute_loss(self, model, inputs, *args, **kwargs):
         if self.trained_logits_only and model.training:
             inputs = trained_logits.narrowed(inputs)
+        if self.sequence_parallel and model.training:  # the whole sequence's token mean, this shard's gradient
+            return long_context.group_loss(model, inputs, args[0] if args else kwargs.get("return_outputs", False))
         return super().compute_loss(model, inputs, *args, **kwargs)
 
     token_budget = 0  # train.batching = "tokens": the token budget of a micro batch
@@ -238,6 +242,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         torch_compile=train.torch_compile,
         dataloader_num_workers=0,
         save_only_model=False,
+        **long_context.run_kwargs(recipe, precision),  # train.sequence_parallel: ParallelismConfig
         **extra,
     )
 
@@ -327,14 +332,16 @@ def train(run_dir: Path, resume: bool) -> int:
                         recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
         )
     callbacks += [*early_stopping(recipe, recorder), *_expert_load(model, recipe, model_path), recorder]
+    collator = vision.VisionCollator(processor, recipe.train.max_seq_len) if processor is not None else \
+        mixture.SourceTokens(make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
+                             len(recipe.dataset.sources))
+    collator = long_context.prepare(model, recipe, collator, tokenizer)  # sequence parallel, tiled MLP, offload
     trainer = RunTrainer(
         model=model,
         args=args,
         train_dataset=train_set,
         eval_dataset=eval_set,
-        data_collator=vision.VisionCollator(processor, recipe.train.max_seq_len) if processor is not None else
-        mixture.SourceTokens(make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
-                             len(recipe.dataset.sources)),
+        data_collator=collator,
         processing_class=processor or tokenizer,
         callbacks=callbacks,
     )
@@ -342,8 +349,9 @@ def train(run_dir: Path, resume: bool) -> int:
     trainer.step_agreement = stopper
     if processor is not None:
         trainer.part_lrs = vision.part_param_lrs(model, recipe)  # [vision]'s own learning rates
-    trainer.trained_logits_only = processor is None and \
+    trainer.trained_logits_only = processor is None and long_context.degree(recipe) == 1 and \
         trained_logits.applies(model, recipe.method.kind, recipe.train.liger_kernel)
+    trainer.sequence_parallel = long_context.degree(recipe) > 1
     if recipe.train.batching == "tokens":
         trainer.token_budget = tokens_per_batch(recipe)
     return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)

@@ -13,7 +13,7 @@ from tuiapp.core.common.findings import Finding, format_findings, has_errors  # 
 from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe
 from tuiapp.core.data import datasets
 from tuiapp.core.machine import gpus
-from tuiapp.core.plan import estimate, model_profile, probe
+from tuiapp.core.plan import estimate, long_context, model_profile, probe
 from tuiapp.core.prelaunch import model_check, preference, preflight, rl, vision_checks
 from tuiapp.core.store.runs import RunStore
 
@@ -100,6 +100,7 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
     findings += preference.rules(recipe)
     findings += rl.rules(recipe)
     findings += probe.rules(recipe)
+    findings += long_context.rules(recipe)  # train.sequence_parallel, tiled MLP, activation offload
     findings += _dataset_findings(recipe, base_dir)
     findings += vision_checks.unused_findings(recipe, base_dir)
     label = f"{ref} ({recipe.model.name})" if ref != recipe.model.name else None
@@ -155,6 +156,7 @@ def before_launch(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Findi
     config = model_config(recipe, base_dir)
     findings += preflight.run_preflight(recipe, store.root, config, free_bytes=free)
     findings += preference.adapter_findings(recipe, config)
+    findings += long_context.config_rules(recipe, config, gpus.cuda_available())  # heads, RoPE
     unique = {(f.level, f.key, f.message): f for f in findings}
     return list(unique.values())
 

@@ -1,0 +1,144 @@
+"""Long-context settings before launch: sequence parallelism (train.sequence_parallel), tiled MLP,
+activation offload and RoPE scaling. Pure: the rules, the padded length, the per-rank sequence.
+
+The trainer side is tuiapp/trainer/long_context.py; docs/parallelism.md, "Sequence parallelism".
+"""
+
+from __future__ import annotations
+
+from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.config.recipe import NO_PACKING_KINDS, Recipe, packing_enabled
+from tuiapp.core.plan.pipeline_plan import explicit_ranks
+
+SP_KEY = "train.sequence_parallel"
+NO_SP = "or set train.sequence_parallel = 1"
+ROPE_FREE_TYPES = {"gpt2", "bloom", "opt", "gpt_bigcode", "mpt", "falcon_alibi"}
+
+
+def degree(recipe: Recipe) -> int:
+    return int(getattr(recipe.train, "sequence_parallel", 1) or 1)
+
+
+def sp_padded_length(recipe: Recipe) -> int:
+    """The tokens of every batch row on CPU ranks (gloo gathers equal shapes only): the micro batch's one
+    flattened row when packed, else max_seq_len; rounded up to a multiple of the degree."""
+    n = degree(recipe)
+    micro = recipe.train.micro_batch if isinstance(recipe.train.micro_batch, int) else 1
+    length = recipe.train.max_seq_len * (micro if packing_enabled(recipe) and recipe.method.kind != "pretrain"
+                                         else 1)
+    return length + (-length % n)
+
+
+def per_rank_tokens(recipe: Recipe) -> int:
+    """Tokens of one row each rank of a sequence-parallel group holds (the whole row at degree 1)."""
+    n = degree(recipe)
+    length = recipe.train.max_seq_len + (-recipe.train.max_seq_len % n)
+    return length // n
+
+
+def data_parallel_degree(ranks: int, n: int) -> int:
+    return max(1, ranks // max(1, n))
+
+
+def rules(recipe: Recipe, world: int | None = None) -> list[Finding]:
+    """What cannot run under train.sequence_parallel (nothing at 1), tiled MLP and activation offload;
+    `world` = the ranks when known."""
+    out: list[Finding] = []
+    train, launch, kind = recipe.train, recipe.launch, recipe.method.kind
+    n = degree(recipe)
+    strategy = getattr(launch, "strategy", "deepspeed")
+    if n > 1:
+        if kind in NO_PACKING_KINDS:
+            out.append(Finding("error", SP_KEY, f"method '{kind}' adds virtual tokens to every sequence, which a "
+                               "sequence split between ranks cannot carry (each rank holds 1/N of the tokens)",
+                               f"use method.kind = 'lora', 'dora', 'ia3' or 'adapter', {NO_SP}"))
+        if kind in PREFERENCE_KINDS or kind in RL_KINDS:
+            out.append(Finding("error", SP_KEY, f"method '{kind}' scores whole sequences (TRL's log-probabilities "
+                               "of chosen/rejected answers or completions); DeepSpeed's Ulysses splits only causal-LM "
+                               "token losses", f"train it with {NO_SP[3:]}, or use an SFT-style method (sft, lora)"))
+        if strategy != "deepspeed":
+            out.append(Finding("error", SP_KEY, f"sequence parallelism runs on DeepSpeed's engine, not strategy "
+                               f"'{strategy}'", f"set launch.strategy = 'deepspeed', {NO_SP}"))
+        ranks = world if world is not None else explicit_ranks(recipe)
+        if ranks is not None and (ranks < n or ranks % n):
+            out.append(Finding("error", SP_KEY, f"{ranks} rank(s) do not form groups of {n}: the ranks must be a "
+                               f"multiple of the degree (ranks / {n} groups train data-parallel)",
+                               f"set launch.gpus to a multiple of {n}, or a degree that divides {ranks}"))
+        if recipe.dataset.sources:
+            out.append(Finding("error", SP_KEY, "a dataset mixture's per-source token counts cannot be split with "
+                               "the sequence", f"use one dataset, {NO_SP}"))
+        if train.batching == "tokens":
+            out.append(Finding("error", SP_KEY, "token-budget batches change shape every step; a sequence-parallel "
+                               "group needs the same shape on each of its ranks",
+                               f"set train.batching = 'examples', {NO_SP}"))
+        if train.micro_batch == "auto":
+            out.append(Finding("error", "train.micro_batch", "micro_batch 'auto' probes one rank alone; a "
+                               "sequence-parallel rank runs only with its group", "set train.micro_batch to a number"))
+        if recipe.model.attn_implementation == "eager":
+            out.append(Finding("error", "model.attn_implementation", "Ulysses attention cannot run eager attention "
+                               "(it needs the whole-sequence mask, which the split discards)",
+                               "set model.attn_implementation = 'auto', 'sdpa' or 'flash_attention_2'"))
+        if train.max_seq_len % n:
+            out.append(Finding("info", SP_KEY, f"train.max_seq_len = {train.max_seq_len} is not a multiple of {n}: "
+                               f"each sequence is padded to one (padding takes no loss)", ""))
+        out.append(Finding("info", SP_KEY, f"sequence parallel degree {n}: each rank holds "
+                           f"{per_rank_tokens(recipe):,} of every {train.max_seq_len:,}-token sequence; on CPU ranks "
+                           f"every batch is padded to {sp_padded_length(recipe):,} tokens (gloo gathers equal shapes)",
+                           ""))
+    if train.tiled_mlp and strategy == "pipeline":
+        out.append(Finding("error", "train.tiled_mlp", "the pipeline runs its stages without DeepSpeed's tiled compute",
+                           "set train.tiled_mlp = false, or launch.strategy = 'deepspeed'"))
+    if train.activation_offload and strategy == "pipeline":
+        out.append(Finding("error", "train.activation_offload", "the pipeline keeps its in-flight activations on "
+                           "the device", "set train.activation_offload = false, or launch.strategy = 'deepspeed'"))
+    return out
+
+
+def config_rules(recipe: Recipe, config: dict | None, cuda: bool = False) -> list[Finding]:
+    """The rules that need the model config: heads divisible by the degree, RoPE scaling on a RoPE model,
+    max_position_embeddings against max_seq_len, tiled MLP on experts, activation offload without CUDA."""
+    out: list[Finding] = []
+    n = degree(recipe)
+    text = (config or {}).get("text_config") or config or {}
+    if n > 1 and text:
+        heads = text.get("num_attention_heads") or text.get("n_head")
+        kv = text.get("num_key_value_heads") or heads
+        if heads and heads % n:
+            out.append(Finding("error", SP_KEY, f"the model's {heads} attention heads do not divide by {n} (Ulysses "
+                               f"gives each rank heads / {n} of them)",
+                               f"set train.sequence_parallel to a divisor of {heads}"))
+        if kv and heads and not (kv % n == 0 or n % kv == 0):
+            out.append(Finding("error", SP_KEY, f"the model's {kv} key/value heads neither divide by {n} nor divide "
+                               f"{n} (Ulysses splits or replicates them)",
+                               f"set train.sequence_parallel to a divisor or multiple of {kv}"))
+    if recipe.train.tiled_mlp and (text.get("num_experts") or text.get("num_local_experts")):
+        out.append(Finding("warning", "train.tiled_mlp", "a mixture of experts: only its dense MLPs are tiled, the "
+                           "expert layers run whole", ""))
+    if recipe.train.activation_offload and not cuda:
+        out.append(Finding("warning", "train.activation_offload", "without CUDA the activations are in CPU memory "
+                           "already: activation_offload does nothing here", "set train.activation_offload = false"))
+    out += rope_rules(recipe, text)
+    return out
+
+
+def rope_rules(recipe: Recipe, text: dict) -> list[Finding]:
+    spec = recipe.model
+    out: list[Finding] = []
+    model_type = str(text.get("model_type", ""))
+    has_rope = bool(text.get("rope_parameters") or text.get("rope_theta") or text.get("rope_scaling")) \
+        or model_type not in ROPE_FREE_TYPES and "max_position_embeddings" in text
+    if spec.rope_scaling is not None and text and not has_rope:
+        out.append(Finding("error", "model.rope_scaling", f"model type '{model_type or '?'}' has no rotary "
+                           "position embeddings to scale", "remove model.rope_scaling"))
+        return out
+    positions = spec.max_position_embeddings or text.get("max_position_embeddings") or text.get("n_positions")
+    if spec.rope_scaling is not None and not spec.max_position_embeddings and positions \
+            and spec.rope_scaling.type in ("linear", "yarn"):
+        positions = int(positions * spec.rope_scaling.factor)
+    if positions and recipe.train.max_seq_len > positions:
+        fix = ("set model.max_position_embeddings (with model.rope_scaling to extend a RoPE model), or a smaller "
+               "train.max_seq_len")
+        out.append(Finding("warning", "train.max_seq_len", f"train.max_seq_len = {recipe.train.max_seq_len:,} is "
+                           f"past the model's {positions:,} positions", fix))
+    return out
