@@ -95,10 +95,36 @@ def boundaries_from_positions(attention):
     return attend
 
 
+def _rows_follow_the_batch() -> None:
+    """DeepSpeed's Ulysses attention checks every call against shapes fixed from the micro batch size;
+    with variable lengths it updates their sequence dimension only. A packed micro batch is one
+    flattened row, not micro_batch rows: the row count is taken from each call as well."""
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+
+    if getattr(UlyssesSPAttentionHF.forward, "_rows_follow", False):
+        return
+    original = UlyssesSPAttentionHF.forward
+
+    def forward(self, module, query, key, value, *args, **kwargs):
+        rows = query.shape[0]
+        if self.seq_length_is_variable and self.required_query_shape[1] != rows:
+            self.batch_size = rows
+            for name in ("required_query_shape", "required_key_value_shape", "required_context_shape"):
+                shape = list(getattr(self, name))
+                shape[1] = rows
+                setattr(self, name, torch.Size(shape))
+        return original(self, module, query, key, value, *args, **kwargs)
+
+    forward._rows_follow = True
+    UlyssesSPAttentionHF.forward = forward
+
+
 def install_attention(attn_implementation: str) -> None:
     """Before the Trainer registers Ulysses on `attn_implementation`: its core function learns packed
-    boundaries from the gathered position_ids."""
+    boundaries from the gathered position_ids, and its shape checks follow a packed batch's one row."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    _rows_follow_the_batch()
 
     current = ALL_ATTENTION_FUNCTIONS[attn_implementation]
     if not hasattr(current, "__wrapped__"):
@@ -256,5 +282,20 @@ def group_loss(model, inputs: dict, return_outputs: bool = False):
     local = torch.where(counted > 0, outputs.loss * counted, torch.zeros_like(outputs.loss))
     totals = torch.stack([local.detach().float(), counted.float()])
     torch.distributed.all_reduce(totals, group=groups._get_sequence_parallel_group())
-    loss = (local + (totals[0] - local.detach())) / totals[1].clamp(min=1)
+    scaled = local * GRADIENT_SCALE.get(zero_stage_of(model), 1) * groups._get_sequence_parallel_world_size() \
+        if zero_stage_of(model) in GRADIENT_SCALE else local
+    loss = (scaled + (totals[0] - scaled.detach())) / totals[1].clamp(min=1)
     return (loss, outputs) if return_outputs else loss
+
+
+# ZeRO stages whose gradient reduction averages over the sequence-parallel group (the shard's
+# gradient is then taken N times, so that the average is the whole sequence's); measured with
+# tests/e2e/test_sequence_parallel.py against one rank (grad norms equal).
+GRADIENT_SCALE = {3: 1}
+
+
+def zero_stage_of(engine) -> int:
+    try:
+        return int(engine.zero_optimization_stage())
+    except AttributeError:
+        return 0
