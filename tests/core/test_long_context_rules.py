@@ -111,3 +111,24 @@ def test_offload_and_tiling_where_they_cannot_run():
 def test_the_pre_launch_checks_carry_the_rules(tmp_path):
     found = checks.static_findings(recipe("prefix"), RunStore(tmp_path), base_dir=tmp_path)
     assert any(f.key == "train.sequence_parallel" and f.level == "error" for f in found)
+
+
+def test_the_estimate_counts_a_rank_s_share_of_the_sequence_and_the_longest_that_fits():
+    from tuiapp.core.plan import estimate
+
+    config = estimate.TINY_CONFIG
+    whole = estimate.estimate_recipe(recipe(train={"sequence_parallel": 1, "max_seq_len": 2048}, launch={"gpus": 1}),
+                                     config, 1, cuda=False)
+    split = estimate.estimate_recipe(recipe(train={"max_seq_len": 2048}), config, 2, cuda=False)
+    assert split.memory.activations == whole.memory.activations // 2
+    tiled = estimate.estimate_recipe(recipe(train={"max_seq_len": 2048, "tiled_mlp": True}), config, 2, cuda=False)
+    assert tiled.memory.activations < split.memory.activations
+    offloaded = estimate.estimate_recipe(recipe(train={"max_seq_len": 2048, "activation_offload": True}), config, 2)
+    assert offloaded.memory.activations < estimate.estimate_recipe(recipe(train={"max_seq_len": 2048}), config,
+                                                                   2).memory.activations
+    est = estimate.estimate_recipe(recipe(launch={"gpus": 4}), config, 4, gpu_memory_bytes=2 * 10**8)
+    degrees = [n for n, _ in est.longest]
+    assert degrees == [1, 2, 4]
+    lengths = [seq for _, seq in est.longest]
+    assert lengths[0] > 0 and lengths[1] > lengths[0] and lengths[2] > lengths[1]
+    assert "longest sequence that fits: degree 1: " in estimate.format_estimate(est)

@@ -142,3 +142,49 @@ def rope_rules(recipe: Recipe, text: dict) -> list[Finding]:
         out.append(Finding("warning", "train.max_seq_len", f"train.max_seq_len = {recipe.train.max_seq_len:,} is "
                            f"past the model's {positions:,} positions", fix))
     return out
+
+
+# ---- memory (tuiapp.core.plan.estimate) -----------------------------------------------------------------
+
+TILED_MLP_SAVED = 17  # of the 34·s·b·h bytes a layer keeps (16-bit), the MLP's own but its input
+
+
+def activations(recipe: Recipe, activation_bytes, cuda: bool = True, **kwargs) -> int:
+    """`estimate.activation_bytes` of one rank under the long-context settings: a sequence-parallel rank
+    holds 1/N of the sequence (attention's all-to-all gives it the whole sequence for 1/N of the heads:
+    the same size); tiled MLP keeps only each MLP's input (its intermediate activations live for one slice);
+    activation offload (CUDA) keeps the layers' saved tensors in host memory, one layer's working set on
+    the device."""
+    n = degree(recipe)
+    if n > 1:
+        seq = kwargs["seq_len"]
+        kwargs["seq_len"] = (seq + (-seq % n)) // n
+    total = activation_bytes(**kwargs)
+    sbh = kwargs["seq_len"] * kwargs["micro_batch"] * kwargs["hidden"] * kwargs.get("bytes_per_value", 2) / 2
+    layers = 1 if kwargs.get("checkpointing") else kwargs["layers"]
+    if recipe.train.tiled_mlp:
+        total -= int(TILED_MLP_SAVED * sbh * layers)
+    if recipe.train.activation_offload and cuda:
+        logits = activation_bytes(**{**kwargs, "layers": 0, "checkpointing": False})
+        per_layer = (total - logits) / max(1, layers)
+        total = int(logits + per_layer)
+    return max(0, int(total))
+
+
+def longest_sequences(fits_at, world: int, heads: int | None, limit: int = 1 << 22) -> list[tuple[int, int]]:
+    """(degree, the longest max_seq_len that fits) for the degrees 1, 2, 4, ... the ranks allow (heads
+    divisible): `fits_at(degree, seq_len) -> bool`. Sequences in steps of 256 tokens; 0 = not even 256."""
+    out = []
+    n = 1
+    while n <= max(1, world):
+        if world % n == 0 and (not heads or heads % n == 0):
+            low, high = 0, limit // 256
+            while low < high:
+                mid = (low + high + 1) // 2
+                if fits_at(n, mid * 256):
+                    low = mid
+                else:
+                    high = mid - 1
+            out.append((n, low * 256))
+        n *= 2
+    return out
