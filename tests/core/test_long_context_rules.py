@@ -132,3 +132,11 @@ def test_the_estimate_counts_a_rank_s_share_of_the_sequence_and_the_longest_that
     lengths = [seq for _, seq in est.longest]
     assert lengths[0] > 0 and lengths[1] > lengths[0] and lengths[2] > lengths[1]
     assert "longest sequence that fits: degree 1: " in estimate.format_estimate(est)
+
+
+def test_show_gives_the_degree_and_the_per_rank_sequence(tmp_path):
+    (tmp_path / "recipe.toml").write_text("[train]\nsequence_parallel = 2\nmax_seq_len = 2048\n")
+    (line,) = long_context.show_lines(tmp_path)
+    assert "parallel degree 2: each rank holds 1,024 of every 2,048-token sequence" in line
+    (tmp_path / "recipe.toml").write_text("[train]\nmax_seq_len = 2048\n")
+    assert long_context.show_lines(tmp_path) == []
