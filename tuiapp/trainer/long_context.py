@@ -224,13 +224,6 @@ def apply_rope(recipe: Recipe, config) -> dict:
 
 # ---- the run's hooks (tuiapp.trainer.run) -----------------------------------------------------------------
 
-def run_kwargs(recipe: Recipe, precision: str) -> dict:
-    """TrainingArguments keywords of the long-context settings of a run."""
-    if degree(recipe) <= 1:
-        return {}
-    from tuiapp.trainer.model import attn_implementation
-
-    return training_kwargs(recipe, attn_implementation(recipe.model.attn_implementation, precision))
 
 
 def prepare(model, recipe: Recipe, collator, tokenizer):

@@ -48,6 +48,7 @@ from tuiapp.trainer.early_stop import early_stopping
 from tuiapp.trainer.model import (
     FINAL_INFO,
     apply_method,
+    attn_implementation,
     cache_dir,
     keep_sentencepiece,
     load_model,
@@ -242,9 +243,15 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         torch_compile=train.torch_compile,
         dataloader_num_workers=0,
         save_only_model=False,
-        **long_context.run_kwargs(recipe, precision),  # train.sequence_parallel: ParallelismConfig
+        **_sequence_parallel_kwargs(recipe, precision),  # train.sequence_parallel: ParallelismConfig
         **extra,
     )
+
+
+def _sequence_parallel_kwargs(recipe: Recipe, precision: str) -> dict:
+    if long_context.degree(recipe) <= 1:
+        return {}
+    return long_context.training_kwargs(recipe, attn_implementation(recipe.model.attn_implementation, precision))
 
 
 def _varlen_attention(model) -> bool:

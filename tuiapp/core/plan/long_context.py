@@ -9,11 +9,21 @@ from __future__ import annotations
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.config.recipe import NO_PACKING_KINDS, Recipe, packing_enabled
-from tuiapp.core.plan.pipeline_plan import explicit_ranks
+from tuiapp.core.run_folder.rundir import RECIPE_TOML
 
 SP_KEY = "train.sequence_parallel"
 NO_SP = "or set train.sequence_parallel = 1"
 ROPE_FREE_TYPES = {"gpt2", "bloom", "opt", "gpt_bigcode", "mpt", "falcon_alibi"}
+
+
+def explicit_ranks(recipe: Recipe) -> int | None:
+    """Ranks a recipe asks for on its own (as pipeline_plan.explicit_ranks, which imports the estimate)."""
+    launch = recipe.launch
+    if launch.hosts:
+        return None
+    per_node = launch.gpus_per_node or (len(launch.gpus) if isinstance(launch.gpus, list)
+                                        else launch.gpus if isinstance(launch.gpus, int) else None)
+    return None if per_node is None else per_node * max(1, launch.nodes)
 
 
 def degree(recipe: Recipe) -> int:
@@ -197,7 +207,7 @@ def show_lines(run_path) -> list[str]:
     import tomllib
 
     try:
-        data = tomllib.loads((Path(run_path) / "recipe.toml").read_text(encoding="utf-8"))
+        data = tomllib.loads((Path(run_path) / RECIPE_TOML).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError):
         return []
     train = data.get("train") or {}
