@@ -4,7 +4,7 @@ against the same sequence on one rank, and what the estimate predicts for both.
     PYTHONPATH=. python bench/bench_long_context.py [--seq 8192] [--steps 3]
 
 Both runs are recipes/tiny-long-context.toml (pretraining blocks of demo:text) at --seq tokens, RoPE
-stretched to them; the degree-2 run on 2 ranks, the degree-1 run on 1. The measured figure is the
+stretched to them, tiled MLP off (one CPU rank at ZeRO-0 cannot run it); the degree-2 run on 2 ranks, the degree-1 run on 1. The measured figure is the
 peak resident memory of each rank's process over the run (metrics.jsonl, mem.rankN.peak); the
 prediction is `llmtui estimate`'s RAM per rank on CPU (the rank's runtime plus the model states and
 activations of the estimate). Prints a Markdown table for bench/RESULTS.md.
@@ -31,7 +31,7 @@ def overrides(seq: int, degree: int, steps: int) -> list[str]:
     return ["--set", f"train.max_seq_len={seq}", "--set", f"model.max_position_embeddings={seq}",
             "--set", f"model.rope_scaling={{type = \"linear\", factor = {factor}}}",
             "--set", f"train.sequence_parallel={degree}", "--set", f"launch.gpus={degree}",
-            "--set", f"train.max_steps={steps}"]
+            "--set", f"train.max_steps={steps}", "--set", "train.tiled_mlp=false"]
 
 
 def run(seq: int, degree: int, steps: int, runs: Path) -> dict:
@@ -52,7 +52,7 @@ def predicted(seq: int, degree: int) -> tuple[int, int]:
     from tuiapp.core.plan import estimate
 
     recipe = load_recipe(ROOT / "recipes/tiny-long-context.toml")
-    train = recipe.train.model_copy(update={"max_seq_len": seq, "sequence_parallel": degree})
+    train = recipe.train.model_copy(update={"max_seq_len": seq, "sequence_parallel": degree, "tiled_mlp": False})
     recipe = recipe.model_copy(update={"train": train})
     est = estimate.estimate_recipe(recipe, estimate.TINY_CONFIG, degree, cuda=False)
     return est.ram_per_rank, est.memory.activations
@@ -64,13 +64,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     rows = []
+    load = os.getloadavg()
     for degree in (1, 2):
         with tempfile.TemporaryDirectory(prefix="llmtui-bench-lc-") as runs:
             measured = run(args.seq, degree, args.steps, Path(runs))
         ram, acts = predicted(args.seq, degree)
         peak = max(measured["peaks"].values())
         rows.append((degree, measured, peak, ram, acts))
-    print(f"load average before/after: {os.getloadavg()}")
+    print(f"load average before: {load}, after: {os.getloadavg()}")
     print("| degree | ranks | sequence | per-rank tokens | measured peak RSS per rank | estimate RAM per rank "
           "| estimate / measured | estimate activations | losses |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -140,3 +140,13 @@ def test_show_gives_the_degree_and_the_per_rank_sequence(tmp_path):
     assert "parallel degree 2: each rank holds 1,024 of every 2,048-token sequence" in line
     (tmp_path / "recipe.toml").write_text("[train]\nmax_seq_len = 2048\n")
     assert long_context.show_lines(tmp_path) == []
+
+
+def test_tiled_mlp_is_refused_where_no_deepspeed_engine_trains():
+    one_rank = recipe(train={"sequence_parallel": 1, "tiled_mlp": True}, launch={"gpus": 1})
+    (finding,) = errors(long_context.rules(one_rank))
+    assert finding.key == "train.tiled_mlp" and "without DeepSpeed's engine" in finding.message
+    assert not errors(long_context.rules(one_rank, cuda=True))  # on a GPU DeepSpeed's engine trains it
+    ddp = recipe(train={"sequence_parallel": 1, "tiled_mlp": True}, launch={"strategy": "ddp"})
+    assert errors(long_context.rules(ddp), "train.tiled_mlp")
+    assert not errors(long_context.rules(recipe(train={"tiled_mlp": True})))  # 2 ranks, degree 2

@@ -51,7 +51,7 @@ def data_parallel_degree(ranks: int, n: int) -> int:
     return max(1, ranks // max(1, n))
 
 
-def rules(recipe: Recipe, world: int | None = None) -> list[Finding]:
+def rules(recipe: Recipe, world: int | None = None, cuda: bool = False) -> list[Finding]:
     """What cannot run under train.sequence_parallel (nothing at 1), tiled MLP and activation offload;
     `world` = the ranks when known."""
     out: list[Finding] = []
@@ -99,6 +99,14 @@ def rules(recipe: Recipe, world: int | None = None) -> list[Finding]:
     if train.tiled_mlp and strategy == "pipeline":
         out.append(Finding("error", "train.tiled_mlp", "the pipeline runs its stages without DeepSpeed's tiled compute",
                            "set train.tiled_mlp = false, or launch.strategy = 'deepspeed'"))
+    engine_free = strategy == "deepspeed" and launch.zero_stage == 0 and not cuda and explicit_ranks(recipe) == 1
+    if train.tiled_mlp and (strategy in ("ddp", "fsdp") or engine_free):
+        where = "one CPU rank at ZeRO-0 trains without DeepSpeed's engine" if engine_free else \
+            f"strategy '{strategy}' wraps the model in PyTorch's data parallel"
+        out.append(Finding("error", "train.tiled_mlp", f"{where}, whose gradient hooks fire once per slice of a "
+                           "tiled MLP (it recomputes each slice in the backward)",
+                           "set train.tiled_mlp = false, or train on DeepSpeed's engine (launch.strategy = 'deepspeed' "
+                           "with 2+ ranks or launch.zero_stage >= 1)"))
     if train.activation_offload and strategy == "pipeline":
         out.append(Finding("error", "train.activation_offload", "the pipeline keeps its in-flight activations on "
                            "the device", "set train.activation_offload = false, or launch.strategy = 'deepspeed'"))

@@ -100,7 +100,7 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
     findings += preference.rules(recipe)
     findings += rl.rules(recipe)
     findings += probe.rules(recipe)
-    findings += long_context.rules(recipe)  # train.sequence_parallel, tiled MLP, activation offload
+    findings += long_context.rules(recipe, cuda=gpus.cuda_available())  # train.sequence_parallel, tiled MLP, activation offload
     findings += _dataset_findings(recipe, base_dir)
     findings += vision_checks.unused_findings(recipe, base_dir)
     label = f"{ref} ({recipe.model.name})" if ref != recipe.model.name else None
