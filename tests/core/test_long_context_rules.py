@@ -9,6 +9,7 @@ from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.config.recipe import recipe_from_dict
 from tuiapp.core.plan import long_context
 from tuiapp.core.prelaunch import checks
+from tuiapp.core.run_folder import sequence_line
 from tuiapp.core.store.runs import RunStore
 
 LLAMA = {"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
@@ -136,10 +137,10 @@ def test_the_estimate_counts_a_rank_s_share_of_the_sequence_and_the_longest_that
 
 def test_show_gives_the_degree_and_the_per_rank_sequence(tmp_path):
     (tmp_path / "recipe.toml").write_text("[train]\nsequence_parallel = 2\nmax_seq_len = 2048\n")
-    (line,) = long_context.show_lines(tmp_path)
+    (line,) = sequence_line.show_lines(tmp_path)
     assert "parallel degree 2: each rank holds 1,024 of every 2,048-token sequence" in line
     (tmp_path / "recipe.toml").write_text("[train]\nmax_seq_len = 2048\n")
-    assert long_context.show_lines(tmp_path) == []
+    assert sequence_line.show_lines(tmp_path) == []
 
 
 def test_tiled_mlp_is_refused_where_no_deepspeed_engine_trains():

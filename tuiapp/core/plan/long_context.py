@@ -9,7 +9,6 @@ from __future__ import annotations
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
 from tuiapp.core.config.recipe import NO_PACKING_KINDS, Recipe, packing_enabled
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
 
 SP_KEY = "train.sequence_parallel"
 NO_SP = "or set train.sequence_parallel = 1"
@@ -206,22 +205,3 @@ def longest_sequences(fits_at, world: int, heads: int | None, limit: int = 1 << 
             out.append((n, low * 256))
         n *= 2
     return out
-
-
-def show_lines(run_path) -> list[str]:
-    """`llmtui show` lines of a sequence-parallel run: the degree and each rank's share of a sequence."""
-    from pathlib import Path
-
-    import tomllib
-
-    try:
-        data = tomllib.loads((Path(run_path) / RECIPE_TOML).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
-        return []
-    train = data.get("train") or {}
-    n = int(train.get("sequence_parallel", 1) or 1)
-    if n <= 1:
-        return []
-    seq = int(train.get("max_seq_len", 512))
-    return [f"  sequence  parallel degree {n}: each rank holds {(seq + (-seq % n)) // n:,} of every {seq:,}-token "
-            "sequence (tokens/s counts whole sequences)"]
