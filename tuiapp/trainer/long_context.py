@@ -275,16 +275,15 @@ def group_loss(model, inputs: dict, return_outputs: bool = False):
     local = torch.where(counted > 0, outputs.loss * counted, torch.zeros_like(outputs.loss))
     totals = torch.stack([local.detach().float(), counted.float()])
     torch.distributed.all_reduce(totals, group=groups._get_sequence_parallel_group())
-    scaled = local * GRADIENT_SCALE.get(zero_stage_of(model), 1) * groups._get_sequence_parallel_world_size() \
-        if zero_stage_of(model) in GRADIENT_SCALE else local
-    loss = (scaled + (totals[0] - scaled.detach())) / totals[1].clamp(min=1)
+    share = local * groups._get_sequence_parallel_world_size() if zero_stage_of(model) in AVERAGING_STAGES else local
+    loss = (share + (totals[0] - share.detach())) / totals[1].clamp(min=1)
     return (loss, outputs) if return_outputs else loss
 
 
-# ZeRO stages whose gradient reduction averages over the sequence-parallel group (the shard's
-# gradient is then taken N times, so that the average is the whole sequence's); measured with
-# tests/e2e/test_sequence_parallel.py against one rank (grad norms equal).
-GRADIENT_SCALE = {3: 1}
+# ZeRO stages whose gradient reduction averages over the sequence-parallel group on these ranks (the
+# shard's gradient is then taken N times, so that the average is the whole sequence's): measured with
+# tests/e2e/test_sequence_parallel.py against one rank (equal grad norms at ZeRO 0, 1, 2 and 3).
+AVERAGING_STAGES = frozenset({3})
 
 
 def zero_stage_of(engine) -> int:
