@@ -151,3 +151,13 @@ def test_tiled_mlp_is_refused_where_no_deepspeed_engine_trains():
     ddp = recipe(train={"sequence_parallel": 1, "tiled_mlp": True}, launch={"strategy": "ddp"})
     assert errors(long_context.rules(ddp), "train.tiled_mlp")
     assert not errors(long_context.rules(recipe(train={"tiled_mlp": True})))  # 2 ranks, degree 2
+
+
+def test_tiling_and_offload_are_refused_for_trl_methods_and_sequence_parallel_for_vlms():
+    dpo = recipe("dpo", train={"sequence_parallel": 1, "tiled_mlp": True, "activation_offload": True},
+                 dataset={"name": "demo:preference"}, launch={"gpus": 1})
+    assert {f.key for f in errors(long_context.rules(dpo, cuda=True))} == {"train.tiled_mlp",
+                                                                           "train.activation_offload"}
+    vlm = {"model_type": "qwen2_5_vl", "vision_config": {"depth": 2}, "text_config": LLAMA}
+    (finding,) = errors(long_context.config_rules(recipe(), vlm))
+    assert "vision-language" in finding.message and finding.fix == "set train.sequence_parallel = 1"

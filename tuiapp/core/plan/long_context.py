@@ -98,6 +98,11 @@ def rules(recipe: Recipe, world: int | None = None, cuda: bool = False) -> list[
     if train.tiled_mlp and strategy == "pipeline":
         out.append(Finding("error", "train.tiled_mlp", "the pipeline runs its stages without DeepSpeed's tiled compute",
                            "set train.tiled_mlp = false, or launch.strategy = 'deepspeed'"))
+    for key in ("tiled_mlp", "activation_offload"):
+        if getattr(train, key) and (kind in PREFERENCE_KINDS or kind in RL_KINDS):
+            out.append(Finding("error", f"train.{key}", f"train.{key} is applied to the Trainer of pretraining, SFT "
+                               f"and the adapter methods, not to TRL's trainer of '{kind}'",
+                               f"set train.{key} = false"))
     engine_free = strategy == "deepspeed" and launch.zero_stage == 0 and not cuda and explicit_ranks(recipe) == 1
     if train.tiled_mlp and (strategy in ("ddp", "fsdp") or engine_free):
         where = "one CPU rank at ZeRO-0 trains without DeepSpeed's engine" if engine_free else \
@@ -118,6 +123,9 @@ def config_rules(recipe: Recipe, config: dict | None, cuda: bool = False) -> lis
     out: list[Finding] = []
     n = degree(recipe)
     text = (config or {}).get("text_config") or config or {}
+    if n > 1 and config and "vision_config" in config:
+        out.append(Finding("error", SP_KEY, "a vision-language model's image tokens cannot be split with the "
+                           "sequence (its vision tower runs whole on each rank's images)", f"{NO_SP[3:]}"))
     if n > 1 and text:
         heads = text.get("num_attention_heads") or text.get("n_head")
         kv = text.get("num_key_value_heads") or heads
