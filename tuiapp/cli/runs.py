@@ -14,7 +14,7 @@ from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.config.recipe import batching_label
 from tuiapp.core.prelaunch import rl
-from tuiapp.core.run_folder import benchmarks, provenance, reward_health, runstate
+from tuiapp.core.run_folder import benchmarks, provenance, reward_health, runstate, sequence_line
 from tuiapp.core.run_folder.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
 from tuiapp.core.run_folder.rundir import attempt_count, duration_s, first_started
@@ -145,6 +145,8 @@ def cmd_show(args) -> int:
         for line in reward_health.hacking_lines(rows, run.record.recipe, run.path):
             print(("  ! " if not line.startswith(" ") else "    ") + line.strip())
     for line in scale.show_lines(run):  # strategy, nodes, SLURM job
+        print(line)
+    for line in sequence_line.show_lines(run.path):  # train.sequence_parallel: degree, per-rank sequence
         print(line)
     if run.record.trust_remote_code:
         print("  trust_remote_code = true (the model's own code runs)")

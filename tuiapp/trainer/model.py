@@ -160,6 +160,11 @@ def _load_model(recipe: Recipe, path: str, precision: str):
     plan = model_plan(recipe, path, precision)
     attention = plan.attention
     extra = _moe_settings(recipe)
+    if recipe.model.rope_scaling is not None or recipe.model.max_position_embeddings:  # long context
+        from tuiapp.trainer.long_context import rope_overrides
+
+        extra.setdefault("config", {}).update(rope_overrides(recipe, AutoConfig.from_pretrained(path,
+                                                                                                trust_remote_code=trust)))
     if method.kind == "pretrain":
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
         if method.hidden_size:

@@ -39,6 +39,7 @@ from tuiapp.trainer import (
     checkpoints,
     cpu_dropout,
     loader,
+    long_context,
     mixture,
     optimizers,
     phases,
@@ -56,6 +57,7 @@ from tuiapp.trainer.early_stop import early_stopping
 from tuiapp.trainer.model import (
     FINAL_INFO,
     apply_method,
+    attn_implementation,
     cache_dir,
     keep_sentencepiece,
     load_model,
@@ -141,11 +143,14 @@ class RunTrainerMixin:
             tokens = torch.tensor(inputs[name].numel())
         self.step_agreement.add_tokens(tokens.to(torch.int64))
 
+    sequence_parallel = False  # train.sequence_parallel > 1: each batch is this rank's shard of the sequences
     trained_logits_only = False  # set where trained_logits.applies: training batches skip the prompts' logits
 
     def compute_loss(self, model, inputs, *args, **kwargs):
         if self.trained_logits_only and model.training:
             inputs = trained_logits.narrowed(inputs)
+        if self.sequence_parallel and model.training:  # the whole sequence's token mean, this shard's gradient
+            return long_context.group_loss(model, inputs, args[0] if args else kwargs.get("return_outputs", False))
         return super().compute_loss(model, inputs, *args, **kwargs)
 
     token_budget = 0  # train.batching = "tokens": the token budget of a micro batch
@@ -260,8 +265,15 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         **loader.loader_settings(cuda=torch.cuda.is_available(), cpus=os.cpu_count() or 1,
                                  ranks_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
                                  streaming=recipe.dataset.streaming),  # workers, pinned memory on a GPU
+        **_sequence_parallel_kwargs(recipe, precision),  # train.sequence_parallel: ParallelismConfig
         **extra,
     )
+
+
+def _sequence_parallel_kwargs(recipe: Recipe, precision: str) -> dict:
+    if long_context.degree(recipe) <= 1:
+        return {}
+    return long_context.training_kwargs(recipe, attn_implementation(recipe.model.attn_implementation, precision))
 
 
 def _varlen_attention(model) -> bool:
@@ -348,16 +360,18 @@ def train(run_dir: Path, resume: bool) -> int:
 
         callbacks.append(Benchmarks(recorder, tokenizer, recipe.eval.benchmarks, recipe.eval.benchmark_at, Path.cwd()))
     callbacks += [*early_stopping(recipe, recorder), *_expert_load(model, recipe, model_path), recorder]
+    collator = vision.VisionCollator(processor, recipe.train.max_seq_len) if processor is not None else \
+        mixture.SourceTokens(buckets.BucketedLengths(
+            make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
+            buckets.bucket_multiple(torch.cuda.is_available()) if packing_enabled(recipe) else 0,
+            tokenizer.pad_token_id), len(recipe.dataset.sources))  # packed lengths in a few shapes on a GPU
+    collator = long_context.prepare(model, recipe, collator, tokenizer)  # sequence parallel, tiled MLP, offload
     trainer = RunTrainer(
         model=model,
         args=args,
         train_dataset=train_set,
         eval_dataset=eval_set,
-        data_collator=vision.VisionCollator(processor, recipe.train.max_seq_len) if processor is not None else
-        mixture.SourceTokens(buckets.BucketedLengths(
-            make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
-            buckets.bucket_multiple(torch.cuda.is_available()) if packing_enabled(recipe) else 0,
-            tokenizer.pad_token_id), len(recipe.dataset.sources)),  # packed lengths in a few shapes on a GPU
+        data_collator=collator,
         processing_class=processor or tokenizer,
         callbacks=callbacks,
     )
@@ -366,8 +380,9 @@ def train(run_dir: Path, resume: bool) -> int:
     trainer.step_agreement = stopper
     if processor is not None:
         trainer.part_lrs = vision.part_param_lrs(model, recipe)  # [vision]'s own learning rates
-    trainer.trained_logits_only = processor is None and \
+    trainer.trained_logits_only = processor is None and long_context.degree(recipe) == 1 and \
         trained_logits.applies(model, recipe.method.kind, recipe.train.liger_kernel)
+    trainer.sequence_parallel = long_context.degree(recipe) > 1
     if recipe.train.batching == "tokens":
         trainer.token_budget = tokens_per_batch(recipe)
     return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)

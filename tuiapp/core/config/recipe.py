@@ -61,6 +61,17 @@ class Section(BaseModel):
         return _bounded(value)
 
 
+class RopeScalingSpec(Section):
+    type: Literal["linear", "dynamic", "yarn"] = Field(
+        description="transformers' rope_type: 'linear' (positions divided by factor), 'dynamic' (NTK, grows "
+        "with the sequence) or 'yarn'."
+    )
+    factor: float = Field(gt=1, le=1024, description="Context extension factor (> 1).")
+    original_max_position_embeddings: int = Field(
+        0, ge=0, description="The length the model was trained at (0 = the config's max_position_embeddings).",
+    )
+
+
 class ModelSpec(Section):
     name: str = Field(
         BUNDLED_MODEL,
@@ -90,6 +101,15 @@ class ModelSpec(Section):
         None, ge=0, le=10, description="Mixture-of-experts only: weight of the router's load-balancing loss added "
         "to the training loss (unset = not added; the model config's coefficient is e.g. 0.001). Per-expert "
         "load is logged either way.",
+    )
+    # long context (docs/parallelism.md, "Sequence parallelism"): checked in core.prelaunch.long_context
+    rope_scaling: RopeScalingSpec | None = Field(
+        None, description="RoPE scaling for context extension, as transformers names it: {type = 'linear' | "
+        "'dynamic' | 'yarn', factor = F} (unset = the model's own). Needs a RoPE architecture.",
+    )
+    max_position_embeddings: int = Field(
+        0, ge=0, le=16_777_216, description="Override the model config's max_position_embeddings (0 = keep; "
+        "with rope_scaling, e.g. the original length x factor).",
     )
 
     @field_validator("name")
@@ -577,6 +597,18 @@ class TrainSpec(Section):
         "apart. 'auto' = on for every method that supports it (not prefix/prompt/ptuning/llama-adapter).",
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations to save memory.")
+    sequence_parallel: int = Field(
+        1, ge=1, le=1024, description="Ranks that split every sequence between them (DeepSpeed Ulysses): each "
+        "holds 1/N of its tokens; ranks / N groups train data-parallel (1 = off). See docs/parallelism.md.",
+    )
+    tiled_mlp: bool = Field(
+        False, description="Run each MLP over slices of the sequence (DeepSpeed's TiledMLP): its intermediate "
+        "activations for one slice at a time. For long sequences.",
+    )
+    activation_offload: bool = Field(
+        False, description="Keep the activations saved for backward in CPU memory (torch's save_on_cpu), "
+        "copied back for the backward. Needs CUDA (on CPU they are there already).",
+    )
     batching: Literal["examples", "tokens"] = Field(
         "examples", description="'examples' = micro_batch examples per micro batch; 'tokens' = examples "
         "added to a micro batch until tokens_per_batch is reached (packed in rows of at most max_seq_len, "

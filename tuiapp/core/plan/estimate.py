@@ -594,6 +594,7 @@ class Estimate:
     streaming: bool = False  # dataset.streaming: no cache to build, examples tokenized as they come
     vision: dict | None = None  # a VLM: {vision_tower, projector: parameters, image_tokens, trains: parts}
     optimizer: str = "adamw"  # train.optimizer's kind: the optimizer row's state is its own
+    longest: list = field(default_factory=list)  # [(sequence_parallel degree, longest max_seq_len that fits)]
 
     @property
     def total(self) -> int:
@@ -658,7 +659,10 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
     rows = knobs.micro_batch
     if recipe.train.batching == "tokens":  # a micro batch is a token budget, packed in rows of seq tokens
         rows = -(-tokens_per_batch(recipe) // recipe.train.max_seq_len)
-    acts = activation_bytes(
+    from tuiapp.core.plan import long_context  # here: long_context reads pipeline_plan, which reads this module
+
+    acts = long_context.activations(  # train.sequence_parallel (1/N of the sequence), tiled MLP, offload
+        recipe, activation_bytes, cuda=precision != "fp32",
         seq_len=seq, micro_batch=rows * sequences, hidden=shape.hidden, heads=shape.heads,
         layers=shape.layers, vocab=shape.vocab, checkpointing=knobs.gradient_checkpointing,
         bytes_per_value=2 if _half(precision) else 4,
@@ -799,7 +803,24 @@ def estimate_recipe(
         streaming=bool(recipe.dataset.streaming),
         server_share=memory_share(recipe.method) if server_gpu_count(recipe) else 0.0,
         vision=_vision_facts(model_config, recipe), optimizer=recipe.train.optimizer.kind,
+        longest=_longest(model_config, recipe, knobs, world, n_gpus, precision, gpu_memory_bytes, share),
     )
+
+
+def _longest(config, recipe, knobs, world, per_node, precision, gpu_memory_bytes, share) -> list:
+    """The longest train.max_seq_len that fits the GPU at each sequence-parallel degree the ranks allow."""
+    if not gpu_memory_bytes or recipe.launch.strategy == "pipeline":
+        return []
+    from tuiapp.core.plan import long_context
+
+    capacity = gpu_memory_bytes * (USABLE_FRACTION - share)
+
+    def fits_at(n: int, seq: int) -> bool:
+        train = recipe.train.model_copy(update={"sequence_parallel": n, "max_seq_len": seq})
+        return _memory(config, recipe.model_copy(update={"train": train}), knobs, world, per_node,
+                       precision)[2].total <= capacity
+
+    return long_context.longest_sequences(fits_at, world, model_shape(config).heads)
 
 
 def _vision_facts(config: dict, recipe: Recipe) -> dict | None:
@@ -955,6 +976,9 @@ def format_estimate(est: Estimate) -> str:
         rows.append(f"CPU offload  {m.cpu_offload_total / GB:.1f} GB per node")
     if est.pipeline:
         rows += format_pipeline(est.pipeline)
+    if est.longest:  # train.sequence_parallel: the longest sequence per degree
+        rows.append("longest sequence that fits: " + ", ".join(
+            f"degree {n}: {seq:,} tokens" if seq else f"degree {n}: none" for n, seq in est.longest))
     if est.warning:
         rows.append(f"warning: {est.warning}")
     return "\n".join(rows)

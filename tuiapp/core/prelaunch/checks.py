@@ -13,7 +13,7 @@ from tuiapp.core.common.findings import Finding, format_findings, has_errors  # 
 from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe
 from tuiapp.core.data import datasets
 from tuiapp.core.machine import gpus
-from tuiapp.core.plan import estimate, model_profile, probe
+from tuiapp.core.plan import estimate, long_context, model_profile, probe
 from tuiapp.core.prelaunch import (
     agent,
     benchmark_checks,
@@ -110,6 +110,7 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
     findings += rl.rules(recipe)
     findings += agent.rules(recipe)  # agentic GRPO, images and async generation
     findings += probe.rules(recipe)
+    findings += long_context.rules(recipe, cuda=gpus.cuda_available())  # train.sequence_parallel, tiled MLP, activation offload
     findings += _dataset_findings(recipe, base_dir)
     findings += vision_checks.unused_findings(recipe, base_dir)
     findings += benchmark_checks.findings(recipe, base_dir)
@@ -166,6 +167,7 @@ def before_launch(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Findi
     config = model_config(recipe, base_dir)
     findings += preflight.run_preflight(recipe, store.root, config, free_bytes=free)
     findings += preference.adapter_findings(recipe, config)
+    findings += long_context.config_rules(recipe, config, gpus.cuda_available())  # heads, RoPE
     if not has_errors(findings):  # last: one real step on a shrunken copy of the model (cached)
         profile = profile_of(recipe, base_dir)
         findings += dry_step.dry_findings(recipe, base_dir, profile.label if profile is not None else None)

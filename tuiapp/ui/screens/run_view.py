@@ -24,7 +24,7 @@ from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
-from tuiapp.core.run_folder import reward_health
+from tuiapp.core.run_folder import reward_health, sequence_line
 from tuiapp.core.run_folder.completions import GenerationsTail
 from tuiapp.core.run_folder.metrics import read_jsonl, train_rows
 from tuiapp.core.run_folder.rundata import RunData, columns_cache, read_run_data
@@ -111,6 +111,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         *META_BINDINGS,
         *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 8)],  # 7: Rewards, Generations
     ]
+    _sequence_text: str | None = None  # the sequence-parallel line of the Speed pane (sequence_line.show_lines)
 
     # the footer's keys, most important first, as many as fit (the help screen and palette list all);
     # stop leads while the run lives, resume once it stopped or failed; then the log's own keys
@@ -444,7 +445,9 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
 
     def _show_panes(self) -> None:
         self.query_one("#rv-mem", Static).update(memory_text(self.data, self.system, self.app.config.system_monitor))
-        self.query_one("#rv-speed", Static).update(speed_text(self.data))
+        if self._sequence_text is None:  # train.sequence_parallel: the degree and each rank's share, read once
+            self._sequence_text = "".join("\n" + line.strip() for line in sequence_line.show_lines(self.run_path))
+        self.query_one("#rv-speed", Static).update(speed_text(self.data) + self._sequence_text)
         self.query_one("#rv-samples", Static).update(samples_text(self.data, self.after))
         self._show_log_source()
 
