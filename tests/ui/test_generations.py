@@ -171,7 +171,7 @@ def test_the_history_shows_the_recent_reward_of_rl_runs_only(tmp_path):
 def test_a_real_grpo_run_in_the_generations_pane_and_the_history(tmp_path, monkeypatch):
     """The trainer's own completions.jsonl and metrics.jsonl (tiny-grpo, 3 steps of 16 completions):
     the pane shows step 3's 16 generations, the mean total is the step's `reward` metric, and the
-    history's reward is that of the last step (10% of 3 rows rounds up to 1)."""
+    history's reward is the answer reward (the task's) of the last step (10% of 3 rows rounds up to 1)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     root = tmp_path / "runs"
     llmtui("run", "recipes/tiny-grpo.toml", "--set", "train.max_steps=3", "--set", "train.save_steps=0",
@@ -196,6 +196,6 @@ def test_a_real_grpo_run_in_the_generations_pane_and_the_history(tmp_path, monke
             app.pop_screen()
             home = app.screen
             await wait_for(pilot, lambda: all(r.summarized for r in home.model.rows.values()), what="history")
-            assert home.model.rows[run.name].reward == last["reward"]
+            assert home.model.rows[run.name].reward == last["rewards/answer/mean"]  # the task's reward, not the total
 
     asyncio.run(scenario())
