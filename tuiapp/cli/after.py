@@ -10,7 +10,7 @@ import sys
 import time
 
 from tuiapp.cli import judge, numbers
-from tuiapp.cli.shared import json_document, print_err
+from tuiapp.cli.shared import json_document, print_err, saved_result
 from tuiapp.core.after import benchmarking, evaluation
 from tuiapp.core.after.chat import ChatSession, check_image, check_overrides, image_label
 from tuiapp.core.common.child_tool import ChildTool
@@ -233,18 +233,8 @@ def cmd_eval(args) -> int:
     if args.judge:
         return judge.cmd_judge(args)
     if args.benchmark:
-        if args.json:
-            return json_document(lambda: _benchmark(args))
-        result = _benchmark(args)
-        print("\n".join(benchmarks.table(result)))
-        print(f"saved {result['path']}")
-        return EXIT_OK
-    if not args.json:
-        result = _evaluate(args)
-        print("\n".join(evals.table(result)))
-        print(f"saved {result['path']}")
-        return EXIT_OK
-    return json_document(lambda: _evaluate(args))
+        return saved_result(args.json, lambda: _benchmark(args), benchmarks.table)
+    return saved_result(args.json, lambda: _evaluate(args), evals.table)
 
 
 # ---------------------------------------------------------------- export-metrics

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from tuiapp.cli.shared import json_document
+from tuiapp.cli.shared import saved_result
 from tuiapp.core.after import judging
-from tuiapp.core.common.errors import EXIT_OK
 from tuiapp.core.store.runs import RunStore
 
 DEFAULT_PROMPTS = 20
@@ -28,12 +27,7 @@ def _judge(args) -> dict:
 
 
 def cmd_judge(args) -> int:
-    if args.json:
-        return json_document(lambda: _judge(args))
-    result = _judge(args)
-    print("\n".join(judging.summary_lines(result)))
-    print(f"saved {result['path']}")
-    return EXIT_OK
+    return saved_result(args.json, lambda: _judge(args), judging.summary_lines)
 
 
 def add_flags(p) -> None:

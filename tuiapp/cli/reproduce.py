@@ -8,11 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from tuiapp.cli.run import follow
-from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK
+from tuiapp.cli.run import follow, plan_or_exit
+from tuiapp.core.common.errors import EXIT_OK
 from tuiapp.core.config.recipe import load_recipe
 from tuiapp.core.lifecycle import service
-from tuiapp.core.prelaunch import checks
 from tuiapp.core.run_folder import provenance
 from tuiapp.core.run_folder.rundir import RECIPE_TOML
 from tuiapp.core.store import environment
@@ -49,18 +48,9 @@ def cmd_reproduce(args) -> int:
     recipe = load_recipe(source.path / RECIPE_TOML)
     options = service.LaunchOptions(recipe_file=source.record.recipe_file or str(source.path / RECIPE_TOML),
                                     overrides=list(recorded.get("overrides") or []), runs_dir=args.runs_dir)
-    try:
-        plan = service.plan_launch(recipe, store, base, options)
-    except service.LaunchRefused as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_BAD_INPUT
-    notes = checks.format_findings(plan.findings)
-    if notes:
-        print(notes, file=sys.stderr)
-    if args.dry_run:
-        print("\n".join(plan.preview(store.root)))
-        print("dry run: nothing was created")
-        return EXIT_OK
+    plan, code = plan_or_exit(recipe, store, base, options, args.dry_run)
+    if plan is None:
+        return code
     run = service.launch(plan, store, say=_say)
     print(f"reproducing {source.id} as {run.id}", flush=True)
     if args.detach:

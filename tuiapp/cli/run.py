@@ -41,18 +41,9 @@ def cmd_run(args) -> int:
             return EXIT_OK
         run = service.join(joining, say=_say)
     else:
-        try:
-            plan = service.plan_launch(recipe, store, Path.cwd(), options)
-        except service.LaunchRefused as exc:
-            print(exc, file=sys.stderr)
-            return EXIT_BAD_INPUT
-        notes = checks.format_findings(plan.findings)
-        if notes:
-            print(notes, file=sys.stderr)
-        if args.dry_run:
-            print("\n".join(plan.preview(store.root)))
-            print("dry run: nothing was created", file=sys.stderr if plan.mode == "slurm" else sys.stdout)
-            return EXIT_OK
+        plan, code = plan_or_exit(recipe, store, Path.cwd(), options, args.dry_run)
+        if plan is None:
+            return code
         run = service.launch(plan, store, say=_say)
     if args.detach:
         print(f"detached; follow with `llmtui show {run.id}`, stop with `llmtui stop {run.id}`")
@@ -61,6 +52,25 @@ def cmd_run(args) -> int:
     if options.node_rank:
         scale.print_node_outcome(run, options.node_rank)
     return code
+
+
+def plan_or_exit(recipe, store, base: Path, options, dry_run: bool) -> tuple[service.LaunchPlan | None, int]:
+    """Plan a launch and print its refusal or its findings (stderr); on a dry run print the preview too
+    (SLURM's closing line goes to stderr, its stdout being the sbatch script). The plan to launch, or
+    None and the exit code when nothing is to be launched."""
+    try:
+        plan = service.plan_launch(recipe, store, base, options)
+    except service.LaunchRefused as exc:
+        print(exc, file=sys.stderr)
+        return None, EXIT_BAD_INPUT
+    notes = checks.format_findings(plan.findings)
+    if notes:
+        print(notes, file=sys.stderr)
+    if dry_run:
+        print("\n".join(plan.preview(store.root)))
+        print("dry run: nothing was created", file=sys.stderr if plan.mode == "slurm" else sys.stdout)
+        return None, EXIT_OK
+    return plan, EXIT_OK
 
 
 PHASE_REDRAW_S = 1.0  # a terminal's phase line is redrawn in place each second

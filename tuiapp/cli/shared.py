@@ -32,3 +32,14 @@ def json_document(produce: Callable[[], object]) -> int:
             return EXIT_BAD_INPUT
         write_document(out, document)
     return EXIT_OK
+
+
+def saved_result(as_json: bool, produce: Callable[[], dict], table: Callable[[dict], list[str]]) -> int:
+    """An evaluation command's output: with --json the result as one document (json_document); else
+    its table's lines and 'saved PATH' (the result's file)."""
+    if as_json:
+        return json_document(produce)
+    result = produce()
+    print("\n".join(table(result)))
+    print(f"saved {result['path']}")
+    return EXIT_OK

@@ -18,14 +18,20 @@ from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.prelaunch.rl import function_path
 
 
-def load_user_object(reference: str, base_dir: Path):
-    """NAME of FILE.py (imported here, in the ranks only; pre-flight checked it in a subprocess)."""
-    path, name = function_path(reference, base_dir)
-    module_name = "llmtui_tools_" + hashlib.sha1(str(path).encode()).hexdigest()[:8]
+def import_user_file(path: Path, prefix: str):
+    """A user's FILE.py imported as module PREFIX + a hash of its path (in the ranks only; pre-flight
+    checked it in a subprocess). Used for tools, environment classes and reward functions."""
+    module_name = prefix + hashlib.sha1(str(path).encode()).hexdigest()[:8]
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    found = getattr(module, name, None)
+    return module
+
+
+def load_user_object(reference: str, base_dir: Path):
+    """NAME of FILE.py (imported here, in the ranks only; pre-flight checked it in a subprocess)."""
+    path, name = function_path(reference, base_dir)
+    found = getattr(import_user_file(path, "llmtui_tools_"), name, None)
     if not callable(found):
         raise RuntimeError(f"{path} has no function or class '{name}'")
     return found

@@ -13,8 +13,6 @@ through the run's RunRecorder like any other logged value.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
 import traceback
@@ -30,6 +28,7 @@ from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.completions import COMPLETIONS_FILE
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
 from tuiapp.trainer import reward_clock
+from tuiapp.trainer.environments import import_user_file
 from tuiapp.trainer.model import load_model, lora_config
 
 TRL_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
@@ -129,11 +128,7 @@ def _builtin_reward(spec, base_dir: Path):
 
 def load_user_function(function: str, base_dir: Path):
     path, name = core_rl.function_path(function, base_dir)
-    module_name = "llmtui_rewards_" + hashlib.sha1(str(path).encode()).hexdigest()[:8]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    func = getattr(module, name, None)
+    func = getattr(import_user_file(path, "llmtui_rewards_"), name, None)
     if not callable(func):
         raise RewardFunctionError(f"{path} has no function '{name}'")
     return path, func

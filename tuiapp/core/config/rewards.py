@@ -31,6 +31,13 @@ FUNCTION_PATTERN = r"^[^:]+\.py:[A-Za-z_][A-Za-z0-9_]*$"
 REWARD_TIMEOUT_S = 60.0  # one call of a user's reward function (tuiapp.core.prelaunch.rl.CHECK_TIMEOUT_S too)
 
 
+def function_ref(value: str, example: str) -> str:
+    """A 'FILE.py:NAME' reference as given, or a ValueError showing `example` (pydantic names the key)."""
+    if not re.fullmatch(FUNCTION_PATTERN, value):
+        raise ValueError(f"'{value}' is not FILE.py:NAME, e.g. '{example}'")
+    return value
+
+
 class _Reward(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -129,9 +136,7 @@ class PythonReward(_Reward):
     @field_validator("function")
     @classmethod
     def _file_and_name(cls, value: str) -> str:
-        if not re.fullmatch(FUNCTION_PATTERN, value):
-            raise ValueError(f"'{value}' is not FILE.py:NAME, e.g. 'rewards.py:my_reward'")
-        return value
+        return function_ref(value, "rewards.py:my_reward")
 
     def label(self) -> str:
         return self.name or self.function.rsplit(":", 1)[1]

@@ -20,12 +20,11 @@ from __future__ import annotations
 import ast
 import json
 import operator
-import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tuiapp.core.config.rewards import FUNCTION_PATTERN
+from tuiapp.core.config.rewards import function_ref
 
 BUILTIN_ENVIRONMENTS = ("calculator", "kv_search")
 TOOL_TIMEOUT_S = 10.0
@@ -43,9 +42,7 @@ class ToolSpec(BaseModel):
     @field_validator("function")
     @classmethod
     def _file_and_name(cls, value: str) -> str:
-        if not re.fullmatch(FUNCTION_PATTERN, value):
-            raise ValueError(f"'{value}' is not FILE.py:NAME, e.g. 'tools.py:multiply'")
-        return value
+        return function_ref(value, "tools.py:multiply")
 
     def label(self) -> str:
         return self.function.rsplit(":", 1)[1]
@@ -74,9 +71,7 @@ class EnvironmentSpec(BaseModel):
     @field_validator("class_")
     @classmethod
     def _file_and_name(cls, value: str) -> str:
-        if value and not re.fullmatch(FUNCTION_PATTERN, value):
-            raise ValueError(f"'{value}' is not FILE.py:NAME, e.g. 'env.py:MyEnv'")
-        return value
+        return function_ref(value, "env.py:MyEnv") if value else value
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvironmentSpec:

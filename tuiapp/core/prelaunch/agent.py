@@ -20,7 +20,7 @@ from tuiapp.core.common.findings import Finding
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe, VisionSpec
 from tuiapp.core.config.tools import load_kv_file
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
-from tuiapp.core.prelaunch.rl import function_path
+from tuiapp.core.prelaunch.rl import checker_result, function_path
 
 IMPORT_SLACK_S = 60  # the checker's import of the file, besides the calls' own clock
 
@@ -131,11 +131,9 @@ def check_tool_source(reference: str, kind: str, row: dict, timeout_s: float, ba
     except subprocess.TimeoutExpired:
         return [Finding("error", key, f"checking {path.name}:{name} did not end", "make importing it and its "
                         "calls faster")]
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        return [Finding("error", key, f"checking {path.name}:{name} failed: {(done.stderr or done.stdout)[-500:]}",
-                        "run the file with python to see the problem")]
-    result = json.loads(lines[-1])
+    result, failed = checker_result(done, path, name, key)
+    if result is None:
+        return failed
     at = f"{path}:{result['line']}" if result.get("line") else str(path)
     if result.get("missing"):
         known = ", ".join(result["names"]) or "none"

@@ -317,6 +317,17 @@ def function_path(function: str, base_dir: Path | None) -> tuple[Path, str]:
     return path.resolve(), name
 
 
+def checker_result(done: subprocess.CompletedProcess, path: Path, name: str,
+                   key: str) -> tuple[dict | None, list[Finding]]:
+    """The JSON result a check subprocess printed last (its line starting with '{'), or None and the
+    'failed' finding (its stderr's tail) when it printed none."""
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return None, [Finding("error", key, f"checking {path.name}:{name} failed: "
+                              f"{(done.stderr or done.stdout)[-500:]}", "run the file with python to see the problem")]
+    return json.loads(lines[-1]), []
+
+
 def check_python_reward(function: str, records: list[dict], base_dir: Path | None, key: str) -> list[Finding]:
     """Call FILE.py:NAME on a few real rows (and sample completions) in a subprocess; the findings
     name the file and line of what broke."""
@@ -332,11 +343,9 @@ def check_python_reward(function: str, records: list[dict], base_dir: Path | Non
     except subprocess.TimeoutExpired:
         return [Finding("error", key, f"{path.name}:{name} did not return within {CHECK_TIMEOUT_S}s on "
                         f"{len(rows)} rows", "make it faster (it runs on every completion)")]
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        return [Finding("error", key, f"checking {path.name}:{name} failed: {(done.stderr or done.stdout)[-500:]}",
-                        "run the file with python to see the problem")]
-    result = json.loads(lines[-1])
+    result, failed = checker_result(done, path, name, key)
+    if result is None:
+        return failed
     at = f"{path}:{result['line']}" if result.get("line") else str(path)
     if "error" in result:
         trace = f"\n{result['trace'].rstrip()}" if result.get("trace") else ""

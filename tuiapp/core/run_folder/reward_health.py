@@ -189,29 +189,12 @@ TAIL_BYTES = 512 * 1024  # the end of completions.jsonl read for the samples
 
 def latest_generations(run_dir) -> list[dict]:
     """The last generations of a run folder's completions.jsonl (its last TAIL_BYTES), oldest first."""
-    import json
-    from pathlib import Path
+    from tuiapp.core.run_folder.completions import completions_path
+    from tuiapp.core.run_folder.metrics import parse_record
+    from tuiapp.core.run_folder.tail import TextTail
 
-    path = Path(run_dir) / "completions.jsonl"
-    if not path.is_file():
-        return []
-    with path.open("rb") as handle:
-        handle.seek(0, 2)
-        size = handle.tell()
-        handle.seek(max(0, size - TAIL_BYTES))
-        data = handle.read()
-    lines = data.split(b"\n")
-    if size > TAIL_BYTES:
-        lines = lines[1:]  # the first is cut
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+    lines, _ = TextTail(completions_path(run_dir), initial_bytes=TAIL_BYTES).read_new()
+    return [record for record in map(parse_record, lines) if record is not None]
 
 
 def hacking_lines(rows: list[dict], recipe: dict | None, run_dir=None, samples: int = 3) -> list[str]:
