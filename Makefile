@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test test-fast install bench gpu-check gpu-wheels wheelhouse install-offline gguf
+.PHONY: quickstart test test-extended test-fast install bench gpu-check gpu-wheels wheelhouse install-offline gguf
 
 $(BIN)/llmtui: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,13 +29,18 @@ quickstart: install
 # the GGUF tests run last. The 25 slowest tests are listed at the end (the tier is to stay under 40 min).
 test: install
 	$(BIN)/python tools/gguf_setup.py start
-	$(BIN)/python -m pytest -q --durations=25 -m "(slow or not slow) and not gguf"
+	$(BIN)/python -m pytest -q --durations=25 -m "(slow or not slow) and not gguf and not extended"
 	$(BIN)/python tools/gguf_setup.py wait
 	$(BIN)/python -m pytest -q -m gguf
 
 # llama-cpp-python and llama.cpp's converter, for `llmtui export --gguf` (tools/gguf_setup.py)
 gguf: install
 	$(BIN)/python tools/gguf_setup.py install
+
+# The long end-to-end tests kept out of `make test` for time (marked extended): the dry step's families,
+# kills at each resume edge, two runs sharing a cache entry, hostile serve requests, sequence parallelism.
+test-extended: install
+	$(BIN)/python -m pytest -q --durations=10 -m extended
 
 test-fast: install
 	$(BIN)/python -m pytest -q

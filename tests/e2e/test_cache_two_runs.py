@@ -10,7 +10,7 @@ from tests.e2e.helpers import llmtui, run_info, wait_for
 from tuiapp.core.data import cache_entry
 from tuiapp.core.run_folder.rundir import FINAL
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extended]  # `make test-extended`: over the full tier's budget for now
 
 SHORT = ["--set", "train.max_steps=2", "--set", "train.eval_steps=0", "--set", "train.save_steps=0",
          "--set", "dataset.eval_split=0", "--set", "train.max_seq_len=64"]

@@ -13,7 +13,7 @@ from tuiapp.core.store.runs import RunStore
 
 MESSAGE = "lora's backward is broken on purpose (tests.plugins.broken_backward)"  # the plugin's own
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extended]  # `make test-extended`: over the full tier's budget for now
 
 
 @pytest.fixture

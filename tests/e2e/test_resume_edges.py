@@ -13,7 +13,7 @@ import pytest
 from tests.e2e.helpers import group_pids, llmtui, metrics, only_run, run_info, train_steps, wait_for
 from tuiapp.trainer.resume import PAUSE_ENV, PAUSED_FILE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extended]  # `make test-extended`: over the full tier's budget for now
 
 SHORT = ["--set", "train.max_steps=4", "--set", "train.save_steps=2", "--set", "train.eval_steps=0",
          "--set", "train.logging_steps=1", "--set", "train.warmup_ratio=0.0"]

@@ -24,7 +24,7 @@ import pytest
 
 from tests.e2e.helpers import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extended]  # `make test-extended`: over the full tier's budget for now
 
 # (zoo architecture, method, packing, ZeRO stage); ZeRO-3 last: it stays on for the process's later loads
 CONFIGS = [

@@ -17,7 +17,7 @@ from tests.e2e.helpers import llmtui
 from tests.e2e.test_serve_openai import _free_port, _post
 from tuiapp.core.store import served
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extended]  # `make test-extended`: over the full tier's budget for now
 CLIENTS = 120
 
 
