@@ -79,8 +79,8 @@ def _against_config(path: Path, shapes: dict[str, list], config: dict | None) ->
         return None
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     vocab, hidden = text.get("vocab_size"), text.get("hidden_size") or text.get("n_embd") or text.get("d_model")
-    if not isinstance(vocab, int) or not isinstance(hidden, int):
-        return None
+    if not isinstance(vocab, int) or not isinstance(hidden, int) or vocab <= 0 or hidden <= 0:
+        return None  # a size that is not positive is config.json's own error (model_profile names it)
     for name, shape in shapes.items():
         if name.endswith(EMBEDDING_NAMES) and len(shape) == 2:
             if shape != [vocab, hidden]:
