@@ -165,11 +165,10 @@ def test_what_runs_here_is_not_refused():
 def test_trainer_arguments_of_each_kind():
     from tuiapp.trainer import optimizers
 
-    assert optimizers.training_kwargs(_with(""), cuda=True)["optim"] == "adamw_torch_fused"
-    assert optimizers.training_kwargs(_with(""), cuda=False)["optim"] == "adamw_torch"
+    assert optimizers.training_kwargs(_with(""))["optim"] == "adamw_torch_fused"  # CUDA and CPU alike
     offload = _with("[launch]\nzero_stage = 2\noffload_optimizer = \"cpu\"\n")
-    assert optimizers.training_kwargs(offload, cuda=True)["optim"] == "adamw_torch"
-    galore = optimizers.training_kwargs(_with("[train.optimizer]\nkind = \"galore\"\nrank = 16\n"), cuda=True)
+    assert optimizers.training_kwargs(offload)["optim"] == "adamw_torch"
+    galore = optimizers.training_kwargs(_with("[train.optimizer]\nkind = \"galore\"\nrank = 16\n"))
     assert galore["optim"] == "galore_adamw" and "rank=16" in galore["optim_args"]
     assert galore["optim_target_modules"] == ["attn", "mlp"]
     assert optimizers.deepspeed_section(_with("[train]\noptimizer = \"muon\"\n"))["type"] == "muon"

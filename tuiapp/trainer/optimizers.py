@@ -30,15 +30,16 @@ def spec_of(recipe: Recipe) -> OptimizerSpec:
     return recipe.train.optimizer
 
 
-def training_kwargs(recipe: Recipe, cuda: bool | None = None) -> dict:
+def training_kwargs(recipe: Recipe) -> dict:
     """TrainingArguments keywords of the recipe's optimizer."""
-    cuda = torch.cuda.is_available() if cuda is None else cuda
     spec = spec_of(recipe)
     kwargs: dict = {"adam_beta1": spec.betas[0], "adam_beta2": spec.betas[1], "adam_epsilon": spec.eps}
     if spec.kind in OPTIM_NAMES:
         kwargs["optim"] = OPTIM_NAMES[spec.kind]
     else:  # adamw; muon and lion replace it in install()
-        fused = cuda and recipe.launch.offload_optimizer == "none"  # fused steps need the states on the GPU
+        # fused on CUDA and on the CPU (torch's fused CPU kernel, transformers' default: no host read of the
+        # step count per parameter); DeepSpeed's optimizer offload steps the states itself
+        fused = recipe.launch.offload_optimizer == "none"
         kwargs["optim"] = "adamw_torch_fused" if fused else "adamw_torch"
     if spec.kind in ("galore", "apollo"):
         kwargs["optim_target_modules"] = list(spec.target_modules)

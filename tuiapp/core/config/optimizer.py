@@ -38,7 +38,7 @@ class OptimizerSpec(BaseModel):
     BY_KIND: ClassVar[bool] = True  # written as its kind alone: the form offers the kinds
 
     kind: OptimizerKind = Field(
-        "adamw", description="'adamw' (fused on CUDA), 'adamw_8bit' (bitsandbytes, CUDA), 'muon' (Muon on the "
+        "adamw", description="'adamw' (fused), 'adamw_8bit' (bitsandbytes, CUDA), 'muon' (Muon on the "
         "2-D hidden weights, AdamW on embeddings, norms, biases and the head; DeepSpeed's ZeRO Muon under the "
         "DeepSpeed engine), 'adafactor', 'schedule_free_adamw' (schedulefree), 'galore' / 'apollo' (low-rank "
         "projected states, CUDA, launch.strategy 'ddp'), 'lion' (lion-pytorch). `optimizer = \"muon\"` is "
