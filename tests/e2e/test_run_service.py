@@ -151,13 +151,21 @@ def test_second_resume_of_a_live_run_is_refused(runs_dir):
 
 
 def _broken_model(tmp_path):
-    """A model folder preflight accepts (config, weights, tokenizer) whose weights are garbage."""
+    """A model folder the checks before launch accept (config, tokenizer, well-formed weights whose embedding
+    matches config.json) with one layer's weight a row too tall: the rank's from_pretrained refuses it."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
     from tuiapp.trainer.tiny import ensure_tiny_model
 
     folder = tmp_path / "broken-model"
     shutil.copytree(ensure_tiny_model(), folder)
     weights = next(folder.glob("*.safetensors"))
-    weights.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}" + b"\0" * 64)
+    tensors = load_file(weights)
+    name = next(n for n in tensors if n.endswith("mlp.down_proj.weight"))
+    rows, columns = tensors[name].shape
+    tensors[name] = torch.zeros(rows + 1, columns, dtype=tensors[name].dtype)
+    save_file(tensors, weights, metadata={"format": "pt"})
     return folder
 
 

@@ -38,7 +38,7 @@ async def _data_tab_with_images(pilot, recipe) -> NewExperimentScreen:
     await wait_for(pilot, lambda: app.screen.loaded, what="home")
     app.open_form(recipe, title="tiny-vlm-lora")
     await wait_for(pilot, lambda: isinstance(app.screen, NewExperimentScreen) and app.screen.last_check is not None,
-                   what="the form's first check")
+                   timeout=120, what="the form's first check")
     screen = app.screen
     if app.size.width < 120:
         await pilot.press("ctrl+t")

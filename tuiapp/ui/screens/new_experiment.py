@@ -98,6 +98,8 @@ class NewExperimentScreen(Screen):
         self.trainer_view: TrainerViewRead | None = None
         self._timer: Timer | None = None
         self.check_pending = False  # a check is scheduled and has not started yet
+        self._check_running = False  # one check at a time: parallel ones fight over the GIL (3 took 13 s each)
+        self._recheck = False  # values changed while a check ran: check again when it is back
         self._data_timer: Timer | None = None
         self._view_timer: Timer | None = None
         self._view_clock: Timer | None = None  # ticks while the trainer's view is being read
@@ -333,6 +335,10 @@ class NewExperimentScreen(Screen):
         self._timer = self.set_timer(0.01 if now else CHECK_DELAY_S, self._start_check)
 
     def _start_check(self) -> None:
+        if self._check_running:
+            self._recheck = True  # check_pending stays true until that check starts
+            return
+        self._check_running = True
         self.check_pending = False
         self.generation += 1
         self.check_recipe(self.collect(), self.kind, self.generation)
@@ -346,6 +352,11 @@ class NewExperimentScreen(Screen):
                                         memory_bytes=report.memory_bytes))
 
     def on_recipe_checked(self, message: RecipeChecked) -> None:
+        self._check_running = False
+        if self._recheck and not self.taken_down:
+            self._recheck = False
+            self._start_check()  # this answer is for older values
+            return
         if message.generation != self.generation or self.taken_down:
             return  # a newer check is on its way, or the form is closing
         self.last_check = message
