@@ -329,6 +329,12 @@ def train(run_dir: Path, resume: bool) -> int:
         trainer, recorder = _preference_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,
                                                 eval_set, stopper, processor)
         return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+    if recipe.method.kind == "distill":  # a frozen teacher's distributions (trainer/distill.py)
+        from tuiapp.trainer import distill
+
+        trainer, recorder = distill.build_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,
+                                                  eval_set, stopper)
+        return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
     phases.enter("loading model")
     _record_plan(run_dir, recipe, model_path, precision)
     if processor is not None:

@@ -439,6 +439,30 @@ class RewardMethod(Section):
     adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)
 
 
+class DistillMethod(Section):  # knowledge distillation: tuiapp.trainer.distill, checks in core.prelaunch.distill_checks
+    kind: Literal["distill"] = Field(
+        "distill", description="Knowledge distillation: the model (the student) learns the token distributions "
+        "of a frozen teacher on the dataset's answers.",
+    )
+    teacher: str = Field("tiny-teacher", description="The frozen teacher: a local HF folder, a hub id, or a "
+                         "bundled name ('tiny', 'tiny-teacher': a wider random Llama with the tiny tokenizer); it "
+                         "must use the student's tokenizer.")
+    mode: Literal["online", "offline"] = Field(
+        "offline", description="'offline' = the teacher's top_k logits computed once per example before "
+        "training (cached), forward KL on them; 'online' = the teacher runs every step, generalized JSD (GKD) on "
+        "the full vocabulary, a lmbda share of the batches answered by the student itself.",
+    )
+    top_k: int = Field(32, ge=1, le=4096, description="mode 'offline': teacher logits kept per position.")
+    temperature: float = Field(1.0, gt=0, le=20, description="Softmax temperature of teacher and student.")
+    lmbda: float = Field(0.5, ge=0, le=1, description="mode 'online': share of batches whose answers the "
+                         "student generates (on-policy); 0 = the dataset's answers only.")
+    beta: float = Field(0.5, ge=0, le=1, description="mode 'online': generalized JSD interpolation (0 = forward "
+                        "KL, 1 = reverse KL).")
+    max_new_tokens: int = Field(64, ge=1, le=4096, description="mode 'online': tokens the student generates "
+                                "per on-policy answer.")
+    adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)
+
+
 PREFERENCE_MODELS = (DpoMethod, SimpoMethod, CpoMethod, OrpoMethod, KtoMethod, RewardMethod)
 
 
@@ -556,14 +580,16 @@ Method = Annotated[
         RewardMethod,
         GrpoMethod,
         RlooMethod,
+        DistillMethod,
     ],
     Field(discriminator="kind"),
 ]
 METHOD_KINDS = [
     "pretrain", "sft", "lora", "qlora", "dora", "prefix", "prompt", "ptuning", "ia3", "adapter",
     "llama-adapter", "dpo", "simpo", "cpo", "orpo", "kto", "reward", "grpo", "rloo",
+    "distill",
 ]
-ADAPTER_KINDS = set(METHOD_KINDS) - {"pretrain", "sft"} - PREFERENCE_KINDS - RL_KINDS
+ADAPTER_KINDS = set(METHOD_KINDS) - {"pretrain", "sft", "distill"} - PREFERENCE_KINDS - RL_KINDS
 
 
 class TrainSpec(Section):
@@ -1258,7 +1284,7 @@ NO_PACKING_KINDS = {"prefix", "prompt", "ptuning", "llama-adapter"}
 def packing_enabled(recipe: Recipe) -> bool:
     """Whether batches are packed; 'auto' packs where the method keeps examples apart.
     Preference pairs are never packed (each batch holds chosen and rejected side by side)."""
-    if recipe.method.kind in PREFERENCE_KINDS | RL_KINDS:
+    if recipe.method.kind in PREFERENCE_KINDS | RL_KINDS | {"distill"}:  # distill: teacher rows per example
         return False
     if recipe.train.packing == "auto":
         return recipe.method.kind not in NO_PACKING_KINDS
@@ -1289,6 +1315,6 @@ def uses_adapter(recipe: Recipe) -> bool:
 def weights_method(method):
     """The method model that says which weights train: a preference method's adapter, every
     weight (an `sft` model) for a preference method without one, else the method itself."""
-    if method.kind not in PREFERENCE_KINDS | RL_KINDS:
+    if method.kind not in PREFERENCE_KINDS | RL_KINDS | {"distill"}:
         return method
     return method.adapter if method.adapter is not None else SftMethod()

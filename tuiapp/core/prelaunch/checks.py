@@ -17,6 +17,7 @@ from tuiapp.core.plan import estimate, long_context, model_profile, probe
 from tuiapp.core.prelaunch import (
     agent,
     benchmark_checks,
+    distill_checks,
     dry_step,
     model_check,
     preference,
@@ -109,6 +110,7 @@ def static_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
     findings += preference.rules(recipe)
     findings += rl.rules(recipe)
     findings += agent.rules(recipe)  # agentic GRPO, images and async generation
+    findings += distill_checks.findings(recipe, base_dir)  # method 'distill': the teacher and its tokenizer
     findings += probe.rules(recipe)
     findings += long_context.rules(recipe, cuda=gpus.cuda_available())  # train.sequence_parallel, tiled MLP, activation offload
     findings += _dataset_findings(recipe, base_dir)

@@ -1,0 +1,129 @@
+"""Pre-launch checks of method.kind = 'distill': the teacher is there and its config reads, the
+teacher and the student share one tokenizer (same vocabulary size, same ids), and the setups the
+distillation trainer does not take are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tuiapp.core.common.built_folder import cache_root
+from tuiapp.core.common.errors import UserError
+from tuiapp.core.common.findings import Finding
+from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
+from tuiapp.core.plan.distill import BUNDLED_TEACHERS, teacher_config
+from tuiapp.core.plan.estimate import TINY_CONFIG
+from tuiapp.core.prelaunch import model_check
+
+SAMPLED_TOKENS = 64  # tokens whose ids are compared between the two tokenizers (spread over the ids)
+KEY = "method.teacher"
+
+
+def findings(recipe: Recipe, base_dir: Path | None = None) -> list[Finding]:
+    """[] for any other method."""
+    method = recipe.method
+    if method.kind != "distill":
+        return []
+    out = _setup_rules(recipe)
+    teacher = method.teacher
+    if teacher not in BUNDLED_TEACHERS:
+        found = model_check.check_model(teacher, method_kind="sft", base_dir=base_dir, label=f"teacher '{teacher}'")
+        out += [Finding(f.level, KEY, f.message, (f.fix or "").replace("model.name", KEY)) for f in found]
+        if any(f.level == "error" for f in found):
+            return out
+    try:
+        config = teacher_config(teacher, base_dir)
+    except UserError as exc:
+        return out + [Finding("error", KEY, f"the teacher's config cannot be read: {exc.message}",
+                              "point method.teacher at a complete HF model folder (config.json, weights, tokenizer)")]
+    out += vocabulary_findings(recipe.model.name, teacher, config, base_dir)
+    return out
+
+
+def _setup_rules(recipe: Recipe) -> list[Finding]:
+    out = []
+    if recipe.train.packing is True:
+        out.append(Finding("error", "train.packing", "distillation keeps one row per example (the teacher's "
+                           "logits line up with its tokens)", "set train.packing = false or 'auto'"))
+    if recipe.dataset.sources or recipe.dataset.streaming:
+        key = "dataset.sources" if recipe.dataset.sources else "dataset.streaming"
+        out.append(Finding("error", key, "distillation reads one tokenized dataset (the teacher's logits are "
+                           "cached per example)", "use one dataset, not streamed"))
+    if recipe.launch.strategy == "pipeline":
+        out.append(Finding("error", "launch.strategy", "the pipeline strategy cuts the student into stages, "
+                           "with no room for a teacher", "use launch.strategy = 'deepspeed', 'fsdp' or 'ddp'"))
+    return out
+
+
+# ---- tokenizers
+
+
+def _vocab(folder: Path) -> dict[str, int] | None:
+    """token -> id of a folder's tokenizer.json (its model's vocabulary and added tokens); None when
+    the folder holds none (a sentencepiece-only tokenizer: only the sizes are compared)."""
+    try:
+        data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    vocab = (data.get("model") or {}).get("vocab")
+    if isinstance(vocab, list):  # unigram: [[piece, score], ...], ids in order
+        tokens = {piece[0]: index for index, piece in enumerate(vocab) if piece}
+    elif isinstance(vocab, dict):
+        tokens = dict(vocab)
+    else:
+        return None
+    for added in data.get("added_tokens") or []:
+        if isinstance(added, dict) and "content" in added and "id" in added:
+            tokens[added["content"]] = added["id"]
+    return tokens
+
+
+def _bundled_tokenizer_folder() -> Path | None:
+    """The built tiny model's folder (its tokenizer is the bundled one), when it was built already."""
+    built = [p for p in (cache_root() / "models").glob("tiny-*") if (p / "tokenizer.json").is_file()
+             and p.name.split("-")[1][:1].isdigit()]  # tiny-<version>-<hash>, not tiny-vlm or the teacher
+    return max(built, key=lambda p: p.stat().st_mtime) if built else None
+
+
+def _side(name: str, base_dir: Path | None, config: dict | None) -> tuple[str, int | None, dict[str, int] | None]:
+    """(how to name it, the embedding's vocab_size, its tokenizer's token -> id map or None)."""
+    if name in BUNDLED_TEACHERS or name == BUNDLED_MODEL:
+        folder = _bundled_tokenizer_folder()
+        return "the bundled tiny tokenizer", TINY_CONFIG["vocab_size"], _vocab(folder) if folder else None
+    folder = model_check.model_folder(name, base_dir)
+    if config is None and folder is not None:
+        try:
+            config = json.loads((folder / model_check.CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            config = None
+    size = (config or {}).get("vocab_size") or ((config or {}).get("text_config") or {}).get("vocab_size")
+    return f"'{name}'", size, _vocab(folder) if folder is not None else None
+
+
+def vocabulary_findings(student: str, teacher: str, teacher_cfg: dict | None,
+                        base_dir: Path | None = None) -> list[Finding]:
+    """An error naming method.teacher when the two tokenizers differ: another embedding size, another
+    vocabulary size, or a sampled token with another id."""
+    if student in BUNDLED_TEACHERS and teacher in BUNDLED_TEACHERS:
+        return []  # one tokenizer by construction
+    s_name, s_size, s_vocab = _side(student, base_dir, None)
+    t_name, t_size, t_vocab = _side(teacher, base_dir, teacher_cfg)
+    fix = ("use a teacher of the student's family (the same tokenizer, e.g. Qwen2.5-1.5B for Qwen2.5-0.5B), "
+           "or set model.name to a student that shares the teacher's tokenizer")
+    if s_size and t_size and s_size != t_size:
+        return [Finding("error", KEY, f"the teacher {t_name} predicts over {t_size} tokens, the student "
+                        f"{s_name} over {s_size}: their logits cannot be compared", fix)]
+    if s_vocab is None or t_vocab is None:
+        return [] if s_size and t_size else [Finding(
+            "warning", KEY, "the teacher's and the student's tokenizers could not both be read; their ids "
+            "are assumed to agree", "")]
+    if len(s_vocab) != len(t_vocab):
+        return [Finding("error", KEY, f"the teacher's tokenizer ({t_name}) has {len(t_vocab)} tokens, the "
+                        f"student's ({s_name}) {len(s_vocab)}", fix)]
+    by_id = sorted(s_vocab.items(), key=lambda item: item[1])
+    stride = max(1, len(by_id) // SAMPLED_TOKENS)
+    for token, index in by_id[::stride]:
+        if t_vocab.get(token) != index:
+            return [Finding("error", KEY, f"the teacher's tokenizer ({t_name}) gives the token {token!r} the id "
+                            f"{t_vocab.get(token)}, the student's ({s_name}) {index}: not the same tokenizer", fix)]
+    return []
