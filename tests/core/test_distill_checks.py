@@ -1,0 +1,60 @@
+"""method 'distill' before launch: a teacher with another tokenizer, or none at all, is refused
+naming method.teacher; the recipe rules it cannot train under; the teacher in the memory estimate."""
+
+import json
+from pathlib import Path
+
+from tuiapp.core.config.recipe import parse_recipe
+from tuiapp.core.plan import estimate
+from tuiapp.core.prelaunch import checks, distill_checks
+from tuiapp.core.store.runs import RunStore
+
+VOCAB = {f"tok{i}": i for i in range(100)}
+
+
+def _folder(root: Path, name: str, vocab: dict[str, int], size: int) -> Path:
+    folder = root / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**estimate.TINY_CONFIG, "vocab_size": size}))
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab}, "added_tokens": [
+        {"id": len(vocab), "content": "<|pad|>"}]}))
+    return folder
+
+
+def _recipe(teacher: str, extra: str = "") -> object:
+    return parse_recipe(f'[method]\nkind = "distill"\nteacher = "{teacher}"\n{extra}', "r.toml")
+
+
+def test_another_tokenizer_is_refused_naming_the_key(tmp_path):
+    student = _folder(tmp_path, "student", VOCAB, 128)
+    swapped = dict(VOCAB, tok0=1, tok1=0)
+    other = _folder(tmp_path, "other", swapped, 128)
+    same = _folder(tmp_path, "same", VOCAB, 128)
+    wider = _folder(tmp_path, "wider", VOCAB, 256)
+    found = distill_checks.vocabulary_findings(str(student), str(other), None, tmp_path)
+    assert [f.key for f in found] == ["method.teacher"] and found[0].level == "error"
+    assert "'tok0'" in found[0].message and "same tokenizer" in found[0].fix
+    found = distill_checks.vocabulary_findings(str(student), str(wider), None, tmp_path)
+    assert found[0].key == "method.teacher" and "256" in found[0].message and "128" in found[0].message
+    assert distill_checks.vocabulary_findings(str(student), str(same), None, tmp_path) == []
+    assert distill_checks.vocabulary_findings("tiny", "tiny-teacher", None, tmp_path) == []
+
+
+def test_a_missing_teacher_and_packing_are_refused_before_launch(tmp_path):
+    recipe = _recipe("no/such/teacher", "[train]\npacking = true")
+    findings = checks.static_findings(recipe, RunStore(tmp_path / "runs"), base_dir=tmp_path)
+    errors = {f.key: f for f in findings if f.level == "error"}
+    assert "no such folder" in errors["method.teacher"].message and "method.teacher" in errors["method.teacher"].fix
+    assert "train.packing" in errors
+    ok = checks.static_findings(_recipe("tiny-teacher"), RunStore(tmp_path / "runs"), base_dir=tmp_path)
+    assert not [f for f in ok if f.key == "method.teacher"]
+
+
+def test_the_estimate_counts_the_teachers_weights():
+    config = dict(estimate.TINY_CONFIG)
+    sft = estimate.estimate_recipe(parse_recipe('[method]\nkind = "sft"', "r.toml"), config, 1, cuda=False)
+    distill = estimate.estimate_recipe(_recipe("tiny-teacher"), config, 1, cuda=False)
+    from tuiapp.core.plan.distill import tiny_teacher_config
+
+    teacher = estimate.count_parameters(tiny_teacher_config()) * 4  # fp32 on the CPU
+    assert distill.memory.reference - sft.memory.reference == teacher

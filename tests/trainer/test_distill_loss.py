@@ -1,0 +1,57 @@
+"""method 'distill': the offline top-k KL against a hand computation, and the teacher's cached rows
+lined up with each example's tokens in a batch."""
+
+import math
+
+import pytest
+import torch
+
+from tuiapp.trainer.distill import ROW, TeacherRows, topk_kl
+
+
+def test_topk_kl_matches_a_hand_computation():
+    student = torch.tensor([[[1.0, 2.0, 0.0, 0.5]]])  # one position, vocabulary of 4
+    teacher_ids = torch.tensor([[[1, 3]]])  # the teacher's top 2
+    teacher_logits = torch.tensor([[[3.0, 1.0]]])
+    mask = torch.tensor([[True]])
+    z_s = sum(math.exp(v) for v in (1.0, 2.0, 0.0, 0.5))
+    log_q = [2.0 - math.log(z_s), 0.5 - math.log(z_s)]  # the student's full-vocabulary log-probs at ids 1, 3
+    z_t = math.exp(3.0) + math.exp(1.0)
+    p = [math.exp(3.0) / z_t, math.exp(1.0) / z_t]
+    expected = sum(pi * (math.log(pi) - qi) for pi, qi in zip(p, log_q, strict=True))
+    assert topk_kl(student, teacher_ids, teacher_logits, mask).item() == pytest.approx(expected, rel=1e-6)
+    # temperature divides both sides' logits
+    t = 2.0
+    z_s2 = sum(math.exp(v / t) for v in (1.0, 2.0, 0.0, 0.5))
+    log_q2 = [2.0 / t - math.log(z_s2), 0.5 / t - math.log(z_s2)]
+    z_t2 = math.exp(3.0 / t) + math.exp(1.0 / t)
+    p2 = [math.exp(3.0 / t) / z_t2, math.exp(1.0 / t) / z_t2]
+    expected2 = sum(pi * (math.log(pi) - qi) for pi, qi in zip(p2, log_q2, strict=True))
+    assert topk_kl(student, teacher_ids, teacher_logits, mask, temperature=t).item() == pytest.approx(expected2, rel=1e-6)
+
+
+def test_topk_kl_is_zero_on_the_teacher_itself_and_skips_masked_positions():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 8)
+    ids = torch.arange(8).expand(2, 3, 8)  # k = the whole vocabulary: the student equal to the teacher
+    assert topk_kl(logits, ids, logits, torch.ones(2, 3, dtype=torch.bool)).item() == pytest.approx(0, abs=1e-6)
+    other = torch.randn(2, 3, 8)
+    mask = torch.zeros(2, 3, dtype=torch.bool)
+    mask[0, 1] = True
+    one = topk_kl(other[:1, 1:2], ids[:1, 1:2], logits[:1, 1:2], mask[:1, 1:2])
+    assert topk_kl(other, ids, logits, mask).item() == pytest.approx(one.item(), rel=1e-6) and one.item() > 0
+
+
+def test_teacher_rows_line_up_with_each_example():
+    table = {"ids": torch.arange(10, dtype=torch.int32).unsqueeze(1).repeat(1, 2),
+             "logits": torch.arange(10, dtype=torch.float32).unsqueeze(1).repeat(1, 2),
+             "offsets": torch.tensor([0, 3, 5, 10])}  # rows of 3, 2 and 5 tokens
+
+    def pad(features):
+        width = max(len(f["input_ids"]) for f in features)
+        return {"input_ids": torch.tensor([f["input_ids"] + [0] * (width - len(f["input_ids"])) for f in features])}
+
+    batch = TeacherRows(pad, table)([{"input_ids": [7, 7], ROW: 1}, {"input_ids": [7, 7, 7], ROW: 0}])
+    assert batch["teacher_ids"].shape == (2, 3, 2)
+    assert batch["teacher_ids"][0, :, 0].tolist() == [3, 4, 0]  # row 1's tokens, then padding
+    assert batch["teacher_logits"][1, :, 1].tolist() == [0.0, 1.0, 2.0]
