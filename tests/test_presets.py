@@ -15,7 +15,7 @@ PRESETS = sorted((ROOT / "recipes").glob("*.toml"))
 def test_there_is_a_preset_for_every_method():
     kinds = {load_recipe(p).method.kind for p in PRESETS}
     assert kinds >= {"pretrain", "sft", "lora", "qlora", "dora", "prefix", "prompt", "ptuning", "ia3", "adapter",
-                     "llama-adapter", "dpo", "simpo", "cpo", "orpo", "kto", "reward", "grpo", "rloo"}
+                     "llama-adapter", "dpo", "simpo", "cpo", "orpo", "kto", "reward", "grpo", "rloo", "distill"}
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)

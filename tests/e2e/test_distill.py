@@ -19,7 +19,8 @@ def test_tiny_distill_run_learns_the_teacher(tmp_path):
     assert result.returncode == 0 and run_info(run_dir)["status"] == "succeeded", result.stdout[-2000:] + log
     losses = [r["loss"] for r in metrics(run_dir) if r.get("split", "train") == "train" and "loss" in r]
     half = len(losses) // 2
-    assert len(losses) >= 8 and sum(losses[half:]) / (len(losses) - half) < sum(losses[:half]) / half - 0.1, losses
+    assert len(losses) >= 6 and sum(losses[half:]) / (len(losses) - half) < sum(losses[:half]) / half, losses
+    assert min(losses[half:]) < losses[0] - 0.25, losses  # the KL to the teacher, per trained token
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
     distill = next(e for e in events if e.get("event") == "distill")
     assert distill["mode"] == "offline" and distill["top_k"] == 32 and "tiny-teacher" in distill["teacher"]

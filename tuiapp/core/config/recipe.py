@@ -1132,7 +1132,7 @@ METHOD_MODELS = {
     for cls in (
         PretrainMethod, SftMethod, LoraMethod, QloraMethod, DoraMethod, PrefixMethod,
         PromptMethod, PtuningMethod, Ia3Method, AdapterMethod, LlamaAdapterMethod, *PREFERENCE_MODELS,
-        *RL_MODELS,
+        *RL_MODELS, DistillMethod,
     )
 }
 
