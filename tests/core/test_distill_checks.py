@@ -54,7 +54,6 @@ def test_the_estimate_counts_the_teachers_weights():
     config = dict(estimate.TINY_CONFIG)
     sft = estimate.estimate_recipe(parse_recipe('[method]\nkind = "sft"', "r.toml"), config, 1, cuda=False)
     distill = estimate.estimate_recipe(_recipe("tiny-teacher"), config, 1, cuda=False)
-    from tuiapp.core.plan.distill import tiny_teacher_config
-
-    teacher = estimate.count_parameters(tiny_teacher_config()) * 4  # fp32 on the CPU
+    teacher = estimate.count_parameters(estimate.teacher_config("tiny-teacher")) * 4  # fp32 on the CPU
+    assert teacher > estimate.count_parameters(config) * 4
     assert distill.memory.reference - sft.memory.reference == teacher

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import socket
+import time
 from pathlib import Path
 
 import torch
@@ -23,9 +25,11 @@ import torch.nn.functional as F
 
 from tuiapp.core.common.built_folder import build_once
 from tuiapp.core.config.recipe import Recipe, weights_method
-from tuiapp.core.plan.distill import TEACHER_NAME, tiny_teacher_config
+from tuiapp.core.plan.distill import TEACHER_NAME
+from tuiapp.core.plan.estimate import teacher_config
+from tuiapp.core.run_folder.metrics import JsonlWriter
+from tuiapp.core.run_folder.rundir import EVENTS_JSONL
 from tuiapp.trainer import phases, strategies
-from tuiapp.trainer.run import RunTrainer, _count_active, _is_main, _record_plan, training_kwargs
 from tuiapp.trainer.tiny import MARKER, default_cache_dir, ensure_tiny_model
 
 IGNORE = -100
@@ -62,16 +66,16 @@ def online_loss(student_logits, teacher_logits, labels, beta: float, temperature
 
 
 def ensure_tiny_teacher(cache_dir: Path | str | None = None) -> Path:
-    """The bundled teacher's folder: tiny_teacher_config() with the tiny model's tokenizer."""
+    """The bundled teacher's folder: teacher_config(TEACHER_NAME) with the tiny model's tokenizer."""
     tiny = ensure_tiny_model(cache_dir)
-    version = hashlib.sha256(json.dumps([tiny.name, tiny_teacher_config()], sort_keys=True).encode()).hexdigest()[:10]
+    version = hashlib.sha256(json.dumps([tiny.name, teacher_config(TEACHER_NAME)], sort_keys=True).encode()).hexdigest()[:10]
     target = Path(cache_dir or default_cache_dir()) / "models" / f"{TEACHER_NAME}-{version}"
 
     def build(folder: Path) -> None:
         from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
         tokenizer = AutoTokenizer.from_pretrained(tiny)
-        shape = {k: v for k, v in tiny_teacher_config().items() if k not in ("architectures", "model_type")}
+        shape = {k: v for k, v in teacher_config(TEACHER_NAME).items() if k not in ("architectures", "model_type")}
         config = LlamaConfig(**shape, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
                              pad_token_id=tokenizer.pad_token_id)
         with torch.random.fork_rng(devices=[]):
@@ -206,9 +210,14 @@ class TeacherRows:
 # ---- the trainer
 
 
-class DistillTrainer(RunTrainer):
-    """RunTrainer whose loss is the distance to the teacher (the batches' labels only mark the
-    trained positions)."""
+def _is_main() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+
+class DistillLoss:
+    """Mixed in before run.RunTrainer: the loss is the distance to the teacher (the batches' labels
+    only mark the trained positions)."""
 
     distill = None  # the DistillMethod
     teacher = None  # online: the frozen teacher model
@@ -275,14 +284,15 @@ class DistillTrainer(RunTrainer):
 
 
 def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, train_set, eval_set,
-                  stopper):
-    """The distillation run's trainer and its recorder (run.train calls _train_and_save with them)."""
+                  stopper, base, training_kwargs):
+    """The distillation run's trainer and its recorder (run.train calls _train_and_save with them):
+    `base` is run.RunTrainer, `training_kwargs` run.training_kwargs (passed in: run imports this module)."""
     import transformers
 
     from tuiapp.trainer.callbacks import RunRecorder
     from tuiapp.trainer.data import make_collator
     from tuiapp.trainer.early_stop import early_stopping
-    from tuiapp.trainer.model import apply_method, cache_dir, load_model
+    from tuiapp.trainer.model import apply_method, cache_dir, load_model, model_plan, model_profile
 
     method = recipe.method
     student = recipe.model_copy(update={"method": weights_method(method)})  # loaded as sft, or with its adapter
@@ -298,7 +308,10 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     if eval_set is not None:
         eval_set = eval_set.add_column(ROW, list(range(rows, rows + len(eval_set))))
     phases.enter("loading model")
-    _record_plan(run_dir, student, model_path, precision)
+    plan = model_plan(student, model_path, precision)
+    if _is_main():
+        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
+            events.write({"time": time.time(), **plan.to_event()})
     model = apply_method(load_model(student, model_path, precision), student, model_path)
     if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
@@ -306,11 +319,14 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
         phases.enter("joining ranks")
     args = transformers.TrainingArguments(**training_kwargs(recipe, run_dir, precision, eval_set is not None))
     recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False, agreement=stopper)
-    _count_active(recorder, student, model_path)
+    profile = model_profile(model_path, recipe.model.trust_remote_code)
+    if profile is not None:  # the model TFLOP/s count the parameters a token goes through
+        recorder.active_parameters = profile.active_parameters
     callbacks = [stopper, *early_stopping(recipe, recorder), recorder]
-    trainer = DistillTrainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
-                             data_collator=TeacherRows(make_collator(recipe, tokenizer), table),
-                             processing_class=tokenizer, callbacks=callbacks)
+    trainer_class = type("DistillTrainer", (DistillLoss, base), {})
+    trainer = trainer_class(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
+                            data_collator=TeacherRows(make_collator(recipe, tokenizer), table),
+                            processing_class=tokenizer, callbacks=callbacks)
     trainer.model_accepts_loss_kwargs = False  # the loss is a mean per micro batch: the Trainer averages the accumulated ones
     trainer.method_kind = recipe.method.kind
     trainer.distill = method
@@ -321,11 +337,6 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     optimizers.install(trainer, recipe)
     trainer.step_agreement = stopper
     if _is_main():
-        import time
-
-        from tuiapp.core.run_folder.metrics import JsonlWriter
-        from tuiapp.core.run_folder.rundir import EVENTS_JSONL
-
         with JsonlWriter(run_dir / EVENTS_JSONL) as events:
             events.write({"time": time.time(), "event": "distill", "teacher": folder, "mode": method.mode,
                           "top_k": method.top_k if method.mode == "offline" else None})

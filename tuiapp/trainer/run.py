@@ -333,7 +333,7 @@ def train(run_dir: Path, resume: bool) -> int:
         from tuiapp.trainer import distill
 
         trainer, recorder = distill.build_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,
-                                                  eval_set, stopper)
+                                                  eval_set, stopper, RunTrainer, training_kwargs)
         return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
     phases.enter("loading model")
     _record_plan(run_dir, recipe, model_path, precision)

@@ -625,6 +625,21 @@ def reference_bytes(params: int, zero_stage: int, world: int, offload_params: st
     return int(size), 0
 
 
+def teacher_config(name: str, base_dir: str | Path | None = None) -> dict:
+    """method.teacher's HF config dict (distill): the bundled 'tiny-teacher', else as load_model_config."""
+    from tuiapp.core.plan.distill import TEACHER_CHANGES, TEACHER_NAME
+
+    return {**TINY_CONFIG, **TEACHER_CHANGES} if name == TEACHER_NAME else load_model_config(name, base_dir)
+
+
+def teacher_parameters(name: str, base_dir: str | Path | None = None) -> int:
+    """The teacher's parameter count; 0 when its config cannot be read (distill_checks says why)."""
+    try:
+        return count_parameters(teacher_config(name, base_dir))
+    except (RecipeError, OSError, KeyError, TypeError, ValueError):
+        return 0
+
+
 def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: int, precision: str):
     method = weights_method(knobs.method)
     config = apply_method_overrides(config, method)
@@ -656,9 +671,7 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         reference, reference_cpu = reference_bytes(base, knobs.zero_stage, world, knobs.offload_params, precision)
         states = dataclasses.replace(states, reference=reference,
                                      cpu_offload_total=states.cpu_offload_total + reference_cpu * per_node)
-    if knobs.method.kind == "distill":  # the frozen teacher: one more copy of its weights (core.plan.distill)
-        from tuiapp.core.plan.distill import teacher_parameters
-
+    if knobs.method.kind == "distill":  # the frozen teacher: one more copy of its weights (teacher_parameters)
         teacher, teacher_cpu = reference_bytes(teacher_parameters(knobs.method.teacher), knobs.zero_stage, world,
                                                knobs.offload_params, precision)
         states = dataclasses.replace(states, reference=states.reference + teacher,

@@ -11,8 +11,8 @@ from tuiapp.core.common.built_folder import cache_root
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
-from tuiapp.core.plan.distill import BUNDLED_TEACHERS, teacher_config
-from tuiapp.core.plan.estimate import TINY_CONFIG
+from tuiapp.core.plan.distill import BUNDLED_TEACHERS
+from tuiapp.core.plan.estimate import TINY_CONFIG, teacher_config
 from tuiapp.core.prelaunch import model_check
 
 SAMPLED_TOKENS = 64  # tokens whose ids are compared between the two tokenizers (spread over the ids)
