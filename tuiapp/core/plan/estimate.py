@@ -672,10 +672,8 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         states = dataclasses.replace(states, reference=reference,
                                      cpu_offload_total=states.cpu_offload_total + reference_cpu * per_node)
     if knobs.method.kind == "distill":  # the frozen teacher: one more copy of its weights (teacher_parameters)
-        teacher, teacher_cpu = reference_bytes(teacher_parameters(knobs.method.teacher), knobs.zero_stage, world,
-                                               knobs.offload_params, precision)
-        states = dataclasses.replace(states, reference=states.reference + teacher,
-                                     cpu_offload_total=states.cpu_offload_total + teacher_cpu * per_node)
+        teacher, _ = reference_bytes(teacher_parameters(knobs.method.teacher), 0, 1, "none", precision)  # whole, each rank
+        states = dataclasses.replace(states, reference=states.reference + teacher)
     rows = knobs.micro_batch
     if recipe.train.batching == "tokens":  # a micro batch is a token budget, packed in rows of seq tokens
         rows = -(-tokens_per_batch(recipe) // recipe.train.max_seq_len)
