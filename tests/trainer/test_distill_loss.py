@@ -55,3 +55,48 @@ def test_teacher_rows_line_up_with_each_example():
     assert batch["teacher_ids"].shape == (2, 3, 2)
     assert batch["teacher_ids"][0, :, 0].tolist() == [3, 4, 0]  # row 1's tokens, then padding
     assert batch["teacher_logits"][1, :, 1].tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.slow  # importing trl.experimental: ~10 s
+def test_online_loss_is_trl_generalized_jsd():
+    torch.manual_seed(0)
+    student, teacher = torch.randn(1, 4, 16), torch.randn(1, 4, 16)
+    labels = torch.tensor([[-100, 3, 4, 5]])
+    from tuiapp.trainer.distill import online_loss
+
+    assert online_loss(teacher, teacher, labels, beta=0.5, temperature=1.0).item() == pytest.approx(0, abs=1e-6)
+    forward = online_loss(student, teacher, labels, beta=0.0, temperature=1.0)  # beta 0: KL(teacher || student)
+    trained = labels[0] != -100
+    p, log_q = teacher[0, trained].log_softmax(-1), student[0, trained].log_softmax(-1)
+    assert forward.item() == pytest.approx((p.exp() * (p - log_q)).sum(-1).mean().item(), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_on_policy_batches_keep_the_prompt_and_train_the_students_answer(tiny_model):
+    """mode 'online': a batch's answers replaced by the student's own, sampled; prompts kept untrained."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tuiapp.trainer.distill import DistillLoss
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    prompt = tokenizer("<|im_start|>user\nWhat is the capital of Japan?<|im_end|>\n<|im_start|>assistant\n")["input_ids"]
+    answer = tokenizer("Tokyo.<|im_end|>")["input_ids"]
+    ids = torch.tensor([prompt + answer, prompt[:-2] + answer + [tokenizer.pad_token_id] * 2])
+    labels = torch.tensor([[-100] * len(prompt) + answer, [-100] * (len(prompt) - 2) + answer + [-100] * 2])
+    inputs = {"input_ids": ids, "labels": labels, "attention_mask": (labels != -100) | (torch.arange(ids.shape[1]) <
+                                                                                           len(prompt) - 2)}
+    trainer = SimpleNamespace(processing_class=tokenizer, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+                              distill=SimpleNamespace(max_new_tokens=5, temperature=1.0))
+    torch.manual_seed(0)
+    out = DistillLoss._on_policy(trainer, model.train(), inputs)
+    assert model.training  # back in training mode after sampling
+    for row, kept in enumerate((len(prompt), len(prompt) - 2)):
+        assert out["input_ids"][row, :kept].tolist() == ids[row, :kept].tolist()
+        assert (out["labels"][row, :kept] == -100).all()
+        trained = out["labels"][row][out["labels"][row] != -100]
+        assert 1 <= len(trained) <= 5
+        assert trained.tolist() == out["input_ids"][row, kept:kept + len(trained)].tolist()
+        assert out["attention_mask"][row].sum() == kept + len(trained)
