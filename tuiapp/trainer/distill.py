@@ -289,7 +289,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     `base` is run.RunTrainer, `training_kwargs` run.training_kwargs (passed in: run imports this module)."""
     import transformers
 
-    from tuiapp.trainer.callbacks import RunRecorder
+    from tuiapp.trainer.callbacks import EvalSamples, RunRecorder
     from tuiapp.trainer.data import make_collator
     from tuiapp.trainer.early_stop import early_stopping
     from tuiapp.trainer.model import apply_method, cache_dir, load_model, model_plan, model_profile
@@ -322,7 +322,12 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     profile = model_profile(model_path, recipe.model.trust_remote_code)
     if profile is not None:  # the model TFLOP/s count the parameters a token goes through
         recorder.active_parameters = profile.active_parameters
-    callbacks = [stopper, *early_stopping(recipe, recorder), recorder]
+    callbacks = [stopper]
+    if eval_set is not None and recipe.train.sample_prompts:  # the student's answers at each eval
+        callbacks.append(EvalSamples(recorder, tokenizer, recipe.train.sample_prompts,
+                                     recipe.train.sample_max_new_tokens,
+                                     recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp"))
+    callbacks += [*early_stopping(recipe, recorder), recorder]
     trainer_class = type("DistillTrainer", (DistillLoss, base), {})
     trainer = trainer_class(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
                             data_collator=TeacherRows(make_collator(recipe, tokenizer), table),

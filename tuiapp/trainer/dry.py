@@ -121,6 +121,8 @@ def skip_reason(recipe, model_path: str) -> str | None:
 
     if recipe.method.kind in RL_KINDS:
         return f"{recipe.method.kind} generates completions while it trains: the dry step does not run it"
+    if recipe.method.kind == "distill":  # a shrunken student would still load the whole teacher
+        return "distill runs a full teacher beside the student: the dry step does not run it"
     if recipe.method.kind == "qlora":
         import torch
 
