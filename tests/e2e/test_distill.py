@@ -1,6 +1,6 @@
 """method 'distill' end to end: recipes/tiny-distill.toml through `llmtui run` (the real launcher, a
-CPU rank, the bundled tiny-teacher's top-k logits cached before training); the KL to the teacher
-goes down and the run ends succeeded with a final model."""
+CPU rank, the bundled tiny-teacher's top-k logits cached before training, train and held-out); the
+KL to the teacher goes down on both and the run ends succeeded with a final model."""
 
 import json
 
@@ -21,6 +21,8 @@ def test_tiny_distill_run_learns_the_teacher(tmp_path):
     half = len(losses) // 2
     assert len(losses) >= 6 and sum(losses[half:]) / (len(losses) - half) < sum(losses[:half]) / half, losses
     assert min(losses[half:]) < losses[0] - 0.25, losses  # the KL to the teacher, per trained token
+    evals = [r["eval_loss"] for r in metrics(run_dir) if r.get("split") == "eval"]  # held-out KL, steps 6 and 12
+    assert len(evals) == 2 and evals[1] < evals[0], evals
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
     distill = next(e for e in events if e.get("event") == "distill")
     assert distill["mode"] == "offline" and distill["top_k"] == 32 and "tiny-teacher" in distill["teacher"]
