@@ -455,45 +455,34 @@ def model_state_bytes(
     n = max(1, int(n_gpus))
     per_node = max(1, int(gpus_per_node or n))
     trainable = max(0, min(int(trainable_params), int(total_params)))
-    frozen_params = max(0, int(total_params) - trainable)
     half = _half(precision)
     weight_b, grad_b, optim_b = (2, 2, 12) if half else (4, 4, 8)
-    if frozen_bytes is None:
-        frozen_bytes = frozen_params * weight_b
+    frozen_bytes = max(0, int(total_params) - trainable) * weight_b if frozen_bytes is None else frozen_bytes
     offload_opt = offload_optimizer != "none" and zero_stage >= 1
     offload_w = offload_params != "none" and zero_stage == 3
 
     def shard(value: float, sharded: bool) -> float:
         return value / n if sharded else value
-
     params = shard(trainable * weight_b + frozen_bytes, zero_stage == 3)
     grads = shard(trainable * grad_b, zero_stage >= 2)
     if optimizer_state is not None:  # train.optimizer's own state (AdamW: 8 bytes a parameter), + fp32 master
         optim_b = optimizer_state / max(1, trainable) + (4 if half else 0)
     optimizer = shard(trainable * optim_b, zero_stage >= 1)
     fp32_grads = shard(trainable * 4, zero_stage >= 1) if half else 0.0
-    if zero_stage == 3:  # DeepSpeed reduces ZeRO-3 grads into the fp32 partition: it replaces the shard
-        fp32_grads -= grads
+    fp32_grads -= grads if zero_stage == 3 else 0  # ZeRO-3 reduces grads into the fp32 partition: it replaces the shard
     cpu = 0.0
-    if offload_opt:
-        cpu += optimizer
-        optimizer = 0.0
-        if zero_stage >= 2:
-            grads = 0.0
-        cpu += shard(trainable * 4, True)  # fp32 grad partition the CPU optimizer steps on
-        fp32_grads = 0.0
+    if offload_opt:  # the optimizer states and the fp32 grad partition it steps on go to the CPU
+        cpu, optimizer, fp32_grads = optimizer + shard(trainable * 4, True), 0.0, 0.0
+        grads = 0.0 if zero_stage >= 2 else grads
     if offload_w:
-        cpu += params
-        params = 0.0
+        cpu, params = cpu + params, 0.0
     buffers = 0.0
     if deepspeed_buffers:
         buffers = fp32_grads + (4 * largest_layer_params if zero_stage == 3 else 0)
         if offload_opt and trainable:
             buffers += offload_gpu_buffers(zero_stage, reduce_bucket, largest_layer_params, half)
-    return MemoryBreakdown(
-        params=int(params), grads=int(grads), optimizer=int(optimizer), buffers=int(buffers),
-        cpu_offload_total=int(cpu * per_node),
-    )
+    return MemoryBreakdown(params=int(params), grads=int(grads), optimizer=int(optimizer), buffers=int(buffers),
+                           cpu_offload_total=int(cpu * per_node))
 
 
 def offload_gpu_buffers(zero_stage: int, reduce_bucket: int, largest_param: int, half: bool) -> int:
