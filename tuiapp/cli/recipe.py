@@ -1,5 +1,5 @@
 """`llmtui validate | estimate | schema | data`: a recipe before any run. Validation and the
-memory estimate come from tuiapp.core.prelaunch.checks; `data` shows the trainer's own view of the examples
+memory estimate come from tuiapp.core.prelaunch.door; `data` shows the trainer's own view of the examples
 through a torch-side tool (tuiapp.trainer.preview) in a child process."""
 
 from __future__ import annotations
