@@ -326,7 +326,8 @@ def recipe_findings(recipe: Recipe, store: RunStore, base_dir: Path) -> list[Fin
 
 def machine_findings(recipe: Recipe, store: RunStore, base_dir: Path, **given) -> list[Finding]:
     """Phase 2 alone: the recipe on this machine (MACHINE_RULES, in order). `given` fills Context's
-    fields (gpus, cuda, free_bytes, ram_available, model_config, cluster) instead of the machine."""
+    fields (gpus, cuda, free_bytes, ram_available, model_config, cluster) instead of the machine.
+    Its dry step sees only this phase's findings; a launch uses all_findings."""
     ctx = _context(recipe, store, base_dir, **given)
     if isinstance(ctx, Finding):
         return [ctx]
@@ -337,7 +338,8 @@ def all_findings(recipe: Recipe, store: RunStore, base_dir: Path, *, cluster: Cl
                  oversubscribe: bool = False, **given) -> list[Finding]:
     """Every check before a launch: the recipe phase, then the machine phase (its dry step only
     when neither found an error). A finding said twice is kept once, where it was first said.
-    `oversubscribe` (`llmtui run --oversubscribe`) turns the machine-size errors into warnings."""
+    `oversubscribe` (`llmtui run --oversubscribe`) turns the machine-size errors into warnings.
+    A `run:NAME` model that does not resolve is one error finding (the service resolves first)."""
     ctx = _context(recipe, store, base_dir, cluster=cluster, **given)
     if isinstance(ctx, Finding):
         return [ctx]
