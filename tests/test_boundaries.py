@@ -22,7 +22,7 @@ def imported_of(modules: list[str], unwanted: list[str]) -> list[str]:
 
 
 def test_core_and_cli_import_no_heavy_modules():
-    modules = [*SUBCOMMAND_MODULES, "tuiapp.core.prelaunch.checks", "tuiapp.core.lifecycle.supervisor", "tuiapp.core.plan.launcher"]
+    modules = [*SUBCOMMAND_MODULES, "tuiapp.core.prelaunch.door", "tuiapp.core.lifecycle.supervisor", "tuiapp.core.plan.launcher"]
     assert imported_of(modules, FORBIDDEN) == []
 
 

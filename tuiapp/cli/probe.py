@@ -17,7 +17,7 @@ from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK,
 from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.config.recipe import load_recipe
 from tuiapp.core.plan import launcher, probe
-from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch import door
 from tuiapp.core.run_folder.rundir import RECIPE_TOML
 from tuiapp.core.store.runs import RunStore
 
@@ -68,7 +68,7 @@ class Refused(UserError):
         super().__init__(message=first.message, file=file, key=first.key, fix=first.fix)
 
     def __str__(self) -> str:
-        return checks.format_findings(self.findings)
+        return door.format_findings(self.findings)
 
     def document(self) -> dict:
         document = error_document(self)
@@ -84,12 +84,12 @@ def _checked(args, store: RunStore):
     if args.headroom is not None:
         overrides.append(f"train.memory_headroom={args.headroom}")
     recipe = load_recipe(args.recipe, overrides)
-    findings = checks.static_findings(recipe, store, base_dir=Path.cwd())
+    findings = door.recipe_findings(recipe, store, base_dir=Path.cwd())
     findings += [f for f in probe.rules(recipe.model_copy(update={"train": recipe.train.model_copy(
         update={"micro_batch": "auto"})})) if f.level == "error"]
-    if checks.has_errors(findings):
+    if door.has_errors(findings):
         raise Refused(findings, str(args.recipe))
-    recipe, _ = checks.resolve_recipe(recipe, store)
+    recipe, _ = door.resolve_recipe(recipe, store)
     cuda = launcher.cuda_device_count()
     limit = probe.parse_bytes(args.memory_limit) if args.memory_limit else probe.default_limit(recipe, cuda)
     return recipe, cuda, limit

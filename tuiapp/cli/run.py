@@ -14,7 +14,7 @@ from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUP
 from tuiapp.core.config.recipe import load_recipe
 from tuiapp.core.lifecycle import service
 from tuiapp.core.plan import launcher
-from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch import door
 from tuiapp.core.run_folder.metrics import JsonlReader
 from tuiapp.core.run_folder.progress import fmt_duration, fmt_number, progress_line
 from tuiapp.core.run_folder.rundir import ACTIVE, FINAL, read_phases
@@ -63,7 +63,7 @@ def plan_or_exit(recipe, store, base: Path, options, dry_run: bool) -> tuple[ser
     except service.LaunchRefused as exc:
         print(exc, file=sys.stderr)
         return None, EXIT_BAD_INPUT
-    notes = checks.format_findings(plan.findings)
+    notes = door.format_findings(plan.findings)
     if notes:
         print(notes, file=sys.stderr)
     if dry_run:

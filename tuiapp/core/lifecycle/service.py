@@ -22,7 +22,7 @@ from typing import Callable
 import psutil
 
 from tuiapp.core.common.errors import RunError, UserError
-from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.findings import Finding, format_findings, has_errors
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.machine import runlock, shm
 from tuiapp.core.machine.procs import group_processes, process_alive
@@ -36,7 +36,7 @@ from tuiapp.core.plan.launcher import (
     supervisor_argv,
     world_note,
 )
-from tuiapp.core.prelaunch import checks, cluster_checks, preflight
+from tuiapp.core.prelaunch import door
 from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.rundir import ACTIVE, RECIPE_TOML, RUN_JSON, SUPERVISOR_LOG
 from tuiapp.core.store import environment, queue
@@ -56,7 +56,7 @@ class LaunchRefused(UserError):
 
     def __init__(self, findings: list[Finding]):
         self.findings = findings
-        super().__init__(message=checks.format_findings(findings))
+        super().__init__(message=format_findings(findings))
 
     def __str__(self) -> str:
         return self.message
@@ -136,7 +136,7 @@ def check_options(options: LaunchOptions) -> None:
 
 
 def _refuse_on_errors(findings: list[Finding]) -> list[Finding]:
-    if checks.has_errors(findings):
+    if has_errors(findings):
         raise LaunchRefused(findings)
     return findings
 
@@ -151,30 +151,29 @@ def plan_launch(recipe: Recipe, store: RunStore, base_dir: Path, options: Launch
     if options.node_rank:
         raise UserError(message=f"node {options.node_rank} joins a run; it does not plan one",
                         fix="use join() (`llmtui run RECIPE --node-rank K --run-id ID`)")
-    resolved, model_ref = checks.resolve_recipe(recipe, store)
+    resolved, model_ref = door.resolve_recipe(recipe, store)
     if options.slurm:
         return _plan_slurm(resolved, model_ref, store, base_dir, options)
     launch = resolved.launch
     cuda = cuda_device_count()
-    findings = checks.before_launch(resolved, store, base_dir=base_dir)
-    if options.oversubscribe:
-        findings = preflight.oversubscribe(findings)
     if options.queue and (options.node_rank is not None or cluster.uses_hosts(launch)):
         raise UserError(message="--queue waits for this machine's devices; it does not apply to a run that spans "
                         "nodes", fix="leave out --queue (or launch.hosts), or use --slurm: SLURM queues jobs itself")
+    ask = None  # what the launch asks of hosts and ports
     if options.node_rank == 0:
-        port = cluster.resolve_port(launch, options.master_port)
-        findings += cluster_checks.launch_findings(resolved, node_rank=0, master_port=port, base_dir=base_dir)
-        _refuse_on_errors(findings)
+        ask = door.ClusterAsk(node_rank=0, master_port=cluster.resolve_port(launch, options.master_port))
+    elif cluster.is_scaled(launch) or options.master_port:
+        ask = door.ClusterAsk(master_port=options.master_port)
+    findings = _refuse_on_errors(door.all_findings(resolved, store, base_dir, cluster=ask,
+                                                   oversubscribe=options.oversubscribe))
+    if options.node_rank == 0:
+        port = ask.master_port
         nnodes = options.nnodes or launch.nodes or (len(cluster.hosts_of(launch, base_dir))
                                                     if cluster.uses_hosts(launch) else 0)
         node = cluster.NodeArgs(0, nnodes or None, options.master_addr)
         run_dir = Path(store.root) / (options.run_id or "<run-id>")
         built = cluster.build_launch(run_dir, launch, cuda, port=port, node=node, base_dir=base_dir)
         return LaunchPlan("nodes", resolved, model_ref, options, findings, built)
-    if cluster.is_scaled(launch) or options.master_port:
-        findings += cluster_checks.launch_findings(resolved, master_port=options.master_port, base_dir=base_dir)
-    _refuse_on_errors(findings)
     port = options.master_port or (cluster.resolve_port(launch) if cluster.uses_hosts(launch) else None)
     built = cluster.build_launch(Path(store.root) / "<run-id>", launch, cuda, port=port, base_dir=base_dir)
     return LaunchPlan("local", resolved, model_ref, options, findings, built)
@@ -189,7 +188,7 @@ def _plan_slurm(recipe: Recipe, model_ref: str, store: RunStore, base_dir: Path,
     if cluster.uses_hosts(recipe.launch):
         raise UserError(message="launch.hosts is for runs without a scheduler", key="launch.hosts",
                         fix="remove launch.hosts: SLURM chooses the nodes (use --nodes and --partition)")
-    findings = _refuse_on_errors(checks.static_findings(recipe, store, base_dir=base_dir))
+    findings = _refuse_on_errors(door.recipe_findings(recipe, store, base_dir))
     slurm_options = slurm.SlurmOptions(
         nodes=nodes, partition=options.partition, gpus_per_node=options.gpus_per_node, time=options.time,
         account=options.account, job_name=f"llmtui-{recipe.name}",
@@ -404,9 +403,7 @@ def plan_join(recipe: Recipe, store: RunStore, base_dir: Path, options: LaunchOp
     if run.status not in ACTIVE:
         raise UserError(message=f"run {run.id} is {run.status}; it cannot be joined",
                         fix="start a new run with a new --run-id")
-    findings = checks.static_findings(frozen, store, base_dir=base_dir)
-    findings += cluster_checks.launch_findings(frozen, node_rank=k, master_addr=master_addr, base_dir=base_dir)
-    _refuse_on_errors(findings)
+    _refuse_on_errors(door.join_findings(frozen, store, base_dir, node_rank=k, master_addr=master_addr))
     return Join(run, cluster.NodeArgs(k, nnodes, master_addr), port, frozen)
 
 

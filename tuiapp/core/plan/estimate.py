@@ -991,7 +991,7 @@ def _cached_config(hub_id: str, cache_dir: str | Path | None = None) -> Path | N
 def _with_counts(config: dict, folder: Path) -> dict:
     """The config with the model profile's exact parameter counts (total, active, experts) under
     PROFILE_COUNTS, which count_parameters prefers to its formula; unchanged when no profile was
-    made yet (preflight and `llmtui estimate` make it: checks.profile_of)."""
+    made yet (preflight and `llmtui estimate` make it: architecture.profile_of)."""
     profile = model_profile.cached_profile(folder)
     counts = profile.data.get("parameters") if profile is not None else None
     return {**config, PROFILE_COUNTS: counts} if counts else config

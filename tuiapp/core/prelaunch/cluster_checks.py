@@ -1,7 +1,8 @@
 """Checks before a scale-out launch: strategy x method x ZeRO x hosts rules (part of
-preflight.recipe_rules), and machine checks (hosts resolve, launcher installed, port free).
+recipe_rules.recipe_rules), and machine checks (hosts resolve, launcher installed, port free).
 
-Each problem is a preflight Finding naming the recipe key and the fix. See docs/scale-out.md.
+Each problem is a Finding naming the recipe key and the fix; the door (door.py) calls
+launch_findings in its machine phase. See docs/scale-out.md.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def is_local(host: str) -> bool:
 
 
 def scale_rules(recipe: "Recipe", base_dir: Path | None = None) -> list[Finding]:
-    """Strategy x method x ZeRO x hosts rules (called from preflight.recipe_rules)."""
+    """Strategy x method x ZeRO x hosts rules (called from recipe_rules.recipe_rules)."""
 
     out: list[Finding] = []
     launch, kind = recipe.launch, recipe.method.kind

@@ -7,7 +7,8 @@ from tuiapp.core.common.findings import Finding
 from tuiapp.core.common.kinds import RL_KINDS
 from tuiapp.core.config.recipe import PREFERENCE_KINDS, UNPAIRED_KINDS, Recipe, weights_method
 from tuiapp.core.machine.gpus import cuda_available
-from tuiapp.core.prelaunch import preflight
+from tuiapp.core.prelaunch.machine_rules import machine_rules
+from tuiapp.core.prelaunch.recipe_rules import check_method
 
 PAIR_EXAMPLE = ("records with a prompt and two answers: sharegpt {conversations, chosen, rejected}, messages "
                 "{messages, chosen, rejected}, or prompt/chosen/rejected (demo:prefs)")
@@ -69,9 +70,9 @@ def adapter_findings(recipe: Recipe, model_config: dict | None, cuda: bool | Non
     if recipe.method.kind not in PREFERENCE_KINDS | RL_KINDS or recipe.method.adapter is None:
         return []
     view = recipe.model_copy(update={"method": recipe.method.adapter})
-    found = preflight.machine_rules(view, cuda=cuda_available() if cuda is None else cuda)
+    found = machine_rules(view, cuda=cuda_available() if cuda is None else cuda)
     if model_config is not None:
-        found += preflight.check_method(view, model_config)
+        found += check_method(view, model_config)
     out = []
     for f in found:
         if f.key and f.key.startswith("method."):

@@ -25,7 +25,7 @@ from tuiapp.core.data import datasets as data
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.core.machine.gpus import cuda_available, detect_gpus
 from tuiapp.core.plan.cluster import uses_hosts
-from tuiapp.core.prelaunch.preflight import launch_world
+from tuiapp.core.prelaunch.resources import launch_world
 
 PROMPT_COLUMNS = ("prompt", "question", "query", "instruction", "problem")
 CHAT_COLUMNS = ("messages", "conversations")

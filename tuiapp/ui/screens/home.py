@@ -64,7 +64,7 @@ def warm_up_form() -> None:
     """The new-experiment form's modules (the recipe schema, the form's widgets and the checks its
     first check runs: ~0.4 s), imported while the history is idle: the first `n` no longer pays
     them on the UI thread, nor its check's thread beside the form's first frames."""
-    for module in ("tuiapp.ui.screens.new_experiment", "tuiapp.core.prelaunch.checks"):
+    for module in ("tuiapp.ui.screens.new_experiment", "tuiapp.core.prelaunch.door"):
         importlib.import_module(module)
 
 
