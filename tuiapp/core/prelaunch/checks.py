@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding, format_findings, has_errors  # noqa: F401 (callers use checks.*)
-from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe
+from tuiapp.core.common.methods import is_preference, trains_on_text
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.data import datasets
 from tuiapp.core.machine import gpus
 from tuiapp.core.plan import estimate, long_context, model_profile, probe
@@ -74,9 +75,9 @@ def _one_dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
         return [Finding("error", "dataset.name", "the dataset has no records", "check the file or max_samples")]
     if info.with_images:
         return vision_checks.data_findings(recipe, info, base_dir)
-    if info.kind and (recipe.method.kind in PREFERENCE_KINDS or info.kind in ("pairs", "unpaired")):
+    if info.kind and (is_preference(recipe.method.kind) or info.kind in ("pairs", "unpaired")):
         return preference.data_findings(recipe, info.kind, info.source)  # pairs, labelled answers
-    wants_text = recipe.method.kind == "pretrain"
+    wants_text = trains_on_text(recipe.method.kind)
     if info.format != "text" and wants_text:
         return [Finding("info", "dataset.format", f"{info.format} records are flattened to text for pretraining", "")]
     if info.format == "text" and not wants_text:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tuiapp.core.common.errors import RunError
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import mergeable
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.core.plan.estimate import adapter_base
@@ -43,7 +44,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 PEFT_CONFIG, PEFT_WEIGHTS = "adapter_config.json", ("adapter_model.safetensors", "adapter_model.bin")
 BOTTLENECK_CONFIG, BOTTLENECK_WEIGHTS = "bottleneck_config.json", ("bottleneck_adapter.pt",)
 FINAL_INFO = "llmtui.json"
-UNMERGEABLE = {"prefix", "prompt", "ptuning", "llama-adapter"}  # see trainer.model._merge_adapter_folder
 TRUE = {"1", "on", "yes", "true"}
 
 
@@ -112,7 +112,7 @@ def _adapter_problems(folder: Path, kind: str, label: str) -> list[str]:
         trained = json.loads((folder / FINAL_INFO).read_text(encoding="utf-8")).get("method")
     except (OSError, ValueError, AttributeError):
         trained = None
-    if trained in UNMERGEABLE:
+    if not mergeable(trained):  # see trainer.model._merge_adapter_folder
         out.append(f"{label} is a {trained} adapter, which cannot be merged into its base to train on")
     return out
 

@@ -17,9 +17,9 @@ import psutil
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.common.methods import METHODS, is_full, is_quantized, is_trl, trains_on_text
 from tuiapp.core.config import trackers
-from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, NO_PACKING_KINDS, PREFERENCE_KINDS, Recipe
+from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, Recipe
 from tuiapp.core.machine.gpus import GpuInfo, cuda_available, detect_gpus
 from tuiapp.core.plan import pipeline_plan
 from tuiapp.core.plan.cluster import DEEPSPEED_LAUNCHED, active_hosts, hosts_of, plan_node, uses_hosts
@@ -74,14 +74,14 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
         out.append(Finding("error", "train.early_stopping_patience", "early stopping watches the eval loss, but "
                            "this run never evaluates before its end", "set train.eval_steps > 0 and dataset.eval_split "
                            "(a fraction or a file), or early_stopping_patience = 0"))
-    if kind == "qlora" and launch.zero_stage == 3:
+    if is_quantized(kind) and launch.zero_stage == 3:
         out.append(Finding("error", "launch.zero_stage", "ZeRO-3 cannot partition the 4-bit base "
                            "weights of qlora", "set launch.zero_stage = 2 or lower"))
-    if kind == "prefix" and train.gradient_checkpointing:
+    if not METHODS[kind].checkpointing and train.gradient_checkpointing:
         out.append(Finding("error", "train.gradient_checkpointing", "prefix tuning passes learned past "
                            "key/values, which gradient checkpointing does not support",
                            "set train.gradient_checkpointing = false"))
-    if train.packing is True and kind in NO_PACKING_KINDS:
+    if train.packing is True and not is_trl(kind) and not METHODS[kind].packs:
         out.append(Finding("error", "train.packing", f"{kind} adds virtual tokens or past key/values, "
                            "which would attend across packed examples",
                            "set train.packing = false (or 'auto')"))
@@ -118,7 +118,7 @@ def mixture_rules(recipe: Recipe) -> list[Finding]:
         return []
     one = "or use one dataset (no [[dataset.sources]])"
     out: list[Finding] = []
-    if kind in PREFERENCE_KINDS | RL_KINDS:
+    if is_trl(kind):
         out.append(Finding("error", "dataset.sources", f"{kind} reads its pairs, feedback or prompts from one "
                            "dataset: mixtures are for pretraining, SFT and the adapter methods", one))
     if spec.streaming:
@@ -137,7 +137,7 @@ def streaming_rules(recipe: Recipe) -> list[Finding]:
         return []
     out: list[Finding] = []
     off = "or dataset.streaming = false"
-    if kind in PREFERENCE_KINDS | RL_KINDS:
+    if is_trl(kind):
         out.append(Finding("error", "dataset.streaming", f"{kind} reads its pairs or prompts whole: streaming is for "
                            "pretraining, SFT and the adapter methods", "set dataset.streaming = false"))
     if not train.max_steps:
@@ -176,7 +176,7 @@ def batching_rules(recipe: Recipe) -> list[Finding]:
     train, kind = recipe.train, recipe.method.kind
     if train.batching != "tokens":
         return []
-    if kind == "pretrain" or kind in PREFERENCE_KINDS | RL_KINDS or kind in NO_PACKING_KINDS:
+    if trains_on_text(kind) or not METHODS[kind].packs:
         return [Finding("error", "train.batching", f"token budgets pack examples into rows; {kind} batches "
                         "cannot be packed (pretrain blocks are full already)", "set train.batching = 'examples'")]
     if train.packing is False:
@@ -198,7 +198,7 @@ def machine_rules(recipe: Recipe, *, cuda: bool, bnb_installed: bool | None = No
                            f"{precision} training needs a CUDA GPU and this machine has none",
                            "set train.precision = 'fp32' or 'auto'"))
     out += fp8_rules(recipe, cuda=cuda)
-    if recipe.method.kind == "qlora":
+    if is_quantized(recipe.method.kind):
         if not cuda:
             out.append(Finding("error", "method.kind", "qlora needs a CUDA GPU (4-bit bitsandbytes "
                                "kernels) and this machine has none",
@@ -220,7 +220,7 @@ def fp8_rules(recipe: Recipe, *, cuda: bool, torchao_installed: bool | None = No
     compute capability is checked with the GPUs (fp8_gpu_rules)."""
     if recipe.train.precision != "fp8":
         return []
-    if recipe.method.kind not in ("pretrain", "sft"):
+    if not is_full(recipe.method.kind):
         return [Finding("error", "train.precision", f"fp8 training converts the model's own linear layers, "
                         f"which {recipe.method.kind} does not train in full", "use method.kind = 'sft' or "
                         "'pretrain' with fp8, or set train.precision = 'bf16'")]
@@ -468,7 +468,7 @@ def disk_needed_bytes(recipe: Recipe, model_config: dict, *, cuda: bool) -> int:
     half = recipe.train.precision in ("bf16", "fp16", "fp8") or (recipe.train.precision == "auto" and cuda)
     weight_bytes, optim_bytes = (2, 12) if half else (4, 8)
     trainable = trainable_parameters(model_config, recipe.method)
-    full = recipe.method.kind in ("pretrain", "sft")
+    full = is_full(recipe.method.kind)
     saved = trainable if not full else count_parameters(model_config)
     checkpoint = saved * weight_bytes + trainable * optim_bytes
     return (recipe.train.save_total_limit + 1) * checkpoint
