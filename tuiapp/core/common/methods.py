@@ -197,6 +197,11 @@ RL_KINDS = kinds(family="rl")
 ADAPTER_KINDS = kinds(family="adapter")
 FULL_KINDS = kinds(family="full")
 LORA_KINDS = kinds(peft="lora")
+ADAPTER_TABLE_KINDS = sorted((k for k in METHODS if k in LORA_KINDS), key=lambda k: METHODS[k].quantized)
+"""What a preference or RL method's [method.adapter] table may name (lora, dora, qlora: the 4-bit one last)."""
+VLLM_ADAPTER_KINDS = frozenset(k for k, t in METHODS.items()
+                               if t.merge_form == "weighted_adapter" or (t.family == "preference" and t.head == "lm"))
+"""Runs whose final adapter vLLM serves: LoRA (not DoRA), and the preference methods' (a reward model scores)."""
 VIRTUAL_TOKEN_KINDS = kinds(peft="virtual_tokens")
 NO_PACKING_KINDS = frozenset(k for k in ADAPTER_KINDS | FULL_KINDS if not METHODS[k].packs)
 UNMERGEABLE = kinds(mergeable=False)

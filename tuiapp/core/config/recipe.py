@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 from tuiapp.core.common.errors import RecipeError, RecipeErrors, did_you_mean
 from tuiapp.core.common.methods import (
     ADAPTER_KINDS,
+    ADAPTER_TABLE_KINDS,
     METHODS,
     is_trl,
 )
@@ -534,7 +535,7 @@ class RlooMethod(_OnlineRl):
 
 
 RL_MODELS = (GrpoMethod, RlooMethod)
-ADAPTER_CHOICES = ["lora", "dora", "qlora"]  # kinds a [method.adapter] table may name
+ADAPTER_CHOICES = ADAPTER_TABLE_KINDS  # kinds a [method.adapter] table may name
 
 
 Method = Annotated[

@@ -16,7 +16,6 @@ from tuiapp.core.data.datasets import DatasetInfo
 from tuiapp.core.plan import estimate, vision_plan
 from tuiapp.core.prelaunch import model_check, preference
 
-VISION_METHODS = ("sft", "lora", "dora", "qlora", "dpo")  # dpo: on image preference pairs
 LENGTH_CHECKS = 1000  # records whose length is checked before launch (the trainer checks as many, exactly)
 TINY_PROCESSORS = {"gemma3": "Gemma3ImageProcessor", "llava": "LlavaImageProcessor"}
 
