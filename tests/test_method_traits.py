@@ -79,6 +79,9 @@ def test_the_trait_helpers_equal_the_old_comparisons():
         assert methods.is_trl(kind) == (kind in OLD["PREFERENCE_KINDS"] | OLD["RL_KINDS"])
         assert methods.mergeable(kind) == (kind not in OLD["UNMERGEABLE"])
     assert kinds(checkpointing=False) == {"prefix"}
+    assert kinds(from_config=True) == {"pretrain"}
+    assert {k: methods.peft_of(k) for k in ("adapter", "ia3", "llama-adapter")} == {
+        "adapter": "bottleneck", "ia3": "ia3", "llama-adapter": "llama_adapter"}
     assert {k for k, t in METHODS.items() if t.sequences == 2} == OLD["PREFERENCE_KINDS"]
     assert {k for k, t in METHODS.items() if t.extra_copies} == OLD["REFERENCE_KINDS"] | OLD["RL_KINDS"]
     assert {k: t.record_kind for k, t in METHODS.items() if t.family != "adapter"} == {

@@ -6,7 +6,7 @@ import re
 import shutil
 from pathlib import Path
 
-from tuiapp.core.common.methods import is_full, is_reward_model, mergeable
+from tuiapp.core.common.methods import is_full, is_reward_model, mergeable, peft_of
 from tuiapp.trainer.model import final_info, keep_sentencepiece
 
 
@@ -25,7 +25,7 @@ def export(final: Path, out: Path, merge: bool) -> str:
         return f"copied the {'model' if is_full(weights) else 'adapter'} to {out}"
     if not mergeable(method):
         raise ValueError(f"a {method} adapter cannot be merged into its base weights; export without --merge")
-    if method == "adapter":
+    if peft_of(method) == "bottleneck":
         raise ValueError("bottleneck adapters add layers, so they cannot merge into a plain HF model; "
                          "export without --merge")
     import torch

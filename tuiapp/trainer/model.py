@@ -12,7 +12,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from tuiapp.core.common.errors import RecipeError
-from tuiapp.core.common.methods import is_full, is_lora, is_quantized, mergeable
+from tuiapp.core.common.methods import from_config, is_full, is_lora, is_quantized, mergeable, trains_on_text
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.estimate import adapter_base
 from tuiapp.core.plan.model_profile import ModelPlan, ModelProfile, plan_model, raise_for_errors
@@ -57,7 +57,7 @@ def load_tokenizer(path: str, trust_remote_code: bool, recipe: Recipe | None = N
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if recipe is not None and recipe.method.kind != "pretrain":
+    if recipe is not None and not trains_on_text(recipe.method.kind):
         templates.apply_template(tokenizer, recipe.dataset.template, recipe.model.name)
     return tokenizer
 
@@ -165,7 +165,7 @@ def _load_model(recipe: Recipe, path: str, precision: str):
 
         extra.setdefault("config", {}).update(rope_overrides(recipe, AutoConfig.from_pretrained(path,
                                                                                                 trust_remote_code=trust)))
-    if method.kind == "pretrain":
+    if from_config(method.kind):
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
         if method.hidden_size:
             config.hidden_size = method.hidden_size

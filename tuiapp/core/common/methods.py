@@ -63,6 +63,8 @@ class MethodTraits:
     """The frozen base loads in 4 bits (bitsandbytes): CUDA only, ZeRO-3 cannot partition it."""
     checkpointing: bool = True
     """Works with gradient checkpointing (prefix tuning passes learned past key/values, which it does not)."""
+    from_config: bool = False
+    """Builds the model from its config with fresh weights (pretrain): no weights to load or check."""
     head: Literal["lm", "score"] = "lm"
     """What the trained model outputs: next-token logits, or one score per sequence (reward models)."""
 
@@ -93,7 +95,7 @@ def _rl() -> MethodTraits:
 
 
 METHODS: dict[str, MethodTraits] = {
-    "pretrain": _full("text"),
+    "pretrain": replace(_full("text"), from_config=True),
     "sft": _full("chat", vision=True),
     "lora": _adapter("lora", merge_form="weighted_adapter", vision=True),
     "qlora": replace(_adapter("lora", merge_form="weighted_adapter", vision=True), quantized=True),
@@ -171,6 +173,17 @@ def trains_on_text(kind: str | None) -> bool:
     """Plain text in whole blocks (pretrain), not chats, pairs or prompts."""
     row = METHODS.get(str(kind or ""))
     return row is not None and row.record_kind == "text"
+
+
+def peft_of(kind: str | None) -> str | None:
+    """A kind's adapter form (Peft), None for a kind that is not in the table."""
+    row = METHODS.get(str(kind or ""))
+    return row.peft if row is not None else None
+
+
+def from_config(kind: str | None) -> bool:
+    row = METHODS.get(str(kind or ""))
+    return row is not None and row.from_config
 
 
 def is_quantized(kind: str | None) -> bool:

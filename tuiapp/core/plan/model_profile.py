@@ -21,7 +21,7 @@ from pathlib import Path
 from tuiapp.core.common.built_folder import cache_root
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.methods import is_lora, is_reward_model, trains_on_text
+from tuiapp.core.common.methods import is_lora, is_reward_model, peft_of, trains_on_text
 from tuiapp.core.config.recipe import CHAT_TEMPLATES, Recipe, packing_enabled
 
 PROFILE_VERSION = "4"  # 3: expert counts under every family's name; 4: attention_facts (head dim, sliding window, softcap)
@@ -384,7 +384,7 @@ def method_findings(profile: ModelProfile, recipe: Recipe) -> tuple[list[Finding
     method, kind = recipe.method, recipe.method.kind
     out: list[Finding] = []
     chosen: dict = {}
-    if kind == "llama-adapter" and not (profile.data.get("peft") or {}).get("llama_adapter"):
+    if peft_of(kind) == "llama_adapter" and not (profile.data.get("peft") or {}).get("llama_adapter"):
         types = ", ".join((profile.data.get("peft") or {}).get("llama_adapter_types") or ["llama", "mistral"])
         out.append(Finding("error", "method.kind", f"llama-adapter (peft's adaption prompt) supports only these "
                            f"model types: {types}; {profile.label} is not one",
@@ -393,7 +393,7 @@ def method_findings(profile: ModelProfile, recipe: Recipe) -> tuple[list[Finding
         out.append(Finding("error", "method.kind", f"transformers has no sequence-classification head for "
                            f"{profile.label}, which a reward model needs", "use a base model whose architecture "
                            "has one (Llama, Qwen, Mistral, Gemma, Phi ...), or another method"))
-    if kind == "ia3":
+    if peft_of(kind) == "ia3":
         targets, feedforward, found = _ia3_targets(profile, method)
         chosen.update(ia3_targets=targets, ia3_feedforward=feedforward)
         out += found

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding, format_findings, has_errors  # noqa: F401 (callers use checks.*)
-from tuiapp.core.common.methods import is_preference, trains_on_text
+from tuiapp.core.common.methods import is_preference, is_rl, trains_on_text
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.data import datasets
 from tuiapp.core.machine import gpus
@@ -42,7 +42,7 @@ def resolve_recipe(recipe: Recipe, store: RunStore) -> tuple[Recipe, str]:
 
 def _dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     """The dataset's findings; a mixture's, source by source (their keys dataset.sources.N.*)."""
-    if not recipe.dataset.sources or recipe.method.kind in rl.RL_KINDS:  # rl: mixture_rules refuses sources
+    if not recipe.dataset.sources or is_rl(recipe.method.kind):  # rl: mixture_rules refuses sources
         return _one_dataset_findings(recipe, base_dir)
     out = vision_checks.mixture_findings(recipe, base_dir)
     if out:
@@ -64,7 +64,7 @@ def _source_keys(text: str, index: int) -> str:
 
 
 def _one_dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
-    if recipe.method.kind in rl.RL_KINDS:  # prompts only, and the columns the rewards read
+    if is_rl(recipe.method.kind):  # prompts only, and the columns the rewards read
         return rl.data_findings(recipe, base_dir) + agent.records_findings(recipe, base_dir)  # and tools
     try:
         info = datasets.inspect_dataset(recipe.dataset, base_dir=base_dir)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tuiapp.core.common.errors import RunError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.methods import mergeable
+from tuiapp.core.common.methods import from_config, mergeable
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.core.plan.estimate import adapter_base
@@ -194,12 +194,12 @@ def check_model(name: str, *, method_kind: str = "lora", base_dir: Path | None =
     if name == BUNDLED_MODEL or is_tiny_vlm(name):
         return []
     label = label or name
-    needs_weights = method_kind != "pretrain"  # pretraining builds the model from its config
+    needs_weights = not from_config(method_kind)  # pretraining builds the model from its config
     local = Path(name).expanduser()
     if base_dir is not None and not local.is_absolute():
         local = Path(base_dir) / local
     if local.is_dir():
-        kind = adapter_kind(local) if allow_adapter and method_kind != "pretrain" else None
+        kind = adapter_kind(local) if allow_adapter and not from_config(method_kind) else None
         if not kind:
             problems = folder_problems(local, needs_weights=needs_weights, label=label)
             return [_error(problems, "point model.name at a complete HF model folder (save_pretrained "

@@ -17,7 +17,7 @@ import psutil
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.methods import METHODS, is_full, is_quantized, is_trl, trains_on_text
+from tuiapp.core.common.methods import METHODS, is_full, is_lora, is_quantized, is_trl, trains_on_text
 from tuiapp.core.config import trackers
 from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, Recipe
 from tuiapp.core.machine.gpus import GpuInfo, cuda_available, detect_gpus
@@ -282,7 +282,7 @@ def check_method(recipe: Recipe, model_config: dict) -> list[Finding]:
     """Method settings that must match the model's layers."""
     method = recipe.method
     targets = getattr(method, "target_modules", None)
-    if method.kind in ("lora", "qlora", "dora") and targets != "all-linear":
+    if is_lora(method.kind) and targets != "all-linear":
         if not targeted_linears(model_config, targets):
             return [Finding("error", "method.target_modules",
                             f"target_modules {targets} match no linear layer of this model",

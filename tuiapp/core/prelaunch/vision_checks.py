@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.methods import METHODS, VISION_FULL_KINDS, VISION_KINDS, is_preference
+from tuiapp.core.common.methods import METHODS, VISION_FULL_KINDS, VISION_KINDS, is_lora, is_preference, is_quantized
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe, VisionSpec, weights_method
 from tuiapp.core.data import datasets, tiny_vlm
 from tuiapp.core.data.datasets import DatasetInfo
@@ -100,7 +100,7 @@ def part_findings(recipe: Recipe) -> list[Finding]:
                                 "set vision.train_language_model (or train_vision_tower) = true, or method.kind = "
                                 "'sft' to train the projector alone"))
     adapter = getattr(recipe.method, "adapter", None)
-    if adapter is not None and adapter.kind not in ("lora", "dora"):
+    if adapter is not None and (not is_lora(adapter.kind) or is_quantized(adapter.kind)):
         findings.append(Finding("error", "method.adapter.kind", f"a {adapter.kind} adapter does not train on image "
                                 "pairs yet", "set [method.adapter] kind = 'lora' or 'dora', or leave the table out to "
                                 "train every weight"))
