@@ -15,7 +15,7 @@ import transformers
 from transformers import Trainer, TrainingArguments
 
 from tuiapp.core.common.errors import DatasetError
-from tuiapp.core.common.methods import METHODS, is_preference, is_reward_model
+from tuiapp.core.common.methods import METHODS, is_preference, is_reward_model, peft_of
 from tuiapp.core.config import trackers
 from tuiapp.core.config.recipe import (
     Recipe,
@@ -200,7 +200,7 @@ class RunTrainerMixin:
         return super()._run_epoch(*args, **kwargs)
 
     def _save(self, output_dir=None, state_dict=None):
-        if METHODS[self.method_kind].peft != "bottleneck":
+        if peft_of(self.method_kind) != "bottleneck":
             return super()._save(output_dir, state_dict)
         if not self.args.should_save:
             return  # FSDP calls _save on every rank (with an empty state dict off rank 0)
