@@ -99,7 +99,7 @@ def rules(recipe: Recipe, world: int | None = None, cuda: bool = False) -> list[
         out.append(Finding("error", "train.tiled_mlp", "the pipeline runs its stages without DeepSpeed's tiled compute",
                            "set train.tiled_mlp = false, or launch.strategy = 'deepspeed'"))
     for key in ("tiled_mlp", "activation_offload"):
-        if getattr(train, key) and (is_trl(kind)):
+        if getattr(train, key) and is_trl(kind):
             out.append(Finding("error", f"train.{key}", f"train.{key} is applied to the Trainer of pretraining, SFT "
                                f"and the adapter methods, not to TRL's trainer of '{kind}'",
                                f"set train.{key} = false"))
