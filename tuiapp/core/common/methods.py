@@ -45,7 +45,7 @@ class MethodTraits:
     llama-adapter's gated prompts do not. Preference and RL: their weights' kind decides."""
     merge_form: MergeForm
     pipeline: bool
-    """Trains under pipeline parallelism (launch.pipeline_stages > 1)."""
+    """Trains under launch.strategy = 'pipeline' (every weight of the cut model)."""
     reference: bool
     """Keeps a frozen reference policy (the base with adapters off, or a copy)."""
     unpaired: bool
