@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tuiapp.core.common.errors import DatasetError, RecipeError
+from tuiapp.core.common.methods import PREFERENCE_KINDS
 from tuiapp.core.config.recipe import (
-    PREFERENCE_KINDS,
     DatasetSpec,
     parse_recipe,
     recipe_from_dict,

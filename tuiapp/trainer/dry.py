@@ -117,11 +117,11 @@ def shrunk_model(path: str, folder: Path, trust_remote_code: bool) -> Path:
 
 def skip_reason(recipe, model_path: str) -> str | None:
     """Why a dry step does not apply to this recipe (None: it does)."""
-    from tuiapp.core.common.kinds import RL_KINDS
+    from tuiapp.core.common.methods import is_quantized, is_rl
 
-    if recipe.method.kind in RL_KINDS:
+    if is_rl(recipe.method.kind):
         return f"{recipe.method.kind} generates completions while it trains: the dry step does not run it"
-    if recipe.method.kind == "qlora":
+    if is_quantized(recipe.method.kind):
         import torch
 
         if not torch.cuda.is_available():

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from tuiapp.core.common.methods import is_lora, is_quantized
 from tuiapp.core.config import rewards as builtin
 from tuiapp.core.config.recipe import Recipe, weights_method
 from tuiapp.core.plan import generation_server
@@ -72,12 +73,12 @@ def load_policy(recipe: Recipe, path: str, precision: str):
     weights = weights_method(recipe.method)
     policy = load_model(recipe.model_copy(update={"method": weights}), path, precision)
     policy.config.use_cache = True  # no packed rows here; generation keeps its KV cache
-    if weights.kind == "qlora":
+    if is_quantized(weights.kind):
         import peft
 
         policy = peft.prepare_model_for_kbit_training(
             policy, use_gradient_checkpointing=recipe.train.gradient_checkpointing)
-    peft_config = lora_config(weights, "CAUSAL_LM") if weights.kind in ("lora", "dora", "qlora") else None
+    peft_config = lora_config(weights, "CAUSAL_LM") if is_lora(weights.kind) else None
     return policy, peft_config
 
 

@@ -15,10 +15,9 @@ import transformers
 from transformers import Trainer, TrainingArguments
 
 from tuiapp.core.common.errors import DatasetError
-from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.common.methods import METHODS, is_preference, is_reward_model, peft_of
 from tuiapp.core.config import trackers
 from tuiapp.core.config.recipe import (
-    PREFERENCE_KINDS,
     Recipe,
     packing_enabled,
     parse_recipe,
@@ -201,7 +200,7 @@ class RunTrainerMixin:
         return super()._run_epoch(*args, **kwargs)
 
     def _save(self, output_dir=None, state_dict=None):
-        if self.method_kind != "adapter":
+        if peft_of(self.method_kind) != "bottleneck":
             return super()._save(output_dir, state_dict)
         if not self.args.should_save:
             return  # FSDP calls _save on every rank (with an empty state dict off rank 0)
@@ -292,15 +291,16 @@ def train(run_dir: Path, resume: bool) -> int:
     strategies.prepare_distributed(recipe, run_dir)  # CPU DeepSpeed: builds its comm op, joins the ranks
     precision = resolve_precision(recipe.train.precision)
     phases.enter("loading tokenizer")
-    tokenizer = load_tokenizer(
-        model_path if not (Path(model_path) / "adapter_config.json").exists() else model_path,
-        recipe.model.trust_remote_code,
-        recipe,
-    )
-    if recipe.method.kind in RL_KINDS:  # TRL's GRPO/RLOO: prompts in, completions generated while training
-        trainer, recorder, eval_set = _rl_trainer(recipe, run_dir, model_path, precision, tokenizer, stopper)
-        return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
-    from tuiapp.trainer.data import build_datasets, make_collator
+    tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code, recipe)
+    build = BUILDERS[METHODS[recipe.method.kind].family]  # the method's row picks its trainer
+    trainer, recorder, eval_set = build(recipe, run_dir, model_path, precision, tokenizer, stopper)
+    return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+
+
+def _datasets(recipe: Recipe, model_path: str, tokenizer):
+    """(processor or None, train set, eval set or None) of a supervised or preference recipe: image chats
+    or pairs with a vision-language model's processor, else tokenized text."""
+    from tuiapp.trainer.data import build_datasets
 
     processor = vision.load_processor(model_path, recipe.model.trust_remote_code) \
         if vision.is_vision_model(model_path) else None
@@ -312,7 +312,7 @@ def train(run_dir: Path, resume: bool) -> int:
     if processor is not None:  # image chats: raw records, tokenized with their images per batch
         vision.apply_max_pixels(processor, recipe.vision.max_pixels)
         phases.enter("reading images")
-        if recipe.method.kind in PREFERENCE_KINDS:  # dpo on image pairs
+        if is_preference(recipe.method.kind):  # dpo on image pairs
             from tuiapp.trainer.vision_preference import image_pairs
 
             train_set, eval_set = image_pairs(recipe, processor)
@@ -325,10 +325,14 @@ def train(run_dir: Path, resume: bool) -> int:
     if not (recipe.train.eval_steps or recipe.train.sample_prompts):
         eval_set = None  # train.eval_steps = 0: no evaluation, not even after the last step
     transformers.set_seed(recipe.train.seed)  # adapters are initialised before the Trainer seeds
-    if recipe.method.kind in PREFERENCE_KINDS:  # TRL's trainers: dpo, simpo, cpo, orpo, kto, reward
-        trainer, recorder = _preference_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,
-                                                eval_set, stopper, processor)
-        return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+    return processor, train_set, eval_set
+
+
+def _supervised_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
+    """The families full and adapter: the Trainer (RunTrainer) on the whole model or its peft adapter."""
+    from tuiapp.trainer.data import make_collator
+
+    processor, train_set, eval_set = _datasets(recipe, model_path, tokenizer)
     phases.enter("loading model")
     _record_plan(run_dir, recipe, model_path, precision)
     if processor is not None:
@@ -385,7 +389,7 @@ def train(run_dir: Path, resume: bool) -> int:
     trainer.sequence_parallel = long_context.degree(recipe) > 1
     if recipe.train.batching == "tokens":
         trainer.token_budget = tokens_per_batch(recipe)
-    return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+    return trainer, recorder, eval_set
 
 
 def _count_active(recorder: RunRecorder, recipe: Recipe, model_path: str) -> None:
@@ -416,6 +420,7 @@ def _record_plan(run_dir: Path, recipe: Recipe, model_path: str, precision: str)
 
 
 def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
+    """The family rl: TRL's GRPO/RLOO, prompts in, completions generated while training."""
     from tuiapp.trainer import rl
 
     phases.enter("tokenizing")
@@ -440,10 +445,11 @@ def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, 
     return trainer, recorder, eval_set
 
 
-def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, train_set,
-                        eval_set, stopper, processor=None):
+def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
+    """The family preference: TRL's trainers (dpo, simpo, cpo, orpo, kto, reward), image pairs too."""
     from tuiapp.trainer import preference, vision_preference
 
+    processor, train_set, eval_set = _datasets(recipe, model_path, tokenizer)
     phases.enter("loading model")
     _record_plan(run_dir, recipe, model_path, precision)
     if processor is not None:  # image pairs: the VLM with [vision]'s parts, TRL's vision collator
@@ -457,7 +463,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
     recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False, agreement=stopper)
     _count_active(recorder, recipe, model_path)
     callbacks = [stopper]
-    if eval_set is not None and recipe.train.sample_prompts and recipe.method.kind != "reward":
+    if eval_set is not None and recipe.train.sample_prompts and not is_reward_model(recipe.method.kind):
         callbacks.append(
             EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
                         recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
@@ -477,7 +483,17 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
     if _is_main():  # before the first step, so a stop at any time finds it
         with JsonlWriter(run_dir / EVENTS_JSONL) as events:
             events.write(preference.reference_event(trainer))
-    return trainer, recorder
+    return trainer, recorder, eval_set
+
+
+BUILDERS = {
+    "full": _supervised_trainer,
+    "adapter": _supervised_trainer,
+    "preference": _preference_trainer,
+    "rl": _rl_trainer,
+}
+"""A method family's trainer builder: (recipe, run_dir, model_path, precision, tokenizer, stopper) ->
+(trainer, recorder, eval set or None). core/common/methods.py gives each kind its family."""
 
 
 def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, model_path: str, eval_set,

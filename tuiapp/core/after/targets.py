@@ -19,7 +19,6 @@ from tuiapp.core.prelaunch.model_check import FINAL_INFO, adapter_kind, folder_p
 from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR, FINAL_DIR, RECIPE_TOML, RUN_JSON, read_record
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}  # adapters that add virtual tokens (peft)
 NO_CHAT = {"reward"}  # a reward model scores answers; it has no language-model head
 
 

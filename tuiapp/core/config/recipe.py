@@ -19,7 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic_core import PydanticCustomError
 
 from tuiapp.core.common.errors import RecipeError, RecipeErrors, did_you_mean
-from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.common.methods import (
+    ADAPTER_KINDS,
+    ADAPTER_TABLE_KINDS,
+    METHODS,
+    is_trl,
+)
 from tuiapp.core.config.hosts import parse_host_entries
 from tuiapp.core.config.optimizer import OPTIMIZER_KINDS, OptimizerSpec, word_or_table
 from tuiapp.core.config.rewards import REWARD_KINDS, REWARD_MODELS, RewardSpec, check_labels
@@ -530,9 +535,7 @@ class RlooMethod(_OnlineRl):
 
 
 RL_MODELS = (GrpoMethod, RlooMethod)
-REFERENCE_KINDS = {"dpo", "kto"}  # a frozen reference policy (the base with adapters off, or a copy)
-UNPAIRED_KINDS = {"kto"}  # labelled single answers instead of chosen/rejected pairs
-ADAPTER_CHOICES = ["lora", "dora", "qlora"]  # kinds a [method.adapter] table may name
+ADAPTER_CHOICES = ADAPTER_TABLE_KINDS  # kinds a [method.adapter] table may name
 
 
 Method = Annotated[
@@ -559,11 +562,7 @@ Method = Annotated[
     ],
     Field(discriminator="kind"),
 ]
-METHOD_KINDS = [
-    "pretrain", "sft", "lora", "qlora", "dora", "prefix", "prompt", "ptuning", "ia3", "adapter",
-    "llama-adapter", "dpo", "simpo", "cpo", "orpo", "kto", "reward", "grpo", "rloo",
-]
-ADAPTER_KINDS = set(METHOD_KINDS) - {"pretrain", "sft"} - PREFERENCE_KINDS - RL_KINDS
+METHOD_KINDS = list(METHODS)  # core/common/methods.py: one row of traits per kind
 
 
 class TrainSpec(Section):
@@ -1252,16 +1251,11 @@ def json_schema() -> dict:
     return schema
 
 
-NO_PACKING_KINDS = {"prefix", "prompt", "ptuning", "llama-adapter"}
-
-
 def packing_enabled(recipe: Recipe) -> bool:
     """Whether batches are packed; 'auto' packs where the method keeps examples apart.
     Preference pairs are never packed (each batch holds chosen and rejected side by side)."""
-    if recipe.method.kind in PREFERENCE_KINDS | RL_KINDS:
-        return False
-    if recipe.train.packing == "auto":
-        return recipe.method.kind not in NO_PACKING_KINDS
+    if recipe.train.packing == "auto" or is_trl(recipe.method.kind):
+        return METHODS[recipe.method.kind].packs
     return bool(recipe.train.packing)
 
 
@@ -1289,6 +1283,6 @@ def uses_adapter(recipe: Recipe) -> bool:
 def weights_method(method):
     """The method model that says which weights train: a preference method's adapter, every
     weight (an `sft` model) for a preference method without one, else the method itself."""
-    if method.kind not in PREFERENCE_KINDS | RL_KINDS:
+    if not is_trl(method.kind):
         return method
     return method.adapter if method.adapter is not None else SftMethod()

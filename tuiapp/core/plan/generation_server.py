@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.common.methods import is_rl
 from tuiapp.core.run_folder.tail import tail_lines
 
 URL_ENV = "LLMTUI_VLLM_SERVER_URL"
@@ -33,7 +33,7 @@ READY_POLL_S = 1.0
 def server_gpu_count(recipe) -> int:
     """GPUs the recipe's generation server takes (0: no server)."""
     method = recipe.method
-    if method.kind in RL_KINDS and method.generation_backend == "vllm" and method.vllm_mode == "server":
+    if is_rl(method.kind) and method.generation_backend == "vllm" and method.vllm_mode == "server":
         return int(method.vllm_server_gpus)
     return 0
 

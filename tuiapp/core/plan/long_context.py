@@ -7,8 +7,8 @@ The trainer side is tuiapp/trainer/long_context.py; docs/parallelism.md, "Sequen
 from __future__ import annotations
 
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
-from tuiapp.core.config.recipe import NO_PACKING_KINDS, Recipe, packing_enabled
+from tuiapp.core.common.methods import METHODS, is_trl, trains_on_text
+from tuiapp.core.config.recipe import Recipe, packing_enabled
 
 SP_KEY = "train.sequence_parallel"
 NO_SP = "or set train.sequence_parallel = 1"
@@ -34,7 +34,7 @@ def sp_padded_length(recipe: Recipe) -> int:
     flattened row when packed, else max_seq_len; rounded up to a multiple of the degree."""
     n = degree(recipe)
     micro = recipe.train.micro_batch if isinstance(recipe.train.micro_batch, int) else 1
-    length = recipe.train.max_seq_len * (micro if packing_enabled(recipe) and recipe.method.kind != "pretrain"
+    length = recipe.train.max_seq_len * (micro if packing_enabled(recipe) and not trains_on_text(recipe.method.kind)
                                          else 1)
     return length + (-length % n)
 
@@ -61,11 +61,11 @@ def _sequence_parallel_rules(recipe: Recipe, world: int | None) -> list[Finding]
     out: list[Finding] = []
     train, kind, n = recipe.train, recipe.method.kind, degree(recipe)
     strategy = getattr(recipe.launch, "strategy", "deepspeed")
-    if kind in NO_PACKING_KINDS:
+    if METHODS[kind].peft in ("virtual_tokens", "llama_adapter"):
         out.append(Finding("error", SP_KEY, f"method '{kind}' adds virtual tokens to every sequence, which a "
                            "sequence split between ranks cannot carry (each rank holds 1/N of the tokens)",
                            f"use method.kind = 'lora', 'dora', 'ia3' or 'adapter', {NO_SP}"))
-    if kind in PREFERENCE_KINDS or kind in RL_KINDS:
+    if is_trl(kind):
         out.append(Finding("error", SP_KEY, f"method '{kind}' scores whole sequences (TRL's log-probabilities "
                            "of chosen/rejected answers or completions); DeepSpeed's Ulysses splits only causal-LM "
                            "token losses", f"train it with {NO_SP[3:]}, or use an SFT-style method (sft, lora)"))
@@ -109,7 +109,7 @@ def _tiling_rules(recipe: Recipe, cuda: bool) -> list[Finding]:
         out.append(Finding("error", "train.tiled_mlp", "the pipeline runs its stages without DeepSpeed's tiled compute",
                            "set train.tiled_mlp = false, or launch.strategy = 'deepspeed'"))
     for key in ("tiled_mlp", "activation_offload"):
-        if getattr(train, key) and (kind in PREFERENCE_KINDS or kind in RL_KINDS):
+        if getattr(train, key) and is_trl(kind):
             out.append(Finding("error", f"train.{key}", f"train.{key} is applied to the Trainer of pretraining, SFT "
                                f"and the adapter methods, not to TRL's trainer of '{kind}'",
                                f"set train.{key} = false"))

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import METHODS
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.estimate import (
     GB,
@@ -23,7 +24,6 @@ from tuiapp.core.plan.estimate import (
     model_state_bytes,
 )
 
-PIPELINE_METHODS = ("pretrain", "sft")
 # decoder-only models whose HF class is embed_tokens -> layers -> norm -> lm_head with rotary positions
 PIPELINE_FAMILIES = ("llama",)
 
@@ -177,7 +177,7 @@ def rules(recipe: Recipe, world: int | None = None) -> list[Finding]:
         return []
     out: list[Finding] = []
     kind = recipe.method.kind
-    if kind not in PIPELINE_METHODS:
+    if not METHODS[kind].pipeline:
         out.append(Finding("error", "method.kind", f"strategy 'pipeline' trains every weight of the cut model "
                            f"(pretrain or sft); '{kind}' is not supported there: adapters and preference losses "
                            "need the whole model in one place",

@@ -26,7 +26,8 @@ import psutil
 
 from tuiapp.core.common.errors import RecipeError, UserError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe
+from tuiapp.core.common.methods import is_preference
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.machine import shm
 from tuiapp.core.plan import estimate, launcher
 from tuiapp.core.run_folder.rundir import RECIPE_TOML
@@ -77,7 +78,7 @@ def rules(recipe: Recipe) -> list[Finding]:
     if not is_auto(recipe):
         return []
     key, out = "train.micro_batch", []
-    if recipe.method.kind in PREFERENCE_KINDS:
+    if is_preference(recipe.method.kind):
         out.append(Finding("error", key, f"'auto' probes the causal-LM trainer; {recipe.method.kind} pairs "
                            "are not probed", "set train.micro_batch to a number (e.g. 4)"))
     if recipe.launch.strategy != "deepspeed":

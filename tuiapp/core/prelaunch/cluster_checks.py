@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import is_quantized
 from tuiapp.core.machine.gpus import cuda_available
 from tuiapp.core.plan.cluster import DEEPSPEED_LAUNCHED, hosts_of, resolve_port, uses_hosts
 
@@ -79,7 +80,7 @@ def scale_rules(recipe: "Recipe", base_dir: Path | None = None) -> list[Finding]
                                "FSDP: its learned prompt lives outside the sharded layers and meets them "
                                "as a plain tensor (torch: 'mixed torch.Tensor and DTensor')",
                                "use launch.strategy = 'deepspeed' or 'ddp' for this method"))
-        if kind == "qlora":
+        if is_quantized(kind):
             out.append(Finding("error", "launch.strategy", "qlora with FSDP needs bitsandbytes quant "
                                "storage tuned for sharding, which llmtui does not set up",
                                "use launch.strategy = 'deepspeed' (ZeRO-2) or 'ddp' for qlora"))

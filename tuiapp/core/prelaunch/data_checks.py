@@ -10,14 +10,15 @@ from pathlib import Path
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe
+from tuiapp.core.common.methods import is_preference, is_rl, trains_on_text
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.data import datasets
 from tuiapp.core.prelaunch import agent, preference, rl, vision_checks
 
 
 def dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     """The dataset's findings; a mixture's, source by source (their keys dataset.sources.N.*)."""
-    if not recipe.dataset.sources or recipe.method.kind in rl.RL_KINDS:  # rl: mixture_rules refuses sources
+    if not recipe.dataset.sources or is_rl(recipe.method.kind):  # rl: mixture_rules refuses sources
         return _one_dataset_findings(recipe, base_dir)
     out = vision_checks.mixture_findings(recipe, base_dir)
     if out:
@@ -39,7 +40,7 @@ def _source_keys(text: str, index: int) -> str:
 
 
 def _one_dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
-    if recipe.method.kind in rl.RL_KINDS:  # prompts only, and the columns the rewards read
+    if is_rl(recipe.method.kind):  # prompts only, and the columns the rewards read
         return rl.data_findings(recipe, base_dir) + agent.records_findings(recipe, base_dir)  # and tools
     try:
         info = datasets.inspect_dataset(recipe.dataset, base_dir=base_dir)
@@ -50,9 +51,9 @@ def _one_dataset_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
         return [Finding("error", "dataset.name", "the dataset has no records", "check the file or max_samples")]
     if info.with_images:
         return vision_checks.data_findings(recipe, info, base_dir)
-    if info.kind and (recipe.method.kind in PREFERENCE_KINDS or info.kind in ("pairs", "unpaired")):
+    if info.kind and (is_preference(recipe.method.kind) or info.kind in ("pairs", "unpaired")):
         return preference.data_findings(recipe, info.kind, info.source)  # pairs, labelled answers
-    wants_text = recipe.method.kind == "pretrain"
+    wants_text = trains_on_text(recipe.method.kind)
     if info.format != "text" and wants_text:
         return [Finding("info", "dataset.format", f"{info.format} records are flattened to text for pretraining", "")]
     if info.format == "text" and not wants_text:

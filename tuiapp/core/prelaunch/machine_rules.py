@@ -9,6 +9,7 @@ import importlib.util
 import shutil
 
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import is_full, is_quantized
 from tuiapp.core.config import trackers
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.prelaunch import optimizer_checks
@@ -27,7 +28,7 @@ def machine_rules(recipe: Recipe, *, cuda: bool, bnb_installed: bool | None = No
                            f"{precision} training needs a CUDA GPU and this machine has none",
                            "set train.precision = 'fp32' or 'auto'"))
     out += fp8_rules(recipe, cuda=cuda)
-    if recipe.method.kind == "qlora":
+    if is_quantized(recipe.method.kind):
         if not cuda:
             out.append(Finding("error", "method.kind", "qlora needs a CUDA GPU (4-bit bitsandbytes "
                                "kernels) and this machine has none",
@@ -46,7 +47,7 @@ def fp8_rules(recipe: Recipe, *, cuda: bool, torchao_installed: bool | None = No
     compute capability is checked with the GPUs (fp8_gpu_rules)."""
     if recipe.train.precision != "fp8":
         return []
-    if recipe.method.kind not in ("pretrain", "sft"):
+    if not is_full(recipe.method.kind):
         return [Finding("error", "train.precision", f"fp8 training converts the model's own linear layers, "
                         f"which {recipe.method.kind} does not train in full", "use method.kind = 'sft' or "
                         "'pretrain' with fp8, or set train.precision = 'bf16'")]

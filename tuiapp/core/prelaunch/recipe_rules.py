@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.kinds import RL_KINDS
-from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, NO_PACKING_KINDS, PREFERENCE_KINDS, Recipe
+from tuiapp.core.common.methods import METHODS, is_lora, is_quantized, is_trl, trains_on_text
+from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, Recipe
 from tuiapp.core.plan import pipeline_plan
 from tuiapp.core.plan.estimate import targeted_linears
 from tuiapp.core.prelaunch.cluster_checks import scale_rules
@@ -37,14 +37,14 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
         out.append(Finding("error", "train.early_stopping_patience", "early stopping watches the eval loss, but "
                            "this run never evaluates before its end", "set train.eval_steps > 0 and dataset.eval_split "
                            "(a fraction or a file), or early_stopping_patience = 0"))
-    if kind == "qlora" and launch.zero_stage == 3:
+    if is_quantized(kind) and launch.zero_stage == 3:
         out.append(Finding("error", "launch.zero_stage", "ZeRO-3 cannot partition the 4-bit base "
                            "weights of qlora", "set launch.zero_stage = 2 or lower"))
-    if kind == "prefix" and train.gradient_checkpointing:
+    if not METHODS[kind].checkpointing and train.gradient_checkpointing:
         out.append(Finding("error", "train.gradient_checkpointing", "prefix tuning passes learned past "
                            "key/values, which gradient checkpointing does not support",
                            "set train.gradient_checkpointing = false"))
-    if train.packing is True and kind in NO_PACKING_KINDS:
+    if train.packing is True and not is_trl(kind) and not METHODS[kind].packs:
         out.append(Finding("error", "train.packing", f"{kind} adds virtual tokens or past key/values, "
                            "which would attend across packed examples",
                            "set train.packing = false (or 'auto')"))
@@ -81,7 +81,7 @@ def mixture_rules(recipe: Recipe) -> list[Finding]:
         return []
     one = "or use one dataset (no [[dataset.sources]])"
     out: list[Finding] = []
-    if kind in PREFERENCE_KINDS | RL_KINDS:
+    if is_trl(kind):
         out.append(Finding("error", "dataset.sources", f"{kind} reads its pairs, feedback or prompts from one "
                            "dataset: mixtures are for pretraining, SFT and the adapter methods", one))
     if spec.streaming:
@@ -100,7 +100,7 @@ def streaming_rules(recipe: Recipe) -> list[Finding]:
         return []
     out: list[Finding] = []
     off = "or dataset.streaming = false"
-    if kind in PREFERENCE_KINDS | RL_KINDS:
+    if is_trl(kind):
         out.append(Finding("error", "dataset.streaming", f"{kind} reads its pairs or prompts whole: streaming is for "
                            "pretraining, SFT and the adapter methods", "set dataset.streaming = false"))
     if not train.max_steps:
@@ -139,7 +139,7 @@ def batching_rules(recipe: Recipe) -> list[Finding]:
     train, kind = recipe.train, recipe.method.kind
     if train.batching != "tokens":
         return []
-    if kind == "pretrain" or kind in PREFERENCE_KINDS | RL_KINDS or kind in NO_PACKING_KINDS:
+    if trains_on_text(kind) or not METHODS[kind].packs:
         return [Finding("error", "train.batching", f"token budgets pack examples into rows; {kind} batches "
                         "cannot be packed (pretrain blocks are full already)", "set train.batching = 'examples'")]
     if train.packing is False:
@@ -156,7 +156,7 @@ def check_method(recipe: Recipe, model_config: dict) -> list[Finding]:
     """Method settings that must match the model's layers."""
     method = recipe.method
     targets = getattr(method, "target_modules", None)
-    if method.kind in ("lora", "qlora", "dora") and targets != "all-linear":
+    if is_lora(method.kind) and targets != "all-linear":
         if not targeted_linears(model_config, targets):
             return [Finding("error", "method.target_modules",
                             f"target_modules {targets} match no linear layer of this model",

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import is_full
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.machine.gpus import GpuInfo, cuda_available, detect_gpus
 from tuiapp.core.plan import pipeline_plan
@@ -218,7 +219,7 @@ def disk_needed_bytes(recipe: Recipe, model_config: dict, *, cuda: bool) -> int:
     half = recipe.train.precision in ("bf16", "fp16", "fp8") or (recipe.train.precision == "auto" and cuda)
     weight_bytes, optim_bytes = (2, 12) if half else (4, 8)
     trainable = trainable_parameters(model_config, recipe.method)
-    full = recipe.method.kind in ("pretrain", "sft")
+    full = is_full(recipe.method.kind)
     saved = trainable if not full else count_parameters(model_config)
     checkpoint = saved * weight_bytes + trainable * optim_bytes
     return (recipe.train.save_total_limit + 1) * checkpoint

@@ -23,7 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.common.methods import is_preference, is_rl
 from tuiapp.core.run_folder import reward_health, sequence_line
 from tuiapp.core.run_folder.completions import GenerationsTail
 from tuiapp.core.run_folder.metrics import read_jsonl, train_rows
@@ -178,11 +178,11 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         rejected answers and their margin, the fraction of pairs ranked right (and KTO's KL).
         grpo/rloo: Generations, each logged step's completions with every reward's score."""
         method = Run(self.run_path).load().record.method
-        self.is_rl = method in RL_KINDS
+        self.is_rl = is_rl(method)
         if self.is_rl:
             pane = Pane("Generations", VerticalScroll(GenerationsView(self.generations, id="rv-generations"),
                                                       id="rv-generations-scroll"), id="pane-generations")
-        elif method in PREFERENCE_KINDS:
+        elif is_preference(method):
             pane = Pane("Rewards", MetricChart("rewards", id="chart-rewards"),
                         MetricChart("reward accuracy", id="chart-accuracy"), id="pane-rewards")
         else:
