@@ -947,33 +947,15 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
     line = key_line(text, tuple(loc))
     fix = None
     message = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")  # pydantic's wording
-    if loc[:2] == ["method", "adapter"] and kind in ("union_tag_invalid", "union_tag_not_found"):
-        given = item["input"].get("kind", "") if isinstance(item.get("input"), dict) else ""
-        message = f"unknown adapter kind '{given}'" if given else "missing: the adapter's kind"
-        fix = (did_you_mean(str(given), ADAPTER_CHOICES) if given else None) or (
-            f"set kind = one of: {', '.join(ADAPTER_CHOICES)} (or remove [method.adapter] to train every weight)")
-        key = "method.adapter.kind"
-        line = key_line(text, ("method", "adapter", "kind")) or key_line(text, ("method", "adapter"))
-    elif loc[:2] == ["method", "rewards"] and kind in ("union_tag_invalid", "union_tag_not_found"):
-        given = item["input"].get("kind", "") if isinstance(item.get("input"), dict) else ""
-        message = f"unknown reward kind '{given}'" if given else "missing: the reward's kind"
-        fix = (did_you_mean(str(given), REWARD_KINDS) if given else None) or f"set kind = one of: {', '.join(REWARD_KINDS)}"
-        key = ".".join(str(p) for p in loc[:3]) + ".kind"
+    if loc[:2] in (["method", "adapter"], ["method", "rewards"]) and kind in ("union_tag_invalid", "union_tag_not_found"):
+        message, fix, key, line = _inner_union_error(item, loc, text, line)
     elif kind == "mixture":
         context = item.get("ctx", {})
         message, key, fix = context["message"], context["key"], context["fix"]
         parts = tuple(int(p) if p.isdigit() else p for p in key.split("."))
         line = key_line(text, parts) or key_line(text, parts[:-1]) or line
     elif kind == "extra_forbidden":
-        field = str(loc[-1])
-        parent = _model_at(loc[:-1], item)
-        choices = list(parent.model_fields) if parent else []
-        hint = did_you_mean(field, choices)
-        message = f"unknown key '{field}'"
-        fix = hint or (f"remove it; known keys: {', '.join(choices)}" if choices else "remove it")
-        if not hint and "adapter" in choices and field in QloraMethod.model_fields and field != "kind":
-            fix = (f"{field} is an adapter's setting: move it under [method.adapter] (kind = 'lora'), or remove "
-                   "it to train every weight")  # e.g. rank = 8 left in [method] when lora became dpo
+        message, fix = _unknown_key_error(item, loc)
     elif kind == "union_tag_invalid" or (kind == "literal_error" and key == "method.kind"):
         given = str(item.get("input", ""))
         if isinstance(item.get("input"), dict):
@@ -1005,6 +987,33 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
         if description:
             fix = description
     return RecipeError(message=message, file=file, line=line, key=key or None, fix=fix)
+
+
+def _unknown_key_error(item: dict, loc: list) -> tuple[str, str]:
+    """An unknown key: the near known one, or the keys its table takes."""
+    field = str(loc[-1])
+    parent = _model_at(loc[:-1], item)
+    choices = list(parent.model_fields) if parent else []
+    hint = did_you_mean(field, choices)
+    fix = hint or (f"remove it; known keys: {', '.join(choices)}" if choices else "remove it")
+    if not hint and "adapter" in choices and field in QloraMethod.model_fields and field != "kind":
+        fix = (f"{field} is an adapter's setting: move it under [method.adapter] (kind = 'lora'), or remove "
+               "it to train every weight")  # e.g. rank = 8 left in [method] when lora became dpo
+    return f"unknown key '{field}'", fix
+
+
+def _inner_union_error(item: dict, loc: list, text: str, line: int | None) -> tuple[str, str, str, int | None]:
+    """An unknown or missing kind of a [method.adapter] table or a [[method.rewards]] entry."""
+    given = item["input"].get("kind", "") if isinstance(item.get("input"), dict) else ""
+    if loc[1] == "adapter":
+        message = f"unknown adapter kind '{given}'" if given else "missing: the adapter's kind"
+        fix = (did_you_mean(str(given), ADAPTER_CHOICES) if given else None) or (
+            f"set kind = one of: {', '.join(ADAPTER_CHOICES)} (or remove [method.adapter] to train every weight)")
+        line = key_line(text, ("method", "adapter", "kind")) or key_line(text, ("method", "adapter"))
+        return message, fix, "method.adapter.kind", line
+    message = f"unknown reward kind '{given}'" if given else "missing: the reward's kind"
+    fix = (did_you_mean(str(given), REWARD_KINDS) if given else None) or f"set kind = one of: {', '.join(REWARD_KINDS)}"
+    return message, fix, ".".join(str(p) for p in loc[:3]) + ".kind", line
 
 
 def _blame_override(error: RecipeError, overrides: list[str]) -> RecipeError:
