@@ -8,6 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.rundir import EVENTS_JSONL, RECIPE_TOML
 
 
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
             from tuiapp.core.run_folder.metrics import JsonlWriter
 
             with JsonlWriter(args.run_dir / EVENTS_JSONL) as events:
-                events.write({"event": "error", "rank": rank, "type": type(exc).__name__, "message": message[:2000],
+                events.write({"event": ev.ERROR, "rank": rank, "type": type(exc).__name__, "message": message[:2000],
                               "phase": phases.current()})
         except OSError:
             pass

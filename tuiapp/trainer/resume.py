@@ -20,6 +20,7 @@ import os
 import signal
 from pathlib import Path
 
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
 from tuiapp.core.run_folder.rundir import EVENTS_JSONL, METRICS_JSONL
@@ -40,7 +41,7 @@ def trim_metrics(run_dir: Path, step: int) -> list[int]:
     dropped = sorted({int(r.get("step") or 0) for r in rows if (r.get("step") or 0) > step})
     atomic_write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
     with JsonlWriter(run_dir / EVENTS_JSONL) as events:
-        events.write({"event": "metrics_trimmed", "step": step, "rows": len(rows) - len(kept),
+        events.write({"event": ev.METRICS_TRIMMED, "step": step, "rows": len(rows) - len(kept),
                       "steps": [dropped[0], dropped[-1]],
                       "reason": f"resumed from step {step}: the rows of steps {dropped[0]}-{dropped[-1]} written "
                                 "after it are trained and written again"})

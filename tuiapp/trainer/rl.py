@@ -24,6 +24,7 @@ from tuiapp.core.config import rewards as builtin
 from tuiapp.core.config.recipe import Recipe, weights_method
 from tuiapp.core.plan import generation_server
 from tuiapp.core.prelaunch import rl as core_rl
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.completions import COMPLETIONS_FILE
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
@@ -370,7 +371,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, model, peft_config, kwargs: dic
 def generation_event(recipe: Recipe) -> dict:
     """Which backend generates the completions, for events.jsonl."""
     method = recipe.method
-    event = {"event": "generation", "backend": method.generation_backend, "num_generations": method.num_generations,
+    event = {"event": ev.GENERATION, "backend": method.generation_backend, "num_generations": method.num_generations,
              "max_completion_length": method.max_completion_length,
              "rewards": [{"name": r.label(), "kind": r.kind, "weight": r.weight} for r in method.rewards]}
     if method.generation_backend == "vllm":

@@ -25,6 +25,7 @@ from tuiapp.core.config.recipe import (
     tokens_per_batch,
     weights_method,
 )
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.core.run_folder.rundir import (
     CHECKPOINTS_DIR,
@@ -503,12 +504,12 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
     trainer.train(resume_from_checkpoint=resume_from)
 
     if stopper.stopped:
-        recorder.event(trainer.state, {"event": "stop_checkpoint", "step": trainer.state.global_step})
+        recorder.event(trainer.state, {"event": ev.STOP_CHECKPOINT, "step": trainer.state.global_step})
         return 0
     if eval_set is not None and not recipe.train.eval_steps:
         trainer.evaluate()  # eval_steps 0 with sample_prompts: one evaluation to answer them
     _save_final(trainer, run_dir, recipe, model_path)
-    recorder.event(trainer.state, {"event": "finished", "step": trainer.state.global_step})
+    recorder.event(trainer.state, {"event": ev.FINISHED, "step": trainer.state.global_step})
     return 0
 
 

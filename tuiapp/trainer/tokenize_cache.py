@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from tuiapp.core.data import cache_entry
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.trainer import phases
@@ -94,7 +95,7 @@ def _load_checked(folder: Path):
     run_dir, rank = phases._state["run_dir"], phases._state["rank"]
     if run_dir is not None and not rank:
         with contextlib.suppress(OSError), JsonlWriter(Path(run_dir) / rundir.EVENTS_JSONL) as events:
-            events.write({"event": "cache_damaged", "path": str(folder), "reason": why, "action": "rebuilt"})
+            events.write({"event": ev.CACHE_DAMAGED, "path": str(folder), "reason": why, "action": "rebuilt"})
     return None
 
 

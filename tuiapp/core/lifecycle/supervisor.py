@@ -27,6 +27,7 @@ from tuiapp.core.machine import notify, runlock, shm
 from tuiapp.core.machine.gpus import detect_gpus
 from tuiapp.core.machine.procs import group_processes
 from tuiapp.core.plan import cluster, generation_server, launcher, probe
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder import rundata, rundir
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl, summarize
 from tuiapp.core.store import queue
@@ -154,7 +155,7 @@ class Supervisor:
             self.watch = cluster.NodeWatch(run, plan.plan, recipe.launch.join_timeout_s)
         if plan.owner:
             with JsonlWriter(run.events_path) as events:
-                events.write({"event": "launched", "resume": self.resume, "ranks": ranks})
+                events.write({"event": ev.LAUNCHED, "resume": self.resume, "ranks": ranks})
         server_env, code = self._start_generation_server(recipe, server_gpus) if server_gpus else ({}, None)
         plan.log_path(run.path).parent.mkdir(parents=True, exist_ok=True)
         launching = code is None and self.stop_requested_at is None  # a stop that came first: no rank starts
@@ -198,7 +199,7 @@ class Supervisor:
                   "log": generation_server.LOG_NAME, "argv": argv}
         self._record(phase="starting vLLM server", phase_since=time.time(), generation_server=record)
         with JsonlWriter(self.run.events_path) as events:
-            events.write({"event": "generation_server", "gpus": gpu_ids, "url": url, "pid": self.server.pid})
+            events.write({"event": ev.GENERATION_SERVER, "gpus": gpu_ids, "url": url, "pid": self.server.pid})
         ready = generation_server.wait_ready(self.server, url, recipe.method.vllm_server_timeout_s, self.run.path,
                                              stopped=lambda: self.stop_requested_at is not None)
         if not ready.ready:
@@ -313,7 +314,7 @@ class Supervisor:
                             fix="see probe.json in the run folder; set train.micro_batch to a number, or lower "
                             "max_seq_len / turn on gradient_checkpointing")
         with JsonlWriter(self.run.events_path) as events:
-            events.write({"event": "probed", "micro_batch": result.chosen,
+            events.write({"event": ev.PROBED, "micro_batch": result.chosen,
                           "predicted_bytes": result.to_json()["predicted_bytes"],
                           "measured_bytes": result.to_json()["measured_bytes"]})
         return probe.fix_micro_batch(self.run.path, recipe, result.chosen)
@@ -360,7 +361,7 @@ class Supervisor:
         reason = "stopped before its ranks were launched"
         self._record(status="stopped", ended=time.time(), reason=reason, phase=None, hang=None)
         with JsonlWriter(self.run.events_path) as events:
-            events.write({"event": "stopped", "reason": reason})
+            events.write({"event": ev.STOPPED, "reason": reason})
         return True
 
     def _take_devices(self, recipe, cuda: int) -> list[int] | None:
@@ -390,7 +391,7 @@ class Supervisor:
                 now = time.time()
                 self._record(status="stopped", ended=now, reason="cancelled while queued (it never started)")
                 with JsonlWriter(self.run.events_path) as events:
-                    events.write({"event": "stopped", "reason": "cancelled while queued"})
+                    events.write({"event": ev.STOPPED, "reason": "cancelled while queued"})
                 return None
             time.sleep(queue.POLL_S)
 
@@ -484,7 +485,7 @@ class Supervisor:
                 or self.launch.rank_log is not None or cluster.uses_hosts(self.recipe.launch):
             return False
         events = read_jsonl(self.run.events_path)
-        if not any(e.get("event") == "finished" and (e.get("time") or 0) >= self.started for e in events):
+        if not any(e.get("event") == ev.FINISHED and (e.get("time") or 0) >= self.started for e in events):
             return False
         phases = rundir.read_phases(self.run.path, since=self.started)
         if len(phases) < self.world:
@@ -516,7 +517,7 @@ class Supervisor:
     def _record_outcome(self, code: int | None) -> None:
         run = self.run
         summary = summarize(read_jsonl(run.metrics_path))
-        finished = any(e.get("event") == "finished" for e in read_jsonl(run.events_path))
+        finished = any(e.get("event") == ev.FINISHED for e in read_jsonl(run.events_path))
         owner = self.launch is None or self.launch.owner
         log = self.launch.log_path(run.path) if self.launch else run.log_path
         cause = failure_cause(run.path, log, self.started) if owner else None
@@ -555,7 +556,7 @@ class Supervisor:
 
     def _early_stop_reason(self) -> str | None:
         stops = [e for e in read_jsonl(self.run.events_path)
-                 if e.get("event") == "early_stop" and (e.get("time") or 0) >= self.started]
+                 if e.get("event") == ev.EARLY_STOP and (e.get("time") or 0) >= self.started]
         if not stops:
             return None
         e = stops[-1]

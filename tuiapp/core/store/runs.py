@@ -21,6 +21,7 @@ from tuiapp.core.common.secrets import is_secret_name, redact  # noqa: F401 (re-
 from tuiapp.core.machine import runlock, shm
 from tuiapp.core.machine.procs import group_processes, process_alive
 from tuiapp.core.plan import slurm
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.metrics import read_jsonl, summarize
@@ -131,7 +132,7 @@ def root_cause(run_dir: Path, since: float | None = None) -> dict | None:
     """The first real exception of this attempt: the earliest `error` event a rank wrote
     (later ones are usually other ranks losing their peer). {rank, type, message, log}."""
     errors = [e for e in read_jsonl(Path(run_dir) / EVENTS_JSONL)
-              if e.get("event") == "error" and (since is None or (e.get("time") or 0) >= since - 1)]
+              if e.get("event") == ev.ERROR and (since is None or (e.get("time") or 0) >= since - 1)]
     if not errors:
         return None
     first = min(errors, key=lambda e: e.get("time") or 0)
@@ -174,7 +175,7 @@ def failure_cause(run_dir: Path, log: Path | None = None, since: float | None = 
         # a rank that raised only because a peer vanished: the peer that left no error of its own
         # (SIGKILL gives it no chance to) is the cause
         errored = {e.get("rank") for e in read_jsonl(Path(run_dir) / EVENTS_JSONL)
-                   if e.get("event") == "error" and (since is None or (e.get("time") or 0) >= since - 1)}
+                   if e.get("event") == ev.ERROR and (since is None or (e.get("time") or 0) >= since - 1)}
         silent = sorted(r for r in read_phases(run_dir, since=(since - 1) if since else None) if r not in errored)
         if silent:
             path = rank_log(run_dir, silent[0])
@@ -235,11 +236,11 @@ def unsupervised_outcome(run_dir: Path, record: RunRecord) -> tuple[str, str]:
                           "(`llmtui resume` puts it back in the queue)")
     events = [e for e in read_jsonl(run_dir / EVENTS_JSONL)
               if started is None or (e.get("time") or 0) >= started - 1]
-    kinds = {e.get("event"): e for e in events}
-    if "finished" in kinds and (run_dir / FINAL_DIR).is_dir():
+    kinds = {ev.kind(e): e for e in events}
+    if ev.FINISHED in kinds and RunDir(run_dir).final.is_dir():
         return "succeeded", f"every step trained and the final model saved; {SUPERVISOR_GONE}, so no exit code"
-    if "stop_checkpoint" in kinds:
-        step = kinds["stop_checkpoint"].get("step")
+    if ev.STOP_CHECKPOINT in kinds:
+        step = kinds[ev.STOP_CHECKPOINT].get("step")
         return "stopped", f"stopped at step {step} with a checkpoint ({SUPERVISOR_GONE})"
     if record.stop_requested:
         return "stopped", f"stopped on request before a checkpoint was saved ({SUPERVISOR_GONE})"

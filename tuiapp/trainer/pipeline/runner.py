@@ -33,6 +33,7 @@ from transformers.trainer_pt_utils import get_parameter_names
 
 from tuiapp.core.config.recipe import Recipe, parse_recipe
 from tuiapp.core.plan.pipeline_plan import split_layers
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR, FINAL_DIR, FINAL_STAGING, RECIPE_TOML
 from tuiapp.trainer import checkpoints, phases
 from tuiapp.trainer.bundled import resolve_model_path
@@ -218,7 +219,7 @@ class PipelineRun:
         self.split = split_layers(model.config.to_dict(), self.topo.stages)
         self.recorder.on_train_begin(self._args(), self._state(), None, model=model)  # the whole model's size
         self.recorder.event(self._state(), {
-            "event": "pipeline", "step": self.step_count, "stages": self.topo.stages, "replicas": self.topo.replicas,
+            "event": ev.PIPELINE, "step": self.step_count, "stages": self.topo.stages, "replicas": self.topo.replicas,
             "microbatches": recipe.launch.microbatches, "schedule": recipe.launch.pipeline_schedule,
             "split": [[s.first_layer, s.last_layer, s.params] for s in self.split],
         })
@@ -436,12 +437,12 @@ class PipelineRun:
             if self.stop_requested() and self.step_count < self.max_steps:
                 if not (train.save_steps and self.step_count % train.save_steps == 0):
                     self.save_checkpoint()
-                self.recorder.event(self._state(), {"event": "stop_checkpoint", "step": self.step_count})
+                self.recorder.event(self._state(), {"event": ev.STOP_CHECKPOINT, "step": self.step_count})
                 return 0
         if self.eval_set is not None and not train.eval_steps:
             self.evaluate()
         self.save_final()
-        self.recorder.event(self._state(), {"event": "finished", "step": self.step_count})
+        self.recorder.event(self._state(), {"event": ev.FINISHED, "step": self.step_count})
         return 0
 
 
