@@ -28,7 +28,7 @@ from tuiapp.core.run_folder.metrics import (
     write_rank_memory,
 )
 from tuiapp.core.run_folder.rundata import MetricsWriter
-from tuiapp.core.run_folder.rundir import EVENTS_JSONL, METRICS_JSONL
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import phases
 from tuiapp.trainer.resume import pause_at
 
@@ -341,11 +341,11 @@ class RunRecorder(TrainerCallback):
             self._rank_memory(force=True)
         if self._is_writer(state):
             if self.source_keys and state.global_step:  # resumed: the sources' tokens go on from the checkpoint
-                self._source_base = _source_tokens_at(self.run_dir / METRICS_JSONL, state.global_step,
+                self._source_base = _source_tokens_at(RunDir(self.run_dir).metrics, state.global_step,
                                                       self.source_keys)
             self.metrics = MetricsWriter(self.run_dir)  # keeps metrics.columns current: readers parse no long file
             atexit.register(self.metrics.close)  # a rank that exits through the interpreter (not os._exit)
-            self.events = JsonlWriter(self.run_dir / EVENTS_JSONL)
+            self.events = JsonlWriter(RunDir(self.run_dir).events)
             total = trainable = 0
             for param in model.parameters():
                 n = getattr(param, "ds_numel", param.numel())

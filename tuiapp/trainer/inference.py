@@ -15,11 +15,11 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, Text
 
 from tuiapp.core.after.targets import Target
 from tuiapp.core.common.errors import UserError
-from tuiapp.core.config.recipe import GenerateSpec, Recipe, parse_recipe
+from tuiapp.core.config.recipe import GenerateSpec, Recipe
 from tuiapp.core.data.images import IMAGE_PLACEHOLDER
 from tuiapp.core.plan.model_profile import LEARNED_POSITIONS
 from tuiapp.core.prelaunch.model_check import adapter_kind
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import bottleneck, vision
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.data import _render, _template_messages
@@ -41,8 +41,7 @@ class Loaded:
 
 
 def frozen_recipe(run_dir: Path) -> Recipe:
-    path = Path(run_dir) / RECIPE_TOML
-    return parse_recipe(path.read_text(encoding="utf-8"), str(path))
+    return RunDir(run_dir).recipe()
 
 
 def _full_model(path: str, trust: bool):

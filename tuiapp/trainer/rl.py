@@ -26,8 +26,8 @@ from tuiapp.core.plan import generation_server
 from tuiapp.core.prelaunch import rl as core_rl
 from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.atomic import atomic_write_text
-from tuiapp.core.run_folder.completions import COMPLETIONS_FILE
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import reward_clock
 from tuiapp.trainer.environments import import_user_file
 from tuiapp.trainer.model import load_model, lora_config
@@ -269,7 +269,7 @@ class _OnlineRun:
         scores = {name: list(values)[-count:] for name, values in logs["rewards"].items()}
         weights = [float(w) for w in self.reward_weights.tolist()]
         if self._completions is None:
-            self._completions = JsonlWriter(self.run_dir / COMPLETIONS_FILE)
+            self._completions = JsonlWriter(RunDir(self.run_dir).completions)
         training = self.model.training
         step = self.state.global_step + 1 if training else self.state.global_step
         limit = self.args.max_completion_length
@@ -326,7 +326,7 @@ def _prompt_text(prompt) -> str:
 
 def trim_completions(run_dir: Path, step: int) -> None:
     """On resume: drop completions of steps past the checkpoint, so none is counted twice."""
-    path = Path(run_dir) / COMPLETIONS_FILE
+    path = RunDir(run_dir).completions
     if not path.exists():
         return
     kept = [r for r in read_jsonl(path) if (r.get("step") or 0) <= step]

@@ -30,6 +30,7 @@ from tuiapp.core.plan import cluster, generation_server, launcher, probe
 from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder import rundata, rundir
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl, summarize
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store import queue
 from tuiapp.core.store.runs import (
     SUPERVISOR_GONE,
@@ -297,7 +298,7 @@ class Supervisor:
                      stop_requested=None, pid=me.pid, pgid=os.getpgid(0), pid_create_time=me.create_time(),
                      started=self.started, ended=None, exit_code=None, reason=None)
         limit = probe.default_limit(recipe, cuda)
-        with probe.running(recipe, self.run.path / rundir.RECIPE_TOML, self.run.path,
+        with probe.running(recipe, self.run.dir.recipe_toml, self.run.path,
                            gpu_id=(devices[0] if devices else 0) if cuda else None, limit_bytes=limit) as self.child:
             code = self._wait_probe()
             self._kill_leftovers()
@@ -650,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         node = cluster.NodeArgs(args.node_rank, args.nnodes, args.master_addr, args.slurm)
     lock = args.lock_fd
     if lock is None:  # started by an sbatch script or by hand: take the lock now
-        lock = runlock.acquire(rundir.lock_path(args.run_dir, node.node_rank if node else None))
+        lock = runlock.acquire(RunDir(args.run_dir).lock(node.node_rank if node else None))
         if lock is None:
             print(f"error: {args.run_dir} already has a live supervisor; not starting a second one", file=sys.stderr)
             return 2

@@ -12,6 +12,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from tuiapp.core.run_folder.rundir import RunDir
+
 
 def summary(event: str, run_id: str, name: str, reason: str | None) -> str:
     text = f"llmtui: {name} ({run_id}) {event}"
@@ -31,14 +33,14 @@ def send(notify_spec, event: str, run_dir: Path, run_id: str, name: str, status:
     env = {**os.environ, "LLMTUI_EVENT": event, "LLMTUI_RUN_ID": run_id, "LLMTUI_RUN_NAME": name,
            "LLMTUI_STATUS": status, "LLMTUI_REASON": (reason or "")[:2000], "LLMTUI_RUN_DIR": str(run_dir)}
     try:
-        with open(Path(run_dir) / "notify.log", "ab") as log:
+        with open(RunDir(run_dir).notify_log, "ab") as log:
             process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
                                        start_new_session=True, cwd=run_dir)
         process.stdin.write((summary(event, run_id, name, reason) + "\n").encode())
         process.stdin.close()
     except OSError as exc:
         try:
-            with open(Path(run_dir) / "notify.log", "a", encoding="utf-8") as log:
+            with open(RunDir(run_dir).notify_log, "a", encoding="utf-8") as log:
                 log.write(f"notify command failed to start: {exc}\n")
         except OSError:
             pass

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import orjson
 
+from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.tail import TextTail
 
-COMPLETIONS_FILE = "completions.jsonl"
+COMPLETIONS_FILE = rundir.COMPLETIONS_JSONL
 
 
 @dataclass(frozen=True)

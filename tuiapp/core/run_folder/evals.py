@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tuiapp.core.run_folder import stamped
+from tuiapp.core.run_folder import rundir, stamped
 
-EVALS = "evals"
+EVALS = rundir.EVALS_DIR
 COLUMNS = (("loss", "loss", ".4f"), ("perplexity", "perplexity", ".3f"), ("exact_match", "exact match", ".1%"),
            ("rouge_l", "ROUGE-L", ".3f"))
 

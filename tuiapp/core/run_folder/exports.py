@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tuiapp.core.run_folder import stamped
+from tuiapp.core.run_folder import rundir, stamped
 
-EXPORTS = "exports"
+EXPORTS = rundir.EXPORTS_DIR
 
 
 def record(run_dir: Path, entry: dict, now: float | None = None) -> Path:

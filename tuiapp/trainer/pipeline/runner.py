@@ -31,10 +31,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from transformers.trainer_pt_utils import get_parameter_names
 
-from tuiapp.core.config.recipe import Recipe, parse_recipe
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.pipeline_plan import split_layers
 from tuiapp.core.run_folder import events as ev
-from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR, FINAL_DIR, FINAL_STAGING, RECIPE_TOML
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import checkpoints, phases
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import GracefulStop, RunRecorder, generate_samples
@@ -179,7 +179,7 @@ def _collator(recipe: Recipe, tokenizer):
 class PipelineRun:
     def __init__(self, run_dir: Path, recipe: Recipe, resume: bool):
         self.run_dir, self.recipe, self.resume = run_dir, recipe, resume
-        self.ckpt_root = run_dir / CHECKPOINTS_DIR
+        self.ckpt_root = RunDir(run_dir).checkpoints
         self.stopper = GracefulStop()
         self.recorder = RunRecorder(run_dir, socket.gethostname())
         self.sample_model = None
@@ -397,7 +397,7 @@ class PipelineRun:
     def save_final(self) -> None:
         weights = self._gather_weights()
         if self.topo.rank == 0:
-            staging, final = self.run_dir / FINAL_STAGING, self.run_dir / FINAL_DIR
+            staging, final = RunDir(self.run_dir).final_staging, RunDir(self.run_dir).final
             shutil.rmtree(staging, ignore_errors=True)
             stage_ckpt.whole_model(self.config, weights).save_pretrained(staging)
             self.tokenizer.save_pretrained(staging)
@@ -448,7 +448,7 @@ class PipelineRun:
 
 def train(run_dir: Path, resume: bool) -> int:
     run_dir = Path(run_dir).resolve()
-    recipe = parse_recipe((run_dir / RECIPE_TOML).read_text(encoding="utf-8"), str(run_dir / RECIPE_TOML))
+    recipe = RunDir(run_dir).recipe()
     transformers.logging.set_verbosity_warning()
     try:
         return PipelineRun(run_dir, recipe, resume).run()
