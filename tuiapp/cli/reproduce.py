@@ -45,8 +45,8 @@ def cmd_reproduce(args) -> int:
     if base.resolve() != Path.cwd().resolve():
         print(f"launching from {base}, where {source.id} was launched", flush=True)
         os.chdir(base)
-    recipe = load_recipe(RunDir(source.path).recipe_toml)
-    options = service.LaunchOptions(recipe_file=source.record.recipe_file or str(RunDir(source.path).recipe_toml),
+    recipe = load_recipe(source.dir.recipe_toml)
+    options = service.LaunchOptions(recipe_file=source.record.recipe_file or str(source.dir.recipe_toml),
                                     overrides=list(recorded.get("overrides") or []), runs_dir=args.runs_dir)
     plan, code = plan_or_exit(recipe, store, base, options, args.dry_run)
     if plan is None:

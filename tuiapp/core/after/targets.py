@@ -16,7 +16,7 @@ import tomllib
 
 from tuiapp.core.common.errors import RunError
 from tuiapp.core.prelaunch.model_check import FINAL_INFO, adapter_kind, folder_problems, require_base
-from tuiapp.core.run_folder.rundir import RunDir, read_record
+from tuiapp.core.run_folder.rundir import CHECKPOINT_STATE_JSON, RunDir, read_record
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}  # adapters that add virtual tokens (peft)
@@ -48,7 +48,7 @@ def checkpoints(run_dir: Path) -> list[int]:
     steps = []
     for child in root.iterdir():
         match = CHECKPOINT.match(child.name)
-        if match and (child / "trainer_state.json").is_file():
+        if match and (child / CHECKPOINT_STATE_JSON).is_file():
             steps.append(int(match.group(1)))
     return sorted(steps)
 

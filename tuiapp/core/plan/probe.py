@@ -146,7 +146,7 @@ def _start(recipe: Recipe, recipe_file: Path, out_dir: Path, port: int, *, gpu_i
     sizes = candidate_sizes(max_size or recipe.train.max_micro_batch)
     argv = rank_argv(recipe_file, probe_dir, sizes, port, gpu_id=gpu_id, steps=steps, limit_bytes=limit_bytes,
                      headroom=recipe.train.memory_headroom)
-    log = open(probe_dir / "launcher.log", "ab")
+    log = open(RunDir(out_dir).probe_launcher_log, "ab")
     try:
         log.write(f"$ {' '.join(argv)}\n".encode())
         log.flush()

@@ -28,6 +28,7 @@ NODES_DIR = "nodes"  # multi-node: node K's record (K.json), lock and supervisor
 CHECKPOINTS_DIR = "checkpoints"  # checkpoint-N folders
 FINAL_DIR = "final"  # the trained model (adapter or full), written once through FINAL_STAGING
 FINAL_STAGING = ".final-staging"
+CHECKPOINT_STATE_JSON = "trainer_state.json"  # in checkpoint-N/: a checkpoint is finished once it holds this
 SUPERVISOR_LOCK = ".supervisor.lock"  # held by the run's supervisor while it lives (machine.runlock)
 PROVENANCE_JSON = "provenance.json"  # what made the run: versions, machine, data fingerprint, seed, recipe
 BENCH_DIR = "bench"  # `llmtui eval --benchmark`: one JSON per evaluation (core.run_folder.benchmarks)

@@ -243,7 +243,7 @@ def unsupervised_outcome(run_dir: Path, record: RunRecord) -> tuple[str, str]:
     if errors:
         return "failed", f"{SUPERVISOR_GONE}; the logs' last errors:\n{errors}"
     return "failed", (f"{SUPERVISOR_GONE}, and its ranks ended without finishing, a stop checkpoint or an error "
-                      f"of their own (killed?); the rank logs are in {run_dir / 'ranks'}")
+                      f"of their own (killed?); the rank logs are in {RunDir(run_dir).ranks}")
 
 
 @dataclass
