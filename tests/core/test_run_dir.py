@@ -6,6 +6,7 @@ import time
 import pytest
 
 from tuiapp.core.common.errors import RunError
+from tuiapp.core.config.frozen import frozen_recipe
 from tuiapp.core.config.recipe import parse_recipe
 from tuiapp.core.run_folder import events, rundir
 from tuiapp.core.run_folder.rundir import RunDir
@@ -47,16 +48,14 @@ def test_rank_logs_are_named_as_the_launcher_names_them(tmp_path):
     assert folder.rank_logs() == sorted([older, newer, other])
 
 
-def test_recipe_is_parsed_once_and_a_missing_one_names_the_file(tmp_path):
+def test_the_frozen_recipe_is_parsed_in_one_place_and_a_missing_one_names_the_file(tmp_path):
     run = RunStore(tmp_path).create(parse_recipe('name = "demo"\n[method]\nkind = "lora"\n'))
     assert run.dir == RunDir(run.path) and run.dir.recipe_toml.is_file()
-    assert run.dir.recipe().name == "demo" == run.recipe().name
-    assert run.dir.recipe_data()["name"] == "demo"
+    assert frozen_recipe(run.dir).name == "demo" == run.recipe().name == frozen_recipe(run.path).name
     run.dir.recipe_toml.unlink()
     with pytest.raises(RunError) as caught:
-        run.dir.recipe()
-    assert str(run.dir.recipe_toml) in str(caught.value.file)
-    assert run.dir.recipe_data() == {}
+        run.recipe()
+    assert caught.value.file == str(run.dir.recipe_toml)
 
 
 def test_event_kinds():

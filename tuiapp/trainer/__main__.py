@@ -8,6 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from tuiapp.core.config.frozen import frozen_recipe
 from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.rundir import RunDir
 
@@ -21,7 +22,7 @@ def parse_args(argv=None):
 
 
 def _recipe(run_dir: Path):
-    return RunDir(run_dir).recipe()
+    return frozen_recipe(run_dir)
 
 
 # trackers whose files are finished by their own exit handlers: a rank that reports to them exits normally

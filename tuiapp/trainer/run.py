@@ -17,6 +17,7 @@ from transformers import Trainer, TrainingArguments
 from tuiapp.core.common.errors import DatasetError
 from tuiapp.core.common.kinds import RL_KINDS
 from tuiapp.core.config import trackers
+from tuiapp.core.config.frozen import frozen_recipe
 from tuiapp.core.config.recipe import (
     PREFERENCE_KINDS,
     Recipe,
@@ -279,7 +280,7 @@ def _varlen_attention(model) -> bool:
 
 def train(run_dir: Path, resume: bool) -> int:
     run_dir = Path(run_dir).resolve()
-    recipe = RunDir(run_dir).recipe()
+    recipe = frozen_recipe(run_dir)
     transformers.logging.set_verbosity_warning()
     stopper = GracefulStop()
     # before any process group: transformers' save_pretrained writes nothing off rank 0 once one

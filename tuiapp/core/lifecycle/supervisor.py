@@ -566,7 +566,8 @@ class Supervisor:
 
     def _notify(self, event: str, status: str, reason: str | None) -> None:
         if self.recipe is not None:
-            notify.send(self.recipe.notify, event, self.run.path, self.run.id, self.run.name, status, reason)
+            notify.send(self.recipe.notify, event, self.run.path, self.run.id, self.run.name, status, reason,
+                        log=self.run.dir.notify_log)
 
     def _group(self) -> dict | None:
         group = self.run.record.group

@@ -52,7 +52,8 @@ TOOL_ERRORS_JSONL = "tool_errors.jsonl"  # RL tools: each tool call that raised 
 class RunDir:
     """A run folder's files and subfolders, by what they are: every path of a run is an attribute
     or a method here, so no other module joins a run folder with a file name. Paths only (no
-    process or torch imports): the CLI, the supervisor, the ranks and the UI all use it."""
+    process, torch or recipe imports): the CLI, the supervisor, the ranks and the UI all use it;
+    the frozen recipe's one parse is tuiapp.core.config.frozen.frozen_recipe."""
 
     __slots__ = ("path",)
 
@@ -226,29 +227,6 @@ class RunDir:
     def lock(self, node_rank: int | None = None) -> Path:
         """The flock of the run's supervisor (node K's, K > 0: nodes/K.lock)."""
         return self.path / SUPERVISOR_LOCK if not node_rank else self.nodes / f"{node_rank}.lock"
-
-    # the one parse of the frozen recipe
-    def recipe(self):
-        """The frozen recipe.toml, parsed and checked (a RunError when it cannot be read, a
-        RecipeError naming the key when it does not check)."""
-        from tuiapp.core.common.errors import RunError
-        from tuiapp.core.config.recipe import parse_recipe
-
-        path = self.recipe_toml
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RunError(message=f"cannot read the frozen recipe: {exc}", file=str(path)) from None
-        return parse_recipe(text, str(path))
-
-    def recipe_data(self) -> dict:
-        """The frozen recipe.toml as a plain dict, unchecked ({} when missing or unreadable)."""
-        import tomllib
-
-        try:
-            return tomllib.loads(self.recipe_toml.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            return {}
 
 
 def lock_path(run_dir: Path, node_rank: int | None = None) -> Path:

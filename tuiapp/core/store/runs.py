@@ -322,7 +322,9 @@ class Run:
         self.save()
 
     def recipe(self) -> Recipe:
-        return self.dir.recipe()
+        from tuiapp.core.config.frozen import frozen_recipe  # the schema: not at start-up
+
+        return frozen_recipe(self.dir)
 
     def metrics(self) -> list[dict]:
         return read_jsonl(self.metrics_path)

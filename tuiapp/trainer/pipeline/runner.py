@@ -31,6 +31,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from transformers.trainer_pt_utils import get_parameter_names
 
+from tuiapp.core.config.frozen import frozen_recipe
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.pipeline_plan import split_layers
 from tuiapp.core.run_folder import events as ev
@@ -448,7 +449,7 @@ class PipelineRun:
 
 def train(run_dir: Path, resume: bool) -> int:
     run_dir = Path(run_dir).resolve()
-    recipe = RunDir(run_dir).recipe()
+    recipe = frozen_recipe(run_dir)
     transformers.logging.set_verbosity_warning()
     try:
         return PipelineRun(run_dir, recipe, resume).run()
