@@ -13,20 +13,20 @@ KEY = "event"  # the key naming an event's kind
 # the supervisor (tuiapp.core.lifecycle.supervisor)
 LAUNCHED = "launched"  # {resume, ranks}: the ranks were started
 GENERATION_SERVER = "generation_server"  # {gpus, url, pid}: grpo/rloo's vLLM server is up
-PROBED = "probed"  # {micro_batch, ...}: micro_batch 'auto' was probed
+PROBED = "probed"  # {micro_batch, predicted_bytes, measured_bytes}: micro_batch 'auto' was probed
 STOPPED = "stopped"  # {reason, exit_code}: stopped on request (or cancelled while queued)
 SUCCEEDED = "succeeded"  # {exit_code, reason}: the attempt's outcome, named as run.json's final status
 FAILED = "failed"  # {exit_code, reason}
 OUTCOMES = (SUCCEEDED, FAILED, STOPPED)  # = rundir.FINAL: the supervisor writes the status as the event
 
 # rank 0 (tuiapp.trainer)
-STARTED = "started"  # the trainer is built and about to step
+STARTED = "started"  # {step, max_steps, world_size, params, ...}: the trainer is built and about to step
 MODEL_PLAN = "model_plan"  # what the model's profile chose (attention, LoRA targets)
 REFERENCE = "reference"  # preference methods: the reference model kept
 GENERATION = "generation"  # online RL: how completions are generated
 PIPELINE = "pipeline"  # pipeline parallelism: stages and replicas
 FIRST_STEP = "first_step"  # the first optimizer step is done
-EVAL_PROGRESS = "eval_progress"  # {step, done, total}: an evaluation is under way
+EVAL_PROGRESS = "eval_progress"  # {step, done, total, elapsed_s}: an evaluation is under way
 EVAL = "eval"  # {step, eval_loss}: an evaluation finished
 CHECKPOINT = "checkpoint"  # {step}: a checkpoint was saved
 EARLY_STOP = "early_stop"  # {step, best_eval_loss}: train.early_stop ended the run

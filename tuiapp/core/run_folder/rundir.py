@@ -20,6 +20,7 @@ from typing_extensions import NotRequired, TypedDict
 RUN_JSON = "run.json"  # the run's record (RunRecord)
 RECIPE_TOML = "recipe.toml"  # the recipe as launched (written once; micro_batch 'auto' fixed by the probe)
 METRICS_JSONL = "metrics.jsonl"  # one row per logged step and eval
+METRICS_COLUMNS = "metrics.columns"  # the same rows in columns, kept by rank 0 (core.run_folder.columns)
 EVENTS_JSONL = "events.jsonl"  # launched, phases, errors, outcomes
 STDOUT_LOG = "stdout.log"  # the launcher's (and one rank's) output
 SUPERVISOR_LOG = "supervisor.log"  # the supervisor's own output (node K's: nodes/K.supervisor.log)
@@ -84,6 +85,10 @@ class RunDir:
     @property
     def metrics(self) -> Path:
         return self.path / METRICS_JSONL
+
+    @property
+    def metrics_columns(self) -> Path:
+        return self.path / METRICS_COLUMNS
 
     @property
     def events(self) -> Path:
