@@ -215,6 +215,13 @@ class RunDir:
     def stack(self, rank: int) -> Path:
         return self.ranks / f"stack-{rank}.txt"
 
+    def rank_memory(self, rank: int) -> Path:
+        """A rank's latest memory figures (core.run_folder.metrics), replaced whole."""
+        return self.ranks / f"memory-{rank}.json"
+
+    def rank_memories(self) -> list[Path]:
+        return list(self.ranks.glob("memory-*.json"))
+
     # scale-out: node K's files
     @property
     def nodes(self) -> Path:
