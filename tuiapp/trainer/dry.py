@@ -29,6 +29,8 @@ from pathlib import Path
 
 import tomllib
 
+from tuiapp.core.run_folder.rundir import RunDir
+
 PLUGINS_ENV = "LLMTUI_TRAINER_PLUGINS"
 STEP_SAMPLES, STEP_SEQ_LEN = 8, 256
 # a model at most this wide and deep is kept as it is (the tiny presets, the zoo)
@@ -171,7 +173,6 @@ def dry_step(recipe_path: Path, work: Path) -> dict:
 
     from tuiapp.core.common.errors import UserError
     from tuiapp.core.config.recipe import parse_recipe, recipe_from_dict
-    from tuiapp.core.run_folder.rundir import RECIPE_TOML
     from tuiapp.trainer.bundled import resolve_model_path
 
     started = time.monotonic()
@@ -195,7 +196,7 @@ def dry_step(recipe_path: Path, work: Path) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     data = step_recipe(tomllib.loads(recipe.to_toml()), folder)
-    (run_dir / RECIPE_TOML).write_text(recipe_from_dict(data).to_toml(), encoding="utf-8")
+    RunDir(run_dir).recipe_toml.write_text(recipe_from_dict(data).to_toml(), encoding="utf-8")
     from accelerate.state import AcceleratorState
 
     from tuiapp.trainer.run import train

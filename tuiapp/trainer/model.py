@@ -16,7 +16,7 @@ from tuiapp.core.common.methods import from_config, is_full, is_lora, is_quantiz
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.estimate import adapter_base
 from tuiapp.core.plan.model_profile import ModelPlan, ModelProfile, plan_model, raise_for_errors
-from tuiapp.core.prelaunch.model_check import FINAL_INFO
+from tuiapp.core.run_folder.rundir import FINAL_INFO
 from tuiapp.trainer import bottleneck, moe, templates, torch_varlen, varlen
 from tuiapp.trainer.profile import profile
 from tuiapp.trainer.tiny import default_cache_dir  # noqa: F401 (re-exported)

@@ -19,6 +19,7 @@ import torch
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.methods import METHODS, is_lora, is_quantized, is_reward_model
 from tuiapp.core.config.recipe import Recipe, weights_method
+from tuiapp.core.run_folder import events as ev
 from tuiapp.trainer import bottleneck
 from tuiapp.trainer.data import IGNORE
 from tuiapp.trainer.model import load_model, lora_config, model_plan, torch_dtype
@@ -170,10 +171,10 @@ def reference_event(trainer) -> dict:
     if ref is not None:
         total = sum(getattr(p, "ds_numel", p.numel()) for p in ref.parameters())
         local = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in ref.parameters())
-        return {"event": "reference", "model": "frozen copy", "params": total, "params_on_rank": local}
+        return {"event": ev.REFERENCE, "model": "frozen copy", "params": total, "params_on_rank": local}
     if kind in METHODS and METHODS[kind].reference:
-        return {"event": "reference", "model": "the base, adapter off", "params": 0, "params_on_rank": 0}
-    return {"event": "reference", "model": "none", "params": 0, "params_on_rank": 0}
+        return {"event": ev.REFERENCE, "model": "the base, adapter off", "params": 0, "params_on_rank": 0}
+    return {"event": ev.REFERENCE, "model": "none", "params": 0, "params_on_rank": 0}
 
 
 def _check_columns(recipe: Recipe, dataset) -> None:

@@ -17,20 +17,17 @@ from transformers import Trainer, TrainingArguments
 from tuiapp.core.common.errors import DatasetError
 from tuiapp.core.common.methods import METHODS, is_preference, is_reward_model, peft_of
 from tuiapp.core.config import trackers
+from tuiapp.core.config.frozen import frozen_recipe
 from tuiapp.core.config.recipe import (
     Recipe,
     packing_enabled,
-    parse_recipe,
     tokens_per_batch,
     weights_method,
 )
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.core.run_folder.rundir import (
-    CHECKPOINTS_DIR,
-    EVENTS_JSONL,
-    FINAL_DIR,
-    FINAL_STAGING,
-    RECIPE_TOML,
+    RunDir,
 )
 from tuiapp.trainer import (
     bottleneck,
@@ -229,7 +226,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
     if recipe.dataset.streaming:
         extra["accelerator_config"] = {**extra.get("accelerator_config", {}), **streaming.accelerator_config()}
     return dict(
-        output_dir=str(run_dir / CHECKPOINTS_DIR),
+        output_dir=str(RunDir(run_dir).checkpoints),
         per_device_train_batch_size=train.micro_batch,
         per_device_eval_batch_size=train.micro_batch,
         gradient_accumulation_steps=train.grad_accum,
@@ -282,7 +279,7 @@ def _varlen_attention(model) -> bool:
 
 def train(run_dir: Path, resume: bool) -> int:
     run_dir = Path(run_dir).resolve()
-    recipe = parse_recipe((run_dir / RECIPE_TOML).read_text(encoding="utf-8"), str(run_dir / RECIPE_TOML))
+    recipe = frozen_recipe(run_dir)
     transformers.logging.set_verbosity_warning()
     stopper = GracefulStop()
     # before any process group: transformers' save_pretrained writes nothing off rank 0 once one
@@ -415,7 +412,7 @@ def _record_plan(run_dir: Path, recipe: Recipe, model_path: str, precision: str)
     """The model plan (attention kernel, adapter targets, notes) as a run event, from rank 0."""
     plan = model_plan(recipe, model_path, precision)
     if _is_main():
-        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
+        with JsonlWriter(RunDir(run_dir).events) as events:
             events.write({"time": time.time(), **plan.to_event()})
 
 
@@ -440,7 +437,7 @@ def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, 
     optimizers.install(trainer, recipe)  # muon, lion: the Trainer's optimizer_cls_and_kwargs
     trainer.step_agreement = stopper
     if _is_main():
-        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
+        with JsonlWriter(RunDir(run_dir).events) as events:
             events.write(rl.generation_event(recipe))
     return trainer, recorder, eval_set
 
@@ -481,7 +478,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
     optimizers.install(trainer, recipe)  # muon, lion: the Trainer's optimizer_cls_and_kwargs
     trainer.step_agreement = stopper
     if _is_main():  # before the first step, so a stop at any time finds it
-        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
+        with JsonlWriter(RunDir(run_dir).events) as events:
             events.write(preference.reference_event(trainer))
     return trainer, recorder, eval_set
 
@@ -502,7 +499,7 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
         swapped = cpu_dropout.install(trainer.model)
         if swapped and _is_main():
             print(f"dropout: {swapped} module(s) draw their masks from numpy's SFC64 (CPU)", flush=True)
-    ckpt_root = run_dir / CHECKPOINTS_DIR
+    ckpt_root = RunDir(run_dir).checkpoints
     resume_from = None
     if resume:
         last = checkpoints.last_checkpoint(ckpt_root)
@@ -519,18 +516,18 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
     trainer.train(resume_from_checkpoint=resume_from)
 
     if stopper.stopped:
-        recorder.event(trainer.state, {"event": "stop_checkpoint", "step": trainer.state.global_step})
+        recorder.event(trainer.state, {"event": ev.STOP_CHECKPOINT, "step": trainer.state.global_step})
         return 0
     if eval_set is not None and not recipe.train.eval_steps:
         trainer.evaluate()  # eval_steps 0 with sample_prompts: one evaluation to answer them
     _save_final(trainer, run_dir, recipe, model_path)
-    recorder.event(trainer.state, {"event": "finished", "step": trainer.state.global_step})
+    recorder.event(trainer.state, {"event": ev.FINISHED, "step": trainer.state.global_step})
     return 0
 
 
 def _save_final(trainer: RunTrainer, run_dir: Path, recipe: Recipe, model_path: str) -> None:
-    staging = run_dir / FINAL_STAGING
-    final = run_dir / FINAL_DIR
+    staging = RunDir(run_dir).final_staging
+    final = RunDir(run_dir).final
     if _is_main():
         shutil.rmtree(staging, ignore_errors=True)
     _barrier()

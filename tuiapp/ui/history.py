@@ -27,6 +27,7 @@ from tuiapp.core.run_folder.metrics import (
 )
 from tuiapp.core.run_folder.progress import fmt_duration
 from tuiapp.core.run_folder.rundata import SUMMARISE_MIN_BYTES, RunData, columns_cache, numpy_module, read_run_data
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.run_folder.runstate import STALL_WINDOW, StatusView, error_log, status_view, steps_counting, why_text
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import ACTIVE, Run, RunStore
@@ -484,7 +485,7 @@ class HistoryLoader:
         """Read a run's metrics once; active runs keep their reader for later polls. A long run
         (over SUMMARISE_MIN_BYTES) is read in columns: those its trainer keeps, else the TUI's
         cache of them (made here on the first read), and the lines written since."""
-        path = row.path / rundir.METRICS_JSONL
+        path = RunDir(row.path).metrics
         try:
             long = path.stat().st_size >= SUMMARISE_MIN_BYTES
         except OSError:
@@ -553,7 +554,7 @@ def _mtime(path: Path) -> float:
 
 def _stamp(path: Path) -> tuple[float, float]:
     """When a run's run.json and meta.json last changed (0.0 for a missing file)."""
-    return _mtime(path / rundir.RUN_JSON), _mtime(path / meta.META_NAME)
+    return _mtime(RunDir(path).record), _mtime(RunDir(path).meta)
 
 
 def detail_text(row: RunRow, now: float) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.text import Text
 
 from tuiapp.core.common.methods import is_rl, trains_on_text
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.run_folder.rundir import RunDir
 
 MAX_FIELD = 300
 
@@ -89,7 +89,7 @@ def read_trainer_view(recipe_toml: str, base_dir: Path, show: int = TRAINER_VIEW
     """The first examples as the trainer tokenizes them for this recipe: `llmtui data --json` in a
     child process (torch and the tokenizer stay out of the UI). (examples, None) or (None, error)."""
     with tempfile.TemporaryDirectory(prefix="llmtui-preview-") as folder:
-        path = Path(folder) / RECIPE_TOML
+        path = RunDir(folder).recipe_toml
         path.write_text(recipe_toml, encoding="utf-8")
         try:
             done = subprocess.run([sys.executable, "-m", "tuiapp.trainer.preview", str(path), "--json", "--show", str(show)],

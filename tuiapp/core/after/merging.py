@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.methods import MERGE_ADAPTER_KINDS, MERGE_FULL_KINDS
-from tuiapp.core.prelaunch.model_check import FINAL_INFO, require_base
+from tuiapp.core.prelaunch.model_check import require_base
 from tuiapp.core.store.runs import Run
 
 ADAPTER_METHODS = ("linear", "cat", "ties", "dare_linear", "dare_ties")
@@ -41,7 +41,7 @@ class MergePlan:
 def _final_info(run: Run) -> dict:
     if run.status != "succeeded" or not run.final_path.is_dir():
         raise UserError(message=f"{run.id} has no final model ({run.status})", fix="merge succeeded runs")
-    path = run.final_path / FINAL_INFO
+    path = run.dir.final_info
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

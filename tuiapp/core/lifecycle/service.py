@@ -37,8 +37,7 @@ from tuiapp.core.plan.launcher import (
     world_note,
 )
 from tuiapp.core.prelaunch import door
-from tuiapp.core.run_folder import rundir
-from tuiapp.core.run_folder.rundir import ACTIVE, RECIPE_TOML, RUN_JSON, SUPERVISOR_LOG
+from tuiapp.core.run_folder.rundir import ACTIVE, RunDir
 from tuiapp.core.store import environment, queue
 from tuiapp.core.store.runs import Run, RunStore
 
@@ -265,7 +264,7 @@ def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
     node_rank = node.node_rank if node else None
     fd = run.lock_fd
     if fd is None:
-        fd = runlock.acquire(rundir.lock_path(run.path, node_rank))
+        fd = runlock.acquire(run.dir.lock(node_rank))
         if fd is None:
             raise RunError(message=f"{run.id} already has a live supervisor" + (f" for node {node_rank}" if node_rank
                                                                                  else ""),
@@ -283,7 +282,7 @@ def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
             run.update(status="queued" if queued else "starting", phase=None if queued else "launching",
                        phase_since=time.time(), reason=None, error=None, hang=None, ended=None, exit_code=None,
                        stop_requested=None)
-        log_path = run.path / SUPERVISOR_LOG if node is None else cluster.nodes_dir(run.path) / f"{node_rank}.{SUPERVISOR_LOG}"
+        log_path = run.dir.supervisor_log if node is None else run.dir.node_supervisor_log(node_rank)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             process = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log,
@@ -342,7 +341,7 @@ def _wait_for_run(store: RunStore, run_id: str, timeout_s: float, say: Say) -> R
     path = Path(store.root) / run_id
     deadline = time.monotonic() + timeout_s
     said = False
-    while not (path / RUN_JSON).is_file() or not (path / RECIPE_TOML).is_file():
+    while not RunDir(path).record.is_file() or not RunDir(path).recipe_toml.is_file():
         if time.monotonic() > deadline:
             raise RunError(message=f"run '{run_id}' did not appear in {store.root} within {timeout_s:.0f}s",
                            fix="start node 0 first with the same --run-id, and put the runs folder on "
@@ -517,7 +516,7 @@ def resume(run: Run, options: LaunchOptions | None = None, say: Say = _quiet) ->
         return _resume_slurm(run, say)
     if mode == "nodes":
         return _resume_node(run, options, say)
-    fd = runlock.acquire(rundir.lock_path(run.path))
+    fd = runlock.acquire(run.dir.lock())
     if fd is None:
         raise RunError(message=f"{run.id} is already running: its supervisor holds the run (pid {run.record.pid})",
                        fix=f"follow it with `llmtui show {run.id}`, or stop it first with `llmtui stop {run.id}`")

@@ -40,6 +40,7 @@ from tuiapp.core.config.recipe import (
 from tuiapp.core.data import tiny_vlm
 from tuiapp.core.plan import model_profile, vision_plan
 from tuiapp.core.plan.generation_server import memory_share, server_gpu_count
+from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.progress import plural
 
 GB = 1e9
@@ -1009,7 +1010,7 @@ def _read_config(path: Path) -> dict:
 def adapter_base(folder: Path) -> str | None:
     """The base model the trainer loads under an adapter folder (an earlier run's final/):
     peft's adapter_config.json names it; the bottleneck adapter's is in llmtui.json."""
-    for name, key in (("adapter_config.json", "base_model_name_or_path"), ("llmtui.json", "base_model")):
+    for name, key in (("adapter_config.json", "base_model_name_or_path"), (rundir.FINAL_INFO, "base_model")):
         try:
             value = json.loads((folder / name).read_text(encoding="utf-8")).get(key)
         except (OSError, ValueError, AttributeError):

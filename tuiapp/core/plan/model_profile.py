@@ -23,6 +23,7 @@ from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.common.methods import is_lora, is_reward_model, peft_of, trains_on_text
 from tuiapp.core.config.recipe import CHAT_TEMPLATES, Recipe, packing_enabled
+from tuiapp.core.run_folder import events as ev
 
 PROFILE_VERSION = "4"  # 3: expert counts under every family's name; 4: attention_facts (head dim, sliding window, softcap)
 PROFILE_TIMEOUT_S = 180.0
@@ -108,7 +109,7 @@ class ModelPlan:
         return [f for f in self.findings if f.level == "error"]
 
     def to_event(self) -> dict:
-        return {"event": "model_plan", "attention": self.attention, "lora_targets": self.lora_targets,
+        return {"event": ev.MODEL_PLAN, "attention": self.attention, "lora_targets": self.lora_targets,
                 "ia3_targets": self.ia3_targets, "ia3_feedforward": self.ia3_feedforward,
                 "experts_implementation": self.experts_implementation, "kernels": self.kernels,
                 "notes": [f.message for f in self.findings if f.level != "error"]}

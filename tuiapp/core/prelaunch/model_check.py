@@ -28,6 +28,7 @@ from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.core.plan.estimate import adapter_base
 from tuiapp.core.prelaunch.weights_check import weight_problems
+from tuiapp.core.run_folder import rundir
 
 HUB_TIMEOUT_S = float(os.environ.get("LLMTUI_HUB_TIMEOUT_S", "5"))
 # the TUI form checks on every edit: ask the hub about a name once a minute at most (15 s when
@@ -43,7 +44,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 # save_pretrained, or bottleneck.save_bottleneck for method 'adapter'), and its llmtui.json.
 PEFT_CONFIG, PEFT_WEIGHTS = "adapter_config.json", ("adapter_model.safetensors", "adapter_model.bin")
 BOTTLENECK_CONFIG, BOTTLENECK_WEIGHTS = "bottleneck_config.json", ("bottleneck_adapter.pt",)
-FINAL_INFO = "llmtui.json"
+FINAL_INFO = rundir.FINAL_INFO
 TRUE = {"1", "on", "yes", "true"}
 
 

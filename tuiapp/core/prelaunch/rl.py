@@ -26,6 +26,7 @@ from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.core.machine.gpus import cuda_available, detect_gpus
 from tuiapp.core.plan.cluster import uses_hosts
 from tuiapp.core.prelaunch.resources import launch_world
+from tuiapp.core.run_folder import rundir
 
 PROMPT_COLUMNS = ("prompt", "question", "query", "instruction", "problem")
 CHAT_COLUMNS = ("messages", "conversations")
@@ -140,7 +141,7 @@ def _reward_model_findings(name: str, base_dir: Path, key: str) -> list[Finding]
             return []  # a hub id: loaded (or refused) by the ranks
         return [Finding("error", key, f"reward model {name} not found", "a sequence-classification model folder, "
                         "'run:NAME' of a `reward` run, or a hub id")]
-    info = folder / "llmtui.json"
+    info = folder / rundir.FINAL_INFO
     method = json.loads(info.read_text()).get("method") if info.is_file() else "reward"
     if not is_reward_model(method):
         return [Finding("error", key, f"{name} is the final model of a {method} run, not a reward model",
