@@ -28,10 +28,12 @@ quickstart: install
 # the lowest priority while the other tests run (cached in $LLMTUI_CACHE/gguf after), installs it, and
 # the GGUF tests run last. The 25 slowest tests are listed at the end (the tier is to stay under 40 min).
 test: install
+	@date +%s > $(VENV)/.test-started
 	$(BIN)/python tools/gguf_setup.py start
 	$(BIN)/python -m pytest -q --durations=25 -m "(slow or not slow) and not gguf and not extended"
 	$(BIN)/python tools/gguf_setup.py wait
 	$(BIN)/python -m pytest -q -m gguf
+	@echo "make test: the tests took $$(( ($$(date +%s) - $$(cat $(VENV)/.test-started)) / 60 )) min"
 
 # llama-cpp-python and llama.cpp's converter, for `llmtui export --gguf` (tools/gguf_setup.py)
 gguf: install

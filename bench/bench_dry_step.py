@@ -1,4 +1,4 @@
-"""What the dry step adds to preflight (core.prelaunch.checks.before_launch) on the tiny presets.
+"""What the dry step adds to preflight (core.prelaunch.door.all_findings) on the tiny presets.
 
     python bench/bench_dry_step.py [PRESET ...]        (default: tiny-sft tiny-lora tiny-dpo)
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 def main(argv: list[str]) -> int:
     presets = argv or ["tiny-sft", "tiny-lora", "tiny-dpo"]
     from tuiapp.core.config.recipe import parse_recipe
-    from tuiapp.core.prelaunch import checks, dry_step
+    from tuiapp.core.prelaunch import door, dry_step
     from tuiapp.core.store.runs import RunStore
 
     os.environ["LLMTUI_DRY_STEP"] = "1"
@@ -36,9 +36,9 @@ def main(argv: list[str]) -> int:
             path = ROOT / "recipes" / f"{name}.toml"
             recipe = parse_recipe(path.read_text(), str(path))
             os.environ["LLMTUI_DRY_STEP"] = "0"
-            checks.before_launch(recipe, store, ROOT)  # the profile and the tiny model made, as before
+            door.all_findings(recipe, store, ROOT)  # the profile and the tiny model made, as before
             started = time.perf_counter()
-            checks.before_launch(recipe, store, ROOT)
+            door.all_findings(recipe, store, ROOT)
             off = time.perf_counter() - started
             os.environ["LLMTUI_DRY_STEP"] = "1"
             config = dry_step._config_bytes(recipe, ROOT)
@@ -46,10 +46,10 @@ def main(argv: list[str]) -> int:
                 dry_step.cache_file(dry_step.cache_key(recipe, config)).unlink(missing_ok=True)
             children = dry_step.CHILD_RUNS["count"]
             started = time.perf_counter()
-            cold_findings = checks.before_launch(recipe, store, ROOT)
+            cold_findings = door.all_findings(recipe, store, ROOT)
             cold = time.perf_counter() - started
             started = time.perf_counter()
-            checks.before_launch(recipe, store, ROOT)
+            door.all_findings(recipe, store, ROOT)
             warm = time.perf_counter() - started
             row = {"preset": name, "off_s": round(off, 2), "cold_s": round(cold, 2), "warm_s": round(warm, 2),
                    "cold_added_s": round(cold - off, 2), "warm_added_s": round(warm - off, 2),

@@ -1,7 +1,6 @@
 """The CLI and core never import torch, transformers, deepspeed or textual."""
 
 import ast
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ def imported_of(modules: list[str], unwanted: list[str]) -> list[str]:
 
 
 def test_core_and_cli_import_no_heavy_modules():
-    modules = [*SUBCOMMAND_MODULES, "tuiapp.core.prelaunch.checks", "tuiapp.core.lifecycle.supervisor", "tuiapp.core.plan.launcher"]
+    modules = [*SUBCOMMAND_MODULES, "tuiapp.core.prelaunch.door", "tuiapp.core.lifecycle.supervisor", "tuiapp.core.plan.launcher"]
     assert imported_of(modules, FORBIDDEN) == []
 
 
@@ -143,19 +142,103 @@ def test_no_import_cycle_anywhere_in_tuiapp():
     assert cycles(graph) == []
 
 
-def test_the_run_folder_names_are_spelled_in_rundir_only():
-    """A run folder's file and folder names are rundir's constants everywhere else: a rename is one line."""
+# file names joined with a folder outside core/run_folder that are not a run folder's: the files of
+# a model folder (Hugging Face's), of an export folder and of the demo benchmark's cache folder
+FOREIGN_FILES = {"config.json", "adapter_config.json", "bottleneck_config.json", "tokenizer_config.json",
+                 "tokenizer.json", "gguf-convert.log", "facts_mc.jsonl"}
+# a run-folder name spelled outside core/run_folder on purpose: (path, name) → why
+SPELLED_ELSEWHERE = {
+    ("tuiapp/core/data/cache_entry.py", "llmtui.json"): "a tokenize-cache entry's info file, not a run's",
+    ("tuiapp/core/data/bench_tasks.py", "bench"): "the demo benchmark's folder in the cache, not a run's",
+}
+RUN_FILE_SUFFIXES = (".json", ".jsonl", ".log", ".toml", ".lock", ".txt")
+# modules that speak the chat server's stdout protocol ({"event": "token"} ...), not events.jsonl
+CHAT_PROTOCOL = {"tuiapp/trainer/serve.py", "tuiapp/core/after/chat.py", "tuiapp/cli/after.py",
+                 "tuiapp/ui/screens/chat.py", "tuiapp/core/after/judging.py"}
+
+
+def _modules_outside_run_folder():
+    for path in sorted((ROOT / "tuiapp").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith("tuiapp/core/run_folder/"):
+            yield rel, ast.parse(path.read_text(encoding="utf-8"), rel)
+
+
+def _run_root_names() -> tuple[set[str], set[str]]:
+    """(every name rundir gives a run's file or folder, the identifiers of those in the run's root:
+    rundir's constants and the aliases other modules keep of them)."""
     from tuiapp.core.run_folder import rundir
 
-    names = [rundir.RUN_JSON, rundir.RECIPE_TOML, rundir.METRICS_JSONL, rundir.EVENTS_JSONL, rundir.STDOUT_LOG,
-             rundir.SUPERVISOR_LOG, rundir.FINAL_STAGING, rundir.SUPERVISOR_LOCK]
-    folders = [rundir.RANKS_DIR, rundir.NODES_DIR, rundir.CHECKPOINTS_DIR, rundir.FINAL_DIR]
-    spelled = re.compile("|".join([*(rf'"{re.escape(n)}"' for n in names), *(rf'/ "{n}"' for n in folders)]))
+    constants = {k: v for k, v in vars(rundir).items() if k.isupper() and isinstance(v, str)}
+    root = Path("/run")
+    folder = rundir.RunDir(root)
+    at_root = {getattr(folder, name).name for name in dir(rundir.RunDir)
+               if isinstance(getattr(rundir.RunDir, name), property) and getattr(folder, name).parent == root}
+    identifiers = {k for k, v in constants.items() if v in at_root}
+    for _, tree in _modules_outside_run_folder():  # NAME = rundir.X or NAME = X: an alias
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                value = node.value
+                source = value.attr if isinstance(value, ast.Attribute) else getattr(value, "id", None)
+                if source in identifiers:
+                    identifiers.add(node.targets[0].id)
+    return set(constants.values()), identifiers
+
+
+def test_the_run_folder_names_are_spelled_in_rundir_only():
+    """A run folder's file and folder names are spelled in core/run_folder/rundir.py only, and no
+    module outside core/run_folder joins a folder with one (a string, or a name of rundir's for a file
+    in the run's root): they take the path from RunDir, so a rename is one line."""
+    names, identifiers = _run_root_names()
+    assert {"run.json", "events.jsonl", "meta.json", "serve.json", "probe.json", "vllm-server.log", "notify.log",
+            "llmtui.json", "ranks", "nodes", "final"} <= names
+    assert {"RUN_JSON", "EVENTS_JSONL", "META_NAME", "LOG_NAME", "PROBE_FILE", "TOOL_ERRORS_FILE"} <= identifiers
     found = []
-    for path in sorted((ROOT / "tuiapp").rglob("*.py")):
-        if path.name == "rundir.py":
-            continue
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if spelled.search(line):
-                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    for rel, tree in _modules_outside_run_folder():
+        for node in ast.walk(tree):
+            where = f"{rel}:{getattr(node, 'lineno', '?')}"
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value
+                    and node.value in names and (rel, node.value) not in SPELLED_ELSEWHERE):
+                found.append(f"{where}: {node.value!r} spelled (take it from rundir)")
+            if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)):
+                continue
+            right = node.right
+            if isinstance(right, ast.Constant) and isinstance(right.value, str):
+                value = right.value
+                if (value in names or value.endswith(RUN_FILE_SUFFIXES)) and value not in FOREIGN_FILES \
+                        and (rel, value) not in SPELLED_ELSEWHERE:
+                    found.append(f"{where}: / {value!r} (a RunDir attribute)")
+            name = right.attr if isinstance(right, ast.Attribute) else getattr(right, "id", None)
+            parent = node.left
+            relative = isinstance(parent, ast.Call) and [getattr(a, "value", None) for a in parent.args] == [".."]
+            if name in identifiers and not relative:
+                found.append(f"{where}: / {name} (a RunDir attribute)")
     assert not found, "\n".join(found)
+
+
+def test_events_are_named_in_the_events_vocabulary():
+    """Every kind written to or read from events.jsonl outside core/run_folder is a constant of
+    core/run_folder/events.py, and every kind there is written by someone."""
+    from tuiapp.core.run_folder import events
+
+    found, written = [], set()
+    for rel, tree in _modules_outside_run_folder():
+        if rel in CHAT_PROTOCOL:
+            continue
+        for node in ast.walk(tree):
+            where = f"{rel}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Dict):
+                for key, value in zip(node.keys, node.values, strict=True):
+                    if isinstance(key, ast.Constant) and key.value == events.KEY:
+                        if isinstance(value, ast.Constant):
+                            found.append(f"{where}: event {value.value!r} spelled (use events.py's constant)")
+                        elif isinstance(value, ast.Attribute):
+                            written.add(getattr(events, value.attr))
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Call) and node.left.args \
+                    and getattr(node.left.args[0], "value", None) == events.KEY:
+                for other in node.comparators:
+                    if isinstance(other, ast.Constant):
+                        found.append(f"{where}: event {other.value!r} compared (use events.py's constant)")
+    assert not found, "\n".join(found)
+    assert events.KINDS - set(events.OUTCOMES) - written == set(), "kinds nobody writes"
+    assert set(events.OUTCOMES) <= events.KINDS

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tuiapp.core.config.recipe import load_recipe
-from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch import door
 from tuiapp.core.store.runs import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,5 +22,5 @@ def test_there_is_a_preset_for_every_method():
 def test_preset_validates(path, tmp_path):
     recipe = load_recipe(path)
     if recipe.model.name == "tiny":
-        findings = checks.static_findings(recipe, RunStore(tmp_path), base_dir=ROOT)
-        assert not checks.has_errors(findings), checks.format_findings(findings)
+        findings = door.recipe_findings(recipe, RunStore(tmp_path), base_dir=ROOT)
+        assert not door.has_errors(findings), door.format_findings(findings)

@@ -13,10 +13,17 @@ from tuiapp.core.config.recipe import load_recipe
 from tuiapp.core.data import datasets
 from tuiapp.core.machine import gpus
 from tuiapp.core.plan import estimate, vision_plan
-from tuiapp.core.prelaunch import preflight, vision_checks
+from tuiapp.core.prelaunch import vision_checks
+from tuiapp.core.prelaunch.machine_rules import machine_rules
+from tuiapp.core.prelaunch.recipe_rules import recipe_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "recipes" / "gpu-qwen2.5-vl-3b-lora.toml"
+
+
+def check_rules(recipe, *, cuda, bnb_installed=None):
+    """The recipe's rules and this machine's software rules together."""
+    return recipe_rules(recipe) + machine_rules(recipe, cuda=cuda, bnb_installed=bnb_installed)
 
 
 def test_the_vlm_preset_validates_and_its_data_checks_pass():
@@ -38,7 +45,7 @@ def test_the_estimate_counts_its_vision_tower_and_fits_a_24gb_gpu():
 
 def test_without_cuda_it_is_refused_with_the_fix():
     recipe = load_recipe(PRESET)
-    errors = [f for f in preflight.check_rules(recipe, cuda=False) if f.level == "error"]
+    errors = [f for f in check_rules(recipe, cuda=False) if f.level == "error"]
     assert [(f.key, f.message) for f in errors] == [
         ("train.precision", "bf16 training needs a CUDA GPU and this machine has none")]
     assert "train.precision" in errors[0].fix
@@ -47,4 +54,4 @@ def test_without_cuda_it_is_refused_with_the_fix():
 @pytest.mark.skipif(not gpus.cuda_available(), reason="needs a CUDA GPU")
 def test_with_cuda_the_machine_rules_pass():
     recipe = load_recipe(PRESET)
-    assert not [f for f in preflight.check_rules(recipe, cuda=True) if f.level == "error"]
+    assert not [f for f in check_rules(recipe, cuda=True) if f.level == "error"]

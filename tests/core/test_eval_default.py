@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, RecipeError, parse_recipe
-from tuiapp.core.prelaunch.checks import static_findings
+from tuiapp.core.prelaunch.door import recipe_findings
 from tuiapp.core.store.runs import RunStore
 from tuiapp.ui import formdata
 
@@ -38,7 +38,7 @@ def test_an_own_split_or_no_evals_keep_eval_split(text, split):
 
 
 def test_the_checks_tell_the_user(tmp_path):
-    findings = static_findings(parse_recipe(BASE + "[train]\neval_steps = 5\n"), RunStore(tmp_path), tmp_path)
+    findings = recipe_findings(parse_recipe(BASE + "[train]\neval_steps = 5\n"), RunStore(tmp_path), tmp_path)
     notes = [f for f in findings if f.key == "dataset.eval_split"]
     assert [f.level for f in notes] == ["info"] and "5% of the training data is held out" in notes[0].message
 

@@ -10,7 +10,8 @@ import pytest
 
 from tuiapp.core.config.recipe import recipe_from_dict
 from tuiapp.core.machine.gpus import GpuInfo
-from tuiapp.core.prelaunch.preflight import check_gpus, fp8_rules, machine_rules
+from tuiapp.core.prelaunch.machine_rules import fp8_rules, machine_rules
+from tuiapp.core.prelaunch.resources import check_gpus
 
 H100 = 80 * 10**9
 

@@ -18,7 +18,7 @@ from tuiapp.core.lifecycle.supervisor import _only_server_left
 from tuiapp.core.machine.gpus import GpuInfo
 from tuiapp.core.plan import generation_server, launcher
 from tuiapp.core.plan.estimate import PRESET_CONFIGS, estimate_recipe, format_estimate
-from tuiapp.core.prelaunch import preflight, rl
+from tuiapp.core.prelaunch import resources, rl
 from tuiapp.core.store import queue
 from tuiapp.core.store.runs import RunStore
 
@@ -88,12 +88,12 @@ def test_the_ranks_and_the_server_split_the_gpus():
     assert launcher.plan_ranks(LaunchSpec(gpus="all"), 4, reserved=1) == (3, None)
     gpus = [GpuInfo(i, "H100", 80 * 10**9, 0) for i in range(4)]
     recipe = server_recipe(method="vllm_server_gpus = 2", launch="gpus = 'all'")
-    assert preflight.requested_gpus(recipe, gpus) == [0, 1]
-    assert preflight.launch_world(recipe, gpus, cuda=True).size == 2  # the rules' micro_batch x ranks counts 2
+    assert resources.requested_gpus(recipe, gpus) == [0, 1]
+    assert resources.launch_world(recipe, gpus, cuda=True).size == 2  # the rules' micro_batch x ranks counts 2
     assert generation_server.server_gpu_count(recipe) == 2
     colocated = recipe.model_copy(deep=True)
     colocated.method.vllm_mode = "colocate"
-    assert generation_server.server_gpu_count(colocated) == 0 and preflight.requested_gpus(colocated, gpus) == [0, 1, 2, 3]
+    assert generation_server.server_gpu_count(colocated) == 0 and resources.requested_gpus(colocated, gpus) == [0, 1, 2, 3]
 
 
 def test_the_queue_claims_the_servers_gpus_with_the_runs():

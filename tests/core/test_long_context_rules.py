@@ -8,7 +8,7 @@ import pytest
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.config.recipe import recipe_from_dict
 from tuiapp.core.plan import long_context
-from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch import door
 from tuiapp.core.run_folder import sequence_line
 from tuiapp.core.store.runs import RunStore
 
@@ -110,7 +110,7 @@ def test_offload_and_tiling_where_they_cannot_run():
 
 
 def test_the_pre_launch_checks_carry_the_rules(tmp_path):
-    found = checks.static_findings(recipe("prefix"), RunStore(tmp_path), base_dir=tmp_path)
+    found = door.recipe_findings(recipe("prefix"), RunStore(tmp_path), base_dir=tmp_path)
     assert any(f.key == "train.sequence_parallel" and f.level == "error" for f in found)
 
 

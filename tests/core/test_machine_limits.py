@@ -12,7 +12,7 @@ import pytest
 from tuiapp.core.config.recipe import NUMBER_LIMIT, recipe_from_dict
 from tuiapp.core.machine.gpus import GpuInfo
 from tuiapp.core.plan.estimate import GB, PRESET_CONFIGS, TINY_CONFIG
-from tuiapp.core.prelaunch.preflight import (
+from tuiapp.core.prelaunch.resources import (
     check_cpu_ranks,
     check_disk,
     check_memory,

@@ -7,8 +7,8 @@ import pytest
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, parse_recipe, recipe_from_dict
 from tuiapp.core.config.sweep import plan_sweep
-from tuiapp.core.prelaunch import checks
-from tuiapp.core.prelaunch.preflight import recipe_rules
+from tuiapp.core.prelaunch import door
+from tuiapp.core.prelaunch.recipe_rules import recipe_rules
 from tuiapp.core.store.runs import RunStore
 
 MIX = '''name = "mix"
@@ -148,7 +148,7 @@ def test_validation_checks_every_source(tmp_path):
     recipe = recipe_from_dict({"method": {"kind": "sft"}, "dataset": {"sources": [
         {"name": "demo:facts"}, {"name": str(tmp_path / "bad.jsonl")}, {"name": str(tmp_path / "gone.jsonl")},
         {"name": "demo:text"}]}})
-    found = checks.static_findings(recipe, RunStore(tmp_path / "runs"), base_dir=tmp_path)
+    found = door.recipe_findings(recipe, RunStore(tmp_path / "runs"), base_dir=tmp_path)
     errors = {f.key: f.message for f in found if f.level == "error"}
     assert set(errors) == {"dataset.sources.1.format", "dataset.sources.2.name", "dataset.sources.3.format"}
     assert errors["dataset.sources.1.format"].startswith("source 'bad': ")
@@ -158,7 +158,7 @@ def test_validation_checks_every_source(tmp_path):
     assert "plain text" in errors["dataset.sources.3.format"]
     good = recipe_from_dict({"method": {"kind": "sft"}, "dataset": {"sources": [{"name": "demo:facts"},
                                                                                  {"name": "demo:chat"}]}})
-    assert not [f for f in checks.static_findings(good, RunStore(tmp_path / "runs"), base_dir=tmp_path)
+    assert not [f for f in door.recipe_findings(good, RunStore(tmp_path / "runs"), base_dir=tmp_path)
                 if f.level == "error"]
 
 
@@ -166,7 +166,7 @@ def test_a_mixture_on_a_vision_language_model_is_refused_before_launch(tmp_path)
     """Its rank refused it after launch, once validate had said ok."""
     recipe = recipe_from_dict({"model": {"name": "tiny-vlm"}, "method": {"kind": "lora"}, "dataset": {
         "sources": [{"name": "demo:shapes"}, {"name": "demo:facts"}]}})
-    errors = [f for f in checks.static_findings(recipe, RunStore(tmp_path / "runs"), base_dir=tmp_path)
+    errors = [f for f in door.recipe_findings(recipe, RunStore(tmp_path / "runs"), base_dir=tmp_path)
               if f.level == "error"]
     assert [f.key for f in errors] == ["dataset.sources"]
     assert "vision-language" in errors[0].message and "use one image dataset (dataset.name)" in errors[0].fix

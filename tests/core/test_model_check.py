@@ -27,7 +27,7 @@ from tokenizers import Tokenizer, models
 
 from tuiapp.core.config.recipe import recipe_from_dict
 from tuiapp.core.plan.estimate import TINY_CONFIG, load_model_config
-from tuiapp.core.prelaunch import checks, model_check
+from tuiapp.core.prelaunch import door, model_check
 from tuiapp.core.prelaunch.model_check import check_model
 from tuiapp.core.store.runs import RunStore
 
@@ -166,11 +166,11 @@ def test_run_reference_is_checked_as_its_final_folder(tmp_path):
     adapter_folder(earlier.final_path, str(tmp_path / "deleted-base"))
     earlier.update(status="succeeded")
     recipe = recipe_from_dict({"model": {"name": "run:base"}, "method": {"kind": "lora"}})
-    findings = checks.static_findings(recipe, store, tmp_path)
+    findings = door.recipe_findings(recipe, store, tmp_path)
     [finding] = [f for f in findings if f.key == "model.name"]
     assert finding.level == "error" and "run:base" in finding.message and "deleted-base" in finding.message
     write_folder(tmp_path / "deleted-base", model_files())
-    assert not [f for f in checks.static_findings(recipe, store, tmp_path) if f.key == "model.name"]
+    assert not [f for f in door.recipe_findings(recipe, store, tmp_path) if f.key == "model.name"]
 
 
 # ---------------------------------------------------------------- hub ids and the HF cache

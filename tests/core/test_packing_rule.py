@@ -1,5 +1,5 @@
 from tuiapp.core.config.recipe import packing_enabled, parse_recipe
-from tuiapp.core.prelaunch.preflight import recipe_rules
+from tuiapp.core.prelaunch.recipe_rules import recipe_rules
 
 
 def test_auto_packing_follows_the_method():

@@ -12,7 +12,8 @@ from tuiapp.core.common.errors import RecipeError, UserError
 from tuiapp.core.config.recipe import load_recipe, parse_recipe
 from tuiapp.core.plan import cluster, pipeline_plan
 from tuiapp.core.plan.estimate import GB, PRESET_CONFIGS, TINY_CONFIG, format_estimate
-from tuiapp.core.prelaunch.preflight import memory_estimate, recipe_rules
+from tuiapp.core.prelaunch.recipe_rules import recipe_rules
+from tuiapp.core.prelaunch.resources import memory_estimate
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tuiapp.core.common.errors import DatasetError, RecipeError
+from tuiapp.core.common.methods import PREFERENCE_KINDS
 from tuiapp.core.config.recipe import (
-    PREFERENCE_KINDS,
     DatasetSpec,
     parse_recipe,
     recipe_from_dict,
@@ -17,7 +17,7 @@ from tuiapp.core.config.recipe import (
 )
 from tuiapp.core.data.datasets import inspect_dataset, load_records
 from tuiapp.core.plan.estimate import PRESET_CONFIGS, estimate_recipe, format_estimate, reference_bytes
-from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch import door
 from tuiapp.core.store.runs import RunStore
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -201,7 +201,7 @@ def test_shared_samples_are_detected():
 
 def findings(tmp_path, **sections) -> list:
     recipe = recipe_from_dict({"name": "t", **sections})
-    return checks.static_findings(recipe, RunStore(tmp_path / "runs"), base_dir=ROOT)
+    return door.recipe_findings(recipe, RunStore(tmp_path / "runs"), base_dir=ROOT)
 
 
 def errors(found) -> dict:

@@ -9,23 +9,25 @@ from tuiapp.core.common.findings import Finding, format_findings, has_errors
 from tuiapp.core.config.recipe import recipe_from_dict
 from tuiapp.core.machine.gpus import GpuInfo, GpuProcess, cuda_available, detect_gpus
 from tuiapp.core.plan.estimate import GB, PRESET_CONFIGS, TINY_CONFIG
-from tuiapp.core.prelaunch import checks
-from tuiapp.core.prelaunch.preflight import (
+from tuiapp.core.prelaunch import door
+from tuiapp.core.prelaunch.machine_rules import machine_rules
+from tuiapp.core.prelaunch.recipe_rules import check_method, recipe_rules
+from tuiapp.core.prelaunch.resources import (
     check_disk,
     check_gpus,
     check_memory,
-    check_method,
-    check_rules,
     disk_needed_bytes,
     launch_world,
-    machine_rules,
     memory_estimate,
-    recipe_rules,
-    run_preflight,
 )
 from tuiapp.core.store.runs import RunStore
 
 H100 = 80 * 10**9
+
+
+def check_rules(recipe, *, cuda, bnb_installed=None):
+    """The recipe's rules and this machine's software rules together."""
+    return recipe_rules(recipe) + machine_rules(recipe, cuda=cuda, bnb_installed=bnb_installed)
 
 
 def recipe(**sections):
@@ -56,7 +58,12 @@ def test_half_precision_without_cuda_is_an_error(precision):
     assert check_rules(recipe(train={"precision": "auto"}), cuda=False) == []
 
 
-def test_qlora_needs_cuda_and_bitsandbytes():
+def machine(r, tmp_path, **given):
+    """The door's machine phase, with what `given` names in place of this machine's."""
+    return door.machine_findings(r, RunStore(tmp_path / "runs"), tmp_path, **given)
+
+
+def test_qlora_needs_cuda_and_bitsandbytes(tmp_path):
     qlora = recipe(method={"kind": "qlora"})
     no_cuda = check_rules(qlora, cuda=False, bnb_installed=True)
     assert keys(no_cuda) == ["method.kind"] and "CUDA" in no_cuda[0].message
@@ -64,7 +71,7 @@ def test_qlora_needs_cuda_and_bitsandbytes():
     assert keys(no_bnb) == ["method.kind"] and "bitsandbytes" in no_bnb[0].message
     assert check_rules(qlora, cuda=True, bnb_installed=True) == []
     # on this machine (no CUDA, no bitsandbytes) it can only fail
-    assert has_errors(run_preflight(qlora, "runs", TINY_CONFIG, gpus=[], free_bytes=10**12))
+    assert has_errors(machine(qlora, tmp_path, model_config=TINY_CONFIG, gpus=[], free_bytes=10**12))
 
 
 def test_zero3_with_qlora_is_an_error():
@@ -188,7 +195,7 @@ def test_preflight_and_the_estimate_see_the_same_world(tmp_path):
     assert (est.nodes, est.n_gpus, est.world_size) == (8, 8, 64)
     [finding] = check_memory(sft, config, cuda=True, gpus=gpus)
     assert f"about {est.total / GB:.1f} GB per GPU" in finding.message and "64 ranks on 8 nodes" in finding.message
-    report = checks.estimate_report(sft, RunStore(tmp_path / "runs"), tmp_path)  # this machine: no GPU
+    report = door.estimate_report(sft, RunStore(tmp_path / "runs"), tmp_path)  # this machine: no GPU
     assert report["json"]["world_size"] == 64
     assert report["json"]["memory"]["model_states"] == est.memory.model_states
 
@@ -239,13 +246,13 @@ def test_adapters_need_little_disk():
 # ---------------------------------------------------------------- together
 
 
-def test_run_preflight_on_this_machine(tmp_path):
-    findings = run_preflight(recipe(method={"kind": "lora"}), tmp_path / "runs", TINY_CONFIG)
+def test_the_machine_phase_on_this_machine(tmp_path):
+    findings = machine(recipe(method={"kind": "lora"}), tmp_path, model_config=TINY_CONFIG)
     assert not has_errors(findings)
     text = format_findings(findings)
     assert text.splitlines()[-1] == "preflight: ok"
-    bad = run_preflight(recipe(train={"precision": "bf16"}), tmp_path, TINY_CONFIG,
-                        gpus=[], cuda=False, free_bytes=1)
+    bad = machine(recipe(train={"precision": "bf16"}), tmp_path, model_config=TINY_CONFIG,
+                  gpus=[], cuda=False, free_bytes=1)
     assert keys(bad) == ["train.precision", "train.save_total_limit"]
     text = format_findings(bad)
     assert text.startswith("error    train.precision:")
@@ -253,9 +260,9 @@ def test_run_preflight_on_this_machine(tmp_path):
     assert text.splitlines()[-1] == "preflight: 2 errors"
 
 
-def test_run_preflight_without_config_or_with_an_odd_one(tmp_path):
-    assert not has_errors(run_preflight(recipe(), tmp_path, None, gpus=[], cuda=False))
-    odd = run_preflight(recipe(), tmp_path, {"model_type": "t5"}, gpus=[], cuda=False, free_bytes=10**12)
+def test_the_machine_phase_without_config_or_with_an_odd_one(tmp_path):
+    assert not has_errors(machine(recipe(), tmp_path, model_config=None, gpus=[], cuda=False))
+    odd = machine(recipe(), tmp_path, model_config={"model_type": "t5"}, gpus=[], cuda=False, free_bytes=10**12)
     assert [f.level for f in odd if "cannot estimate" in f.message] == ["warning"]
 
 

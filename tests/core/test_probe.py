@@ -10,7 +10,7 @@ import pytest
 from tuiapp.core.common.errors import RecipeError, UserError
 from tuiapp.core.config.recipe import parse_recipe
 from tuiapp.core.plan import estimate, probe
-from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch import door
 from tuiapp.core.store.runs import RunStore
 
 MB = 1024**2
@@ -152,10 +152,10 @@ def test_estimate_reports_its_error_on_past_probed_runs(tmp_path):
     (runs / probe.PROBES_DIR / "p1" / probe.PROBE_FILE).write_text(json.dumps({"measured_bytes": 120, "predicted_bytes": 100}))
     (runs / "no-probe").mkdir()
     assert sorted(probe.past_ratios(runs)) == [0.9, 1.1, 1.2, 1.5]
-    report = checks.estimate_report(recipe(), RunStore(runs), base_dir=tmp_path)
+    report = door.estimate_report(recipe(), RunStore(runs), base_dir=tmp_path)
     assert "median 1.15x over 4 probed runs" in report["text"]
     assert report["json"]["past_measured_over_predicted"] == {"median": pytest.approx(1.15), "runs": 4}
-    assert "past runs" not in checks.estimate_report(recipe(), RunStore(tmp_path / "empty"), base_dir=tmp_path)["text"]
+    assert "past runs" not in door.estimate_report(recipe(), RunStore(tmp_path / "empty"), base_dir=tmp_path)["text"]
 
 
 def test_probe_command_refuses_what_it_cannot_probe_before_launching(tmp_path, capsys):

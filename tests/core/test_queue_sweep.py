@@ -17,6 +17,7 @@ from tuiapp.core.config.recipe import NotifySpec, recipe_from_dict
 from tuiapp.core.machine import notify, runlock
 from tuiapp.core.machine.gpus import GpuInfo, GpuProcess
 from tuiapp.core.run_folder import rundir
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store import meta, queue
 from tuiapp.core.store.runs import RunStore
 
@@ -247,3 +248,11 @@ def test_notify_command_runs_without_a_shell_with_the_event(tmp_path):
         time.sleep(0.05)
     time.sleep(0.2)
     assert out.read_text() == "failed|llmtui: n (r1) failed: rank 0: OSError: x\n"
+    # its output goes to the log its caller names: the supervisor names the run's notify.log
+    log = RunDir(tmp_path).notify_log
+    said = NotifySpec(command=f"{sys.executable} -c \"print('sent')\"", on=["failed"])
+    assert notify.send(said, "failed", tmp_path, "r1", "n", "failed", log=log) is True
+    deadline = time.time() + 10
+    while "sent" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
+        time.sleep(0.05)
+    assert log.read_text() == "sent\n" and log.name == "notify.log"

@@ -208,8 +208,8 @@ def test_validate_cli_exit_codes(tmp_path):
 
 
 def test_preference_kinds_apart_from_the_schema_match_it():
-    """tuiapp.core.common.kinds (the TUI's views read it without pydantic) names the schema's preference methods."""
-    from tuiapp.core.common.kinds import PREFERENCE_KINDS
+    """tuiapp.core.common.methods (the TUI's views read it without pydantic) names the schema's preference methods."""
+    from tuiapp.core.common.methods import PREFERENCE_KINDS
     from tuiapp.core.config.recipe import PREFERENCE_MODELS
 
     assert PREFERENCE_KINDS == {model.model_fields["kind"].default for model in PREFERENCE_MODELS}

@@ -24,7 +24,7 @@ from tuiapp.core.config.rewards import (
     score_tool_call,
 )
 from tuiapp.core.machine.gpus import cuda_available
-from tuiapp.core.prelaunch import checks, rl
+from tuiapp.core.prelaunch import door, rl
 from tuiapp.core.store.runs import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,7 +256,7 @@ def test_demo_arith_has_prompts_and_answers():
 
 def test_an_answer_column_the_data_lacks_is_an_error(tmp_path):
     r = recipe(rewards="[[method.rewards]]\nkind = 'answer'\ncolumn = 'solution'")
-    found = checks.static_findings(r, RunStore(tmp_path), base_dir=ROOT)
+    found = door.recipe_findings(r, RunStore(tmp_path), base_dir=ROOT)
     error = next(f for f in found if f.key == "method.rewards.1.column")
     assert "'solution'" in error.message and "answer" in error.message
 
@@ -266,14 +266,14 @@ def test_sft_data_without_prompts_is_refused(tmp_path):
     data.write_text('{"text": "plain"}\n')
     r = recipe().model_copy(deep=True)
     r.dataset.name = str(data)
-    found = checks.static_findings(r, RunStore(tmp_path), base_dir=ROOT)
+    found = door.recipe_findings(r, RunStore(tmp_path), base_dir=ROOT)
     assert "dataset.columns" in keys(found)
 
 
 def test_a_reward_model_from_a_run_that_does_not_exist_names_its_key(tmp_path):
     r = recipe(rewards="[[method.rewards]]\nkind = 'model'\nmodel = 'run:no-such-rm'")
     with pytest.raises(UserError) as info:
-        checks.resolve_recipe(r, RunStore(tmp_path))
+        door.resolve_recipe(r, RunStore(tmp_path))
     assert info.value.key == "method.rewards.1.model" and "no-such-rm" in info.value.message
 
 
@@ -322,9 +322,9 @@ def test_a_missing_reward_file_is_an_error(tmp_path):
 def test_validate_runs_the_check(tmp_path):
     (tmp_path / "rewards.py").write_text("def my_reward(completions, **kw):\n    return [None] * len(completions)\n")
     r = recipe(rewards="[[method.rewards]]\nkind = 'python'\nfunction = 'rewards.py:my_reward'")
-    assert not checks.has_errors(checks.static_findings(r, RunStore(tmp_path / "runs"), base_dir=tmp_path))
+    assert not door.has_errors(door.recipe_findings(r, RunStore(tmp_path / "runs"), base_dir=tmp_path))
     (tmp_path / "rewards.py").write_text("def my_reward(completions, **kw):\n    return {}[1]\n")
-    found = checks.static_findings(r, RunStore(tmp_path / "runs"), base_dir=tmp_path)
+    found = door.recipe_findings(r, RunStore(tmp_path / "runs"), base_dir=tmp_path)
     assert "method.rewards.1.function" in keys(found)
 
 
@@ -372,9 +372,9 @@ def test_a_reward_model_must_be_a_reward_runs_model(tmp_path):
     for model, words in ((str(sft), "final model of a sft run"), (str(empty), "no config.json"),
                          ("no/such/folder", "not found")):
         r = recipe(rewards=f"[[method.rewards]]\nkind = 'model'\nmodel = '{model}'")
-        found = checks.static_findings(r, RunStore(tmp_path / "runs"), base_dir=tmp_path)
+        found = door.recipe_findings(r, RunStore(tmp_path / "runs"), base_dir=tmp_path)
         assert any(f.key == "method.rewards.1.model" and words in f.message for f in found), found
     (sft / "llmtui.json").write_text('{"method": "reward"}')
     r = recipe(rewards=f"[[method.rewards]]\nkind = 'model'\nmodel = '{sft}'")
-    assert "method.rewards.1.model" not in keys(checks.static_findings(r, RunStore(tmp_path / "runs"),
+    assert "method.rewards.1.model" not in keys(door.recipe_findings(r, RunStore(tmp_path / "runs"),
                                                                          base_dir=tmp_path))

@@ -115,12 +115,12 @@ def test_a_large_image_over_max_seq_len_names_max_pixels_in_the_fix(tmp_path):
 
 
 def test_a_vision_table_on_a_text_model_is_a_warning(tmp_path):
-    from tuiapp.core.prelaunch import checks
+    from tuiapp.core.prelaunch import door
     from tuiapp.core.store.runs import RunStore
 
     text = Recipe.model_validate({"model": {"name": "tiny"}, "method": {"kind": "lora"},
                                   "vision": {"train_vision_tower": True}})
-    found = [f for f in checks.static_findings(text, RunStore(tmp_path), tmp_path) if f.key == "vision"]
+    found = [f for f in door.recipe_findings(text, RunStore(tmp_path), tmp_path) if f.key == "vision"]
     assert [(f.level, f.message) for f in found] == [
         ("warning", "'tiny' is not a vision-language model, so vision.train_vision_tower changes nothing")]
     assert not vision_checks.unused_findings(recipe(vision={"train_vision_tower": True}))  # tiny-vlm

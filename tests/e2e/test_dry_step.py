@@ -8,7 +8,7 @@ import pytest
 
 from tests.e2e.helpers import llmtui
 from tests.zoo_matrix import METHODS, verdicts, zoo_recipe
-from tuiapp.core.prelaunch import checks, dry_step
+from tuiapp.core.prelaunch import door, dry_step
 from tuiapp.core.store.runs import RunStore
 
 MESSAGE = "lora's backward is broken on purpose (tests.plugins.broken_backward)"  # the plugin's own
@@ -53,13 +53,13 @@ def test_the_verdict_is_cached_so_a_second_preflight_starts_no_child(tmp_path, d
     recipe = parse_recipe(path.read_text(), str(path))
     store = RunStore(tmp_path / "runs")
     before = dry_step.CHILD_RUNS["count"]
-    first = checks.before_launch(recipe, store, tmp_path)
+    first = door.all_findings(recipe, store, tmp_path)
     assert dry_step.CHILD_RUNS["count"] == before + 1
-    assert not checks.has_errors(first), first
+    assert not door.has_errors(first), first
     key = dry_step.cache_key(recipe, b"tiny")
     cached = json.loads(dry_step.cache_file(key).read_text())
     assert cached["ok"] is True and "error" not in cached
-    second = checks.before_launch(recipe, store, tmp_path)
+    second = door.all_findings(recipe, store, tmp_path)
     assert dry_step.CHILD_RUNS["count"] == before + 1  # the cache answered
     assert {f.message for f in second} == {f.message for f in first}
     assert dry_step.verdict(recipe, tmp_path)["cached"] is True

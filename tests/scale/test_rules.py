@@ -1,11 +1,11 @@
-"""Strategy x method x ZeRO x hosts rules in preflight.recipe_rules, one by one."""
+"""Strategy x method x ZeRO x hosts rules in recipe_rules.recipe_rules, one by one."""
 
 from __future__ import annotations
 
 import pytest
 
 from tuiapp.core.config.recipe import recipe_from_dict
-from tuiapp.core.prelaunch.preflight import recipe_rules
+from tuiapp.core.prelaunch.recipe_rules import recipe_rules
 
 
 def errors(**sections) -> dict[str, str]:

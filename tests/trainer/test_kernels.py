@@ -11,7 +11,8 @@ from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.config.recipe import Recipe, batching_label
 from tuiapp.core.plan.estimate import estimate_recipe, format_estimate
 from tuiapp.core.plan.launcher import torch_extensions_dir
-from tuiapp.core.prelaunch import preflight
+from tuiapp.core.prelaunch.machine_rules import machine_rules
+from tuiapp.core.prelaunch.recipe_rules import recipe_rules
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.model import attn_implementation, load_model, load_tokenizer
 from tuiapp.trainer.packing import PackedRowsCollator, TokenBudgetBatches, budget_batches
@@ -19,6 +20,11 @@ from tuiapp.trainer.packing import PackedRowsCollator, TokenBudgetBatches, budge
 TINY_CONFIG = {"model_type": "llama", "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 344,
                "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
                "max_position_embeddings": 512, "tie_word_embeddings": True}
+
+
+def check_rules(recipe, *, cuda, bnb_installed=None):
+    """The recipe's rules and this machine's software rules together."""
+    return recipe_rules(recipe) + machine_rules(recipe, cuda=cuda, bnb_installed=bnb_installed)
 
 
 def recipe(**sections) -> Recipe:
@@ -29,7 +35,7 @@ def recipe(**sections) -> Recipe:
 
 
 def errors(r: Recipe, cuda: bool = False) -> dict[str, str]:
-    return {f.key: f.message for f in preflight.check_rules(r, cuda=cuda, bnb_installed=False) if f.level == "error"}
+    return {f.key: f.message for f in check_rules(r, cuda=cuda, bnb_installed=False) if f.level == "error"}
 
 
 def test_gpu_only_kernels_fail_on_cpu_before_launch_naming_their_key():

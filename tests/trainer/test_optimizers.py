@@ -151,11 +151,11 @@ def test_refused_before_launch_with_the_fix(text, cuda, installed, says):
 
 
 def test_what_runs_here_is_not_refused():
-    from tuiapp.core.prelaunch import preflight
+    from tuiapp.core.prelaunch import machine_rules
 
     for kind in RUNS_HERE:
         recipe = _with(f"[train]\noptimizer = \"{kind}\"\nscheduler = \"constant\"\n")
-        assert not [f for f in preflight.machine_rules(recipe, cuda=False) if f.key == "train.optimizer"], kind
+        assert not [f for f in machine_rules.machine_rules(recipe, cuda=False) if f.key == "train.optimizer"], kind
     galore = _with("[train]\noptimizer = \"galore\"\n[launch]\nstrategy = \"ddp\"\n")
     from tuiapp.core.prelaunch import optimizer_checks
 

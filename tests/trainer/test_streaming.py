@@ -8,7 +8,7 @@ from transformers import AutoTokenizer
 
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.data import demo_data
-from tuiapp.core.prelaunch.preflight import streaming_rules
+from tuiapp.core.prelaunch.recipe_rules import streaming_rules
 from tuiapp.trainer import streaming
 from tuiapp.trainer.data import build_datasets
 from tuiapp.trainer.streaming import TokenizedStream

@@ -16,7 +16,7 @@ from tuiapp.ui.app import LlmtuiApp
 from tuiapp.ui.config import UiConfig
 root = Path(sys.argv[1])
 app = LlmtuiApp(UiConfig(runs_root=root, base_dir=root.parent, system_monitor=False, hf_cache_dirs=[], live=False))
-WANTED = ("tuiapp.ui.screens.new_experiment", "tuiapp.core.config.recipe", "tuiapp.core.prelaunch.checks")
+WANTED = ("tuiapp.ui.screens.new_experiment", "tuiapp.core.config.recipe", "tuiapp.core.prelaunch.door")
 async def main():
     async with app.run_test(size=(100, 30)) as pilot:
         before = [m for m in WANTED if m in sys.modules]
@@ -34,4 +34,4 @@ def test_the_history_imports_the_form_once_idle(tmp_path):
                          check=True, cwd=ROOT, timeout=120)
     # none of them at start-up; all of them within seconds of the summaries (none is imported by anything else)
     assert out.stdout.strip().splitlines()[-1] == \
-        "[] True ['tuiapp.ui.screens.new_experiment', 'tuiapp.core.config.recipe', 'tuiapp.core.prelaunch.checks']", out.stdout
+        "[] True ['tuiapp.ui.screens.new_experiment', 'tuiapp.core.config.recipe', 'tuiapp.core.prelaunch.door']", out.stdout

@@ -12,7 +12,7 @@ from textual.widgets._select import SelectCurrent, SelectOverlay
 from ui_fixtures import screen_text, test_app, wait_for
 
 from tuiapp.core.config.recipe import load_recipe
-from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch import door
 from tuiapp.core.store.runs import RunStore
 from tuiapp.ui.candidates import PRESETS_DIR
 from tuiapp.ui.messages import ModelsFound
@@ -78,8 +78,8 @@ def test_fill_form_and_save_gives_a_valid_recipe(tmp_path):
             assert recipe.train.max_steps == 12 and recipe.train.learning_rate == 5e-4
             assert recipe.train.scheduler == "linear" and recipe.description == "tiny"
             assert recipe.train.sample_prompts == ["What is the capital of France?"]
-            findings = checks.static_findings(recipe, RunStore(tmp_path / "runs"), tmp_path)
-            assert not checks.has_errors(findings), checks.format_findings(findings)
+            findings = door.recipe_findings(recipe, RunStore(tmp_path / "runs"), tmp_path)
+            assert not door.has_errors(findings), door.format_findings(findings)
             # saving again asks before replacing the file
             await pilot.press("ctrl+s")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm")

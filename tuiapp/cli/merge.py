@@ -16,7 +16,7 @@ from tuiapp.cli.shared import trainer_tool
 from tuiapp.core.after import merging
 from tuiapp.core.common.errors import EXIT_OK, RunError
 from tuiapp.core.config.recipe import load_recipe
-from tuiapp.core.run_folder.rundir import FINAL_DIR, RECIPE_TOML
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store.runs import RunStore
 
 
@@ -27,12 +27,12 @@ def cmd_merge(args) -> int:
     plan = merging.plan_merge(runs, args.method, weights, args.density, args.seed)
     work = Path(tempfile.mkdtemp(prefix=".merging-", dir=store.root))
     try:
-        code = trainer_tool("tuiapp.trainer.merge", [plan.to_json(), "--out", str(work / FINAL_DIR)])
+        code = trainer_tool("tuiapp.trainer.merge", [plan.to_json(), "--out", str(RunDir(work).final)])
         if code != 0:
             raise RunError(message=f"the merge failed (exit {code}); no run was made", fix="see the output above")
-        recipe = load_recipe(runs[0].path / RECIPE_TOML).model_copy(update={"name": args.name})
+        recipe = load_recipe(runs[0].dir.recipe_toml).model_copy(update={"name": args.name})
         run = store.create(recipe, model_ref=runs[0].record.model_ref)
-        (work / FINAL_DIR).replace(run.final_path)
+        RunDir(work).final.replace(run.final_path)
         now = time.time()
         run.record.set(status="succeeded", started=now, ended=now, merged_from=plan.run_ids,
                        merge={"method": plan.method, "weights": plan.weights,

@@ -17,8 +17,8 @@ from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK,
 from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.config.recipe import load_recipe
 from tuiapp.core.plan import launcher, probe
-from tuiapp.core.prelaunch import checks
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.prelaunch import door
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store.runs import RunStore
 
 EXIT_NOTHING_FITS = 1  # no size fit under the memory limit
@@ -68,7 +68,7 @@ class Refused(UserError):
         super().__init__(message=first.message, file=file, key=first.key, fix=first.fix)
 
     def __str__(self) -> str:
-        return checks.format_findings(self.findings)
+        return door.format_findings(self.findings)
 
     def document(self) -> dict:
         document = error_document(self)
@@ -84,12 +84,12 @@ def _checked(args, store: RunStore):
     if args.headroom is not None:
         overrides.append(f"train.memory_headroom={args.headroom}")
     recipe = load_recipe(args.recipe, overrides)
-    findings = checks.static_findings(recipe, store, base_dir=Path.cwd())
+    findings = door.recipe_findings(recipe, store, base_dir=Path.cwd())
     findings += [f for f in probe.rules(recipe.model_copy(update={"train": recipe.train.model_copy(
         update={"micro_batch": "auto"})})) if f.level == "error"]
-    if checks.has_errors(findings):
+    if door.has_errors(findings):
         raise Refused(findings, str(args.recipe))
-    recipe, _ = checks.resolve_recipe(recipe, store)
+    recipe, _ = door.resolve_recipe(recipe, store)
     cuda = launcher.cuda_device_count()
     limit = probe.parse_bytes(args.memory_limit) if args.memory_limit else probe.default_limit(recipe, cuda)
     return recipe, cuda, limit
@@ -106,14 +106,14 @@ def cmd_probe(args) -> int:
         return EXIT_BAD_INPUT
     out_dir = store.root / probe.PROBES_DIR / (time.strftime("%Y%m%d-%H%M%S") + f"-{recipe.name or 'probe'}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / RECIPE_TOML).write_text(recipe.to_toml(), encoding="utf-8")
+    RunDir(out_dir).recipe_toml.write_text(recipe.to_toml(), encoding="utf-8")
     sizes = probe.candidate_sizes(recipe.train.max_micro_batch)
     if not args.json:
         print(f"probing micro_batch {', '.join(map(str, sizes))} on {'cuda' if cuda else 'cpu'}, {args.steps} steps "
               f"each (folder {out_dir})", flush=True)
     started = time.time()
     try:
-        with probe.running(recipe, out_dir / RECIPE_TOML, out_dir, gpu_id=0 if cuda else None, limit_bytes=limit,
+        with probe.running(recipe, RunDir(out_dir).recipe_toml, out_dir, gpu_id=0 if cuda else None, limit_bytes=limit,
                            steps=args.steps, new_session=True) as child:
             code = _wait(child, out_dir, quiet=args.json)
     except KeyboardInterrupt:

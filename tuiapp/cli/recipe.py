@@ -1,5 +1,5 @@
 """`llmtui validate | estimate | schema | data`: a recipe before any run. Validation and the
-memory estimate come from tuiapp.core.prelaunch.checks; `data` shows the trainer's own view of the examples
+memory estimate come from tuiapp.core.prelaunch.door; `data` shows the trainer's own view of the examples
 through a torch-side tool (tuiapp.trainer.preview) in a child process."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from tuiapp.cli.shared import json_document, print_err, trainer_tool
 from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document
 from tuiapp.core.config.recipe import json_schema, load_recipe
-from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch import door
 from tuiapp.core.store.runs import RunStore
 
 
 def cmd_validate(args) -> int:
     recipe = load_recipe(args.recipe, args.set)
-    findings = checks.static_findings(recipe, RunStore(args.runs_dir), base_dir=Path.cwd())
-    print(checks.format_findings(findings) or "")
-    if checks.has_errors(findings):
+    findings = door.recipe_findings(recipe, RunStore(args.runs_dir), base_dir=Path.cwd())
+    print(door.format_findings(findings) or "")
+    if door.has_errors(findings):
         return EXIT_BAD_INPUT
     print(f"{args.recipe}: ok ({recipe.method.kind} on {recipe.model.name}, data {recipe.dataset.label})")
     return EXIT_OK
@@ -34,10 +34,10 @@ def cmd_schema(args) -> int:
 def cmd_estimate(args) -> int:
     if not args.json:
         recipe = load_recipe(args.recipe, args.set)
-        print(checks.estimate_report(recipe, RunStore(args.runs_dir), base_dir=Path.cwd(), nodes=args.nodes,
+        print(door.estimate_report(recipe, RunStore(args.runs_dir), base_dir=Path.cwd(), nodes=args.nodes,
                                      gpus=args.gpus)["text"])
         return EXIT_OK
-    return json_document(lambda: checks.estimate_report(load_recipe(args.recipe, args.set), RunStore(args.runs_dir),
+    return json_document(lambda: door.estimate_report(load_recipe(args.recipe, args.set), RunStore(args.runs_dir),
                                                         base_dir=Path.cwd(), nodes=args.nodes, gpus=args.gpus)["json"])
 
 

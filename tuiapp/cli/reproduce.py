@@ -13,7 +13,7 @@ from tuiapp.core.common.errors import EXIT_OK
 from tuiapp.core.config.recipe import load_recipe
 from tuiapp.core.lifecycle import service
 from tuiapp.core.run_folder import provenance
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store import environment
 from tuiapp.core.store.runs import RunStore
 
@@ -26,7 +26,7 @@ def differences(run_dir: Path) -> tuple[list[str], Path]:
     """Each mismatch between the run's recorded environment and this one, and the folder the run was
     launched from (its relative data paths start there; the current one when it is gone)."""
     recorded = provenance.read(run_dir)
-    recipe = load_recipe(Path(run_dir) / RECIPE_TOML)
+    recipe = load_recipe(RunDir(run_dir).recipe_toml)
     base = Path.cwd()
     if recorded and isinstance(recorded.get("cwd"), str) and Path(recorded["cwd"]).is_dir():
         base = Path(recorded["cwd"])
@@ -45,8 +45,8 @@ def cmd_reproduce(args) -> int:
     if base.resolve() != Path.cwd().resolve():
         print(f"launching from {base}, where {source.id} was launched", flush=True)
         os.chdir(base)
-    recipe = load_recipe(source.path / RECIPE_TOML)
-    options = service.LaunchOptions(recipe_file=source.record.recipe_file or str(source.path / RECIPE_TOML),
+    recipe = load_recipe(source.dir.recipe_toml)
+    options = service.LaunchOptions(recipe_file=source.record.recipe_file or str(source.dir.recipe_toml),
                                     overrides=list(recorded.get("overrides") or []), runs_dir=args.runs_dir)
     plan, code = plan_or_exit(recipe, store, base, options, args.dry_run)
     if plan is None:

@@ -14,7 +14,8 @@ from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUP
 from tuiapp.core.config.recipe import load_recipe
 from tuiapp.core.lifecycle import service
 from tuiapp.core.plan import launcher
-from tuiapp.core.prelaunch import checks
+from tuiapp.core.prelaunch import door
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.metrics import JsonlReader
 from tuiapp.core.run_folder.progress import fmt_duration, fmt_number, progress_line
 from tuiapp.core.run_folder.rundir import ACTIVE, FINAL, read_phases
@@ -63,7 +64,7 @@ def plan_or_exit(recipe, store, base: Path, options, dry_run: bool) -> tuple[ser
     except service.LaunchRefused as exc:
         print(exc, file=sys.stderr)
         return None, EXIT_BAD_INPUT
-    notes = checks.format_findings(plan.findings)
+    notes = door.format_findings(plan.findings)
     if notes:
         print(notes, file=sys.stderr)
     if dry_run:
@@ -165,7 +166,7 @@ def follow(run, store) -> int:
                           f"{figure.get('docs_per_s') or 0:,.0f} docs/s  {figure.get('mb_per_s') or 0:.1f} MB/s  "
                           f"ETA {fmt_duration(figure.get('eta_s'))}", flush=True)
             for event in events.read_new():
-                if event.get("event") == "eval_progress":
+                if event.get("event") == ev.EVAL_PROGRESS:
                     total = event.get("total")
                     clock.say(f"eval {event.get('done')}/{total if total else '?'}  step {event.get('step')}  "
                           f"{fmt_duration(event.get('elapsed_s'))}", flush=True)

@@ -115,12 +115,23 @@ def cmd_show(args) -> int:
     row = _row(run)
     rows = dedupe_steps(train_rows(run.metrics()))
     if args.json:
-        print(json.dumps({"run": run.record.to_json(), "summary": row, "metrics_rows": len(rows),
-                          "source_tokens": source_tokens(rows[-1]) if rows else {},
-                          "benchmarks": benchmarks.latest_scores(run.metrics()),
-                          "bench_eval": benchmarks.latest(run.path),
-                          "provenance": provenance.read(run.path)}, indent=2, default=str))
+        print(json.dumps(_show_document(run, row, rows), indent=2, default=str))
         return EXIT_OK
+    _print_show(run, row, rows)
+    if getattr(args, "generations", None):
+        print_generations(run.path, args.generations)
+    return EXIT_OK
+
+
+def _show_document(run, row: dict, rows: list[dict]) -> dict:
+    """`show --json`: the record, its summary row and what was measured."""
+    return {"run": run.record.to_json(), "summary": row, "metrics_rows": len(rows),
+            "source_tokens": source_tokens(rows[-1]) if rows else {},
+            "benchmarks": benchmarks.latest_scores(run.metrics()), "bench_eval": benchmarks.latest(run.path),
+            "provenance": provenance.read(run.path)}
+
+
+def _print_show(run, row: dict, rows: list[dict]) -> None:
     print(f"{run.id}  [{run.status}]  {run.record.method} on {row['model']}  data {row['dataset']}")
     print(f"  path      {run.path}")
     print(f"  batching  {row['batching']}")
@@ -136,14 +147,7 @@ def cmd_show(args) -> int:
     if row["best_reward_accuracy"] is not None:
         print(f"  rewards   best accuracy {fmt_number(row['best_reward_accuracy'], '.3f')} · "
               f"best margin {fmt_number(row['best_reward_margin'], '.3f')}")
-    online = rl.reward_summary(rows)  # grpo/rloo: rewards and completion length, first step -> last
-    if online:
-        print(f"  rewards   {online}")
-        headline = reward_health.component_summary(rows, run.record.recipe)  # the task's reward first
-        if headline:
-            print(f"  primary   {headline}")
-        for line in reward_health.hacking_lines(rows, run.record.recipe, run.path):
-            print(("  ! " if not line.startswith(" ") else "    ") + line.strip())
+    _print_online_rewards(run, rows)
     for line in scale.show_lines(run):  # strategy, nodes, SLURM job
         print(line)
     for line in sequence_line.show_lines(run.path):  # train.sequence_parallel: degree, per-rank sequence
@@ -160,9 +164,18 @@ def cmd_show(args) -> int:
         print(line)
     for line in provenance.lines(provenance.read(run.path)):
         print(line)
-    if getattr(args, "generations", None):
-        print_generations(run.path, args.generations)
-    return EXIT_OK
+
+
+def _print_online_rewards(run, rows: list[dict]) -> None:
+    """grpo/rloo: rewards and completion length, first step -> last; the task's reward; hacking signs."""
+    online = rl.reward_summary(rows)
+    if online:
+        print(f"  rewards   {online}")
+        headline = reward_health.component_summary(rows, run.record.recipe)  # the task's reward first
+        if headline:
+            print(f"  primary   {headline}")
+        for line in reward_health.hacking_lines(rows, run.record.recipe, run.path):
+            print(("  ! " if not line.startswith(" ") else "    ") + line.strip())
 
 
 def bench_lines(run) -> list[str]:

@@ -15,12 +15,12 @@ from pathlib import Path
 from tuiapp.cli import numbers
 from tuiapp.core.after.targets import model_target
 from tuiapp.core.common.errors import EXIT_FAILED, EXIT_OK, RunError, UserError
+from tuiapp.core.common.methods import VLLM_ADAPTER_KINDS
 from tuiapp.core.machine.gpus import cuda_available, detect_gpus
 from tuiapp.core.store import queue, served
 from tuiapp.core.store.runs import RunStore
 
 READY_TIMEOUT_S = 600.0
-VLLM_ADAPTERS = ("lora", "qlora", "dpo", "simpo", "cpo", "orpo", "kto")  # their adapters are LoRA
 
 
 def add_commands(add) -> None:
@@ -53,7 +53,7 @@ def _backend(choice: str, target) -> str:
     if choice == "transformers":
         return "transformers"
     why = _vllm_ready()
-    if why is None and target.kind != "full" and (target.kind != "peft" or target.method not in VLLM_ADAPTERS):
+    if why is None and target.kind != "full" and (target.kind != "peft" or target.method not in VLLM_ADAPTER_KINDS):
         why = f"vLLM serves full models and LoRA adapters, and this run trained a {target.method} adapter"
     if choice == "vllm" and why:
         raise UserError(message=f"--backend vllm: {why}",

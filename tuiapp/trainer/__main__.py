@@ -8,7 +8,9 @@ import sys
 import traceback
 from pathlib import Path
 
-from tuiapp.core.run_folder.rundir import EVENTS_JSONL, RECIPE_TOML
+from tuiapp.core.config.frozen import frozen_recipe
+from tuiapp.core.run_folder import events as ev
+from tuiapp.core.run_folder.rundir import RunDir
 
 
 def parse_args(argv=None):
@@ -20,10 +22,7 @@ def parse_args(argv=None):
 
 
 def _recipe(run_dir: Path):
-    from tuiapp.core.config.recipe import parse_recipe
-
-    path = Path(run_dir) / RECIPE_TOML
-    return parse_recipe(path.read_text(encoding="utf-8"), str(path))
+    return frozen_recipe(run_dir)
 
 
 # trackers whose files are finished by their own exit handlers: a rank that reports to them exits normally
@@ -61,8 +60,8 @@ def main(argv=None) -> int:
         try:
             from tuiapp.core.run_folder.metrics import JsonlWriter
 
-            with JsonlWriter(args.run_dir / EVENTS_JSONL) as events:
-                events.write({"event": "error", "rank": rank, "type": type(exc).__name__, "message": message[:2000],
+            with JsonlWriter(RunDir(args.run_dir).events) as events:
+                events.write({"event": ev.ERROR, "rank": rank, "type": type(exc).__name__, "message": message[:2000],
                               "phase": phases.current()})
         except OSError:
             pass

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.metrics import (
     PREFERENCE_METRICS,
     EvalRow,
@@ -27,7 +28,7 @@ from tuiapp.core.run_folder.metrics import (
     write_rank_memory,
 )
 from tuiapp.core.run_folder.rundata import MetricsWriter
-from tuiapp.core.run_folder.rundir import EVENTS_JSONL, METRICS_JSONL
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import phases
 from tuiapp.trainer.resume import pause_at
 
@@ -270,7 +271,7 @@ def preference_metrics(logs: dict, prefix: str = "") -> dict:
 
 MEMORY_EVERY_S = 2.0  # how often a rank rewrites its ranks/memory-<rank>.json
 MEMORY_SAMPLE_S = 1.0  # how often a rank reads its own memory (a metrics row carries the latest)
-END_EVENTS = ("finished", "stop_checkpoint")  # the trainer writes no metrics row after these
+END_EVENTS = ev.END_KINDS  # the trainer writes no metrics row after these
 EVAL_PROGRESS_EVERY_S = 1.0  # how often rank 0 writes an eval_progress event while it evaluates
 
 
@@ -340,18 +341,18 @@ class RunRecorder(TrainerCallback):
             self._rank_memory(force=True)
         if self._is_writer(state):
             if self.source_keys and state.global_step:  # resumed: the sources' tokens go on from the checkpoint
-                self._source_base = _source_tokens_at(self.run_dir / METRICS_JSONL, state.global_step,
+                self._source_base = _source_tokens_at(RunDir(self.run_dir).metrics, state.global_step,
                                                       self.source_keys)
             self.metrics = MetricsWriter(self.run_dir)  # keeps metrics.columns current: readers parse no long file
             atexit.register(self.metrics.close)  # a rank that exits through the interpreter (not os._exit)
-            self.events = JsonlWriter(self.run_dir / EVENTS_JSONL)
+            self.events = JsonlWriter(RunDir(self.run_dir).events)
             total = trainable = 0
             for param in model.parameters():
                 n = getattr(param, "ds_numel", param.numel())
                 total += n
                 trainable += n if param.requires_grad else 0
             self.events.write({
-                "event": "started",
+                "event": ev.STARTED,
                 "step": state.global_step,
                 "max_steps": state.max_steps,
                 "world_size": args.world_size,
@@ -391,7 +392,7 @@ class RunRecorder(TrainerCallback):
             self._first = True
             phases.enter("training")
             if self.events is not None:
-                self.events.write({"event": "first_step", "step": state.global_step})
+                self.events.write({"event": ev.FIRST_STEP, "step": state.global_step})
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = dict(logs or {})
@@ -469,7 +470,7 @@ class RunRecorder(TrainerCallback):
         self._eval_written = now
         total = _length(getattr(eval_dataloader, "dataset", None))
         done = self._eval_batches * args.eval_batch_size * max(1, args.world_size)
-        self.events.write({"event": "eval_progress", "step": state.global_step,
+        self.events.write({"event": ev.EVAL_PROGRESS, "step": state.global_step,
                            "done": min(done, total) if total else done, "total": total,
                            "elapsed_s": round(now - self._eval_started, 3)})
 
@@ -488,12 +489,12 @@ class RunRecorder(TrainerCallback):
         if self.samples:
             row["samples"] = self.samples
         self.metrics.write(row)
-        self.events.write({"event": "eval", "step": state.global_step, "eval_loss": loss})
+        self.events.write({"event": ev.EVAL, "step": state.global_step, "eval_loss": loss})
 
     def on_save(self, args, state, control, **kwargs):
         if self._is_writer(state) and self.events is not None:
             self._flush(state)  # the agreement settled before the checkpoint was written
-            self.events.write({"event": "checkpoint", "step": state.global_step})
+            self.events.write({"event": ev.CHECKPOINT, "step": state.global_step})
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._is_writer(state):

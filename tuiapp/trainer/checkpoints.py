@@ -7,6 +7,8 @@ import re
 import shutil
 from pathlib import Path
 
+from tuiapp.core.run_folder.rundir import CHECKPOINT_STATE_JSON
+
 STAGING = ".staging"
 PATTERN = re.compile(r"^checkpoint-(\d+)$")
 
@@ -18,7 +20,7 @@ def complete_checkpoints(root: Path) -> list[Path]:
     found = []
     for child in root.iterdir():
         match = PATTERN.match(child.name)
-        if match and child.is_dir() and (child / "trainer_state.json").is_file():
+        if match and child.is_dir() and (child / CHECKPOINT_STATE_JSON).is_file():
             found.append((int(match.group(1)), child))
     return [path for _, path in sorted(found)]
 

@@ -27,6 +27,7 @@ from datasets.exceptions import DatasetGenerationError
 from transformers import DataCollatorForSeq2Seq, DataCollatorWithFlattening, default_data_collator
 
 from tuiapp.core.common.errors import DatasetError
+from tuiapp.core.common.methods import trains_on_text
 from tuiapp.core.config.recipe import DatasetSpec, Recipe, packing_enabled
 from tuiapp.core.data.datasets import (
     TRAINED_ROLES,
@@ -174,7 +175,7 @@ def _preview(example: dict, tokenizer) -> dict:
 
 
 def is_pretrain(recipe: Recipe) -> bool:
-    return recipe.method.kind == "pretrain"
+    return trains_on_text(recipe.method.kind)
 
 
 # ---------------------------------------------------------------- records

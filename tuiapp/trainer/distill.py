@@ -28,7 +28,8 @@ from tuiapp.core.config.recipe import Recipe, weights_method
 from tuiapp.core.plan.distill import TEACHER_NAME
 from tuiapp.core.plan.estimate import teacher_config
 from tuiapp.core.run_folder.metrics import JsonlWriter
-from tuiapp.core.run_folder.rundir import EVENTS_JSONL
+from tuiapp.core.run_folder import events as ev
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import phases, strategies
 from tuiapp.trainer.tiny import MARKER, default_cache_dir, ensure_tiny_model
 
@@ -310,7 +311,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     phases.enter("loading model")
     plan = model_plan(student, model_path, precision)
     if _is_main():
-        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
+        with JsonlWriter(RunDir(run_dir).events) as events:
             events.write({"time": time.time(), **plan.to_event()})
     model = apply_method(load_model(student, model_path, precision), student, model_path)
     if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
@@ -342,7 +343,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     optimizers.install(trainer, recipe)
     trainer.step_agreement = stopper
     if _is_main():
-        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
-            events.write({"time": time.time(), "event": "distill", "teacher": folder, "mode": method.mode,
+        with JsonlWriter(RunDir(run_dir).events) as events:
+            events.write({"time": time.time(), "event": ev.DISTILL, "teacher": folder, "mode": method.mode,
                           "top_k": method.top_k if method.mode == "offline" else None})
     return trainer, recorder

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import tomllib
 
+from tuiapp.core.run_folder.rundir import RunDir
+
 PLUGINS_ENV = "LLMTUI_TRAINER_PLUGINS"
 STEP_SAMPLES, STEP_SEQ_LEN = 8, 256
 # a model at most this wide and deep is kept as it is (the tiny presets, the zoo)
@@ -117,13 +119,13 @@ def shrunk_model(path: str, folder: Path, trust_remote_code: bool) -> Path:
 
 def skip_reason(recipe, model_path: str) -> str | None:
     """Why a dry step does not apply to this recipe (None: it does)."""
-    from tuiapp.core.common.kinds import RL_KINDS
+    from tuiapp.core.common.methods import family, is_quantized, is_rl
 
-    if recipe.method.kind in RL_KINDS:
+    if is_rl(recipe.method.kind):
         return f"{recipe.method.kind} generates completions while it trains: the dry step does not run it"
-    if recipe.method.kind == "distill":  # a shrunken student would still load the whole teacher
+    if family(recipe.method.kind) == "distill":  # a shrunken student would still load the whole teacher
         return "distill runs a full teacher beside the student: the dry step does not run it"
-    if recipe.method.kind == "qlora":
+    if is_quantized(recipe.method.kind):
         import torch
 
         if not torch.cuda.is_available():
@@ -173,7 +175,6 @@ def dry_step(recipe_path: Path, work: Path) -> dict:
 
     from tuiapp.core.common.errors import UserError
     from tuiapp.core.config.recipe import parse_recipe, recipe_from_dict
-    from tuiapp.core.run_folder.rundir import RECIPE_TOML
     from tuiapp.trainer.bundled import resolve_model_path
 
     started = time.monotonic()
@@ -197,7 +198,7 @@ def dry_step(recipe_path: Path, work: Path) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     data = step_recipe(tomllib.loads(recipe.to_toml()), folder)
-    (run_dir / RECIPE_TOML).write_text(recipe_from_dict(data).to_toml(), encoding="utf-8")
+    RunDir(run_dir).recipe_toml.write_text(recipe_from_dict(data).to_toml(), encoding="utf-8")
     from accelerate.state import AcceleratorState
 
     from tuiapp.trainer.run import train

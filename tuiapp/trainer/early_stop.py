@@ -10,6 +10,8 @@ import math
 
 from transformers import TrainerCallback
 
+from tuiapp.core.run_folder import events as ev
+
 
 class EarlyStop(TrainerCallback):
     def __init__(self, patience: int, threshold: float, recorder=None):
@@ -30,7 +32,7 @@ class EarlyStop(TrainerCallback):
         if self.bad >= self.patience:
             control.should_training_stop = True
             if self.recorder is not None:
-                self.recorder.event(state, {"event": "early_stop", "step": state.global_step, "best_eval_loss": self.best,
+                self.recorder.event(state, {"event": ev.EARLY_STOP, "step": state.global_step, "best_eval_loss": self.best,
                                             "patience": self.patience})
         return control
 

@@ -6,7 +6,8 @@ import re
 import shutil
 from pathlib import Path
 
-from tuiapp.trainer.model import PROMPT_LEARNING, final_info, keep_sentencepiece
+from tuiapp.core.common.methods import is_full, is_reward_model, mergeable, peft_of
+from tuiapp.trainer.model import final_info, keep_sentencepiece
 
 
 def export(final: Path, out: Path, merge: bool) -> str:
@@ -18,19 +19,19 @@ def export(final: Path, out: Path, merge: bool) -> str:
     info = final_info(final)
     method = info.get("method", "sft")
     weights = info.get("weights", method)  # preference runs: sft (every weight) or their adapter's kind
-    if not merge or weights in ("pretrain", "sft"):
+    if not merge or is_full(weights):
         shutil.copytree(final, out, dirs_exist_ok=True)
         keep_sentencepiece(out, *vocabulary_sources(final))
-        return f"copied the {'model' if weights in ('pretrain', 'sft') else 'adapter'} to {out}"
-    if method in PROMPT_LEARNING or method == "llama-adapter":
+        return f"copied the {'model' if is_full(weights) else 'adapter'} to {out}"
+    if not mergeable(method):
         raise ValueError(f"a {method} adapter cannot be merged into its base weights; export without --merge")
-    if method == "adapter":
+    if peft_of(method) == "bottleneck":
         raise ValueError("bottleneck adapters add layers, so they cannot merge into a plain HF model; "
                          "export without --merge")
     import torch
     from peft import AutoPeftModelForCausalLM, AutoPeftModelForSequenceClassification
 
-    if method == "reward":  # the base gets its one-score value head back (peft saved it with the adapter)
+    if is_reward_model(method):  # the base gets its one-score value head back (peft saved it with the adapter)
         model = AutoPeftModelForSequenceClassification.from_pretrained(str(final), dtype=torch.float32, num_labels=1)
     else:
         model = AutoPeftModelForCausalLM.from_pretrained(str(final), dtype=torch.float32)

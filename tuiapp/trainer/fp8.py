@@ -5,7 +5,7 @@ layers are swapped for torchao's Float8Linear, whose matmuls run in float8 with 
 scaling (`torchao.float8.convert_to_float8_training`), the way axolotl and LLaMA-Factory offer it.
 The output head stays in bf16 (its logits set the loss), and so does any linear whose sizes the
 float8 matmul cannot take (multiples of 16). Preflight refuses fp8 on CPU, without torchao, and on
-GPUs of compute capability below 8.9 (core.prelaunch.preflight.fp8_rules / fp8_gpu_rules).
+GPUs of compute capability below 8.9 (core.prelaunch.machine_rules.fp8_rules, resources.fp8_gpu_rules).
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, Text
 
 from tuiapp.core.after.targets import Target
 from tuiapp.core.common.errors import UserError
-from tuiapp.core.config.recipe import GenerateSpec, Recipe, parse_recipe
+from tuiapp.core.config.frozen import frozen_recipe  # noqa: F401 (the trainer side reads it from here)
+from tuiapp.core.config.recipe import GenerateSpec
 from tuiapp.core.data.images import IMAGE_PLACEHOLDER
 from tuiapp.core.plan.model_profile import LEARNED_POSITIONS
 from tuiapp.core.prelaunch.model_check import adapter_kind
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
 from tuiapp.trainer import bottleneck, vision
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.data import _render, _template_messages
@@ -38,11 +38,6 @@ class Loaded:
     tokenizer: object
     load_s: float
     processor: object | None = None  # a vision-language model's: images and text in, tensors out
-
-
-def frozen_recipe(run_dir: Path) -> Recipe:
-    path = Path(run_dir) / RECIPE_TOML
-    return parse_recipe(path.read_text(encoding="utf-8"), str(path))
 
 
 def _full_model(path: str, trust: bool):

@@ -11,12 +11,12 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from tuiapp.core.after.targets import PROMPT_LEARNING
 from tuiapp.core.common.errors import RecipeError
+from tuiapp.core.common.methods import from_config, is_full, is_lora, is_quantized, mergeable, trains_on_text
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.estimate import adapter_base
 from tuiapp.core.plan.model_profile import ModelPlan, ModelProfile, plan_model, raise_for_errors
-from tuiapp.core.prelaunch.model_check import FINAL_INFO
+from tuiapp.core.run_folder.rundir import FINAL_INFO
 from tuiapp.trainer import bottleneck, moe, templates, torch_varlen, varlen
 from tuiapp.trainer.profile import profile
 from tuiapp.trainer.tiny import default_cache_dir  # noqa: F401 (re-exported)
@@ -57,7 +57,7 @@ def load_tokenizer(path: str, trust_remote_code: bool, recipe: Recipe | None = N
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if recipe is not None and recipe.method.kind != "pretrain":
+    if recipe is not None and not trains_on_text(recipe.method.kind):
         templates.apply_template(tokenizer, recipe.dataset.template, recipe.model.name)
     return tokenizer
 
@@ -89,7 +89,7 @@ def model_plan(recipe: Recipe, path: str, precision: str = "fp32") -> ModelPlan:
     if profile_ is None:
         ia3 = recipe.method.target_modules if recipe.method.kind == "ia3" and \
             recipe.method.target_modules != "auto" else None
-        adapter = recipe.method if recipe.method.kind in ("lora", "dora", "qlora") else \
+        adapter = recipe.method if is_lora(recipe.method.kind) else \
             getattr(recipe.method, "adapter", None)
         return ModelPlan(attention=attn_implementation(recipe.model.attn_implementation, precision),
                          lora_targets=adapter.target_modules if adapter is not None else "all-linear",
@@ -114,7 +114,7 @@ def _merge_adapter_folder(path: str, dtype, trust_remote_code: bool):
     from peft import AutoPeftModelForCausalLM
 
     model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
-    if not hasattr(model, "merge_and_unload") or info.get("method") in PROMPT_LEARNING | {"llama-adapter"}:
+    if not hasattr(model, "merge_and_unload") or not mergeable(info.get("method")):
         raise RecipeError(
             message=f"cannot continue from a {info.get('method')} adapter: it cannot be merged into its base",
             key="model.name",
@@ -165,7 +165,7 @@ def _load_model(recipe: Recipe, path: str, precision: str):
 
         extra.setdefault("config", {}).update(rope_overrides(recipe, AutoConfig.from_pretrained(path,
                                                                                                 trust_remote_code=trust)))
-    if method.kind == "pretrain":
+    if from_config(method.kind):
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
         if method.hidden_size:
             config.hidden_size = method.hidden_size
@@ -180,7 +180,7 @@ def _load_model(recipe: Recipe, path: str, precision: str):
         return _merge_adapter_folder(path, dtype, trust)
     kwargs = {"dtype": dtype, "trust_remote_code": trust, "attn_implementation": attention, **extra.pop("config", {}),
               **extra}
-    if method.kind == "qlora":
+    if is_quantized(method.kind):
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
@@ -191,7 +191,7 @@ def _load_model(recipe: Recipe, path: str, precision: str):
         )
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", 0))}
     # keep master weights in fp32 for full fine-tunes; DeepSpeed casts for mixed precision
-    if method.kind == "sft":
+    if is_full(method.kind):  # pretrain returned above
         kwargs["dtype"] = torch.float32
     return AutoModelForCausalLM.from_pretrained(path, **kwargs)
 

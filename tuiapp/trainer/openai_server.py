@@ -245,172 +245,184 @@ def _chunk(ident: str, created: int, model: str, delta: dict, finish: str | None
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def make_handler(endpoint: Endpoint):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "llmtui"
+class ApiHandler(BaseHTTPRequestHandler):
+    """The OpenAI-compatible routes over one Endpoint (make_handler binds it)."""
 
-        def log_message(self, fmt, *args):  # one line per request in serve.log (no token; not the health polls)
+    endpoint: Endpoint
+    protocol_version = "HTTP/1.1"
+    server_version = "llmtui"
+
+    def log_message(self, fmt, *args):  # one line per request in serve.log (no token; not the health polls)
+        if self.path == "/health":
+            return
+        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {self.address_string()} {fmt % args}\n")
+
+    def _json(self, status: int, data: dict) -> None:
+        payload = json.dumps(data, ensure_ascii=False).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _guard(self) -> None:
+        if not self.endpoint.authorized(self.headers.get("Authorization")):
+            raise ApiError(401, "Incorrect API key provided", code="invalid_api_key")
+        if self.endpoint.loaded is None:
+            raise ApiError(503, "the model is still loading; retry in a moment", code="model_loading")
+
+    def do_GET(self):
+        try:
             if self.path == "/health":
+                ready = self.endpoint.loaded is not None
+                self._json(200 if ready else 503, {"status": "ok" if ready else "loading",
+                                                   "model": self.endpoint.model_id})
                 return
-            sys.stderr.write(f"{time.strftime('%H:%M:%S')} {self.address_string()} {fmt % args}\n")
-
-        def _json(self, status: int, data: dict) -> None:
-            payload = json.dumps(data, ensure_ascii=False).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def _guard(self) -> None:
-            if not endpoint.authorized(self.headers.get("Authorization")):
-                raise ApiError(401, "Incorrect API key provided", code="invalid_api_key")
-            if endpoint.loaded is None:
-                raise ApiError(503, "the model is still loading; retry in a moment", code="model_loading")
-
-        def do_GET(self):
-            try:
-                if self.path == "/health":
-                    ready = endpoint.loaded is not None
-                    self._json(200 if ready else 503, {"status": "ok" if ready else "loading",
-                                                       "model": endpoint.model_id})
-                    return
-                self._guard()
-                if self.path.rstrip("/") == "/v1/models":
-                    self._json(200, endpoint.models())
-                elif self.path == f"/v1/models/{endpoint.model_id}":
-                    self._json(200, endpoint.models()["data"][0])
-                else:
-                    raise ApiError(404, f"no route GET {self.path}", code="not_found")
-            except ApiError as exc:
-                self._json(exc.status, exc.body())
-            except (BrokenPipeError, ConnectionResetError):  # the client left before the answer
-                self.close_connection = True
-
-        def do_POST(self):
-            try:
-                if self.path.rstrip("/") != "/v1/chat/completions":
-                    self._guard()
-                    raise ApiError(404, f"no route POST {self.path}", code="not_found")
-                self._guard()
-                try:
-                    body = json.loads(self._body() or b"{}")
-                except ValueError:
-                    raise ApiError(400, "the body is not JSON") from None
-                if not isinstance(body, dict):
-                    raise ApiError(400, "the body must be a JSON object")
-                messages, stops = endpoint.check(body)
-                settings = endpoint.settings(body)
-                asked = body.get("max_completion_tokens", body.get("max_tokens")) is not None
-                settings = endpoint.bound(messages, settings, asked)
-                with endpoint.waiting_lock:
-                    full = endpoint.waiting >= MAX_WAITING
-                    if not full:
-                        endpoint.waiting += 1
-                if full:
-                    raise ApiError(503, f"{MAX_WAITING} requests are waiting for the model; retry in a moment",
-                                   code="server_busy")
-                try:
-                    self._answer(body, messages, settings, stops)
-                finally:
-                    with endpoint.waiting_lock:
-                        endpoint.waiting -= 1
-            except ApiError as exc:
-                self.close_connection = True  # the rest of a refused body is never read
-                self._json(exc.status, exc.body())
-            except UserError as exc:  # the request's to fix (a conversation longer than the model reads): a 400
-                self._json(400, ApiError(400, str(exc), "context_length_exceeded", "messages").body())
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
-            except Exception as exc:  # a failure inside generation: the client hears it, the server goes on
-                sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n")
-                self._json(500, {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error",
-                                           "param": None, "code": None}})
-
-        def _body(self) -> bytes:
-            """The body, bounded by the bytes read, not by what the header claims."""
-            header = self.headers.get("Content-Length")
-            if self.headers.get("Transfer-Encoding"):
-                raise ApiError(400, "send the body with a Content-Length, not chunked", param="Content-Length")
-            if header is None:
-                raise ApiError(411, "a Content-Length header is required", param="Content-Length")
-            try:
-                length = int(header.strip())
-            except ValueError:
-                raise ApiError(400, f"Content-Length '{header[:40]}' is not a number", param="Content-Length") from None
-            if length < 0:
-                raise ApiError(400, f"Content-Length {length} is negative", param="Content-Length")
-            if length > MAX_BODY:
-                raise ApiError(413, f"the body is {length:,} bytes; at most {MAX_BODY:,}", param="Content-Length")
-            data = self.rfile.read(length)
-            if len(data) != length:
-                raise ApiError(400, f"the body ended after {len(data):,} of the {length:,} bytes its Content-Length "
-                               "announced", param="Content-Length")
-            return data
-
-        def _answer(self, body, messages, settings, stops) -> None:
-            if body.get("stream"):
-                self._stream(messages, settings, stops, bool((body.get("stream_options") or {})
-                                                             .get("include_usage")))
-                return
-            result = endpoint.answer(messages, settings, stops) if not stops else self._collect(
-                messages, settings, stops)
-            usage = {"prompt_tokens": result.get("prompt_tokens", 0), "completion_tokens": result.get("tokens", 0)}
-            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-            self._json(200, {
-                "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": endpoint.model_id,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": result["text"]},
-                             "finish_reason": result.get("finish_reason", "stop"), "logprobs": None}],
-                "usage": usage})
-
-        def _collect(self, messages, settings, stops) -> dict:
-            parts: list[str] = []
-            result = endpoint.answer(messages, settings, stops, parts.append)
-            return {**result, "text": "".join(parts).strip()} if result.get("stopped") else result
-
-        def _stream(self, messages, settings, stops, usage: bool) -> None:
-            ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")  # the body ends when the connection does
-            self.end_headers()
+            self._guard()
+            if self.path.rstrip("/") == "/v1/models":
+                self._json(200, self.endpoint.models())
+            elif self.path == f"/v1/models/{self.endpoint.model_id}":
+                self._json(200, self.endpoint.models()["data"][0])
+            else:
+                raise ApiError(404, f"no route GET {self.path}", code="not_found")
+        except ApiError as exc:
+            self._json(exc.status, exc.body())
+        except (BrokenPipeError, ConnectionResetError):  # the client left before the answer
             self.close_connection = True
 
-            def send(data: bytes) -> None:
-                try:
-                    self.wfile.write(data)
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    raise ClientGone from None
+    def do_POST(self):
+        try:
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                self._guard()
+                raise ApiError(404, f"no route POST {self.path}", code="not_found")
+            self._guard()
+            self._admitted(self._json_body())
+        except ApiError as exc:
+            self.close_connection = True  # the rest of a refused body is never read
+            self._json(exc.status, exc.body())
+        except UserError as exc:  # the request's to fix (a conversation longer than the model reads): a 400
+            self._json(400, ApiError(400, str(exc), "context_length_exceeded", "messages").body())
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # a failure inside generation: the client hears it, the server goes on
+            sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n")
+            self._json(500, {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error",
+                                       "param": None, "code": None}})
 
-            send(_chunk(ident, created, endpoint.model_id, {"role": "assistant", "content": ""}, None))
-            first = [True]
+    def _json_body(self) -> dict:
+        try:
+            body = json.loads(self._body() or b"{}")
+        except ValueError:
+            raise ApiError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        return body
 
-            def on_text(text: str) -> None:
-                if first[0]:  # the answer without its leading whitespace, as the non-streamed one
-                    text = text.lstrip()
-                    first[0] = not text
-                if text:
-                    send(_chunk(ident, created, endpoint.model_id, {"content": text}, None))
+    def _admitted(self, body: dict) -> None:
+        """The request checked and bounded, then answered if fewer than MAX_WAITING wait for the model."""
+        endpoint = self.endpoint
+        messages, stops = endpoint.check(body)
+        asked = body.get("max_completion_tokens", body.get("max_tokens")) is not None
+        settings = endpoint.bound(messages, endpoint.settings(body), asked)
+        with endpoint.waiting_lock:
+            full = endpoint.waiting >= MAX_WAITING
+            if not full:
+                endpoint.waiting += 1
+        if full:
+            raise ApiError(503, f"{MAX_WAITING} requests are waiting for the model; retry in a moment",
+                           code="server_busy")
+        try:
+            self._answer(body, messages, settings, stops)
+        finally:
+            with endpoint.waiting_lock:
+                endpoint.waiting -= 1
 
+    def _body(self) -> bytes:
+        """The body, bounded by the bytes read, not by what the header claims."""
+        header = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding"):
+            raise ApiError(400, "send the body with a Content-Length, not chunked", param="Content-Length")
+        if header is None:
+            raise ApiError(411, "a Content-Length header is required", param="Content-Length")
+        try:
+            length = int(header.strip())
+        except ValueError:
+            raise ApiError(400, f"Content-Length '{header[:40]}' is not a number", param="Content-Length") from None
+        if length < 0:
+            raise ApiError(400, f"Content-Length {length} is negative", param="Content-Length")
+        if length > MAX_BODY:
+            raise ApiError(413, f"the body is {length:,} bytes; at most {MAX_BODY:,}", param="Content-Length")
+        data = self.rfile.read(length)
+        if len(data) != length:
+            raise ApiError(400, f"the body ended after {len(data):,} of the {length:,} bytes its Content-Length "
+                           "announced", param="Content-Length")
+        return data
+
+    def _answer(self, body, messages, settings, stops) -> None:
+        if body.get("stream"):
+            self._stream(messages, settings, stops, bool((body.get("stream_options") or {})
+                                                         .get("include_usage")))
+            return
+        result = self.endpoint.answer(messages, settings, stops) if not stops else self._collect(
+            messages, settings, stops)
+        usage = {"prompt_tokens": result.get("prompt_tokens", 0), "completion_tokens": result.get("tokens", 0)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        self._json(200, {
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": self.endpoint.model_id,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": result["text"]},
+                         "finish_reason": result.get("finish_reason", "stop"), "logprobs": None}],
+            "usage": usage})
+
+    def _collect(self, messages, settings, stops) -> dict:
+        parts: list[str] = []
+        result = self.endpoint.answer(messages, settings, stops, parts.append)
+        return {**result, "text": "".join(parts).strip()} if result.get("stopped") else result
+
+    def _stream(self, messages, settings, stops, usage: bool) -> None:
+        ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")  # the body ends when the connection does
+        self.end_headers()
+        self.close_connection = True
+
+        def send(data: bytes) -> None:
             try:
-                result = endpoint.answer(messages, settings, stops, on_text)
-                send(_chunk(ident, created, endpoint.model_id, {}, result.get("finish_reason", "stop")))
-                if usage:
-                    prompt, done = result.get("prompt_tokens", 0), result.get("tokens", 0)
-                    data = {"id": ident, "object": "chat.completion.chunk", "created": created,
-                            "model": endpoint.model_id, "choices": [],
-                            "usage": {"prompt_tokens": prompt, "completion_tokens": done,
-                                      "total_tokens": prompt + done}}
-                    send(f"data: {json.dumps(data)}\n\n".encode())
-                send(b"data: [DONE]\n\n")
-            except ClientGone:
-                sys.stderr.write("the client closed the stream; the answer was cut\n")
+                self.wfile.write(data)
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                raise ClientGone from None
 
-    return Handler
+        send(_chunk(ident, created, self.endpoint.model_id, {"role": "assistant", "content": ""}, None))
+        first = [True]
+
+        def on_text(text: str) -> None:
+            if first[0]:  # the answer without its leading whitespace, as the non-streamed one
+                text = text.lstrip()
+                first[0] = not text
+            if text:
+                send(_chunk(ident, created, self.endpoint.model_id, {"content": text}, None))
+
+        try:
+            result = self.endpoint.answer(messages, settings, stops, on_text)
+            send(_chunk(ident, created, self.endpoint.model_id, {}, result.get("finish_reason", "stop")))
+            if usage:
+                prompt, done = result.get("prompt_tokens", 0), result.get("tokens", 0)
+                data = {"id": ident, "object": "chat.completion.chunk", "created": created,
+                        "model": self.endpoint.model_id, "choices": [],
+                        "usage": {"prompt_tokens": prompt, "completion_tokens": done,
+                                  "total_tokens": prompt + done}}
+                send(f"data: {json.dumps(data)}\n\n".encode())
+            send(b"data: [DONE]\n\n")
+        except ClientGone:
+            sys.stderr.write("the client closed the stream; the answer was cut\n")
+
+
+def make_handler(endpoint: Endpoint) -> type[ApiHandler]:
+    """A handler class bound to this endpoint (http.server builds one handler per request)."""
+    return type("Handler", (ApiHandler,), {"endpoint": endpoint})
 
 
 def main(argv=None) -> int:

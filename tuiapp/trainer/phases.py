@@ -10,6 +10,7 @@ import socket
 from pathlib import Path
 
 from tuiapp.core.run_folder import rundir
+from tuiapp.core.run_folder.rundir import RunDir
 
 _state: dict = {"run_dir": None, "rank": 0, "phase": None, "stack": None}
 
@@ -19,7 +20,7 @@ def start(run_dir: Path) -> None:
     into ranks/stack-<rank>.txt on SIGUSR1 (works even while the rank is stuck in C code)."""
     rank = int(os.environ.get("RANK", "0"))
     _state.update(run_dir=Path(run_dir), rank=rank)
-    path = rundir.stack_path(run_dir, rank)
+    path = RunDir(run_dir).stack(rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     _state["stack"] = open(path, "a", encoding="utf-8")  # kept open: faulthandler writes to its fd
     faulthandler.register(signal.SIGUSR1, file=_state["stack"], all_threads=True, chain=False)

@@ -17,7 +17,9 @@ from pathlib import Path
 import torch
 
 from tuiapp.core.common.errors import RecipeError
-from tuiapp.core.config.recipe import REFERENCE_KINDS, Recipe, weights_method
+from tuiapp.core.common.methods import METHODS, is_lora, is_quantized, is_reward_model
+from tuiapp.core.config.recipe import Recipe, weights_method
+from tuiapp.core.run_folder import events as ev
 from tuiapp.trainer import bottleneck
 from tuiapp.trainer.data import IGNORE
 from tuiapp.trainer.model import load_model, lora_config, model_plan, torch_dtype
@@ -33,21 +35,21 @@ def load_models(recipe: Recipe, path: str, precision: str):
     """(policy, frozen reference or None, peft config or None) for the recipe's method."""
     method = recipe.method
     weights = weights_method(method)
-    adapter = weights.kind in ("lora", "dora", "qlora")
-    if method.kind == "reward":
+    adapter = is_lora(weights.kind)
+    if is_reward_model(method.kind):
         policy = _load_reward_model(recipe, path, precision, weights)
     else:
         policy = load_model(recipe.model_copy(update={"method": weights}), path, precision)
-    if weights.kind == "qlora" and method.kind in ("dpo", "kto", "reward"):
+    if is_quantized(weights.kind) and method.kind in ("dpo", "kto", "reward"):
         import peft  # cpo and orpo prepare a k-bit model themselves
 
         policy = peft.prepare_model_for_kbit_training(
             policy, use_gradient_checkpointing=recipe.train.gradient_checkpointing
         )
-    task = "SEQ_CLS" if method.kind == "reward" else "CAUSAL_LM"
+    task = "SEQ_CLS" if is_reward_model(method.kind) else "CAUSAL_LM"
     peft_config = lora_config(weights, task, targets=model_plan(recipe, path).lora_targets) if adapter else None
     reference = None
-    if method.kind in REFERENCE_KINDS and not adapter:
+    if METHODS[method.kind].reference and not adapter:
         reference = load_model(recipe.model_copy(update={"method": weights}), path, precision)
         reference = reference.to(torch_dtype(precision)) if precision != "fp32" else reference
         reference.requires_grad_(False)
@@ -148,14 +150,14 @@ def build_trainer(recipe: Recipe, model, ref_model, peft_config, kwargs: dict, t
                   callbacks: list, mixins: tuple = ()):
     kind = recipe.method.kind
     _check_columns(recipe, train_set)
-    if kind == "kto":  # TRL's KTO reads batches in order (its KL pairs are its batch neighbours): shuffle once
+    if METHODS[kind].unpaired:  # TRL's KTO reads batches in order (its KL pairs are its batch neighbours): shuffle once
         train_set = train_set.shuffle(seed=recipe.train.seed).flatten_indices()
     if kind in ("simpo", "cpo", "orpo"):
         train_set = to_legacy_pairs(train_set)
         eval_set = to_legacy_pairs(eval_set) if eval_set is not None else None
     config = trainer_config(recipe, kwargs)
     cls = trainer_class(kind, mixins)
-    extra = {"ref_model": ref_model} if kind in REFERENCE_KINDS else {}
+    extra = {"ref_model": ref_model} if METHODS[kind].reference else {}
     return cls(model=model, args=config, train_dataset=train_set, eval_dataset=eval_set,
                processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config, **extra)
 
@@ -169,18 +171,18 @@ def reference_event(trainer) -> dict:
     if ref is not None:
         total = sum(getattr(p, "ds_numel", p.numel()) for p in ref.parameters())
         local = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in ref.parameters())
-        return {"event": "reference", "model": "frozen copy", "params": total, "params_on_rank": local}
-    if kind in REFERENCE_KINDS:
-        return {"event": "reference", "model": "the base, adapter off", "params": 0, "params_on_rank": 0}
-    return {"event": "reference", "model": "none", "params": 0, "params_on_rank": 0}
+        return {"event": ev.REFERENCE, "model": "frozen copy", "params": total, "params_on_rank": local}
+    if kind in METHODS and METHODS[kind].reference:
+        return {"event": ev.REFERENCE, "model": "the base, adapter off", "params": 0, "params_on_rank": 0}
+    return {"event": ev.REFERENCE, "model": "none", "params": 0, "params_on_rank": 0}
 
 
 def _check_columns(recipe: Recipe, dataset) -> None:
     """The data must be what the method trains on (pre-flight says so too, but not for hub data)."""
-    wanted = FEEDBACK_COLUMNS if recipe.method.kind == "kto" else PAIR_COLUMNS
+    wanted = FEEDBACK_COLUMNS if METHODS[recipe.method.kind].unpaired else PAIR_COLUMNS
     if all(c in dataset.column_names for c in wanted):
         return
-    if recipe.method.kind == "kto":
+    if METHODS[recipe.method.kind].unpaired:
         raise RecipeError(message="kto trains on single answers labelled true or false, and these records are not",
                           file=recipe.dataset.name, key="dataset.name",
                           fix="use messages/sharegpt records with a boolean 'label' (or prompt/completion/label), "

@@ -11,7 +11,7 @@ import sys
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.jsonout import error_document, stdout_to_stderr, write_document
-from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.common.methods import is_reward_model, is_rl
 from tuiapp.core.config.recipe import load_recipe
 from tuiapp.trainer.quiet import quiet_libraries
 
@@ -95,7 +95,7 @@ def _show(args, out) -> int:
         vision_examples = _vision_examples(recipe, path, args.show)
         if vision_examples is not None:
             tokenizer, examples = vision_examples
-        elif recipe.method.kind in RL_KINDS:  # prompts only: the policy writes the completions
+        elif is_rl(recipe.method.kind):  # prompts only: the policy writes the completions
             from tuiapp.trainer import rl
 
             rl.preview(recipe, tokenizer, args.show, args.json, out)
@@ -115,7 +115,7 @@ def _show(args, out) -> int:
     for index, example in enumerate(examples):
         if "rejected" in example:  # a preference pair: the prompt (masked) with each answer
             what = ("reward model: the value head scores each whole sequence at its last token"
-                    if recipe.method.kind == "reward" else "masked prompt inside ⟦ ⟧")
+                    if is_reward_model(recipe.method.kind) else "masked prompt inside ⟦ ⟧")
             out.write(f"── example {index}: preference pair ({what}) ──\n")
             for name, sequence in (("chosen", example), ("rejected", example["rejected"])):
                 out.write(f"{name} ({_counts(sequence)}): {render(sequence, tokenizer)}\n")

@@ -161,29 +161,14 @@ def profile_config(config, *, trust_remote_code: bool = False) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, PretrainedConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
-    from transformers.pytorch_utils import Conv1D
 
     assert isinstance(config, PretrainedConfig)
     model_class = causal_lm_class(config, trust_remote_code)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     moe = _moe_facts(config)
-    roles: dict[str, list[str]] = {}
-    expert_params = 0
-    for name, module in model.named_modules():
-        role = _role(name, module, isinstance(module, (torch.nn.Linear, Conv1D)), moe is not None)
-        if role is None and moe is not None and name.split(".")[-1] == "experts":
-            own = list(module.named_parameters(recurse=False))
-            if own:  # fused expert weights (a 3-D parameter per projection), as transformers 5 builds them
-                for pname, _ in own:
-                    _add(roles, "experts", f"experts.{pname}")
-        if role and role != "lm_head":
-            _add(roles, role, name.split(".")[-1])
-        elif role == "lm_head":
-            _add(roles, "lm_head", "lm_head")
-    for name, param in model.named_parameters():
-        if ".experts." in f".{name}":
-            expert_params += param.numel()
+    roles = _module_roles(model, moe)
+    expert_params = sum(param.numel() for name, param in model.named_parameters() if ".experts." in f".{name}")
     embeddings = model.get_input_embeddings()
     output = model.get_output_embeddings()
     tied = output is not None and embeddings is not None and output.weight is embeddings.weight
@@ -217,6 +202,25 @@ def profile_config(config, *, trust_remote_code: bool = False) -> dict:
         "peft": _peft_facts(config),
         "kv": _kv_layout(config),
     }
+
+def _module_roles(model, moe: dict | None) -> dict[str, list[str]]:
+    """Each module role (attention, mlp, experts, lm_head, ...) with the leaf names that play it."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    roles: dict[str, list[str]] = {}
+    for name, module in model.named_modules():
+        role = _role(name, module, isinstance(module, (torch.nn.Linear, Conv1D)), moe is not None)
+        if role is None and moe is not None and name.split(".")[-1] == "experts":
+            own = list(module.named_parameters(recurse=False))
+            if own:  # fused expert weights (a 3-D parameter per projection), as transformers 5 builds them
+                for pname, _ in own:
+                    _add(roles, "experts", f"experts.{pname}")
+        if role and role != "lm_head":
+            _add(roles, role, name.split(".")[-1])
+        elif role == "lm_head":
+            _add(roles, "lm_head", "lm_head")
+    return roles
 
 
 def _add(roles: dict[str, list[str]], role: str, leaf: str) -> None:

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer.quiet import quiet_libraries
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -70,7 +70,7 @@ def _shipping(args) -> dict | None:
     from tuiapp.trainer import parity
 
     recipe = None
-    if (args.final.parent / RECIPE_TOML).is_file():
+    if RunDir(args.final.parent).recipe_toml.is_file():
         from tuiapp.core.common.errors import UserError
         from tuiapp.trainer.inference import frozen_recipe
 

@@ -20,9 +20,10 @@ import os
 import signal
 from pathlib import Path
 
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
-from tuiapp.core.run_folder.rundir import EVENTS_JSONL, METRICS_JSONL
+from tuiapp.core.run_folder.rundir import RunDir
 
 PAUSE_ENV = "LLMTUI_PAUSE_AT"
 PAUSED_FILE = ".paused"
@@ -30,7 +31,7 @@ PAUSED_FILE = ".paused"
 
 def trim_metrics(run_dir: Path, step: int) -> list[int]:
     """Drop the metric rows past `step` (0: all of them); the dropped rows' steps, recorded as an event."""
-    path = run_dir / METRICS_JSONL
+    path = RunDir(run_dir).metrics
     if not path.exists():
         return []
     rows = read_jsonl(path)
@@ -39,8 +40,8 @@ def trim_metrics(run_dir: Path, step: int) -> list[int]:
         return []
     dropped = sorted({int(r.get("step") or 0) for r in rows if (r.get("step") or 0) > step})
     atomic_write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
-    with JsonlWriter(run_dir / EVENTS_JSONL) as events:
-        events.write({"event": "metrics_trimmed", "step": step, "rows": len(rows) - len(kept),
+    with JsonlWriter(RunDir(run_dir).events) as events:
+        events.write({"event": ev.METRICS_TRIMMED, "step": step, "rows": len(rows) - len(kept),
                       "steps": [dropped[0], dropped[-1]],
                       "reason": f"resumed from step {step}: the rows of steps {dropped[0]}-{dropped[-1]} written "
                                 "after it are trained and written again"})

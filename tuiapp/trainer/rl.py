@@ -20,13 +20,15 @@ from pathlib import Path
 
 import torch
 
+from tuiapp.core.common.methods import is_lora, is_quantized
 from tuiapp.core.config import rewards as builtin
 from tuiapp.core.config.recipe import Recipe, weights_method
 from tuiapp.core.plan import generation_server
 from tuiapp.core.prelaunch import rl as core_rl
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.atomic import atomic_write_text
-from tuiapp.core.run_folder.completions import COMPLETIONS_FILE
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import reward_clock
 from tuiapp.trainer.environments import import_user_file
 from tuiapp.trainer.model import load_model, lora_config
@@ -72,12 +74,12 @@ def load_policy(recipe: Recipe, path: str, precision: str):
     weights = weights_method(recipe.method)
     policy = load_model(recipe.model_copy(update={"method": weights}), path, precision)
     policy.config.use_cache = True  # no packed rows here; generation keeps its KV cache
-    if weights.kind == "qlora":
+    if is_quantized(weights.kind):
         import peft
 
         policy = peft.prepare_model_for_kbit_training(
             policy, use_gradient_checkpointing=recipe.train.gradient_checkpointing)
-    peft_config = lora_config(weights, "CAUSAL_LM") if weights.kind in ("lora", "dora", "qlora") else None
+    peft_config = lora_config(weights, "CAUSAL_LM") if is_lora(weights.kind) else None
     return policy, peft_config
 
 
@@ -268,7 +270,7 @@ class _OnlineRun:
         scores = {name: list(values)[-count:] for name, values in logs["rewards"].items()}
         weights = [float(w) for w in self.reward_weights.tolist()]
         if self._completions is None:
-            self._completions = JsonlWriter(self.run_dir / COMPLETIONS_FILE)
+            self._completions = JsonlWriter(RunDir(self.run_dir).completions)
         training = self.model.training
         step = self.state.global_step + 1 if training else self.state.global_step
         limit = self.args.max_completion_length
@@ -325,7 +327,7 @@ def _prompt_text(prompt) -> str:
 
 def trim_completions(run_dir: Path, step: int) -> None:
     """On resume: drop completions of steps past the checkpoint, so none is counted twice."""
-    path = Path(run_dir) / COMPLETIONS_FILE
+    path = RunDir(run_dir).completions
     if not path.exists():
         return
     kept = [r for r in read_jsonl(path) if (r.get("step") or 0) <= step]
@@ -370,7 +372,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, model, peft_config, kwargs: dic
 def generation_event(recipe: Recipe) -> dict:
     """Which backend generates the completions, for events.jsonl."""
     method = recipe.method
-    event = {"event": "generation", "backend": method.generation_backend, "num_generations": method.num_generations,
+    event = {"event": ev.GENERATION, "backend": method.generation_backend, "num_generations": method.num_generations,
              "max_completion_length": method.max_completion_length,
              "rewards": [{"name": r.label(), "kind": r.kind, "weight": r.weight} for r in method.rewards]}
     if method.generation_backend == "vllm":

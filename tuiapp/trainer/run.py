@@ -15,23 +15,19 @@ import transformers
 from transformers import Trainer, TrainingArguments
 
 from tuiapp.core.common.errors import DatasetError
-from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.common.methods import METHODS, is_preference, is_reward_model, peft_of
 from tuiapp.core.config import trackers
+from tuiapp.core.config.frozen import frozen_recipe
 from tuiapp.core.config.recipe import (
-    PREFERENCE_KINDS,
     Recipe,
     packing_enabled,
-    parse_recipe,
     tokens_per_batch,
     weights_method,
 )
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.core.run_folder.rundir import (
-    CHECKPOINTS_DIR,
-    EVENTS_JSONL,
-    FINAL_DIR,
-    FINAL_STAGING,
-    RECIPE_TOML,
+    RunDir,
 )
 from tuiapp.trainer import (
     bottleneck,
@@ -201,7 +197,7 @@ class RunTrainerMixin:
         return super()._run_epoch(*args, **kwargs)
 
     def _save(self, output_dir=None, state_dict=None):
-        if self.method_kind != "adapter":
+        if peft_of(self.method_kind) != "bottleneck":
             return super()._save(output_dir, state_dict)
         if not self.args.should_save:
             return  # FSDP calls _save on every rank (with an empty state dict off rank 0)
@@ -230,7 +226,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
     if recipe.dataset.streaming:
         extra["accelerator_config"] = {**extra.get("accelerator_config", {}), **streaming.accelerator_config()}
     return dict(
-        output_dir=str(run_dir / CHECKPOINTS_DIR),
+        output_dir=str(RunDir(run_dir).checkpoints),
         per_device_train_batch_size=train.micro_batch,
         per_device_eval_batch_size=train.micro_batch,
         gradient_accumulation_steps=train.grad_accum,
@@ -283,7 +279,7 @@ def _varlen_attention(model) -> bool:
 
 def train(run_dir: Path, resume: bool) -> int:
     run_dir = Path(run_dir).resolve()
-    recipe = parse_recipe((run_dir / RECIPE_TOML).read_text(encoding="utf-8"), str(run_dir / RECIPE_TOML))
+    recipe = frozen_recipe(run_dir)
     transformers.logging.set_verbosity_warning()
     stopper = GracefulStop()
     # before any process group: transformers' save_pretrained writes nothing off rank 0 once one
@@ -292,15 +288,16 @@ def train(run_dir: Path, resume: bool) -> int:
     strategies.prepare_distributed(recipe, run_dir)  # CPU DeepSpeed: builds its comm op, joins the ranks
     precision = resolve_precision(recipe.train.precision)
     phases.enter("loading tokenizer")
-    tokenizer = load_tokenizer(
-        model_path if not (Path(model_path) / "adapter_config.json").exists() else model_path,
-        recipe.model.trust_remote_code,
-        recipe,
-    )
-    if recipe.method.kind in RL_KINDS:  # TRL's GRPO/RLOO: prompts in, completions generated while training
-        trainer, recorder, eval_set = _rl_trainer(recipe, run_dir, model_path, precision, tokenizer, stopper)
-        return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
-    from tuiapp.trainer.data import build_datasets, make_collator
+    tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code, recipe)
+    build = BUILDERS[METHODS[recipe.method.kind].family]  # the method's row picks its trainer
+    trainer, recorder, eval_set = build(recipe, run_dir, model_path, precision, tokenizer, stopper)
+    return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+
+
+def _datasets(recipe: Recipe, model_path: str, tokenizer):
+    """(processor or None, train set, eval set or None) of a supervised or preference recipe: image chats
+    or pairs with a vision-language model's processor, else tokenized text."""
+    from tuiapp.trainer.data import build_datasets
 
     processor = vision.load_processor(model_path, recipe.model.trust_remote_code) \
         if vision.is_vision_model(model_path) else None
@@ -312,7 +309,7 @@ def train(run_dir: Path, resume: bool) -> int:
     if processor is not None:  # image chats: raw records, tokenized with their images per batch
         vision.apply_max_pixels(processor, recipe.vision.max_pixels)
         phases.enter("reading images")
-        if recipe.method.kind in PREFERENCE_KINDS:  # dpo on image pairs
+        if is_preference(recipe.method.kind):  # dpo on image pairs
             from tuiapp.trainer.vision_preference import image_pairs
 
             train_set, eval_set = image_pairs(recipe, processor)
@@ -325,16 +322,14 @@ def train(run_dir: Path, resume: bool) -> int:
     if not (recipe.train.eval_steps or recipe.train.sample_prompts):
         eval_set = None  # train.eval_steps = 0: no evaluation, not even after the last step
     transformers.set_seed(recipe.train.seed)  # adapters are initialised before the Trainer seeds
-    if recipe.method.kind in PREFERENCE_KINDS:  # TRL's trainers: dpo, simpo, cpo, orpo, kto, reward
-        trainer, recorder = _preference_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,
-                                                eval_set, stopper, processor)
-        return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
-    if recipe.method.kind == "distill":  # a frozen teacher's distributions (trainer/distill.py)
-        from tuiapp.trainer import distill
+    return processor, train_set, eval_set
 
-        trainer, recorder = distill.build_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,
-                                                  eval_set, stopper, RunTrainer, training_kwargs)
-        return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+
+def _supervised_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
+    """The families full and adapter: the Trainer (RunTrainer) on the whole model or its peft adapter."""
+    from tuiapp.trainer.data import make_collator
+
+    processor, train_set, eval_set = _datasets(recipe, model_path, tokenizer)
     phases.enter("loading model")
     _record_plan(run_dir, recipe, model_path, precision)
     if processor is not None:
@@ -391,7 +386,7 @@ def train(run_dir: Path, resume: bool) -> int:
     trainer.sequence_parallel = long_context.degree(recipe) > 1
     if recipe.train.batching == "tokens":
         trainer.token_budget = tokens_per_batch(recipe)
-    return _train_and_save(trainer, recorder, stopper, recipe, run_dir, model_path, eval_set, resume)
+    return trainer, recorder, eval_set
 
 
 def _count_active(recorder: RunRecorder, recipe: Recipe, model_path: str) -> None:
@@ -417,11 +412,12 @@ def _record_plan(run_dir: Path, recipe: Recipe, model_path: str, precision: str)
     """The model plan (attention kernel, adapter targets, notes) as a run event, from rank 0."""
     plan = model_plan(recipe, model_path, precision)
     if _is_main():
-        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
+        with JsonlWriter(RunDir(run_dir).events) as events:
             events.write({"time": time.time(), **plan.to_event()})
 
 
 def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
+    """The family rl: TRL's GRPO/RLOO, prompts in, completions generated while training."""
     from tuiapp.trainer import rl
 
     phases.enter("tokenizing")
@@ -441,15 +437,16 @@ def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, 
     optimizers.install(trainer, recipe)  # muon, lion: the Trainer's optimizer_cls_and_kwargs
     trainer.step_agreement = stopper
     if _is_main():
-        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
+        with JsonlWriter(RunDir(run_dir).events) as events:
             events.write(rl.generation_event(recipe))
     return trainer, recorder, eval_set
 
 
-def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, train_set,
-                        eval_set, stopper, processor=None):
+def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
+    """The family preference: TRL's trainers (dpo, simpo, cpo, orpo, kto, reward), image pairs too."""
     from tuiapp.trainer import preference, vision_preference
 
+    processor, train_set, eval_set = _datasets(recipe, model_path, tokenizer)
     phases.enter("loading model")
     _record_plan(run_dir, recipe, model_path, precision)
     if processor is not None:  # image pairs: the VLM with [vision]'s parts, TRL's vision collator
@@ -463,7 +460,7 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
     recorder = RunRecorder(run_dir, socket.gethostname(), loss_is_nll=False, agreement=stopper)
     _count_active(recorder, recipe, model_path)
     callbacks = [stopper]
-    if eval_set is not None and recipe.train.sample_prompts and recipe.method.kind != "reward":
+    if eval_set is not None and recipe.train.sample_prompts and not is_reward_model(recipe.method.kind):
         callbacks.append(
             EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
                         recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
@@ -481,9 +478,30 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
     optimizers.install(trainer, recipe)  # muon, lion: the Trainer's optimizer_cls_and_kwargs
     trainer.step_agreement = stopper
     if _is_main():  # before the first step, so a stop at any time finds it
-        with JsonlWriter(run_dir / EVENTS_JSONL) as events:
+        with JsonlWriter(RunDir(run_dir).events) as events:
             events.write(preference.reference_event(trainer))
-    return trainer, recorder
+    return trainer, recorder, eval_set
+
+
+def _distill_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
+    """The family distill: a frozen teacher's distributions (trainer/distill.py)."""
+    from tuiapp.trainer import distill
+
+    _processor, train_set, eval_set = _datasets(recipe, model_path, tokenizer)
+    trainer, recorder = distill.build_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,
+                                              eval_set, stopper, RunTrainer, training_kwargs)
+    return trainer, recorder, eval_set
+
+
+BUILDERS = {
+    "full": _supervised_trainer,
+    "adapter": _supervised_trainer,
+    "preference": _preference_trainer,
+    "rl": _rl_trainer,
+    "distill": _distill_trainer,
+}
+"""A method family's trainer builder: (recipe, run_dir, model_path, precision, tokenizer, stopper) ->
+(trainer, recorder, eval set or None). core/common/methods.py gives each kind its family."""
 
 
 def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, model_path: str, eval_set,
@@ -492,7 +510,7 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
         swapped = cpu_dropout.install(trainer.model)
         if swapped and _is_main():
             print(f"dropout: {swapped} module(s) draw their masks from numpy's SFC64 (CPU)", flush=True)
-    ckpt_root = run_dir / CHECKPOINTS_DIR
+    ckpt_root = RunDir(run_dir).checkpoints
     resume_from = None
     if resume:
         last = checkpoints.last_checkpoint(ckpt_root)
@@ -509,18 +527,18 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
     trainer.train(resume_from_checkpoint=resume_from)
 
     if stopper.stopped:
-        recorder.event(trainer.state, {"event": "stop_checkpoint", "step": trainer.state.global_step})
+        recorder.event(trainer.state, {"event": ev.STOP_CHECKPOINT, "step": trainer.state.global_step})
         return 0
     if eval_set is not None and not recipe.train.eval_steps:
         trainer.evaluate()  # eval_steps 0 with sample_prompts: one evaluation to answer them
     _save_final(trainer, run_dir, recipe, model_path)
-    recorder.event(trainer.state, {"event": "finished", "step": trainer.state.global_step})
+    recorder.event(trainer.state, {"event": ev.FINISHED, "step": trainer.state.global_step})
     return 0
 
 
 def _save_final(trainer: RunTrainer, run_dir: Path, recipe: Recipe, model_path: str) -> None:
-    staging = run_dir / FINAL_STAGING
-    final = run_dir / FINAL_DIR
+    staging = RunDir(run_dir).final_staging
+    final = RunDir(run_dir).final
     if _is_main():
         shutil.rmtree(staging, ignore_errors=True)
     _barrier()

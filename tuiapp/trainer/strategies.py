@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from tuiapp.core.config.recipe import Recipe
-from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer.ds_config import deepspeed_config
 
 
@@ -41,7 +41,7 @@ def engine_free(recipe: Recipe, run_dir: Path | None = None) -> bool:
         return False
     if int(os.environ.get("WORLD_SIZE", "1")) != 1:
         return False
-    return run_dir is None or not any((Path(run_dir) / CHECKPOINTS_DIR).glob("checkpoint-*/global_step*"))
+    return run_dir is None or not any(RunDir(run_dir).checkpoints.glob("checkpoint-*/global_step*"))
 
 
 def fsdp_config(recipe: Recipe, cuda: bool = True) -> dict:

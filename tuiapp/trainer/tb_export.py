@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tuiapp.core.run_folder.metrics import JsonlReader, as_number, dedupe_steps, eval_rows, peak_memory, train_rows
-from tuiapp.core.run_folder.rundir import METRICS_JSONL
+from tuiapp.core.run_folder.rundir import RunDir
 
 # metrics.jsonl key -> the tag transformers' TensorBoardCallback gives the same value
 TRAIN_TAGS = {"loss": "train/loss", "lr": "train/learning_rate", "grad_norm": "train/grad_norm",
@@ -46,7 +46,7 @@ def export(run_dir: Path, out: Path) -> tuple[Path, int]:
     """Write the event files; (their folder, number of scalars written)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    records = JsonlReader(Path(run_dir) / METRICS_JSONL).read_all()
+    records = JsonlReader(RunDir(run_dir).metrics).read_all()
     rows = sorted(dedupe_steps(train_rows(records)) + dedupe_steps(eval_rows(records)),
                   key=lambda r: (as_number(r.get("step")) or 0, r.get("split") == "eval"))
     folder = Path(out) / Path(run_dir).name

@@ -24,8 +24,10 @@ import time
 from pathlib import Path
 
 from tuiapp.core.data import cache_entry
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.metrics import JsonlWriter
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import phases
 
 log = logging.getLogger("llmtui.data")
@@ -93,8 +95,8 @@ def _load_checked(folder: Path):
     print(f"warning: {message}", flush=True)
     run_dir, rank = phases._state["run_dir"], phases._state["rank"]
     if run_dir is not None and not rank:
-        with contextlib.suppress(OSError), JsonlWriter(Path(run_dir) / rundir.EVENTS_JSONL) as events:
-            events.write({"event": "cache_damaged", "path": str(folder), "reason": why, "action": "rebuilt"})
+        with contextlib.suppress(OSError), JsonlWriter(RunDir(run_dir).events) as events:
+            events.write({"event": ev.CACHE_DAMAGED, "path": str(folder), "reason": why, "action": "rebuilt"})
     return None
 
 

@@ -18,8 +18,10 @@ import traceback
 from pathlib import Path
 
 from tuiapp.core.config.tools import tool_output
+from tuiapp.core.run_folder import rundir
+from tuiapp.core.run_folder.rundir import RunDir
 
-TOOL_ERRORS_FILE = "tool_errors.jsonl"
+TOOL_ERRORS_FILE = rundir.TOOL_ERRORS_JSONL
 
 
 class ToolError(RuntimeError):
@@ -77,7 +79,7 @@ class Guard:
             if self.run_dir is not None:
                 record = {"time": time.time(), "step": self.step, "tool": name, "kind": kind, "error": message,
                           "at": at}
-                with (self.run_dir / TOOL_ERRORS_FILE).open("a", encoding="utf-8") as handle:
+                with RunDir(self.run_dir).tool_errors.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(record) + "\n")
         return f"error: {message}"
 

@@ -16,14 +16,13 @@ import inspect
 
 import torch.nn.functional as F
 
+from tuiapp.core.common.methods import is_virtual_tokens, trains_on_text
 from tuiapp.trainer.packing import IGNORE
-
-VIRTUAL_TOKEN_KINDS = {"prefix", "prompt", "ptuning"}
 
 
 def applies(model, method_kind: str, fused_loss: bool) -> bool:
     """Whether training batches of this model may keep only the trained positions' logits."""
-    if method_kind in VIRTUAL_TOKEN_KINDS or method_kind == "pretrain" or fused_loss:
+    if is_virtual_tokens(method_kind) or trains_on_text(method_kind) or fused_loss:
         return False  # pretrain trains every position; a fused loss (Liger) holds no logits anyway
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if not type(base).__module__.startswith("transformers.models."):

@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from tuiapp.core.common.built_folder import build_once
+from tuiapp.core.common.methods import is_full, is_quantized
 from tuiapp.core.data.images import IMAGE_PLACEHOLDER
 from tuiapp.core.data.tiny_vlm import TEXT_SHAPE, TINY_VLMS, VISION_SHAPE
 from tuiapp.core.plan import vision_plan
@@ -185,10 +186,10 @@ def load_vision_model(recipe, path: str, precision: str):
     from transformers import AutoModelForImageTextToText
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    if recipe.method.kind == "sft":
+    if is_full(recipe.method.kind):
         dtype = torch.float32
     kwargs = {}
-    if recipe.method.kind == "qlora":  # the language model in 4 bits; the vision tower, projector and head as loaded
+    if is_quantized(recipe.method.kind):  # the language model in 4 bits; the vision tower, projector and head as loaded
         import os
 
         from transformers import BitsAndBytesConfig
@@ -202,7 +203,7 @@ def load_vision_model(recipe, path: str, precision: str):
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype,
                                                         trust_remote_code=recipe.model.trust_remote_code, **kwargs)
     model.config.use_cache = False
-    if recipe.method.kind == "sft":
+    if is_full(recipe.method.kind):
         freeze_parts(model, vision_plan.trained_parts(recipe))
     return model
 
@@ -262,7 +263,7 @@ def apply_vision_method(model, recipe, lm_head: bool = True):
     layers and its output head (which a random-weight tiny model needs to learn at all; not under
     DPO, whose log-probabilities read the head's weight directly: `lm_head=False`), on a trained
     vision tower's linear layers, and a trained projector whole."""
-    if recipe.method.kind == "sft":
+    if is_full(recipe.method.kind):
         return model
     import peft
 
@@ -270,7 +271,7 @@ def apply_vision_method(model, recipe, lm_head: bool = True):
     trained = vision_plan.trained_parts(recipe)
     for param in model.parameters():
         param.requires_grad_(False)  # peft trains the adapters and modules_to_save only
-    if method.kind == "qlora":
+    if is_quantized(method.kind):
         model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=recipe.train.gradient_checkpointing)
         for param in model.parameters():
             param.requires_grad_(False)

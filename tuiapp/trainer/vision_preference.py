@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 
-from tuiapp.core.config.recipe import REFERENCE_KINDS, Recipe, weights_method
+from tuiapp.core.common.methods import METHODS, is_full
+from tuiapp.core.config.recipe import Recipe, weights_method
 from tuiapp.trainer import vision
 
 
@@ -72,7 +73,7 @@ def load_models(recipe: Recipe, path: str, precision: str):
     weights = weights_recipe(recipe)
     policy = vision.apply_vision_method(vision.load_vision_model(weights, path, precision), weights, lm_head=False)
     reference = None
-    if recipe.method.kind in REFERENCE_KINDS and weights.method.kind == "sft":
+    if METHODS[recipe.method.kind].reference and is_full(weights.method.kind):
         reference = vision.load_vision_model(weights, path, precision)
         reference.requires_grad_(False)
         reference.eval()

@@ -48,16 +48,16 @@ def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Pat
     if check.recipe is None:
         return report
     try:
-        from tuiapp.core.prelaunch import checks
+        from tuiapp.core.prelaunch import door
 
         store = RunStore(runs_root)
-        findings = checks.static_findings(check.recipe, store, base_dir)
-        report.findings = checks.format_findings(findings)
-        report.has_errors = checks.has_errors(findings)
+        findings = door.recipe_findings(check.recipe, store, base_dir)
+        report.findings = door.format_findings(findings)
+        report.has_errors = door.has_errors(findings)
         report.finding_errors = sum(f.level == "error" for f in findings)
         report.on_cpu = machine_on_cpu()
         try:
-            estimated = checks.estimate_report(check.recipe, store, base_dir)
+            estimated = door.estimate_report(check.recipe, store, base_dir)
             report.estimate = estimated["text"]
             data = estimated["json"]
             report.memory_bytes = int(data["ram_per_rank"] if report.on_cpu else data["memory"]["total"])

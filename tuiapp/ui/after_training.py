@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuiapp.core.run_folder import evals, exports
+from tuiapp.core.run_folder.rundir import RunDir
 
 Stamp = tuple[float, float]
 NOTHING: Stamp = (0.0, 0.0)
@@ -26,7 +27,7 @@ def _mtime(path: Path) -> float:
 
 def stamp(run_dir: Path) -> Stamp:
     """When the run's evals/ and exports/ folders last changed (0.0 for one that is not there)."""
-    return _mtime(Path(run_dir) / evals.EVALS), _mtime(Path(run_dir) / exports.EXPORTS)
+    return _mtime(RunDir(run_dir).evals), _mtime(RunDir(run_dir).exports)
 
 
 @dataclass(frozen=True)

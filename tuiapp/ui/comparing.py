@@ -19,7 +19,6 @@ import tomllib
 from tuiapp.core.run_folder import benchmarks, evals, provenance
 from tuiapp.core.run_folder.metrics import JsonlReader, preference_best
 from tuiapp.core.run_folder.rundata import RunData, Series, columns_cache, read_run_data
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
 from tuiapp.core.run_folder.runstate import STALL_WINDOW
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import Run
@@ -184,7 +183,7 @@ def _number(value) -> float | None:
 
 def read_frozen_recipe(run: Run) -> dict:
     try:
-        return tomllib.loads((run.path / RECIPE_TOML).read_text(encoding="utf-8"))
+        return tomllib.loads(run.dir.recipe_toml.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         recipe = run.record.recipe
         return recipe if isinstance(recipe, dict) else {}

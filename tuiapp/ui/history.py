@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
-from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.common.methods import is_rl
 from tuiapp.core.run_folder import benchmarks, evals, rundir
 from tuiapp.core.run_folder.metrics import (
     PREFERENCE_WINDOW,
@@ -27,6 +27,7 @@ from tuiapp.core.run_folder.metrics import (
 )
 from tuiapp.core.run_folder.progress import fmt_duration
 from tuiapp.core.run_folder.rundata import SUMMARISE_MIN_BYTES, RunData, columns_cache, numpy_module, read_run_data
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.run_folder.runstate import STALL_WINDOW, StatusView, error_log, status_view, steps_counting, why_text
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import ACTIVE, Run, RunStore
@@ -170,7 +171,7 @@ def row_from_record(path: Path, record: rundir.RunRecord, notes: dict | None = N
         model=str(record.model_ref or record.model or ""),
         dataset=str(record.dataset or ""),
         description=str((record.recipe or {}).get("description") or ""),
-        reward_key=primary_reward_key(record.recipe) if str(record.method or "") in RL_KINDS else TOTAL_KEY,
+        reward_key=primary_reward_key(record.recipe) if is_rl(record.method) else TOTAL_KEY,
         started=as_number(rundir.first_started(record)),
         ended=as_number(record.ended),
         created=as_number(record.created),
@@ -226,7 +227,7 @@ def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
         best_margin=summary["best_margin"],
         reward=(summary["recent_reward"] if row.reward_key == TOTAL_KEY else recent_mean(
             [v for v in (as_number(r.get(row.reward_key)) for r in train) if v is not None and math.isfinite(v)]))
-        if row.method in RL_KINDS else None,
+        if is_rl(row.method) else None,
         tokens_per_s=summary["tokens_per_s"],
         peak_mem=summary["peak_mem"],
         last_time=summary["last_time"],
@@ -257,7 +258,7 @@ def with_run_data(row: RunRow, data: RunData) -> RunRow:
         best_accuracy=best.get("best_accuracy"),
         best_margin=best.get("best_margin"),
         # a long run's columns keep the total only (rundata.TRAIN_SERIES): the task's reward when there
-        reward=recent_mean(data.series.get(row.reward_key, data.series[TOTAL_KEY]).ys) if row.method in RL_KINDS else None,
+        reward=recent_mean(data.series.get(row.reward_key, data.series[TOTAL_KEY]).ys) if is_rl(row.method) else None,
         tokens_per_s=_upper_median(data.series["tokens_per_s"].ys),
         peak_mem=max(peaks) * 1e9 if peaks else None,
         last_time=as_number(last.get("time")),
@@ -381,7 +382,7 @@ class LiveSummary:
             best_eval_loss=self.best_eval,
             best_accuracy=self.preference.best("best_accuracy"),
             best_margin=self.preference.best("best_margin"),
-            reward=recent_mean(self.each_reward.get(row.reward_key, self.rewards)) if row.method in RL_KINDS else None,
+            reward=recent_mean(self.each_reward.get(row.reward_key, self.rewards)) if is_rl(row.method) else None,
             tokens_per_s=speeds[len(speeds) // 2] if speeds else None,
             peak_mem=self.peak,
             last_time=as_number(last.get("time")),
@@ -484,7 +485,7 @@ class HistoryLoader:
         """Read a run's metrics once; active runs keep their reader for later polls. A long run
         (over SUMMARISE_MIN_BYTES) is read in columns: those its trainer keeps, else the TUI's
         cache of them (made here on the first read), and the lines written since."""
-        path = row.path / rundir.METRICS_JSONL
+        path = RunDir(row.path).metrics
         try:
             long = path.stat().st_size >= SUMMARISE_MIN_BYTES
         except OSError:
@@ -553,7 +554,7 @@ def _mtime(path: Path) -> float:
 
 def _stamp(path: Path) -> tuple[float, float]:
     """When a run's run.json and meta.json last changed (0.0 for a missing file)."""
-    return _mtime(path / rundir.RUN_JSON), _mtime(path / meta.META_NAME)
+    return _mtime(RunDir(path).record), _mtime(RunDir(path).meta)
 
 
 def detail_text(row: RunRow, now: float) -> str:

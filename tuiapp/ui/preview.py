@@ -11,8 +11,8 @@ from pathlib import Path
 
 from rich.text import Text
 
-from tuiapp.core.common.kinds import RL_KINDS
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.common.methods import is_rl, trains_on_text
+from tuiapp.core.run_folder.rundir import RunDir
 
 MAX_FIELD = 300
 
@@ -89,7 +89,7 @@ def read_trainer_view(recipe_toml: str, base_dir: Path, show: int = TRAINER_VIEW
     """The first examples as the trainer tokenizes them for this recipe: `llmtui data --json` in a
     child process (torch and the tokenizer stay out of the UI). (examples, None) or (None, error)."""
     with tempfile.TemporaryDirectory(prefix="llmtui-preview-") as folder:
-        path = Path(folder) / RECIPE_TOML
+        path = RunDir(folder).recipe_toml
         path.write_text(recipe_toml, encoding="utf-8")
         try:
             done = subprocess.run([sys.executable, "-m", "tuiapp.trainer.preview", str(path), "--json", "--show", str(show)],
@@ -134,7 +134,7 @@ def example_heading(kind: str, index: int, example: dict) -> str:
     prompt: '— prompt 1 · 45 tokens; the policy writes the completions'."""
     if "labels" not in example and "input_ids" in example:  # an online-RL prompt: nothing trained yet
         return f"— prompt {index} · {len(example['input_ids'])} tokens; the policy writes the completions"
-    what = "block" if kind == "pretrain" else "pair" if "rejected" in example else "example"
+    what = "block" if trains_on_text(kind) else "pair" if "rejected" in example else "example"
     label = f", label {str(example['label']).lower()}" if "label" in example else ""
     images = len(example.get("images") or [])
     shown = f" · {images} image{'s' if images != 1 else ''}" if images else ""
@@ -174,9 +174,9 @@ def trainer_view_text(kind: str, examples: list[dict] | None, error: str | None 
         out.append(f"tokenizing the first examples…{clock} (`llmtui data RECIPE` in a child process: torch, the "
                    "tokenizer and, for images, the model's processor load first)\n", style=MASKED_STYLE)
         return out
-    if kind == "pretrain":
+    if trains_on_text(kind):
         out.append("text blocks cut at max_seq_len; every token trained\n", style=MASKED_STYLE)
-    elif kind in RL_KINDS:
+    elif is_rl(kind):
         out.append("each prompt after the chat template; the completions are sampled and scored by the rewards\n",
                    style=MASKED_STYLE)
     else:

@@ -59,6 +59,24 @@ def status_text(record: RunRecord, data: RunData, now: float, stopping: bool = F
     optimizer = optimizer_of(record)
     method += f" with {optimizer}" if optimizer else ""
     head = f"{badge}  [b]{escape(name)}[/]  {escape(method)} on {escape(str(model))} · {escape(dataset)}"
+    parts = _progress_parts(record, data, now, view.key, after)
+    lines = [head, " · ".join(parts) or "no metrics yet"]
+    nodes = record.nodes
+    if isinstance(nodes, list) and nodes:
+        lines.append("nodes: " + " · ".join(node_text(n) for n in nodes if isinstance(n, dict)))
+    if record.trust_remote_code:
+        lines.append("[$warning]trust_remote_code = true: the model's own Python code runs[/]")
+    if view.hint:
+        lines.append(f"[b $warning]{literal(flag_text(view)[:320])}[/]")
+    if data.nonfinite_loss:
+        lines.append("[$warning]the loss became NaN/inf[/]")
+    lines += _cause_lines(record, status, run_path)
+    return "\n".join(lines)
+
+
+def _progress_parts(record: RunRecord, data: RunData, now: float, key: str, after: AfterTraining | None) -> list[str]:
+    """Step, epoch, loss, best eval, time, ETA, ranks, perplexity, exports: what is known of them."""
+    status = record.status or "unknown"
     row = data.last_train
     parts = []
     step, total = as_number(row.get("step")), as_number(row.get("max_steps"))
@@ -78,7 +96,7 @@ def status_text(record: RunRecord, data: RunData, now: float, stopping: bool = F
         count = attempt_count(record)
         over = f" over {count} attempts" if count > 1 else ""
         parts.append(("elapsed " if status in ("starting", "running", "stopping") else "took ") + fmt_duration(spent) + over)
-    if view.key == "running":
+    if key == "running":
         parts.append(f"ETA {fmt_duration(data.eta_seconds())}")
     if record.ranks:
         accelerator = record.accelerator if record.accelerator is not None else "?"
@@ -87,16 +105,12 @@ def status_text(record: RunRecord, data: RunData, now: float, stopping: bool = F
         parts.append(f"eval ppl {perplexity_text(*after.perplexity)}")
     if after is not None and after.exports:
         parts.append(f"{plural(len(after.exports), 'export')}")
-    lines = [head, " · ".join(parts) or "no metrics yet"]
-    nodes = record.nodes
-    if isinstance(nodes, list) and nodes:
-        lines.append("nodes: " + " · ".join(node_text(n) for n in nodes if isinstance(n, dict)))
-    if record.trust_remote_code:
-        lines.append("[$warning]trust_remote_code = true: the model's own Python code runs[/]")
-    if view.hint:
-        lines.append(f"[b $warning]{literal(flag_text(view)[:320])}[/]")
-    if data.nonfinite_loss:
-        lines.append("[$warning]the loss became NaN/inf[/]")
+    return parts
+
+
+def _cause_lines(record: RunRecord, status: str, run_path: Path | None) -> list[str]:
+    """A failure's root cause (which rank, its log, what it raised), or the run's reason."""
+    lines: list[str] = []
     error = record.error if status == "failed" else None
     if error_summary(error):  # the root cause: which rank, its log, then what it raised
         log = error_log(error, run_path)
@@ -108,7 +122,7 @@ def status_text(record: RunRecord, data: RunData, now: float, stopping: bool = F
         reason = str(record.reason).strip().splitlines()
         if reason:
             lines.append(f"[$text-muted]reason: {literal(reason_summary(reason)[:300])}[/]")
-    return "\n".join(lines)
+    return lines
 
 
 def node_text(node: dict) -> str:

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Callable
 
 from tuiapp.core.after import gguf_tools
-from tuiapp.core.after.targets import PROMPT_LEARNING, base_of, final_weights, require_base
+from tuiapp.core.after.targets import base_of, final_weights, require_base
 from tuiapp.core.common.child_tool import ChildTool
 from tuiapp.core.common.errors import RunError, UserError
+from tuiapp.core.common.methods import mergeable
 from tuiapp.core.prelaunch.model_check import adapter_kind, hub_offline
 from tuiapp.core.run_folder import exports
 from tuiapp.core.store.runs import Run
@@ -154,7 +155,7 @@ def check_merge(run: Run, request: ExportRequest) -> None:
     if kind == "bottleneck":
         raise UserError(message=f"{run.id}'s bottleneck adapters add layers: they cannot merge into a plain "
                         f"model, which {option} needs", key=option, fix="export the adapter alone (no --merge, no --gguf)")
-    if method in PROMPT_LEARNING or method == "llama-adapter":
+    if not mergeable(method):
         raise UserError(message=f"{run.id}'s {method} adapter adds virtual tokens or gated prompts, not weight "
                         f"deltas: it cannot merge into its base, which {option} needs", key=option,
                         fix="export the adapter alone (no --merge, no --gguf)")

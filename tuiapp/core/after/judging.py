@@ -28,7 +28,7 @@ from tuiapp.core.after.targets import model_target, require_base
 from tuiapp.core.common.errors import RunError, UserError
 from tuiapp.core.data.demo_data import facts_eval_pairs
 from tuiapp.core.run_folder import stamped
-from tuiapp.core.run_folder.rundir import JUDGE_DIR
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store import served
 from tuiapp.core.store.runs import RunStore
 
@@ -266,7 +266,7 @@ def plan(run_dir: Path, request: JudgeRequest, store: RunStore, base_dir: Path |
     prompts = read_prompts(request.prompts, request.limit, base_dir)
     judge = resolve_judge(request.judge, store, request.judge_model)
     rubric = request.rubric or (PAIRWISE_RUBRIC if request.mode == "pairwise" else SINGLE_RUBRIC)
-    out = stamped.new_path(Path(run_dir) / JUDGE_DIR)
+    out = stamped.new_path(RunDir(run_dir).judge)
     return JudgePlan(Path(run_dir), judge, request.mode, prompts, rubric, against, against_dir,
                      request.max_new_tokens, out)
 
@@ -349,7 +349,7 @@ def run(planned: JudgePlan, say: Callable[[str], None] = lambda _: None, session
 
 def results(run_dir: Path) -> list[dict]:
     return [{**data, "path": str(path)} for path, data in
-            stamped.listing(Path(run_dir) / JUDGE_DIR, lambda d: isinstance(d.get("summary"), dict))]
+            stamped.listing(RunDir(run_dir).judge, lambda d: isinstance(d.get("summary"), dict))]
 
 
 def summary_lines(result: dict) -> list[str]:

@@ -13,13 +13,12 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from tuiapp.core.common.errors import UserError
-from tuiapp.core.prelaunch.model_check import FINAL_INFO, require_base
+from tuiapp.core.common.methods import MERGE_ADAPTER_KINDS, MERGE_FULL_KINDS
+from tuiapp.core.prelaunch.model_check import require_base
 from tuiapp.core.store.runs import Run
 
 ADAPTER_METHODS = ("linear", "cat", "ties", "dare_linear", "dare_ties")
 FULL_METHODS = ("linear", "ties", "dare_linear", "dare_ties")
-ADAPTER_KINDS = ("lora", "qlora")  # peft's weighted adapters combine LoRA's A and B
-FULL_KINDS = ("sft", "pretrain")
 NEEDS_DENSITY = ("ties", "dare_linear", "dare_ties")
 
 
@@ -42,7 +41,7 @@ class MergePlan:
 def _final_info(run: Run) -> dict:
     if run.status != "succeeded" or not run.final_path.is_dir():
         raise UserError(message=f"{run.id} has no final model ({run.status})", fix="merge succeeded runs")
-    path = run.final_path / FINAL_INFO
+    path = run.dir.final_info
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -65,9 +64,9 @@ def plan_merge(runs: list[Run], method: str, weights: list[float] | None, densit
     kinds = {info.get("weights", info.get("method")) for info in infos}
     described = ", ".join(f"{run.id}: {info.get('weights', info.get('method'))}" for run, info in zip(runs, infos,
                                                                                                        strict=True))
-    if kinds <= set(ADAPTER_KINDS):
+    if kinds <= MERGE_ADAPTER_KINDS:  # peft's weighted adapters combine LoRA's A and B
         kind, methods = "adapter", ADAPTER_METHODS
-    elif kinds <= set(FULL_KINDS):
+    elif kinds <= MERGE_FULL_KINDS:
         kind, methods = "full", FULL_METHODS
     else:
         raise UserError(message=f"these runs cannot be merged ({described})",

@@ -16,10 +16,9 @@ import tomllib
 
 from tuiapp.core.common.errors import RunError
 from tuiapp.core.prelaunch.model_check import FINAL_INFO, adapter_kind, folder_problems, require_base
-from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR, FINAL_DIR, RECIPE_TOML, RUN_JSON, read_record
+from tuiapp.core.run_folder.rundir import CHECKPOINT_STATE_JSON, RunDir, read_record
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-PROMPT_LEARNING = {"prefix", "prompt", "ptuning"}  # adapters that add virtual tokens (peft)
 NO_CHAT = {"reward"}  # a reward model scores answers; it has no language-model head
 
 
@@ -42,13 +41,13 @@ class Target:
 
 def checkpoints(run_dir: Path) -> list[int]:
     """Steps of the run's complete checkpoints (those with a trainer state), oldest first."""
-    root = Path(run_dir) / CHECKPOINTS_DIR
+    root = RunDir(run_dir).checkpoints
     if not root.is_dir():
         return []
     steps = []
     for child in root.iterdir():
         match = CHECKPOINT.match(child.name)
-        if match and (child / "trainer_state.json").is_file():
+        if match and (child / CHECKPOINT_STATE_JSON).is_file():
             steps.append(int(match.group(1)))
     return sorted(steps)
 
@@ -63,7 +62,7 @@ def _read_json(path: Path) -> dict:
 
 def _frozen_method(run_dir: Path) -> str:
     try:
-        recipe = tomllib.loads((run_dir / RECIPE_TOML).read_text(encoding="utf-8"))
+        recipe = tomllib.loads(RunDir(run_dir).recipe_toml.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return ""
     method = recipe.get("method") or {}
@@ -74,8 +73,8 @@ def final_weights(run_dir: Path) -> str:
     """What the run's final model trained: the adapter's kind or 'sft'/'pretrain' for every weight
     (final/llmtui.json's `weights`, which preference runs set), else its method."""
     run_dir = Path(run_dir)
-    info = _read_json(run_dir / FINAL_DIR / FINAL_INFO)
-    return str(info.get("weights") or info.get("method") or read_record(run_dir / RUN_JSON).method
+    info = _read_json(RunDir(run_dir).final_info)
+    return str(info.get("weights") or info.get("method") or read_record(RunDir(run_dir).record).method
                or _frozen_method(run_dir) or "")
 
 
@@ -83,8 +82,8 @@ def base_of(run_dir: Path) -> str:
     """The base model a run trained from: final/llmtui.json's resolved path when it still exists,
     else what run.json recorded (a resolved path or 'tiny'), else the recipe's model.name."""
     run_dir = Path(run_dir)
-    record = read_record(run_dir / RUN_JSON)
-    candidates = [_read_json(run_dir / FINAL_DIR / FINAL_INFO).get("base_model"), record.model]
+    record = read_record(RunDir(run_dir).record)
+    candidates = [_read_json(RunDir(run_dir).final_info).get("base_model"), record.model]
     recipe = record.recipe or {}
     candidates.append((recipe.get("model") or {}).get("name"))
     names = [str(c) for c in candidates if c]
@@ -100,14 +99,14 @@ def base_of(run_dir: Path) -> str:
 def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "chat") -> Target:
     """The run's final model, or its checkpoint `checkpoint`; RunError names what is missing."""
     run_dir = Path(run_dir)
-    record = read_record(run_dir / RUN_JSON)
+    record = read_record(RunDir(run_dir).record)
     run_id = run_dir.name
     method = str(record.method or _frozen_method(run_dir) or "")
     if method in NO_CHAT:
         raise RunError(message=f"{run_id} trained a reward model: it scores answers and cannot {purpose}",
                        fix="pick a run of a generative method (sft, lora, dpo, ...)")
     if checkpoint is None:
-        folder, label, step = run_dir / FINAL_DIR, "final", None
+        folder, label, step = RunDir(run_dir).final, "final", None
         if not folder.is_dir():
             status = record.status or "unknown"
             saved = checkpoints(run_dir)
@@ -116,7 +115,7 @@ def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "c
             raise RunError(message=f"{run_id} has no final model ({status})", fix=fix)
         step = _read_json(folder / FINAL_INFO).get("step")
     else:
-        folder, label, step = run_dir / CHECKPOINTS_DIR / f"checkpoint-{checkpoint}", f"checkpoint-{checkpoint}", checkpoint
+        folder, label, step = RunDir(run_dir).checkpoints / f"checkpoint-{checkpoint}", f"checkpoint-{checkpoint}", checkpoint
         if checkpoint not in checkpoints(run_dir):
             saved = checkpoints(run_dir)
             fix = (f"use one of: {', '.join(map(str, saved))}" if saved

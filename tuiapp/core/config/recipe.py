@@ -19,7 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic_core import PydanticCustomError
 
 from tuiapp.core.common.errors import RecipeError, RecipeErrors, did_you_mean
-from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.common.methods import (
+    ADAPTER_KINDS,
+    ADAPTER_TABLE_KINDS,
+    METHODS,
+    has_adapter_table,
+)
 from tuiapp.core.config.hosts import parse_host_entries
 from tuiapp.core.config.optimizer import OPTIMIZER_KINDS, OptimizerSpec, word_or_table
 from tuiapp.core.config.rewards import REWARD_KINDS, REWARD_MODELS, RewardSpec, check_labels
@@ -554,9 +559,7 @@ class RlooMethod(_OnlineRl):
 
 
 RL_MODELS = (GrpoMethod, RlooMethod)
-REFERENCE_KINDS = {"dpo", "kto"}  # a frozen reference policy (the base with adapters off, or a copy)
-UNPAIRED_KINDS = {"kto"}  # labelled single answers instead of chosen/rejected pairs
-ADAPTER_CHOICES = ["lora", "dora", "qlora"]  # kinds a [method.adapter] table may name
+ADAPTER_CHOICES = ADAPTER_TABLE_KINDS  # kinds a [method.adapter] table may name
 
 
 Method = Annotated[
@@ -584,12 +587,7 @@ Method = Annotated[
     ],
     Field(discriminator="kind"),
 ]
-METHOD_KINDS = [
-    "pretrain", "sft", "lora", "qlora", "dora", "prefix", "prompt", "ptuning", "ia3", "adapter",
-    "llama-adapter", "dpo", "simpo", "cpo", "orpo", "kto", "reward", "grpo", "rloo",
-    "distill",
-]
-ADAPTER_KINDS = set(METHOD_KINDS) - {"pretrain", "sft", "distill"} - PREFERENCE_KINDS - RL_KINDS
+METHOD_KINDS = list(METHODS)  # core/common/methods.py: one row of traits per kind
 
 
 class TrainSpec(Section):
@@ -974,33 +972,15 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
     line = key_line(text, tuple(loc))
     fix = None
     message = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")  # pydantic's wording
-    if loc[:2] == ["method", "adapter"] and kind in ("union_tag_invalid", "union_tag_not_found"):
-        given = item["input"].get("kind", "") if isinstance(item.get("input"), dict) else ""
-        message = f"unknown adapter kind '{given}'" if given else "missing: the adapter's kind"
-        fix = (did_you_mean(str(given), ADAPTER_CHOICES) if given else None) or (
-            f"set kind = one of: {', '.join(ADAPTER_CHOICES)} (or remove [method.adapter] to train every weight)")
-        key = "method.adapter.kind"
-        line = key_line(text, ("method", "adapter", "kind")) or key_line(text, ("method", "adapter"))
-    elif loc[:2] == ["method", "rewards"] and kind in ("union_tag_invalid", "union_tag_not_found"):
-        given = item["input"].get("kind", "") if isinstance(item.get("input"), dict) else ""
-        message = f"unknown reward kind '{given}'" if given else "missing: the reward's kind"
-        fix = (did_you_mean(str(given), REWARD_KINDS) if given else None) or f"set kind = one of: {', '.join(REWARD_KINDS)}"
-        key = ".".join(str(p) for p in loc[:3]) + ".kind"
+    if loc[:2] in (["method", "adapter"], ["method", "rewards"]) and kind in ("union_tag_invalid", "union_tag_not_found"):
+        message, fix, key, line = _inner_union_error(item, loc, text, line)
     elif kind == "mixture":
         context = item.get("ctx", {})
         message, key, fix = context["message"], context["key"], context["fix"]
         parts = tuple(int(p) if p.isdigit() else p for p in key.split("."))
         line = key_line(text, parts) or key_line(text, parts[:-1]) or line
     elif kind == "extra_forbidden":
-        field = str(loc[-1])
-        parent = _model_at(loc[:-1], item)
-        choices = list(parent.model_fields) if parent else []
-        hint = did_you_mean(field, choices)
-        message = f"unknown key '{field}'"
-        fix = hint or (f"remove it; known keys: {', '.join(choices)}" if choices else "remove it")
-        if not hint and "adapter" in choices and field in QloraMethod.model_fields and field != "kind":
-            fix = (f"{field} is an adapter's setting: move it under [method.adapter] (kind = 'lora'), or remove "
-                   "it to train every weight")  # e.g. rank = 8 left in [method] when lora became dpo
+        message, fix = _unknown_key_error(item, loc)
     elif kind == "union_tag_invalid" or (kind == "literal_error" and key == "method.kind"):
         given = str(item.get("input", ""))
         if isinstance(item.get("input"), dict):
@@ -1032,6 +1012,33 @@ def _error_for(item: dict, text: str, file: str) -> RecipeError:
         if description:
             fix = description
     return RecipeError(message=message, file=file, line=line, key=key or None, fix=fix)
+
+
+def _unknown_key_error(item: dict, loc: list) -> tuple[str, str]:
+    """An unknown key: the near known one, or the keys its table takes."""
+    field = str(loc[-1])
+    parent = _model_at(loc[:-1], item)
+    choices = list(parent.model_fields) if parent else []
+    hint = did_you_mean(field, choices)
+    fix = hint or (f"remove it; known keys: {', '.join(choices)}" if choices else "remove it")
+    if not hint and "adapter" in choices and field in QloraMethod.model_fields and field != "kind":
+        fix = (f"{field} is an adapter's setting: move it under [method.adapter] (kind = 'lora'), or remove "
+               "it to train every weight")  # e.g. rank = 8 left in [method] when lora became dpo
+    return f"unknown key '{field}'", fix
+
+
+def _inner_union_error(item: dict, loc: list, text: str, line: int | None) -> tuple[str, str, str, int | None]:
+    """An unknown or missing kind of a [method.adapter] table or a [[method.rewards]] entry."""
+    given = item["input"].get("kind", "") if isinstance(item.get("input"), dict) else ""
+    if loc[1] == "adapter":
+        message = f"unknown adapter kind '{given}'" if given else "missing: the adapter's kind"
+        fix = (did_you_mean(str(given), ADAPTER_CHOICES) if given else None) or (
+            f"set kind = one of: {', '.join(ADAPTER_CHOICES)} (or remove [method.adapter] to train every weight)")
+        line = key_line(text, ("method", "adapter", "kind")) or key_line(text, ("method", "adapter"))
+        return message, fix, "method.adapter.kind", line
+    message = f"unknown reward kind '{given}'" if given else "missing: the reward's kind"
+    fix = (did_you_mean(str(given), REWARD_KINDS) if given else None) or f"set kind = one of: {', '.join(REWARD_KINDS)}"
+    return message, fix, ".".join(str(p) for p in loc[:3]) + ".kind", line
 
 
 def _blame_override(error: RecipeError, overrides: list[str]) -> RecipeError:
@@ -1278,16 +1285,11 @@ def json_schema() -> dict:
     return schema
 
 
-NO_PACKING_KINDS = {"prefix", "prompt", "ptuning", "llama-adapter"}
-
-
 def packing_enabled(recipe: Recipe) -> bool:
     """Whether batches are packed; 'auto' packs where the method keeps examples apart.
     Preference pairs are never packed (each batch holds chosen and rejected side by side)."""
-    if recipe.method.kind in PREFERENCE_KINDS | RL_KINDS | {"distill"}:  # distill: teacher rows per example
-        return False
-    if recipe.train.packing == "auto":
-        return recipe.method.kind not in NO_PACKING_KINDS
+    if recipe.train.packing == "auto" or has_adapter_table(recipe.method.kind):  # pairs, prompts, teacher rows
+        return METHODS[recipe.method.kind].packs
     return bool(recipe.train.packing)
 
 
@@ -1315,6 +1317,6 @@ def uses_adapter(recipe: Recipe) -> bool:
 def weights_method(method):
     """The method model that says which weights train: a preference method's adapter, every
     weight (an `sft` model) for a preference method without one, else the method itself."""
-    if method.kind not in PREFERENCE_KINDS | RL_KINDS | {"distill"}:
+    if not has_adapter_table(method.kind):
         return method
     return method.adapter if method.adapter is not None else SftMethod()

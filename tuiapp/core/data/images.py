@@ -8,8 +8,8 @@ reader turns it into an error naming the file and the record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 IMAGE_PLACEHOLDER = "<image>"

@@ -23,6 +23,7 @@ import psutil
 from tuiapp.core.common.errors import RunError
 from tuiapp.core.machine.procs import process_alive
 from tuiapp.core.run_folder import rundir
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store import served
 from tuiapp.core.store.runs import Run
 
@@ -72,7 +73,7 @@ def stack_by_py_spy(pid: int, timeout_s: float = STACK_TIMEOUT_S) -> str | None:
 
 def stack_by_signal(run_dir: Path, rank: int, pid: int, timeout_s: float = STACK_TIMEOUT_S) -> str | None:
     """Ask the rank's faulthandler for its stacks (a stopped rank cannot answer)."""
-    path = rundir.stack_path(run_dir, rank)
+    path = RunDir(run_dir).stack(rank)
     try:
         before = path.stat().st_size
         os.kill(pid, signal.SIGUSR1)

@@ -22,7 +22,7 @@ from typing import Callable
 import psutil
 
 from tuiapp.core.common.errors import RunError, UserError
-from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.findings import Finding, format_findings, has_errors
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.machine import runlock, shm
 from tuiapp.core.machine.procs import group_processes, process_alive
@@ -36,9 +36,8 @@ from tuiapp.core.plan.launcher import (
     supervisor_argv,
     world_note,
 )
-from tuiapp.core.prelaunch import checks, cluster_checks, preflight
-from tuiapp.core.run_folder import rundir
-from tuiapp.core.run_folder.rundir import ACTIVE, RECIPE_TOML, RUN_JSON, SUPERVISOR_LOG
+from tuiapp.core.prelaunch import door
+from tuiapp.core.run_folder.rundir import ACTIVE, RunDir
 from tuiapp.core.store import environment, queue
 from tuiapp.core.store.runs import Run, RunStore
 
@@ -56,7 +55,7 @@ class LaunchRefused(UserError):
 
     def __init__(self, findings: list[Finding]):
         self.findings = findings
-        super().__init__(message=checks.format_findings(findings))
+        super().__init__(message=format_findings(findings))
 
     def __str__(self) -> str:
         return self.message
@@ -136,7 +135,7 @@ def check_options(options: LaunchOptions) -> None:
 
 
 def _refuse_on_errors(findings: list[Finding]) -> list[Finding]:
-    if checks.has_errors(findings):
+    if has_errors(findings):
         raise LaunchRefused(findings)
     return findings
 
@@ -151,30 +150,29 @@ def plan_launch(recipe: Recipe, store: RunStore, base_dir: Path, options: Launch
     if options.node_rank:
         raise UserError(message=f"node {options.node_rank} joins a run; it does not plan one",
                         fix="use join() (`llmtui run RECIPE --node-rank K --run-id ID`)")
-    resolved, model_ref = checks.resolve_recipe(recipe, store)
+    resolved, model_ref = door.resolve_recipe(recipe, store)
     if options.slurm:
         return _plan_slurm(resolved, model_ref, store, base_dir, options)
     launch = resolved.launch
     cuda = cuda_device_count()
-    findings = checks.before_launch(resolved, store, base_dir=base_dir)
-    if options.oversubscribe:
-        findings = preflight.oversubscribe(findings)
     if options.queue and (options.node_rank is not None or cluster.uses_hosts(launch)):
         raise UserError(message="--queue waits for this machine's devices; it does not apply to a run that spans "
                         "nodes", fix="leave out --queue (or launch.hosts), or use --slurm: SLURM queues jobs itself")
+    ask = None  # what the launch asks of hosts and ports
     if options.node_rank == 0:
-        port = cluster.resolve_port(launch, options.master_port)
-        findings += cluster_checks.launch_findings(resolved, node_rank=0, master_port=port, base_dir=base_dir)
-        _refuse_on_errors(findings)
+        ask = door.ClusterAsk(node_rank=0, master_port=cluster.resolve_port(launch, options.master_port))
+    elif cluster.is_scaled(launch) or options.master_port:
+        ask = door.ClusterAsk(master_port=options.master_port)
+    findings = _refuse_on_errors(door.all_findings(resolved, store, base_dir, cluster=ask,
+                                                   oversubscribe=options.oversubscribe))
+    if options.node_rank == 0:
+        port = ask.master_port
         nnodes = options.nnodes or launch.nodes or (len(cluster.hosts_of(launch, base_dir))
                                                     if cluster.uses_hosts(launch) else 0)
         node = cluster.NodeArgs(0, nnodes or None, options.master_addr)
         run_dir = Path(store.root) / (options.run_id or "<run-id>")
         built = cluster.build_launch(run_dir, launch, cuda, port=port, node=node, base_dir=base_dir)
         return LaunchPlan("nodes", resolved, model_ref, options, findings, built)
-    if cluster.is_scaled(launch) or options.master_port:
-        findings += cluster_checks.launch_findings(resolved, master_port=options.master_port, base_dir=base_dir)
-    _refuse_on_errors(findings)
     port = options.master_port or (cluster.resolve_port(launch) if cluster.uses_hosts(launch) else None)
     built = cluster.build_launch(Path(store.root) / "<run-id>", launch, cuda, port=port, base_dir=base_dir)
     return LaunchPlan("local", resolved, model_ref, options, findings, built)
@@ -189,7 +187,7 @@ def _plan_slurm(recipe: Recipe, model_ref: str, store: RunStore, base_dir: Path,
     if cluster.uses_hosts(recipe.launch):
         raise UserError(message="launch.hosts is for runs without a scheduler", key="launch.hosts",
                         fix="remove launch.hosts: SLURM chooses the nodes (use --nodes and --partition)")
-    findings = _refuse_on_errors(checks.static_findings(recipe, store, base_dir=base_dir))
+    findings = _refuse_on_errors(door.recipe_findings(recipe, store, base_dir))
     slurm_options = slurm.SlurmOptions(
         nodes=nodes, partition=options.partition, gpus_per_node=options.gpus_per_node, time=options.time,
         account=options.account, job_name=f"llmtui-{recipe.name}",
@@ -266,7 +264,7 @@ def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
     node_rank = node.node_rank if node else None
     fd = run.lock_fd
     if fd is None:
-        fd = runlock.acquire(rundir.lock_path(run.path, node_rank))
+        fd = runlock.acquire(run.dir.lock(node_rank))
         if fd is None:
             raise RunError(message=f"{run.id} already has a live supervisor" + (f" for node {node_rank}" if node_rank
                                                                                  else ""),
@@ -284,7 +282,7 @@ def start_supervisor(run: Run, resume: bool = False, port: int | None = None,
             run.update(status="queued" if queued else "starting", phase=None if queued else "launching",
                        phase_since=time.time(), reason=None, error=None, hang=None, ended=None, exit_code=None,
                        stop_requested=None)
-        log_path = run.path / SUPERVISOR_LOG if node is None else cluster.nodes_dir(run.path) / f"{node_rank}.{SUPERVISOR_LOG}"
+        log_path = run.dir.supervisor_log if node is None else run.dir.node_supervisor_log(node_rank)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             process = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log,
@@ -343,7 +341,7 @@ def _wait_for_run(store: RunStore, run_id: str, timeout_s: float, say: Say) -> R
     path = Path(store.root) / run_id
     deadline = time.monotonic() + timeout_s
     said = False
-    while not (path / RUN_JSON).is_file() or not (path / RECIPE_TOML).is_file():
+    while not RunDir(path).record.is_file() or not RunDir(path).recipe_toml.is_file():
         if time.monotonic() > deadline:
             raise RunError(message=f"run '{run_id}' did not appear in {store.root} within {timeout_s:.0f}s",
                            fix="start node 0 first with the same --run-id, and put the runs folder on "
@@ -404,9 +402,7 @@ def plan_join(recipe: Recipe, store: RunStore, base_dir: Path, options: LaunchOp
     if run.status not in ACTIVE:
         raise UserError(message=f"run {run.id} is {run.status}; it cannot be joined",
                         fix="start a new run with a new --run-id")
-    findings = checks.static_findings(frozen, store, base_dir=base_dir)
-    findings += cluster_checks.launch_findings(frozen, node_rank=k, master_addr=master_addr, base_dir=base_dir)
-    _refuse_on_errors(findings)
+    _refuse_on_errors(door.join_findings(frozen, store, base_dir, node_rank=k, master_addr=master_addr))
     return Join(run, cluster.NodeArgs(k, nnodes, master_addr), port, frozen)
 
 
@@ -520,7 +516,7 @@ def resume(run: Run, options: LaunchOptions | None = None, say: Say = _quiet) ->
         return _resume_slurm(run, say)
     if mode == "nodes":
         return _resume_node(run, options, say)
-    fd = runlock.acquire(rundir.lock_path(run.path))
+    fd = runlock.acquire(run.dir.lock())
     if fd is None:
         raise RunError(message=f"{run.id} is already running: its supervisor holds the run (pid {run.record.pid})",
                        fix=f"follow it with `llmtui show {run.id}`, or stop it first with `llmtui stop {run.id}`")

@@ -27,8 +27,10 @@ from tuiapp.core.machine import notify, runlock, shm
 from tuiapp.core.machine.gpus import detect_gpus
 from tuiapp.core.machine.procs import group_processes
 from tuiapp.core.plan import cluster, generation_server, launcher, probe
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder import rundata, rundir
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl, summarize
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store import queue
 from tuiapp.core.store.runs import (
     SUPERVISOR_GONE,
@@ -154,7 +156,7 @@ class Supervisor:
             self.watch = cluster.NodeWatch(run, plan.plan, recipe.launch.join_timeout_s)
         if plan.owner:
             with JsonlWriter(run.events_path) as events:
-                events.write({"event": "launched", "resume": self.resume, "ranks": ranks})
+                events.write({"event": ev.LAUNCHED, "resume": self.resume, "ranks": ranks})
         server_env, code = self._start_generation_server(recipe, server_gpus) if server_gpus else ({}, None)
         plan.log_path(run.path).parent.mkdir(parents=True, exist_ok=True)
         launching = code is None and self.stop_requested_at is None  # a stop that came first: no rank starts
@@ -198,7 +200,7 @@ class Supervisor:
                   "log": generation_server.LOG_NAME, "argv": argv}
         self._record(phase="starting vLLM server", phase_since=time.time(), generation_server=record)
         with JsonlWriter(self.run.events_path) as events:
-            events.write({"event": "generation_server", "gpus": gpu_ids, "url": url, "pid": self.server.pid})
+            events.write({"event": ev.GENERATION_SERVER, "gpus": gpu_ids, "url": url, "pid": self.server.pid})
         ready = generation_server.wait_ready(self.server, url, recipe.method.vllm_server_timeout_s, self.run.path,
                                              stopped=lambda: self.stop_requested_at is not None)
         if not ready.ready:
@@ -296,7 +298,7 @@ class Supervisor:
                      stop_requested=None, pid=me.pid, pgid=os.getpgid(0), pid_create_time=me.create_time(),
                      started=self.started, ended=None, exit_code=None, reason=None)
         limit = probe.default_limit(recipe, cuda)
-        with probe.running(recipe, self.run.path / rundir.RECIPE_TOML, self.run.path,
+        with probe.running(recipe, self.run.dir.recipe_toml, self.run.path,
                            gpu_id=(devices[0] if devices else 0) if cuda else None, limit_bytes=limit) as self.child:
             code = self._wait_probe()
             self._kill_leftovers()
@@ -313,7 +315,7 @@ class Supervisor:
                             fix="see probe.json in the run folder; set train.micro_batch to a number, or lower "
                             "max_seq_len / turn on gradient_checkpointing")
         with JsonlWriter(self.run.events_path) as events:
-            events.write({"event": "probed", "micro_batch": result.chosen,
+            events.write({"event": ev.PROBED, "micro_batch": result.chosen,
                           "predicted_bytes": result.to_json()["predicted_bytes"],
                           "measured_bytes": result.to_json()["measured_bytes"]})
         return probe.fix_micro_batch(self.run.path, recipe, result.chosen)
@@ -360,7 +362,7 @@ class Supervisor:
         reason = "stopped before its ranks were launched"
         self._record(status="stopped", ended=time.time(), reason=reason, phase=None, hang=None)
         with JsonlWriter(self.run.events_path) as events:
-            events.write({"event": "stopped", "reason": reason})
+            events.write({"event": ev.STOPPED, "reason": reason})
         return True
 
     def _take_devices(self, recipe, cuda: int) -> list[int] | None:
@@ -390,7 +392,7 @@ class Supervisor:
                 now = time.time()
                 self._record(status="stopped", ended=now, reason="cancelled while queued (it never started)")
                 with JsonlWriter(self.run.events_path) as events:
-                    events.write({"event": "stopped", "reason": "cancelled while queued"})
+                    events.write({"event": ev.STOPPED, "reason": "cancelled while queued"})
                 return None
             time.sleep(queue.POLL_S)
 
@@ -484,7 +486,7 @@ class Supervisor:
                 or self.launch.rank_log is not None or cluster.uses_hosts(self.recipe.launch):
             return False
         events = read_jsonl(self.run.events_path)
-        if not any(e.get("event") == "finished" and (e.get("time") or 0) >= self.started for e in events):
+        if not any(e.get("event") == ev.FINISHED and (e.get("time") or 0) >= self.started for e in events):
             return False
         phases = rundir.read_phases(self.run.path, since=self.started)
         if len(phases) < self.world:
@@ -516,7 +518,7 @@ class Supervisor:
     def _record_outcome(self, code: int | None) -> None:
         run = self.run
         summary = summarize(read_jsonl(run.metrics_path))
-        finished = any(e.get("event") == "finished" for e in read_jsonl(run.events_path))
+        finished = any(e.get("event") == ev.FINISHED for e in read_jsonl(run.events_path))
         owner = self.launch is None or self.launch.owner
         log = self.launch.log_path(run.path) if self.launch else run.log_path
         cause = failure_cause(run.path, log, self.started) if owner else None
@@ -555,7 +557,7 @@ class Supervisor:
 
     def _early_stop_reason(self) -> str | None:
         stops = [e for e in read_jsonl(self.run.events_path)
-                 if e.get("event") == "early_stop" and (e.get("time") or 0) >= self.started]
+                 if e.get("event") == ev.EARLY_STOP and (e.get("time") or 0) >= self.started]
         if not stops:
             return None
         e = stops[-1]
@@ -564,7 +566,8 @@ class Supervisor:
 
     def _notify(self, event: str, status: str, reason: str | None) -> None:
         if self.recipe is not None:
-            notify.send(self.recipe.notify, event, self.run.path, self.run.id, self.run.name, status, reason)
+            notify.send(self.recipe.notify, event, self.run.path, self.run.id, self.run.name, status, reason,
+                        log=self.run.dir.notify_log)
 
     def _group(self) -> dict | None:
         group = self.run.record.group
@@ -649,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         node = cluster.NodeArgs(args.node_rank, args.nnodes, args.master_addr, args.slurm)
     lock = args.lock_fd
     if lock is None:  # started by an sbatch script or by hand: take the lock now
-        lock = runlock.acquire(rundir.lock_path(args.run_dir, node.node_rank if node else None))
+        lock = runlock.acquire(RunDir(args.run_dir).lock(node.node_rank if node else None))
         if lock is None:
             print(f"error: {args.run_dir} already has a live supervisor; not starting a second one", file=sys.stderr)
             return 2

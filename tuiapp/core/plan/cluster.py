@@ -35,9 +35,8 @@ from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.rundir import (
     ACTIVE,
     NODE_KEYS,
-    NODES_DIR,
-    RUN_JSON,
     STDOUT_LOG,
+    RunDir,
     RunRecord,
     check_keys,
     read_record,
@@ -247,15 +246,15 @@ def deepspeed_env_text(environ: dict | None = None, home: Path | None = None) ->
 
 
 def nodes_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / NODES_DIR
+    return RunDir(run_dir).nodes
 
 
 def node_json(run_dir: Path, node_rank: int) -> Path:
-    return nodes_dir(run_dir) / f"{node_rank}.json"
+    return RunDir(run_dir).node_record(node_rank)
 
 
 def node_log(run_dir: Path, node_rank: int) -> Path:
-    return nodes_dir(run_dir) / f"{node_rank}.log"
+    return RunDir(run_dir).node_log(node_rank)
 
 
 def read_node(run_dir: Path, node_rank: int) -> RunRecord:
@@ -436,7 +435,7 @@ class Launch:
         return not self.node_rank
 
     def log_path(self, run_dir: Path) -> Path:
-        return Path(run_dir) / STDOUT_LOG if self.owner else node_log(run_dir, self.node_rank)
+        return RunDir(run_dir).stdout_log if self.owner else node_log(run_dir, self.node_rank)
 
 
 def active_hosts(launch: "LaunchSpec", hosts: list[Host]) -> list[tuple[str, int]]:
@@ -538,7 +537,7 @@ def write_files(launch: Launch) -> None:
 
 def node_gone_reason(run_dir: Path, node_rank: int) -> str | None:
     """For node K's supervisor: why it should stop because node 0 has ended the run."""
-    status = read_record(Path(run_dir) / RUN_JSON).status
+    status = read_record(RunDir(run_dir).record).status
     if status in ("succeeded", "failed", "stopped"):
         return f"node 0 recorded the run as {status}"
     return None

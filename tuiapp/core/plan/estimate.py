@@ -28,12 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from tuiapp.core.common.errors import RecipeError
-from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.common.methods import METHODS, is_full, is_lora, is_quantized, is_rl, is_trl
 from tuiapp.core.config import optimizer
 from tuiapp.core.config.recipe import (
     METHOD_MODELS,
-    PREFERENCE_KINDS,
-    REFERENCE_KINDS,
     LoraMethod,
     Recipe,
     tokens_per_batch,
@@ -42,6 +40,7 @@ from tuiapp.core.config.recipe import (
 from tuiapp.core.data import tiny_vlm
 from tuiapp.core.plan import model_profile, vision_plan
 from tuiapp.core.plan.generation_server import memory_share, server_gpu_count
+from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.progress import plural
 
 GB = 1e9
@@ -303,11 +302,11 @@ def trainable_parameters(config: dict, method) -> int:
     """
     method = _as_method(method)
     kind = method.kind
-    if kind in ("pretrain", "sft"):
+    if is_full(kind):
         return count_parameters(apply_method_overrides(config, method))
     shape = model_shape(config)
     h, layers = shape.hidden, shape.layers
-    if kind in ("lora", "qlora", "dora"):
+    if is_lora(kind):
         chosen = targeted_linears(config, method.target_modules)
         per_block = sum(method.rank * (l.in_features + l.out_features) for l in chosen)
         if kind == "dora":
@@ -349,11 +348,11 @@ def trainable_shapes(config: dict, method) -> list[tuple[tuple[int, ...], str, s
     parameters are then counted as vectors)."""
     method = _as_method(method)
     config = apply_method_overrides(config, method)
-    if PROFILE_COUNTS in config and method.kind in ("pretrain", "sft"):
+    if PROFILE_COUNTS in config and is_full(method.kind):
         return None  # an architecture the shape does not describe: its exact count only
     shape = model_shape(config)
     h, out = shape.hidden, []
-    if method.kind in ("pretrain", "sft"):
+    if is_full(method.kind):
         out.append(((shape.vocab, h), "embedding", "embed_tokens"))
         if shape.positions:
             out.append(((shape.positions, h), "embedding", "embed_positions"))
@@ -371,7 +370,7 @@ def trainable_shapes(config: dict, method) -> list[tuple[tuple[int, ...], str, s
         if not shape.tied:
             out.append(((shape.vocab, h), "head", "lm_head"))
         return out
-    if method.kind in ("lora", "qlora", "dora"):
+    if is_lora(method.kind):
         for _ in range(shape.layers):
             for linear in targeted_linears(config, method.target_modules):
                 out.append(((method.rank, linear.in_features), "hidden", linear.name + ".lora_A"))
@@ -455,45 +454,34 @@ def model_state_bytes(
     n = max(1, int(n_gpus))
     per_node = max(1, int(gpus_per_node or n))
     trainable = max(0, min(int(trainable_params), int(total_params)))
-    frozen_params = max(0, int(total_params) - trainable)
     half = _half(precision)
     weight_b, grad_b, optim_b = (2, 2, 12) if half else (4, 4, 8)
-    if frozen_bytes is None:
-        frozen_bytes = frozen_params * weight_b
+    frozen_bytes = max(0, int(total_params) - trainable) * weight_b if frozen_bytes is None else frozen_bytes
     offload_opt = offload_optimizer != "none" and zero_stage >= 1
     offload_w = offload_params != "none" and zero_stage == 3
 
     def shard(value: float, sharded: bool) -> float:
         return value / n if sharded else value
-
     params = shard(trainable * weight_b + frozen_bytes, zero_stage == 3)
     grads = shard(trainable * grad_b, zero_stage >= 2)
     if optimizer_state is not None:  # train.optimizer's own state (AdamW: 8 bytes a parameter), + fp32 master
         optim_b = optimizer_state / max(1, trainable) + (4 if half else 0)
     optimizer = shard(trainable * optim_b, zero_stage >= 1)
     fp32_grads = shard(trainable * 4, zero_stage >= 1) if half else 0.0
-    if zero_stage == 3:  # DeepSpeed reduces ZeRO-3 grads into the fp32 partition: it replaces the shard
-        fp32_grads -= grads
+    fp32_grads -= grads if zero_stage == 3 else 0  # ZeRO-3 reduces grads into the fp32 partition: it replaces the shard
     cpu = 0.0
-    if offload_opt:
-        cpu += optimizer
-        optimizer = 0.0
-        if zero_stage >= 2:
-            grads = 0.0
-        cpu += shard(trainable * 4, True)  # fp32 grad partition the CPU optimizer steps on
-        fp32_grads = 0.0
+    if offload_opt:  # the optimizer states and the fp32 grad partition it steps on go to the CPU
+        cpu, optimizer, fp32_grads = optimizer + shard(trainable * 4, True), 0.0, 0.0
+        grads = 0.0 if zero_stage >= 2 else grads
     if offload_w:
-        cpu += params
-        params = 0.0
+        cpu, params = cpu + params, 0.0
     buffers = 0.0
     if deepspeed_buffers:
         buffers = fp32_grads + (4 * largest_layer_params if zero_stage == 3 else 0)
         if offload_opt and trainable:
             buffers += offload_gpu_buffers(zero_stage, reduce_bucket, largest_layer_params, half)
-    return MemoryBreakdown(
-        params=int(params), grads=int(grads), optimizer=int(optimizer), buffers=int(buffers),
-        cpu_offload_total=int(cpu * per_node),
-    )
+    return MemoryBreakdown(params=int(params), grads=int(grads), optimizer=int(optimizer), buffers=int(buffers),
+                           cpu_offload_total=int(cpu * per_node))
 
 
 def offload_gpu_buffers(zero_stage: int, reduce_bucket: int, largest_param: int, half: bool) -> int:
@@ -645,14 +633,14 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
     config = apply_method_overrides(config, method)
     shape = model_shape(config)
     base = count_parameters(config)
-    full = method.kind in ("pretrain", "sft")
+    full = is_full(method.kind)
     extra = 0 if full else trainable_parameters(config, method)
     total, trainable = base + extra, (base if full else extra)
     vision = vision_parts(config)
     if vision:  # a vision-language model: its vision tower and projector, as [vision] trains them
         total, trainable = vision_plan.with_vision(vision, config, recipe, base, extra)
     frozen_bytes = None
-    if method.kind == "qlora":
+    if is_quantized(method.kind):
         quantized = shape.layers * sum(l.in_features * l.out_features for l in shape.linears)
         frozen_bytes = quantized * QLORA_BYTES[method.double_quant] + (base - quantized) * 2
     states = model_state_bytes(
@@ -664,10 +652,11 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
     )
     seq = recipe.train.max_seq_len + (method.virtual_tokens if method.kind in ("prompt", "ptuning") else 0)
     # preference batches hold two sequences per example: chosen + rejected (KTO: answer + KL answer)
-    sequences = 2 if knobs.method.kind in PREFERENCE_KINDS else 1
+    row = METHODS[knobs.method.kind]
+    sequences = row.sequences
     reference, reference_cpu = 0, 0
-    online_kl = knobs.method.kind in RL_KINDS and knobs.method.beta > 0  # grpo/rloo keep a frozen start for KL
-    if full and (knobs.method.kind in REFERENCE_KINDS or online_kl):  # with an adapter: the base, adapters off
+    copies = row.extra_copies if not is_rl(knobs.method.kind) or knobs.method.beta > 0 else 0  # grpo/rloo: KL only
+    if full and copies:  # with an adapter: the base, adapters off
         reference, reference_cpu = reference_bytes(base, knobs.zero_stage, world, knobs.offload_params, precision)
         states = dataclasses.replace(states, reference=reference,
                                      cpu_offload_total=states.cpu_offload_total + reference_cpu * per_node)
@@ -716,15 +705,15 @@ def _candidates(knobs: Knobs, world: int, grad_accum: int) -> list[tuple[str, Kn
     """Single changes that lower memory, each as (how to write it, new knobs)."""
     out: list[tuple[str, Knobs]] = []
     kind = weights_method(knobs.method).kind
-    if not knobs.gradient_checkpointing and kind != "prefix":
+    if not knobs.gradient_checkpointing and METHODS[kind].checkpointing:
         out.append(("gradient_checkpointing=true", dataclasses.replace(knobs, gradient_checkpointing=True)))
-    if world > 1 and knobs.zero_stage < 3 and kind != "qlora":
+    if world > 1 and knobs.zero_stage < 3 and not is_quantized(kind):
         out.append(("zero_stage=3", dataclasses.replace(knobs, zero_stage=3)))
     if knobs.offload_optimizer == "none":
         stage = max(knobs.zero_stage, 2)
         text = "offload_optimizer='cpu'" if stage == knobs.zero_stage else f"zero_stage={stage}, offload_optimizer='cpu'"
         out.append((text, dataclasses.replace(knobs, zero_stage=stage, offload_optimizer="cpu")))
-    if knobs.offload_params == "none" and kind != "qlora":
+    if knobs.offload_params == "none" and not is_quantized(kind):
         out.append(("zero_stage=3, offload_optimizer='cpu', offload_params='cpu'",
                     dataclasses.replace(knobs, zero_stage=3, offload_optimizer="cpu", offload_params="cpu")))
     batch = knobs.micro_batch * grad_accum
@@ -734,10 +723,10 @@ def _candidates(knobs: Knobs, world: int, grad_accum: int) -> list[tuple[str, Kn
             if batch % smaller == 0:
                 text += f", grad_accum={batch // smaller}"
             out.append((text, dataclasses.replace(knobs, micro_batch=smaller)))
-    if kind in ("pretrain", "sft") and knobs.method.kind in PREFERENCE_KINDS | RL_KINDS:
+    if is_full(kind) and is_trl(knobs.method.kind):
         lora = knobs.method.model_copy(update={"adapter": LoraMethod()})
         out.append(("[method.adapter] kind='lora'", dataclasses.replace(knobs, method=lora)))
-    elif kind in ("pretrain", "sft"):
+    elif is_full(kind):
         out.append(("method.kind='lora'", dataclasses.replace(knobs, method=METHOD_MODELS["lora"]())))
     return out
 
@@ -878,7 +867,7 @@ def generation_share(recipe: Recipe) -> float:
     """The share of each GPU that a colocated vLLM engine takes (its weights and KV cache: vLLM's
     gpu_memory_utilization), beside the training's memory; 0 without one."""
     method = recipe.method
-    if method.kind in RL_KINDS and method.generation_backend == "vllm" and method.vllm_mode == "colocate":
+    if is_rl(method.kind) and method.generation_backend == "vllm" and method.vllm_mode == "colocate":
         return float(method.vllm_gpu_memory_utilization)
     return 0.0
 
@@ -1020,7 +1009,7 @@ def _cached_config(hub_id: str, cache_dir: str | Path | None = None) -> Path | N
 def _with_counts(config: dict, folder: Path) -> dict:
     """The config with the model profile's exact parameter counts (total, active, experts) under
     PROFILE_COUNTS, which count_parameters prefers to its formula; unchanged when no profile was
-    made yet (preflight and `llmtui estimate` make it: checks.profile_of)."""
+    made yet (preflight and `llmtui estimate` make it: architecture.profile_of)."""
     profile = model_profile.cached_profile(folder)
     counts = profile.data.get("parameters") if profile is not None else None
     return {**config, PROFILE_COUNTS: counts} if counts else config
@@ -1039,7 +1028,7 @@ def _read_config(path: Path) -> dict:
 def adapter_base(folder: Path) -> str | None:
     """The base model the trainer loads under an adapter folder (an earlier run's final/):
     peft's adapter_config.json names it; the bottleneck adapter's is in llmtui.json."""
-    for name, key in (("adapter_config.json", "base_model_name_or_path"), ("llmtui.json", "base_model")):
+    for name, key in (("adapter_config.json", "base_model_name_or_path"), (rundir.FINAL_INFO, "base_model")):
         try:
             value = json.loads((folder / name).read_text(encoding="utf-8")).get(key)
         except (OSError, ValueError, AttributeError):

@@ -20,12 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.common.methods import is_rl
+from tuiapp.core.run_folder import rundir
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.run_folder.tail import tail_lines
 
 URL_ENV = "LLMTUI_VLLM_SERVER_URL"
 GROUP_PORT_ENV = "LLMTUI_VLLM_GROUP_PORT"
-LOG_NAME = "vllm-server.log"
+LOG_NAME = rundir.VLLM_SERVER_LOG
 SERVER_MEMORY_DEFAULT = 0.9  # a server alone on its GPUs; method.vllm_gpu_memory_utilization when set
 READY_POLL_S = 1.0
 
@@ -33,7 +35,7 @@ READY_POLL_S = 1.0
 def server_gpu_count(recipe) -> int:
     """GPUs the recipe's generation server takes (0: no server)."""
     method = recipe.method
-    if method.kind in RL_KINDS and method.generation_backend == "vllm" and method.vllm_mode == "server":
+    if is_rl(method.kind) and method.generation_backend == "vllm" and method.vllm_mode == "server":
         return int(method.vllm_server_gpus)
     return 0
 
@@ -84,7 +86,7 @@ def rank_env(url: str, group_port: int) -> dict[str, str]:
 
 
 def log_path(run_dir: Path) -> Path:
-    return Path(run_dir) / LOG_NAME
+    return RunDir(run_dir).vllm_server_log
 
 
 def start(run_dir: Path, argv: list[str], gpu_ids: list[int], base_env: dict | None = None) -> subprocess.Popen:

@@ -16,13 +16,12 @@ import os
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 
 from tuiapp.core.common.errors import RunError
 from tuiapp.core.config.recipe import LaunchSpec
 from tuiapp.core.machine.gpus import cuda_device_count  # noqa: F401 (where callers look for it)
-from tuiapp.core.run_folder.rundir import RANKS_DIR
+from tuiapp.core.run_folder.rundir import RunDir
 
 STOP_GRACE_S = 60.0
 
@@ -128,7 +127,7 @@ def single_rank_argv(module: str, gpu_ids: list[int] | None, master_port: int, *
 
 def rank_log_path(run_dir: Path, rank: int = 0) -> Path:
     """ranks/<start time>_rank<N>.log, the name DeepSpeed's launcher gives each rank's log."""
-    return Path(run_dir) / RANKS_DIR / f"{time.strftime('%Y%m%d%H%M%S', time.localtime())}_rank{rank}.log"
+    return RunDir(run_dir).new_rank_log(rank)
 
 
 def world_note(argv: list | None) -> str | None:
@@ -161,7 +160,7 @@ def deepspeed_argv(
     if starts_rank_directly(ranks):
         argv = single_rank_argv("tuiapp.trainer", gpu_ids, master_port, python=python)
     else:
-        argv = local_launch_argv("tuiapp.trainer", ranks, gpu_ids, master_port, rank_logs=run_dir / RANKS_DIR,
+        argv = local_launch_argv("tuiapp.trainer", ranks, gpu_ids, master_port, rank_logs=RunDir(run_dir).ranks,
                                  python=python)
     argv += ["--run-dir", str(run_dir)]
     if resume:

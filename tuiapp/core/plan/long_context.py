@@ -7,8 +7,8 @@ The trainer side is tuiapp/trainer/long_context.py; docs/parallelism.md, "Sequen
 from __future__ import annotations
 
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
-from tuiapp.core.config.recipe import NO_PACKING_KINDS, Recipe, packing_enabled
+from tuiapp.core.common.methods import METHODS, is_trl, trains_on_text
+from tuiapp.core.config.recipe import Recipe, packing_enabled
 
 SP_KEY = "train.sequence_parallel"
 NO_SP = "or set train.sequence_parallel = 1"
@@ -34,7 +34,7 @@ def sp_padded_length(recipe: Recipe) -> int:
     flattened row when packed, else max_seq_len; rounded up to a multiple of the degree."""
     n = degree(recipe)
     micro = recipe.train.micro_batch if isinstance(recipe.train.micro_batch, int) else 1
-    length = recipe.train.max_seq_len * (micro if packing_enabled(recipe) and recipe.method.kind != "pretrain"
+    length = recipe.train.max_seq_len * (micro if packing_enabled(recipe) and not trains_on_text(recipe.method.kind)
                                          else 1)
     return length + (-length % n)
 
@@ -53,53 +53,63 @@ def data_parallel_degree(ranks: int, n: int) -> int:
 def rules(recipe: Recipe, world: int | None = None, cuda: bool = False) -> list[Finding]:
     """What cannot run under train.sequence_parallel (nothing at 1), tiled MLP and activation offload;
     `world` = the ranks when known."""
+    found = _sequence_parallel_rules(recipe, world) if degree(recipe) > 1 else []
+    return found + _tiling_rules(recipe, cuda)
+
+
+def _sequence_parallel_rules(recipe: Recipe, world: int | None) -> list[Finding]:
+    out: list[Finding] = []
+    train, kind, n = recipe.train, recipe.method.kind, degree(recipe)
+    strategy = getattr(recipe.launch, "strategy", "deepspeed")
+    if METHODS[kind].peft in ("virtual_tokens", "llama_adapter"):
+        out.append(Finding("error", SP_KEY, f"method '{kind}' adds virtual tokens to every sequence, which a "
+                           "sequence split between ranks cannot carry (each rank holds 1/N of the tokens)",
+                           f"use method.kind = 'lora', 'dora', 'ia3' or 'adapter', {NO_SP}"))
+    if is_trl(kind):
+        out.append(Finding("error", SP_KEY, f"method '{kind}' scores whole sequences (TRL's log-probabilities "
+                           "of chosen/rejected answers or completions); DeepSpeed's Ulysses splits only causal-LM "
+                           "token losses", f"train it with {NO_SP[3:]}, or use an SFT-style method (sft, lora)"))
+    if strategy != "deepspeed":
+        out.append(Finding("error", SP_KEY, f"sequence parallelism runs on DeepSpeed's engine, not strategy "
+                           f"'{strategy}'", f"set launch.strategy = 'deepspeed', {NO_SP}"))
+    ranks = world if world is not None else explicit_ranks(recipe)
+    if ranks is not None and (ranks < n or ranks % n):
+        out.append(Finding("error", SP_KEY, f"{ranks} rank(s) do not form groups of {n}: the ranks must be a "
+                           f"multiple of the degree (ranks / {n} groups train data-parallel)",
+                           f"set launch.gpus to a multiple of {n}, or a degree that divides {ranks}"))
+    if recipe.dataset.sources:
+        out.append(Finding("error", SP_KEY, "a dataset mixture's per-source token counts cannot be split with "
+                           "the sequence", f"use one dataset, {NO_SP}"))
+    if train.batching == "tokens":
+        out.append(Finding("error", SP_KEY, "token-budget batches change shape every step; a sequence-parallel "
+                           "group needs the same shape on each of its ranks",
+                           f"set train.batching = 'examples', {NO_SP}"))
+    if train.micro_batch == "auto":
+        out.append(Finding("error", "train.micro_batch", "micro_batch 'auto' probes one rank alone; a "
+                           "sequence-parallel rank runs only with its group", "set train.micro_batch to a number"))
+    if recipe.model.attn_implementation == "eager":
+        out.append(Finding("error", "model.attn_implementation", "Ulysses attention cannot run eager attention "
+                           "(it needs the whole-sequence mask, which the split discards)",
+                           "set model.attn_implementation = 'auto', 'sdpa' or 'flash_attention_2'"))
+    if train.max_seq_len % n:
+        out.append(Finding("info", SP_KEY, f"train.max_seq_len = {train.max_seq_len} is not a multiple of {n}: "
+                           f"each sequence is padded to one (padding takes no loss)", ""))
+    out.append(Finding("info", SP_KEY, f"sequence parallel degree {n}: each rank holds "
+                       f"{per_rank_tokens(recipe):,} of every {train.max_seq_len:,}-token sequence; on CPU ranks "
+                       f"every batch is padded to {sp_padded_length(recipe):,} tokens (gloo gathers equal shapes)",
+                       ""))
+    return out
+
+
+def _tiling_rules(recipe: Recipe, cuda: bool) -> list[Finding]:
     out: list[Finding] = []
     train, launch, kind = recipe.train, recipe.launch, recipe.method.kind
-    n = degree(recipe)
     strategy = getattr(launch, "strategy", "deepspeed")
-    if n > 1:
-        if kind in NO_PACKING_KINDS:
-            out.append(Finding("error", SP_KEY, f"method '{kind}' adds virtual tokens to every sequence, which a "
-                               "sequence split between ranks cannot carry (each rank holds 1/N of the tokens)",
-                               f"use method.kind = 'lora', 'dora', 'ia3' or 'adapter', {NO_SP}"))
-        if kind in PREFERENCE_KINDS or kind in RL_KINDS:
-            out.append(Finding("error", SP_KEY, f"method '{kind}' scores whole sequences (TRL's log-probabilities "
-                               "of chosen/rejected answers or completions); DeepSpeed's Ulysses splits only causal-LM "
-                               "token losses", f"train it with {NO_SP[3:]}, or use an SFT-style method (sft, lora)"))
-        if strategy != "deepspeed":
-            out.append(Finding("error", SP_KEY, f"sequence parallelism runs on DeepSpeed's engine, not strategy "
-                               f"'{strategy}'", f"set launch.strategy = 'deepspeed', {NO_SP}"))
-        ranks = world if world is not None else explicit_ranks(recipe)
-        if ranks is not None and (ranks < n or ranks % n):
-            out.append(Finding("error", SP_KEY, f"{ranks} rank(s) do not form groups of {n}: the ranks must be a "
-                               f"multiple of the degree (ranks / {n} groups train data-parallel)",
-                               f"set launch.gpus to a multiple of {n}, or a degree that divides {ranks}"))
-        if recipe.dataset.sources:
-            out.append(Finding("error", SP_KEY, "a dataset mixture's per-source token counts cannot be split with "
-                               "the sequence", f"use one dataset, {NO_SP}"))
-        if train.batching == "tokens":
-            out.append(Finding("error", SP_KEY, "token-budget batches change shape every step; a sequence-parallel "
-                               "group needs the same shape on each of its ranks",
-                               f"set train.batching = 'examples', {NO_SP}"))
-        if train.micro_batch == "auto":
-            out.append(Finding("error", "train.micro_batch", "micro_batch 'auto' probes one rank alone; a "
-                               "sequence-parallel rank runs only with its group", "set train.micro_batch to a number"))
-        if recipe.model.attn_implementation == "eager":
-            out.append(Finding("error", "model.attn_implementation", "Ulysses attention cannot run eager attention "
-                               "(it needs the whole-sequence mask, which the split discards)",
-                               "set model.attn_implementation = 'auto', 'sdpa' or 'flash_attention_2'"))
-        if train.max_seq_len % n:
-            out.append(Finding("info", SP_KEY, f"train.max_seq_len = {train.max_seq_len} is not a multiple of {n}: "
-                               f"each sequence is padded to one (padding takes no loss)", ""))
-        out.append(Finding("info", SP_KEY, f"sequence parallel degree {n}: each rank holds "
-                           f"{per_rank_tokens(recipe):,} of every {train.max_seq_len:,}-token sequence; on CPU ranks "
-                           f"every batch is padded to {sp_padded_length(recipe):,} tokens (gloo gathers equal shapes)",
-                           ""))
     if train.tiled_mlp and strategy == "pipeline":
         out.append(Finding("error", "train.tiled_mlp", "the pipeline runs its stages without DeepSpeed's tiled compute",
                            "set train.tiled_mlp = false, or launch.strategy = 'deepspeed'"))
     for key in ("tiled_mlp", "activation_offload"):
-        if getattr(train, key) and (kind in PREFERENCE_KINDS or kind in RL_KINDS):
+        if getattr(train, key) and is_trl(kind):
             out.append(Finding("error", f"train.{key}", f"train.{key} is applied to the Trainer of pretraining, SFT "
                                f"and the adapter methods, not to TRL's trainer of '{kind}'",
                                f"set train.{key} = false"))

@@ -21,7 +21,9 @@ from pathlib import Path
 from tuiapp.core.common.built_folder import cache_root
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import is_lora, is_reward_model, peft_of, trains_on_text
 from tuiapp.core.config.recipe import CHAT_TEMPLATES, Recipe, packing_enabled
+from tuiapp.core.run_folder import events as ev
 
 PROFILE_VERSION = "4"  # 3: expert counts under every family's name; 4: attention_facts (head dim, sliding window, softcap)
 PROFILE_TIMEOUT_S = 180.0
@@ -32,7 +34,6 @@ VARLEN_MAX_HEAD_DIM = 256
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
              "num_key_value_heads", "n_embd", "n_layer", "n_head", "max_position_embeddings", "n_positions",
              "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "head_dim")
-LORA_KINDS = {"lora", "dora", "qlora"}
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class ModelPlan:
         return [f for f in self.findings if f.level == "error"]
 
     def to_event(self) -> dict:
-        return {"event": "model_plan", "attention": self.attention, "lora_targets": self.lora_targets,
+        return {"event": ev.MODEL_PLAN, "attention": self.attention, "lora_targets": self.lora_targets,
                 "ia3_targets": self.ia3_targets, "ia3_feedforward": self.ia3_feedforward,
                 "experts_implementation": self.experts_implementation, "kernels": self.kernels,
                 "notes": [f.message for f in self.findings if f.level != "error"]}
@@ -384,22 +385,22 @@ def method_findings(profile: ModelProfile, recipe: Recipe) -> tuple[list[Finding
     method, kind = recipe.method, recipe.method.kind
     out: list[Finding] = []
     chosen: dict = {}
-    if kind == "llama-adapter" and not (profile.data.get("peft") or {}).get("llama_adapter"):
+    if peft_of(kind) == "llama_adapter" and not (profile.data.get("peft") or {}).get("llama_adapter"):
         types = ", ".join((profile.data.get("peft") or {}).get("llama_adapter_types") or ["llama", "mistral"])
         out.append(Finding("error", "method.kind", f"llama-adapter (peft's adaption prompt) supports only these "
                            f"model types: {types}; {profile.label} is not one",
                            "use method.kind = 'lora' (or 'ia3', 'prefix') on this model"))
-    if kind == "reward" and not profile.data.get("sequence_classification"):
+    if is_reward_model(kind) and not profile.data.get("sequence_classification"):
         out.append(Finding("error", "method.kind", f"transformers has no sequence-classification head for "
                            f"{profile.label}, which a reward model needs", "use a base model whose architecture "
                            "has one (Llama, Qwen, Mistral, Gemma, Phi ...), or another method"))
-    if kind == "ia3":
+    if peft_of(kind) == "ia3":
         targets, feedforward, found = _ia3_targets(profile, method)
         chosen.update(ia3_targets=targets, ia3_feedforward=feedforward)
         out += found
-    adapter = method if kind in LORA_KINDS else getattr(method, "adapter", None)
+    adapter = method if is_lora(kind) else getattr(method, "adapter", None)
     if adapter is not None:
-        key = "method" if kind in LORA_KINDS else "method.adapter"
+        key = "method" if is_lora(kind) else "method.adapter"
         targets, found = _adapter_targets(profile, adapter, key)
         chosen["lora_targets"] = targets
         out += found
@@ -426,7 +427,7 @@ def template_findings(profile: ModelProfile, recipe: Recipe) -> list[Finding]:
     out: list[Finding] = []
     if not tok or "error" in tok:
         return out
-    chat = recipe.method.kind != "pretrain"
+    chat = not trains_on_text(recipe.method.kind)
     if chat and recipe.dataset.template == "model" and not tok.get("chat_template"):
         out.append(Finding("error", "dataset.template", f"the tokenizer of {profile.label} has no chat template, "
                            f"which {recipe.method.kind} needs to render conversations",
@@ -444,7 +445,7 @@ def template_findings(profile: ModelProfile, recipe: Recipe) -> list[Finding]:
 def plan_model(profile: ModelProfile, recipe: Recipe, *, cuda: bool, flash_installed: bool,
                precision: str | None = None, varlen_kernel: bool | None = None) -> ModelPlan:
     """Every decision about this model for this recipe, with the findings preflight prints."""
-    packed = packing_enabled(recipe) and recipe.method.kind != "pretrain"  # pretrain: whole blocks, no boundaries
+    packed = packing_enabled(recipe) and not trains_on_text(recipe.method.kind)  # pretrain: whole blocks, no boundaries
     attention, found = choose_attention(profile, recipe.model.attn_implementation, cuda=cuda,
                                         flash_installed=flash_installed,
                                         precision=precision or recipe.train.precision, packed=packed,

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import METHODS
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.estimate import (
     GB,
@@ -23,7 +24,6 @@ from tuiapp.core.plan.estimate import (
     model_state_bytes,
 )
 
-PIPELINE_METHODS = ("pretrain", "sft")
 # decoder-only models whose HF class is embed_tokens -> layers -> norm -> lm_head with rotary positions
 PIPELINE_FAMILIES = ("llama",)
 
@@ -176,9 +176,8 @@ def rules(recipe: Recipe, world: int | None = None) -> list[Finding]:
     if launch.strategy != "pipeline":
         return []
     out: list[Finding] = []
-    p, m = launch.pipeline_stages, launch.microbatches
     kind = recipe.method.kind
-    if kind not in PIPELINE_METHODS:
+    if not METHODS[kind].pipeline:
         out.append(Finding("error", "method.kind", f"strategy 'pipeline' trains every weight of the cut model "
                            f"(pretrain or sft); '{kind}' is not supported there: adapters and preference losses "
                            "need the whole model in one place",
@@ -189,6 +188,28 @@ def rules(recipe: Recipe, world: int | None = None) -> list[Finding]:
                            "torch.distributed.pipelining, not DeepSpeed's engine (ZeRO-2/3 would also reduce "
                            "or gather shards at every micro-batch)",
                            "set launch.zero_stage = 0 (or use launch.strategy = 'deepspeed' for ZeRO)"))
+    out += _shape_rules(recipe, world)
+    for key in ("liger_kernel", "torch_compile"):
+        if getattr(train, key, False):
+            out.append(Finding("warning", f"train.{key}", f"strategy 'pipeline' runs its own loop over the cut "
+                               f"model; train.{key} is ignored there", f"set train.{key} = false"))
+    if train.precision == "fp16":
+        out.append(Finding("error", "train.precision", "fp16 needs a loss scaler, which the pipeline's loop does "
+                           "not run", "set train.precision = 'bf16' (or 'auto' / 'fp32')"))
+    if train.early_stopping_patience:
+        out.append(Finding("error", "train.early_stopping_patience", "early stopping is not available with "
+                           "strategy 'pipeline'", "set train.early_stopping_patience = 0"))
+    if train.report_to:
+        out.append(Finding("warning", "train.report_to", "strategy 'pipeline' writes metrics.jsonl only; the "
+                           "trackers get nothing", "remove train.report_to, or export the metrics afterwards"))
+    return out
+
+
+def _shape_rules(recipe: Recipe, world: int | None) -> list[Finding]:
+    """Stages, micro-batches and ranks that fit together."""
+    out: list[Finding] = []
+    launch, train = recipe.launch, recipe.train
+    p, m = launch.pipeline_stages, launch.microbatches
     if m < p:
         out.append(Finding("error", "launch.microbatches", f"{m} micro-batches cannot keep {p} stages busy: "
                            f"the bubble would be {bubble_fraction(p, m):.0%} (1F1B needs m >= p)",
@@ -218,19 +239,6 @@ def rules(recipe: Recipe, world: int | None = None) -> list[Finding]:
         out.append(Finding("error", "train.batching", "strategy 'pipeline' splits each step into micro-batches of "
                            "equal rows (each stage's buffers keep one shape); token-budget batches vary",
                            "set train.batching = 'examples'"))
-    for key in ("liger_kernel", "torch_compile"):
-        if getattr(train, key, False):
-            out.append(Finding("warning", f"train.{key}", f"strategy 'pipeline' runs its own loop over the cut "
-                               f"model; train.{key} is ignored there", f"set train.{key} = false"))
-    if train.precision == "fp16":
-        out.append(Finding("error", "train.precision", "fp16 needs a loss scaler, which the pipeline's loop does "
-                           "not run", "set train.precision = 'bf16' (or 'auto' / 'fp32')"))
-    if train.early_stopping_patience:
-        out.append(Finding("error", "train.early_stopping_patience", "early stopping is not available with "
-                           "strategy 'pipeline'", "set train.early_stopping_patience = 0"))
-    if train.report_to:
-        out.append(Finding("warning", "train.report_to", "strategy 'pipeline' writes metrics.jsonl only; the "
-                           "trackers get nothing", "remove train.report_to, or export the metrics afterwards"))
     return out
 
 

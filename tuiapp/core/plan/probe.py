@@ -26,14 +26,16 @@ import psutil
 
 from tuiapp.core.common.errors import RecipeError, UserError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.config.recipe import PREFERENCE_KINDS, Recipe
+from tuiapp.core.common.methods import is_preference
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.machine import shm
 from tuiapp.core.plan import estimate, launcher
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.run_folder import rundir
+from tuiapp.core.run_folder.rundir import RunDir
 
-PROBE_FILE = "probe.json"  # the choice, in a run folder or a probe folder
-PROBE_DIR = "probe"  # the probing rank's rows and log, inside that folder
-ROWS_FILE = "rows.jsonl"
+PROBE_FILE = rundir.PROBE_JSON  # the choice, in a run folder or a probe folder
+PROBE_DIR = rundir.PROBE_DIR  # the probing rank's rows and log, inside that folder
+ROWS_FILE = rundir.PROBE_ROWS_JSONL
 PROBES_DIR = ".probes"  # `llmtui probe` keeps its folders here, under the runs folder
 DEVICE_MEMORY_ENV = "LLMTUI_DEVICE_MEMORY"  # bytes (or 12GB, 512MiB) the probe takes as the device's memory
 STEPS = 3  # steps per size; the first warms up, the others are timed
@@ -77,7 +79,7 @@ def rules(recipe: Recipe) -> list[Finding]:
     if not is_auto(recipe):
         return []
     key, out = "train.micro_batch", []
-    if recipe.method.kind in PREFERENCE_KINDS:
+    if is_preference(recipe.method.kind):
         out.append(Finding("error", key, f"'auto' probes the causal-LM trainer; {recipe.method.kind} pairs "
                            "are not probed", "set train.micro_batch to a number (e.g. 4)"))
     if recipe.launch.strategy != "deepspeed":
@@ -139,13 +141,13 @@ def _start(recipe: Recipe, recipe_file: Path, out_dir: Path, port: int, *, gpu_i
            limit_bytes: int | None, max_size: int | None, steps: int, new_session: bool) -> subprocess.Popen:
     """Start the probing rank; its output goes to out_dir/probe/launcher.log. A
     supervisor keeps it in its own process group; the CLI gives it a session of its own."""
-    probe_dir = Path(out_dir) / PROBE_DIR
+    probe_dir = RunDir(out_dir).probe_dir
     probe_dir.mkdir(parents=True, exist_ok=True)
-    (probe_dir / ROWS_FILE).unlink(missing_ok=True)
+    RunDir(out_dir).probe_rows.unlink(missing_ok=True)
     sizes = candidate_sizes(max_size or recipe.train.max_micro_batch)
     argv = rank_argv(recipe_file, probe_dir, sizes, port, gpu_id=gpu_id, steps=steps, limit_bytes=limit_bytes,
                      headroom=recipe.train.memory_headroom)
-    log = open(probe_dir / "launcher.log", "ab")
+    log = open(RunDir(out_dir).probe_launcher_log, "ab")
     try:
         log.write(f"$ {' '.join(argv)}\n".encode())
         log.flush()
@@ -188,7 +190,7 @@ class ProbeResult:
 
 
 def read_rows(out_dir: Path) -> list[dict]:
-    path = Path(out_dir) / PROBE_DIR / ROWS_FILE
+    path = RunDir(out_dir).probe_rows
     if not path.is_file():
         return []
     rows = []
@@ -234,7 +236,7 @@ def finish(recipe: Recipe, out_dir: Path, code: int, started: float, *, base_dir
     if result.chosen is None:
         if code != 0 and not sizes:
             result.reason = f"the probing rank failed (exit code {code}) before its first size; see " \
-                            f"{Path(out_dir) / PROBE_DIR / 'launcher.log'}"
+                            f"{RunDir(out_dir).probe_launcher_log}"
         elif not sizes:
             result.reason = "the probing rank wrote no rows"
         else:
@@ -247,7 +249,7 @@ def finish(recipe: Recipe, out_dir: Path, code: int, started: float, *, base_dir
 
 
 def write(out_dir: Path, result: ProbeResult) -> Path:
-    path = Path(out_dir) / PROBE_FILE
+    path = RunDir(out_dir).probe
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
     tmp.replace(path)
@@ -256,7 +258,7 @@ def write(out_dir: Path, result: ProbeResult) -> Path:
 
 def read(folder: Path) -> dict | None:
     try:
-        return json.loads((Path(folder) / PROBE_FILE).read_text(encoding="utf-8"))
+        return json.loads(RunDir(folder).probe.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
@@ -266,7 +268,7 @@ def fix_micro_batch(run_dir: Path, recipe: Recipe, size: int) -> Recipe:
     (probe.json says it was 'auto')."""
     chosen = recipe.model_copy(deep=True)
     chosen.train.micro_batch = size
-    path = Path(run_dir) / RECIPE_TOML
+    path = RunDir(run_dir).recipe_toml
     tmp = path.with_suffix(".tmp")
     tmp.write_text(chosen.to_toml(), encoding="utf-8")
     tmp.replace(path)

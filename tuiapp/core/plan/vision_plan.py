@@ -16,12 +16,12 @@ import math
 import re
 from pathlib import Path
 
+from tuiapp.core.common.methods import VISION_FULL_KINDS
 from tuiapp.core.config.recipe import Recipe, weights_method
 from tuiapp.core.data import tiny_vlm
 from tuiapp.core.data.images import IMAGE_PLACEHOLDER
 
 PARTS = ("language_model", "projector", "vision_tower")
-FULL_KINDS = ("sft",)  # every weight of a trained part trains; the rest put adapters on it
 # image processors whose resolution is dynamic, capped by a pixel count (Qwen2-VL's smart_resize)
 MAX_PIXELS_PROCESSORS = re.compile(r"^(Qwen2VL|Qwen2_5_VL|Qwen3VL|Glm4v)ImageProcessor")
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
@@ -32,7 +32,7 @@ def trained_parts(recipe: Recipe) -> dict[str, bool]:
     vision = recipe.vision
     projector = vision.train_projector
     if projector == "auto":
-        projector = weights_method(recipe.method).kind in FULL_KINDS  # dpo: its adapter, else every weight
+        projector = weights_method(recipe.method).kind in VISION_FULL_KINDS  # dpo: its adapter, else every weight
     return {"language_model": vision.train_language_model, "projector": bool(projector),
             "vision_tower": vision.train_vision_tower}
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import is_rl
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe, VisionSpec
 from tuiapp.core.config.tools import load_kv_file
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
@@ -204,7 +205,7 @@ def records_findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
 def rules(recipe: Recipe, cuda: bool | None = None) -> list[Finding]:
     """What TRL's trainers do not support here, refused with the reason."""
     method = recipe.method
-    if method.kind not in ("grpo", "rloo"):
+    if not is_rl(method.kind):
         return []
     out: list[Finding] = []
     if is_tiny_vlm(recipe.model.name) or recipe.vision != VisionSpec():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.common.methods import is_trl
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.data import bench_tasks
 
@@ -18,7 +18,7 @@ def findings(recipe: Recipe, base_dir: Path) -> list[Finding]:
     if not benchmarks:
         return []
     kind = recipe.method.kind
-    if kind in PREFERENCE_KINDS or kind in RL_KINDS:
+    if is_trl(kind):
         return [Finding("error", "eval.benchmarks", f"benchmarks are scored during sft, pretrain and adapter runs, "
                         f"not {kind}", "remove [[eval.benchmarks]] and score the run after training: llmtui eval "
                         "RUN --benchmark TASK")]

@@ -1,7 +1,8 @@
 """Checks before a scale-out launch: strategy x method x ZeRO x hosts rules (part of
-preflight.recipe_rules), and machine checks (hosts resolve, launcher installed, port free).
+recipe_rules.recipe_rules), and machine checks (hosts resolve, launcher installed, port free).
 
-Each problem is a preflight Finding naming the recipe key and the fix. See docs/scale-out.md.
+Each problem is a Finding naming the recipe key and the fix; the door (door.py) calls
+launch_findings in its machine phase. See docs/scale-out.md.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import is_quantized
 from tuiapp.core.machine.gpus import cuda_available
 from tuiapp.core.plan.cluster import DEEPSPEED_LAUNCHED, hosts_of, resolve_port, uses_hosts
 
@@ -52,7 +54,7 @@ def is_local(host: str) -> bool:
 
 
 def scale_rules(recipe: "Recipe", base_dir: Path | None = None) -> list[Finding]:
-    """Strategy x method x ZeRO x hosts rules (called from preflight.recipe_rules)."""
+    """Strategy x method x ZeRO x hosts rules (called from recipe_rules.recipe_rules)."""
 
     out: list[Finding] = []
     launch, kind = recipe.launch, recipe.method.kind
@@ -78,7 +80,7 @@ def scale_rules(recipe: "Recipe", base_dir: Path | None = None) -> list[Finding]
                                "FSDP: its learned prompt lives outside the sharded layers and meets them "
                                "as a plain tensor (torch: 'mixed torch.Tensor and DTensor')",
                                "use launch.strategy = 'deepspeed' or 'ddp' for this method"))
-        if kind == "qlora":
+        if is_quantized(kind):
             out.append(Finding("error", "launch.strategy", "qlora with FSDP needs bitsandbytes quant "
                                "storage tuned for sharding, which llmtui does not set up",
                                "use launch.strategy = 'deepspeed' (ZeRO-2) or 'ddp' for qlora"))

@@ -23,10 +23,12 @@ from pathlib import Path
 
 from tuiapp.core.common.errors import RunError
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import from_config, mergeable
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.core.plan.estimate import adapter_base
 from tuiapp.core.prelaunch.weights_check import weight_problems
+from tuiapp.core.run_folder import rundir
 
 HUB_TIMEOUT_S = float(os.environ.get("LLMTUI_HUB_TIMEOUT_S", "5"))
 # the TUI form checks on every edit: ask the hub about a name once a minute at most (15 s when
@@ -42,8 +44,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 # save_pretrained, or bottleneck.save_bottleneck for method 'adapter'), and its llmtui.json.
 PEFT_CONFIG, PEFT_WEIGHTS = "adapter_config.json", ("adapter_model.safetensors", "adapter_model.bin")
 BOTTLENECK_CONFIG, BOTTLENECK_WEIGHTS = "bottleneck_config.json", ("bottleneck_adapter.pt",)
-FINAL_INFO = "llmtui.json"
-UNMERGEABLE = {"prefix", "prompt", "ptuning", "llama-adapter"}  # see trainer.model._merge_adapter_folder
+FINAL_INFO = rundir.FINAL_INFO
 TRUE = {"1", "on", "yes", "true"}
 
 
@@ -112,7 +113,7 @@ def _adapter_problems(folder: Path, kind: str, label: str) -> list[str]:
         trained = json.loads((folder / FINAL_INFO).read_text(encoding="utf-8")).get("method")
     except (OSError, ValueError, AttributeError):
         trained = None
-    if trained in UNMERGEABLE:
+    if not mergeable(trained):  # see trainer.model._merge_adapter_folder
         out.append(f"{label} is a {trained} adapter, which cannot be merged into its base to train on")
     return out
 
@@ -194,12 +195,12 @@ def check_model(name: str, *, method_kind: str = "lora", base_dir: Path | None =
     if name == BUNDLED_MODEL or is_tiny_vlm(name):
         return []
     label = label or name
-    needs_weights = method_kind != "pretrain"  # pretraining builds the model from its config
+    needs_weights = not from_config(method_kind)  # pretraining builds the model from its config
     local = Path(name).expanduser()
     if base_dir is not None and not local.is_absolute():
         local = Path(base_dir) / local
     if local.is_dir():
-        kind = adapter_kind(local) if allow_adapter and method_kind != "pretrain" else None
+        kind = adapter_kind(local) if allow_adapter and not from_config(method_kind) else None
         if not kind:
             problems = folder_problems(local, needs_weights=needs_weights, label=label)
             return [_error(problems, "point model.name at a complete HF model folder (save_pretrained "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import is_full
 from tuiapp.core.config.optimizer import TRAITS
 from tuiapp.core.config.recipe import Recipe, weights_method
 
@@ -42,7 +43,7 @@ def rules(recipe: Recipe, *, cuda: bool, is_installed=installed) -> list[Finding
         if strategy in ("deepspeed", "fsdp"):
             refuse(f"{kind} projects whole weight matrices, and {strategy} hands the optimizer flat or sharded "
                    "pieces of them", f"set launch.strategy = 'ddp' for {kind}, or another train.optimizer")
-        if weights_method(recipe.method).kind not in ("pretrain", "sft"):
+        if not is_full(weights_method(recipe.method).kind):
             refuse(f"{kind} projects the full weights' gradients: it does not apply to adapters",
                    "train every weight (method.kind 'sft', no [method.adapter]) or use another optimizer")
     if kind == "muon":

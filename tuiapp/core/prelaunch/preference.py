@@ -4,10 +4,11 @@ need, and their adapter's rules, which are those of the lora/dora/qlora method i
 from __future__ import annotations
 
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.kinds import RL_KINDS
-from tuiapp.core.config.recipe import PREFERENCE_KINDS, UNPAIRED_KINDS, Recipe, weights_method
+from tuiapp.core.common.methods import METHODS, is_preference, is_quantized, is_trl
+from tuiapp.core.config.recipe import Recipe, weights_method
 from tuiapp.core.machine.gpus import cuda_available
-from tuiapp.core.prelaunch import preflight
+from tuiapp.core.prelaunch.machine_rules import machine_rules
+from tuiapp.core.prelaunch.recipe_rules import check_method
 
 PAIR_EXAMPLE = ("records with a prompt and two answers: sharegpt {conversations, chosen, rejected}, messages "
                 "{messages, chosen, rejected}, or prompt/chosen/rejected (demo:prefs)")
@@ -17,7 +18,7 @@ FEEDBACK_EXAMPLE = "records with one answer and a boolean label: messages {messa
 def data_findings(recipe: Recipe, record_kind: str, source: str) -> list[Finding]:
     """Whether the records (datasets.record_kind: text, chat, pairs, unpaired) suit the method."""
     kind = recipe.method.kind
-    if kind in UNPAIRED_KINDS:
+    if METHODS[kind].unpaired:
         if record_kind == "unpaired":
             return []
         what = {"pairs": "chosen/rejected pairs", "chat": "conversations without a label",
@@ -26,7 +27,7 @@ def data_findings(recipe: Recipe, record_kind: str, source: str) -> list[Finding
         fix += ", or method.kind = 'dpo' to train on the pairs" if record_kind == "pairs" else ""
         return [Finding("error", "dataset.name", f"{kind} trains on answers labelled good or bad, but {source} "
                         f"holds {what}", fix)]
-    if kind in PREFERENCE_KINDS:
+    if is_preference(kind):
         if record_kind == "pairs":
             return []
         what = {"unpaired": "single answers with a label, not pairs", "chat": "conversations without "
@@ -47,17 +48,17 @@ def data_findings(recipe: Recipe, record_kind: str, source: str) -> list[Finding
 def rules(recipe: Recipe) -> list[Finding]:
     """Cross-field rules of a preference recipe that hold on any machine."""
     method = recipe.method
-    if method.kind not in PREFERENCE_KINDS:
+    if not is_preference(method.kind):
         return []
     out: list[Finding] = []
     if recipe.train.packing is True:
         out.append(Finding("warning", "train.packing", f"{method.kind} batches hold whole chosen/rejected "
                            "sequences side by side, so packing does not apply", "set train.packing = 'auto'"))
-    if method.kind in UNPAIRED_KINDS and recipe.train.micro_batch != "auto" and recipe.train.micro_batch < 2:
+    if METHODS[method.kind].unpaired and recipe.train.micro_batch != "auto" and recipe.train.micro_batch < 2:
         out.append(Finding("error", "train.micro_batch", "kto estimates its KL term from the other answers of "
                            "a micro batch, so it needs at least 2", "set train.micro_batch = 2 or more"))
     weights = weights_method(method)
-    if weights.kind == "qlora" and recipe.launch.zero_stage == 3:
+    if is_quantized(weights.kind) and recipe.launch.zero_stage == 3:
         out.append(Finding("error", "launch.zero_stage", "ZeRO-3 cannot partition the 4-bit base weights of a "
                            "qlora adapter", "set launch.zero_stage = 2 or lower"))
     return out
@@ -66,12 +67,12 @@ def rules(recipe: Recipe) -> list[Finding]:
 def adapter_findings(recipe: Recipe, model_config: dict | None, cuda: bool | None = None) -> list[Finding]:
     """The checks of the [method.adapter] table's own method (qlora needs CUDA and bitsandbytes,
     target_modules must match the model), reported under method.adapter."""
-    if recipe.method.kind not in PREFERENCE_KINDS | RL_KINDS or recipe.method.adapter is None:
+    if not is_trl(recipe.method.kind) or recipe.method.adapter is None:
         return []
     view = recipe.model_copy(update={"method": recipe.method.adapter})
-    found = preflight.machine_rules(view, cuda=cuda_available() if cuda is None else cuda)
+    found = machine_rules(view, cuda=cuda_available() if cuda is None else cuda)
     if model_config is not None:
-        found += preflight.check_method(view, model_config)
+        found += check_method(view, model_config)
     out = []
     for f in found:
         if f.key and f.key.startswith("method."):

@@ -18,14 +18,15 @@ from pathlib import Path
 
 from tuiapp.core.common.errors import DatasetError, UserError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.common.methods import is_quantized, is_reward_model, is_rl
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe, weights_method
 from tuiapp.core.config.rewards import REWARD_TIMEOUT_S
 from tuiapp.core.data import datasets as data
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.core.machine.gpus import cuda_available, detect_gpus
 from tuiapp.core.plan.cluster import uses_hosts
-from tuiapp.core.prelaunch.preflight import launch_world
+from tuiapp.core.prelaunch.resources import launch_world
+from tuiapp.core.run_folder import rundir
 
 PROMPT_COLUMNS = ("prompt", "question", "query", "instruction", "problem")
 CHAT_COLUMNS = ("messages", "conversations")
@@ -140,9 +141,9 @@ def _reward_model_findings(name: str, base_dir: Path, key: str) -> list[Finding]
             return []  # a hub id: loaded (or refused) by the ranks
         return [Finding("error", key, f"reward model {name} not found", "a sequence-classification model folder, "
                         "'run:NAME' of a `reward` run, or a hub id")]
-    info = folder / "llmtui.json"
+    info = folder / rundir.FINAL_INFO
     method = json.loads(info.read_text()).get("method") if info.is_file() else "reward"
-    if method != "reward":
+    if not is_reward_model(method):
         return [Finding("error", key, f"{name} is the final model of a {method} run, not a reward model",
                         "train one with method.kind = 'reward' and use 'run:NAME' of that run")]
     if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
@@ -163,7 +164,7 @@ def rules(recipe: Recipe, ranks: int | None = None, cuda: bool | None = None,
     """Cross-field rules of a grpo/rloo recipe, checked before any launch (`gpu_count`: the
     CUDA GPUs visible, detected when None)."""
     method, train = recipe.method, recipe.train
-    if method.kind not in RL_KINDS:
+    if not is_rl(method.kind):
         return []
     out: list[Finding] = []
     if not method.rewards:
@@ -202,7 +203,7 @@ def rules(recipe: Recipe, ranks: int | None = None, cuda: bool | None = None,
     if recipe.launch.strategy == "pipeline":
         out.append(Finding("error", "launch.strategy", f"{method.kind} generates completions with the whole model "
                            "in each rank, which a pipeline of stages cannot", "set launch.strategy = 'deepspeed'"))
-    if weights_method(method).kind == "qlora" and recipe.launch.zero_stage == 3:
+    if is_quantized(weights_method(method).kind) and recipe.launch.zero_stage == 3:
         out.append(Finding("error", "launch.zero_stage", "ZeRO-3 cannot partition the 4-bit base weights of a "
                            "qlora adapter", "set launch.zero_stage = 2 or lower"))
     if method.generation_backend == "vllm":

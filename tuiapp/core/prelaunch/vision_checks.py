@@ -9,13 +9,13 @@ from pathlib import Path
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.config.recipe import BUNDLED_MODEL, PREFERENCE_KINDS, Recipe, VisionSpec, weights_method
+from tuiapp.core.common.methods import METHODS, VISION_FULL_KINDS, VISION_KINDS, is_lora, is_preference, is_quantized
+from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe, VisionSpec, weights_method
 from tuiapp.core.data import datasets, tiny_vlm
 from tuiapp.core.data.datasets import DatasetInfo
 from tuiapp.core.plan import estimate, vision_plan
 from tuiapp.core.prelaunch import model_check, preference
 
-VISION_METHODS = ("sft", "lora", "dora", "qlora", "dpo")  # dpo: on image preference pairs
 LENGTH_CHECKS = 1000  # records whose length is checked before launch (the trainer checks as many, exactly)
 TINY_PROCESSORS = {"gemma3": "Gemma3ImageProcessor", "llava": "LlavaImageProcessor"}
 
@@ -42,15 +42,15 @@ def data_findings(recipe: Recipe, info: DatasetInfo, base_dir: Path | None = Non
         findings.append(Finding("error", "model.name", f"'{recipe.model.name}' is not a vision-language model "
                                 f"({images})", "use a vision-language model, e.g. model.name = 'tiny-vlm' offline, "
                                 "or data without images"))
-    if recipe.method.kind not in VISION_METHODS:
+    if not METHODS[recipe.method.kind].vision:
         findings.append(Finding("error", "method.kind", f"method '{recipe.method.kind}' does not train on images yet "
-                                f"({images})", f"set method.kind to one of: {', '.join(VISION_METHODS)}"))
+                                f"({images})", f"set method.kind to one of: {', '.join(VISION_KINDS)}"))
     if recipe.train.packing is True:
         findings.append(Finding("error", "train.packing", "packing would mix one example's image tokens with "
                                 "another's; image data is never packed", "set train.packing = false"))
     elif recipe.train.packing == "auto":
         findings.append(Finding("info", "train.packing", "image data: batches are padded, not packed", ""))
-    if info.kind and (recipe.method.kind in PREFERENCE_KINDS or info.kind in ("pairs", "unpaired")):
+    if info.kind and (is_preference(recipe.method.kind) or info.kind in ("pairs", "unpaired")):
         findings += preference.data_findings(recipe, info.kind, info.source)  # pairs for dpo, chats for sft
     findings += part_findings(recipe)
     config, processor = _model_config(recipe.model.name, base_dir), processor_config(recipe.model.name, base_dir)
@@ -93,14 +93,14 @@ def part_findings(recipe: Recipe) -> list[Finding]:
                                 "the projector and the vision tower are all frozen",
                                 "set vision.train_language_model, vision.train_projector or "
                                 "vision.train_vision_tower to true"))
-    elif weights_method(recipe.method).kind not in vision_plan.FULL_KINDS and \
+    elif weights_method(recipe.method).kind not in VISION_FULL_KINDS and \
             not (parts["language_model"] or parts["vision_tower"]):
         findings.append(Finding("error", "vision.train_language_model", f"{recipe.method.kind} needs a part to put "
                                 "adapters on, but the language model and the vision tower are both frozen",
                                 "set vision.train_language_model (or train_vision_tower) = true, or method.kind = "
                                 "'sft' to train the projector alone"))
     adapter = getattr(recipe.method, "adapter", None)
-    if adapter is not None and adapter.kind not in ("lora", "dora"):
+    if adapter is not None and (not is_lora(adapter.kind) or is_quantized(adapter.kind)):
         findings.append(Finding("error", "method.adapter.kind", f"a {adapter.kind} adapter does not train on image "
                                 "pairs yet", "set [method.adapter] kind = 'lora' or 'dora', or leave the table out to "
                                 "train every weight"))

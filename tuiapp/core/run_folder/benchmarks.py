@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tuiapp.core.run_folder import stamped
 from tuiapp.core.run_folder.metrics import read_jsonl, train_rows
-from tuiapp.core.run_folder.rundir import BENCH_DIR, METRICS_JSONL
+from tuiapp.core.run_folder.rundir import RunDir
 
 PREFIX = "bench/"
 # the metric a task is summed up by, first found (lm-eval's multiple choice: acc; generation: exact_match)
@@ -97,7 +97,7 @@ def headline_text(scores: dict[str, dict[str, float]]) -> str:
 
 
 def new_path(run_dir: Path, now: float | None = None) -> Path:
-    return stamped.new_path(Path(run_dir) / BENCH_DIR, now)
+    return stamped.new_path(RunDir(run_dir).bench, now)
 
 
 def write(path: Path, result: dict) -> None:
@@ -115,7 +115,7 @@ def read(path: Path) -> dict | None:
 
 def results(run_dir: Path) -> list[dict]:
     """Every `llmtui eval --benchmark` result of a run, oldest first (each with its `path`)."""
-    return [{**data, "path": str(path)} for path, data in stamped.listing(Path(run_dir) / BENCH_DIR, _is_result)]
+    return [{**data, "path": str(path)} for path, data in stamped.listing(RunDir(run_dir).bench, _is_result)]
 
 
 def latest(run_dir: Path) -> dict | None:
@@ -124,7 +124,7 @@ def latest(run_dir: Path) -> dict | None:
 
 
 def final_step(run_dir: Path) -> int | None:
-    rows = train_rows(read_jsonl(Path(run_dir) / METRICS_JSONL))
+    rows = train_rows(read_jsonl(RunDir(run_dir).metrics))
     steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
     return max(steps) if steps else None
 

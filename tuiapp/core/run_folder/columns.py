@@ -21,15 +21,17 @@ from pathlib import Path
 
 import orjson
 
+from tuiapp.core.run_folder import rundir
+
 VERSION = 2  # 2: the RL series
-COLUMNS_NAME = "metrics.columns"  # the trainer's, in the run folder
+COLUMNS_NAME = rundir.METRICS_COLUMNS  # the trainer's, in the run folder
 _TAIL = 64  # bytes before the covered offset that must still be there for a snapshot to hold
 _MAX_HEADER = 64 << 20
 
 
 def columns_path(run_dir: Path) -> Path:
     """The columns the trainer keeps beside the run's metrics.jsonl."""
-    return Path(run_dir) / COLUMNS_NAME
+    return rundir.RunDir(run_dir).metrics_columns
 
 
 def columns_cache(run_dir: Path) -> Path:

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import orjson
 
+from tuiapp.core.run_folder import rundir
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.run_folder.tail import TextTail
 
-COMPLETIONS_FILE = "completions.jsonl"
+COMPLETIONS_FILE = rundir.COMPLETIONS_JSONL
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def parse_line(line: str | bytes) -> Generation | None:
 
 
 def completions_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / COMPLETIONS_FILE
+    return RunDir(run_dir).completions
 
 
 class GenerationsTail:

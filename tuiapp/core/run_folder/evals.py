@@ -16,16 +16,17 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tuiapp.core.run_folder import stamped
+from tuiapp.core.run_folder import rundir, stamped
+from tuiapp.core.run_folder.rundir import RunDir
 
-EVALS = "evals"
+EVALS = rundir.EVALS_DIR
 COLUMNS = (("loss", "loss", ".4f"), ("perplexity", "perplexity", ".3f"), ("exact_match", "exact match", ".1%"),
            ("rouge_l", "ROUGE-L", ".3f"))
 
 
 def new_path(run_dir: Path, now: float | None = None) -> Path:
     """Where the next result goes (never an existing file)."""
-    return stamped.new_path(Path(run_dir) / EVALS, now)
+    return stamped.new_path(RunDir(run_dir).evals, now)
 
 
 def write(path: Path, result: dict) -> None:
@@ -40,7 +41,7 @@ def read(path: Path) -> dict | None:
 
 def results(run_dir: Path) -> list[dict]:
     """Every readable result of a run, oldest first (each with its `path`)."""
-    return [{**data, "path": str(path)} for path, data in stamped.listing(Path(run_dir) / EVALS, _is_result)]
+    return [{**data, "path": str(path)} for path, data in stamped.listing(RunDir(run_dir).evals, _is_result)]
 
 
 def _is_result(data: dict) -> bool:

@@ -11,22 +11,23 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tuiapp.core.run_folder import stamped
+from tuiapp.core.run_folder import rundir, stamped
+from tuiapp.core.run_folder.rundir import RunDir
 
-EXPORTS = "exports"
+EXPORTS = rundir.EXPORTS_DIR
 
 
 def record(run_dir: Path, entry: dict, now: float | None = None) -> Path:
     """Write one export's record (atomically: a reader never sees half a file); its path."""
     now = time.time() if now is None else now
-    path = stamped.new_path(Path(run_dir) / EXPORTS, now)
+    path = stamped.new_path(RunDir(run_dir).exports, now)
     stamped.write(path, {"time": now, **entry})
     return path
 
 
 def made(run_dir: Path) -> list[dict]:
     """Every readable export record of a run, oldest first."""
-    return [data for _, data in stamped.listing(Path(run_dir) / EXPORTS, lambda data: bool(data.get("out")))]
+    return [data for _, data in stamped.listing(RunDir(run_dir).exports, lambda data: bool(data.get("out")))]
 
 
 def describe(entry: dict) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Literal, TypedDict
 
 import orjson
 
-from tuiapp.core.run_folder.rundir import RANKS_DIR
+from tuiapp.core.run_folder.rundir import RunDir
 
 # Preference tuning (dpo, simpo, cpo, orpo, kto, reward): metric keys of train rows, and of eval
 # rows with an "eval_" prefix. rewards/* are the implicit rewards (beta * log-ratio; the reward
@@ -300,12 +300,9 @@ def running_means(values: list[float], window: int = PREFERENCE_WINDOW) -> list[
     return out
 
 
-RANK_MEMORY_GLOB = "memory-*.json"
-
-
 def rank_memory_path(run_dir: str | Path, rank: int) -> Path:
     """Where a rank keeps its latest memory figures: ranks/memory-<rank>.json (replaced whole)."""
-    return Path(run_dir) / RANKS_DIR / f"memory-{rank}.json"
+    return RunDir(run_dir).rank_memory(rank)
 
 
 def write_rank_memory(run_dir: str | Path, rank: int, memory: RankMemory) -> None:
@@ -328,7 +325,7 @@ def write_rank_memory(run_dir: str | Path, rank: int, memory: RankMemory) -> Non
 def read_rank_memory(run_dir: str | Path) -> dict[str, RankMemory]:
     """Every rank's latest memory figures as a train row's `mem`: {"rank0": {...}, ...}."""
     out: dict[str, RankMemory] = {}
-    for path in (Path(run_dir) / RANKS_DIR).glob(RANK_MEMORY_GLOB):
+    for path in RunDir(run_dir).rank_memories():
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             rank = int(path.stem.split("-", 1)[1])

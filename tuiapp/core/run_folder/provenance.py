@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tuiapp.core.run_folder.rundir import PROVENANCE_JSON
+from tuiapp.core.run_folder.rundir import RunDir
 
 # what describes the environment (compared between runs and by `llmtui reproduce`); the recipe and
 # the time are not: compare shows the recipe's keys already, and two runs are never made at once
@@ -28,7 +28,7 @@ ENVIRONMENT = ("llmtui", "python", "os", "machine", "packages", "torch_cuda", "d
 
 
 def path_of(run_dir: Path) -> Path:
-    return Path(run_dir) / PROVENANCE_JSON
+    return RunDir(run_dir).provenance
 
 
 def read(run_dir: Path) -> dict | None:

@@ -29,7 +29,7 @@ from tuiapp.core.run_folder.metrics import (
     device_peak,
 )
 from tuiapp.core.run_folder.progress import eta_seconds
-from tuiapp.core.run_folder.rundir import METRICS_JSONL
+from tuiapp.core.run_folder.rundir import RunDir
 
 _np = None  # numpy, imported on first use (it costs ~0.15 s of the app's start-up)
 _np_tried = False
@@ -276,7 +276,7 @@ def summarise_run(run_dir: Path) -> None:
     the run's outcome is recorded): a run whose trainer kept metrics.columns to its end needs
     nothing; another's (an older llmtui's, one killed before its last snapshot) get the TUI's
     cache, so the compare screen's first open of it reads columns instead of parsing JSON."""
-    metrics_path = run_dir / METRICS_JSONL
+    metrics_path = RunDir(run_dir).metrics
     try:
         if metrics_path.stat().st_size >= SUMMARISE_MIN_BYTES:
             read_run_data(metrics_path, columns_cache(run_dir))
@@ -379,7 +379,7 @@ class MetricsWriter(JsonlWriter):
     when they hold, else by reading metrics.jsonl once."""
 
     def __init__(self, run_dir: Path, every_rows: int = 1000, every_s: float = 30.0):
-        super().__init__(Path(run_dir) / METRICS_JSONL)
+        super().__init__(RunDir(run_dir).metrics)
         self.columns = columns_path(run_dir)
         self.every_rows, self.every_s = every_rows, every_s
         if self._file.tell():

@@ -20,6 +20,7 @@ from typing_extensions import NotRequired, TypedDict
 RUN_JSON = "run.json"  # the run's record (RunRecord)
 RECIPE_TOML = "recipe.toml"  # the recipe as launched (written once; micro_batch 'auto' fixed by the probe)
 METRICS_JSONL = "metrics.jsonl"  # one row per logged step and eval
+METRICS_COLUMNS = "metrics.columns"  # the same rows in columns, kept by rank 0 (core.run_folder.columns)
 EVENTS_JSONL = "events.jsonl"  # launched, phases, errors, outcomes
 STDOUT_LOG = "stdout.log"  # the launcher's (and one rank's) output
 SUPERVISOR_LOG = "supervisor.log"  # the supervisor's own output (node K's: nodes/K.supervisor.log)
@@ -28,16 +29,221 @@ NODES_DIR = "nodes"  # multi-node: node K's record (K.json), lock and supervisor
 CHECKPOINTS_DIR = "checkpoints"  # checkpoint-N folders
 FINAL_DIR = "final"  # the trained model (adapter or full), written once through FINAL_STAGING
 FINAL_STAGING = ".final-staging"
+CHECKPOINT_STATE_JSON = "trainer_state.json"  # in checkpoint-N/: a checkpoint is finished once it holds this
 SUPERVISOR_LOCK = ".supervisor.lock"  # held by the run's supervisor while it lives (machine.runlock)
 PROVENANCE_JSON = "provenance.json"  # what made the run: versions, machine, data fingerprint, seed, recipe
 BENCH_DIR = "bench"  # `llmtui eval --benchmark`: one JSON per evaluation (core.run_folder.benchmarks)
 JUDGE_DIR = "judge"  # `llmtui eval --judge`: one JSON per judged comparison (core.after.judging)
+EVALS_DIR = "evals"  # `llmtui eval`: one JSON per evaluation (core.run_folder.evals)
+EXPORTS_DIR = "exports"  # one JSON per export made (core.run_folder.exports)
+FINAL_INFO = "llmtui.json"  # in final/: what trained the model and from which base
+META_JSON = "meta.json"  # tags and notes (core.store.meta)
+SERVE_JSON = "serve.json"  # `llmtui serve`: the served model's record (core.store.served)
+SERVE_LOG = "serve.log"  # `llmtui serve`: the server's output
+PROBE_JSON = "probe.json"  # micro_batch 'auto': the probe's choice (core.plan.probe)
+PROBE_DIR = "probe"  # the probing rank's rows and log
+PROBE_ROWS_JSONL = "rows.jsonl"  # in probe/: one row per size tried
+PROBE_LAUNCHER_LOG = "launcher.log"  # in probe/: the probing launcher's output
+NOTIFY_LOG = "notify.log"  # the notify command's output (core.machine.notify)
+VLLM_SERVER_LOG = "vllm-server.log"  # grpo/rloo's vLLM generation server's output (core.plan.generation_server)
+COMPLETIONS_JSONL = "completions.jsonl"  # online RL: every generation (core.run_folder.completions)
+TOOL_ERRORS_JSONL = "tool_errors.jsonl"  # RL tools: each tool call that raised (trainer.tool_guard)
+
+
+class RunDir:
+    """A run folder's files and subfolders, by what they are: every path of a run is an attribute
+    or a method here, so no other module joins a run folder with a file name. Paths only (no
+    process, torch or recipe imports): the CLI, the supervisor, the ranks and the UI all use it;
+    the frozen recipe's one parse is tuiapp.core.config.frozen.frozen_recipe."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunDir) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    # the record, the recipe and the streams
+    @property
+    def record(self) -> Path:
+        return self.path / RUN_JSON
+
+    @property
+    def recipe_toml(self) -> Path:
+        return self.path / RECIPE_TOML
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS_JSONL
+
+    @property
+    def metrics_columns(self) -> Path:
+        return self.path / METRICS_COLUMNS
+
+    @property
+    def events(self) -> Path:
+        return self.path / EVENTS_JSONL
+
+    @property
+    def stdout_log(self) -> Path:
+        return self.path / STDOUT_LOG
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.path / SUPERVISOR_LOG
+
+    @property
+    def provenance(self) -> Path:
+        return self.path / PROVENANCE_JSON
+
+    @property
+    def meta(self) -> Path:
+        return self.path / META_JSON
+
+    @property
+    def notify_log(self) -> Path:
+        return self.path / NOTIFY_LOG
+
+    @property
+    def completions(self) -> Path:
+        return self.path / COMPLETIONS_JSONL
+
+    @property
+    def tool_errors(self) -> Path:
+        return self.path / TOOL_ERRORS_JSONL
+
+    @property
+    def vllm_server_log(self) -> Path:
+        return self.path / VLLM_SERVER_LOG
+
+    @property
+    def serve_record(self) -> Path:
+        return self.path / SERVE_JSON
+
+    @property
+    def serve_log(self) -> Path:
+        return self.path / SERVE_LOG
+
+    @property
+    def probe(self) -> Path:
+        return self.path / PROBE_JSON
+
+    @property
+    def probe_dir(self) -> Path:
+        return self.path / PROBE_DIR
+
+    @property
+    def probe_rows(self) -> Path:
+        return self.probe_dir / PROBE_ROWS_JSONL
+
+    @property
+    def probe_launcher_log(self) -> Path:
+        return self.probe_dir / PROBE_LAUNCHER_LOG
+
+    # the model
+    @property
+    def final(self) -> Path:
+        return self.path / FINAL_DIR
+
+    @property
+    def final_staging(self) -> Path:
+        return self.path / FINAL_STAGING
+
+    @property
+    def final_info(self) -> Path:
+        return self.final / FINAL_INFO
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / CHECKPOINTS_DIR
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints / f"checkpoint-{step}"
+
+    # after training
+    @property
+    def evals(self) -> Path:
+        return self.path / EVALS_DIR
+
+    @property
+    def exports(self) -> Path:
+        return self.path / EXPORTS_DIR
+
+    @property
+    def bench(self) -> Path:
+        return self.path / BENCH_DIR
+
+    @property
+    def judge(self) -> Path:
+        return self.path / JUDGE_DIR
+
+    # the ranks
+    @property
+    def ranks(self) -> Path:
+        return self.path / RANKS_DIR
+
+    def rank_logs(self) -> list[Path]:
+        """Every rank log (ranks/<start time>_rank<N>.log), oldest name first."""
+        return sorted(self.ranks.glob("*_rank*.log"))
+
+    def rank_log(self, rank: int) -> Path | None:
+        """Rank `rank`'s latest log, None when it wrote none."""
+        logs = sorted(self.ranks.glob(f"*_rank{rank}.log"))
+        return logs[-1] if logs else None
+
+    def new_rank_log(self, rank: int = 0, now: float | None = None) -> Path:
+        """ranks/<start time>_rank<N>.log, the name DeepSpeed's launcher gives each rank's log."""
+        stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(now))
+        return self.ranks / f"{stamp}_rank{rank}.log"
+
+    def phase(self, rank: int) -> Path:
+        return self.ranks / f"phase-{rank}.json"
+
+    def phases(self) -> list[Path]:
+        return list(self.ranks.glob("phase-*.json"))
+
+    def stack(self, rank: int) -> Path:
+        return self.ranks / f"stack-{rank}.txt"
+
+    def rank_memory(self, rank: int) -> Path:
+        """A rank's latest memory figures (core.run_folder.metrics), replaced whole."""
+        return self.ranks / f"memory-{rank}.json"
+
+    def rank_memories(self) -> list[Path]:
+        return list(self.ranks.glob("memory-*.json"))
+
+    # scale-out: node K's files
+    @property
+    def nodes(self) -> Path:
+        return self.path / NODES_DIR
+
+    def node_record(self, node_rank: int) -> Path:
+        return self.nodes / f"{node_rank}.json"
+
+    def node_log(self, node_rank: int) -> Path:
+        return self.nodes / f"{node_rank}.log"
+
+    def node_supervisor_log(self, node_rank: int) -> Path:
+        return self.nodes / f"{node_rank}.{SUPERVISOR_LOG}"
+
+    def lock(self, node_rank: int | None = None) -> Path:
+        """The flock of the run's supervisor (node K's, K > 0: nodes/K.lock)."""
+        return self.path / SUPERVISOR_LOCK if not node_rank else self.nodes / f"{node_rank}.lock"
 
 
 def lock_path(run_dir: Path, node_rank: int | None = None) -> Path:
     """The flock of the run's supervisor (node K's, K > 0: nodes/K.lock)."""
-    run_dir = Path(run_dir)
-    return run_dir / SUPERVISOR_LOCK if not node_rank else run_dir / NODES_DIR / f"{node_rank}.lock"
+    return RunDir(run_dir).lock(node_rank)
 
 STATUSES = ("created", "queued", "starting", "running", "stopping", "stopped", "succeeded", "failed", "unknown")
 ACTIVE = ("created", "queued", "starting", "running", "stopping")
@@ -306,11 +512,11 @@ def close_attempt(record: RunRecord, outcome: str, reason: str | None, now: floa
 
 
 def phase_path(run_dir: Path, rank: int) -> Path:
-    return Path(run_dir) / RANKS_DIR / f"phase-{rank}.json"
+    return RunDir(run_dir).phase(rank)
 
 
 def stack_path(run_dir: Path, rank: int) -> Path:
-    return Path(run_dir) / RANKS_DIR / f"stack-{rank}.txt"
+    return RunDir(run_dir).stack(rank)
 
 
 def write_phase(run_dir: Path, rank: int, phase: str, **extra: Any) -> None:
@@ -326,7 +532,7 @@ def write_phase(run_dir: Path, rank: int, phase: str, **extra: Any) -> None:
 def read_phases(run_dir: Path, since: float | None = None) -> dict[int, dict]:
     """Each rank's latest phase record, written after `since` (this attempt's start)."""
     out: dict[int, dict] = {}
-    for path in (Path(run_dir) / RANKS_DIR).glob("phase-*.json"):
+    for path in RunDir(run_dir).phases():
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             rank = int(record["rank"])
@@ -339,7 +545,7 @@ def read_phases(run_dir: Path, since: float | None = None) -> dict[int, dict]:
 
 
 def clear_phases(run_dir: Path) -> None:
-    for path in (Path(run_dir) / RANKS_DIR).glob("phase-*.json"):
+    for path in RunDir(run_dir).phases():
         path.unlink(missing_ok=True)
 
 

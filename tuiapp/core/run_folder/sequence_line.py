@@ -3,11 +3,9 @@ without the recipe schema (the run view opens without pydantic)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import tomllib
 
-from tuiapp.core.run_folder.rundir import RECIPE_TOML
+from tuiapp.core.run_folder.rundir import RunDir
 
 
 def show_lines(run_path) -> list[str]:
@@ -15,7 +13,7 @@ def show_lines(run_path) -> list[str]:
 
 
     try:
-        data = tomllib.loads((Path(run_path) / RECIPE_TOML).read_text(encoding="utf-8"))
+        data = tomllib.loads(RunDir(run_path).recipe_toml.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError):
         return []
     train = data.get("train") or {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tuiapp.core.run_folder.rundir import NODES_DIR, RANKS_DIR, STDOUT_LOG, SUPERVISOR_LOG
+from tuiapp.core.run_folder.rundir import RunDir
 
 MAX_READ = 4 << 20  # at most this much per read: a burst of output cannot stall the worker
 
@@ -60,8 +60,8 @@ class TextTail:
 def log_sources(run_path: Path) -> list[tuple[str, Path]]:
     """(label, path) of every log of a run: stdout.log first, then ranks/*.log and stack dumps, and
     nodes/*.log (if present)."""
-    sources = [("stdout", run_path / STDOUT_LOG)]
-    ranks = run_path / RANKS_DIR
+    sources = [("stdout", RunDir(run_path).stdout_log)]
+    ranks = RunDir(run_path).ranks
     try:
         # rank logs and stack dumps; not the ranks' phase and memory records (JSON)
         names = sorted(e.name for e in os.scandir(ranks) if e.is_file() and e.name.endswith((".log", ".txt")))
@@ -69,14 +69,14 @@ def log_sources(run_path: Path) -> list[tuple[str, Path]]:
         names = []
     for name in names:
         sources.append((f"ranks/{name}", ranks / name))
-    nodes = run_path / NODES_DIR
+    nodes = RunDir(run_path).nodes
     try:
         node_logs = sorted(e.name for e in os.scandir(nodes) if e.name.endswith(".log"))
     except OSError:
         node_logs = []
     for name in node_logs:
         sources.append((f"nodes/{name}", nodes / name))
-    supervisor = run_path / SUPERVISOR_LOG
+    supervisor = RunDir(run_path).supervisor_log
     if supervisor.exists():
         sources.append(("supervisor", supervisor))
     return sources

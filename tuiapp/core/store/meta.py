@@ -15,10 +15,11 @@ import unicodedata
 from pathlib import Path
 
 from tuiapp.core.common.errors import RunError, UserError
+from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.atomic import atomic_write_text
-from tuiapp.core.run_folder.rundir import ACTIVE
+from tuiapp.core.run_folder.rundir import ACTIVE, RunDir
 
-META_NAME = "meta.json"
+META_NAME = rundir.META_JSON
 TRASH_DIR = ".trash"
 TRASH_DAYS = 30.0
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
@@ -26,7 +27,7 @@ TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
 
 def read_meta(run_dir: Path) -> dict:
     try:
-        data = json.loads((Path(run_dir) / META_NAME).read_text(encoding="utf-8"))
+        data = json.loads(RunDir(run_dir).meta.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
@@ -37,7 +38,7 @@ def read_meta(run_dir: Path) -> dict:
 
 
 def _write(run_dir: Path, meta: dict) -> dict:
-    atomic_write_text(Path(run_dir) / META_NAME, json.dumps(meta, indent=2, sort_keys=True))
+    atomic_write_text(RunDir(run_dir).meta, json.dumps(meta, indent=2, sort_keys=True))
     return meta
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from tuiapp.core.machine import runlock
 from tuiapp.core.machine.gpus import GpuInfo
 from tuiapp.core.machine.procs import group_processes, process_alive
-from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.atomic import atomic_write_text
+from tuiapp.core.run_folder.rundir import RunDir
 
 QUEUE_DIR = ".queue"
 SLOTS_ENV = "LLMTUI_QUEUE_SLOTS"
@@ -117,7 +117,7 @@ def dequeue(runs_root: Path, run_id: str) -> None:
 
 def _alive(runs_root: Path, run_id: str) -> bool:
     """A queued run is alive while its supervisor holds the run's lock."""
-    return bool(runlock.held(rundir.lock_path(Path(runs_root) / run_id)))
+    return bool(runlock.held(RunDir(Path(runs_root) / run_id).lock()))
 
 
 def waiting(runs_root: Path, prune: bool = False) -> list[Waiting]:

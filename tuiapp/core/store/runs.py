@@ -21,20 +21,14 @@ from tuiapp.core.common.secrets import is_secret_name, redact  # noqa: F401 (re-
 from tuiapp.core.machine import runlock, shm
 from tuiapp.core.machine.procs import group_processes, process_alive
 from tuiapp.core.plan import slurm
-from tuiapp.core.run_folder import rundir
+from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.metrics import read_jsonl, summarize
 from tuiapp.core.run_folder.rundir import (  # noqa: F401 (ACTIVE, FINAL re-exported)
     ACTIVE,
-    CHECKPOINTS_DIR,
-    EVENTS_JSONL,
     FINAL,
-    FINAL_DIR,
-    METRICS_JSONL,
-    RANKS_DIR,
-    RECIPE_TOML,
-    RUN_JSON,
     STDOUT_LOG,
+    RunDir,
     RunRecord,
     attempts_of,
     check_keys,
@@ -83,7 +77,7 @@ def error_lines(log: Path) -> tuple[bool, list[str]]:
 
 def rank_logs(run_dir: Path) -> list[Path]:
     """Per-rank logs of the latest attempt (DeepSpeed names them <start time>_rank<N>.log)."""
-    logs = sorted((run_dir / RANKS_DIR).glob("*_rank*.log"))
+    logs = RunDir(run_dir).rank_logs()
     if not logs:
         return []
     latest = logs[-1].name.split("_rank")[0]
@@ -123,15 +117,14 @@ def killed_rank(lines: list[str]) -> tuple[int, int] | None:
 
 def rank_log(run_dir: Path, rank: int) -> Path | None:
     """The latest attempt's log of one rank."""
-    logs = sorted((Path(run_dir) / RANKS_DIR).glob(f"*_rank{rank}.log"))
-    return logs[-1] if logs else None
+    return RunDir(run_dir).rank_log(rank)
 
 
 def root_cause(run_dir: Path, since: float | None = None) -> dict | None:
     """The first real exception of this attempt: the earliest `error` event a rank wrote
     (later ones are usually other ranks losing their peer). {rank, type, message, log}."""
-    errors = [e for e in read_jsonl(Path(run_dir) / EVENTS_JSONL)
-              if e.get("event") == "error" and (since is None or (e.get("time") or 0) >= since - 1)]
+    errors = [e for e in read_jsonl(RunDir(run_dir).events)
+              if e.get("event") == ev.ERROR and (since is None or (e.get("time") or 0) >= since - 1)]
     if not errors:
         return None
     first = min(errors, key=lambda e: e.get("time") or 0)
@@ -159,7 +152,7 @@ def failure_cause(run_dir: Path, log: Path | None = None, since: float | None = 
     first, since the other ranks then fail only because they lost their peer; else the first
     exception a rank recorded. {rank, type, message, log}, or None."""
     cause = root_cause(run_dir, since)
-    lines = tail_lines(Path(log or Path(run_dir) / STDOUT_LOG), 400)
+    lines = tail_lines(Path(log or RunDir(run_dir).stdout_log), 400)
     starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]  # each attempt logs its command first
     killed = killed_rank(lines[starts[-1]:] if starts else lines)
     if killed and (cause is None or cause.get("rank") != killed[0]):
@@ -173,8 +166,8 @@ def failure_cause(run_dir: Path, log: Path | None = None, since: float | None = 
     if cause and PEER_LOSS.search(cause.get("message") or ""):
         # a rank that raised only because a peer vanished: the peer that left no error of its own
         # (SIGKILL gives it no chance to) is the cause
-        errored = {e.get("rank") for e in read_jsonl(Path(run_dir) / EVENTS_JSONL)
-                   if e.get("event") == "error" and (since is None or (e.get("time") or 0) >= since - 1)}
+        errored = {e.get("rank") for e in read_jsonl(RunDir(run_dir).events)
+                   if e.get("event") == ev.ERROR and (since is None or (e.get("time") or 0) >= since - 1)}
         silent = sorted(r for r in read_phases(run_dir, since=(since - 1) if since else None) if r not in errored)
         if silent:
             path = rank_log(run_dir, silent[0])
@@ -191,7 +184,7 @@ def failure_reason(run_dir: Path, log: Path | None = None, since: float | None =
     cause = failure_cause(run_dir, log, since)
     if cause:
         return cause_text(cause)
-    main = log or run_dir / STDOUT_LOG
+    main = log or RunDir(run_dir).stdout_log
     for candidate in [*rank_logs(run_dir), main] if log is None else [main]:
         found, lines = error_lines(candidate)
         explained = explain_rank_exit(lines)
@@ -211,7 +204,7 @@ LAUNCHER_LINE = re.compile(r"^\$ |\[(INFO|WARNING|DEBUG)\]|^\s*(env )?\S*python\
 def logged_errors(run_dir: Path) -> str | None:
     """The error lines (a traceback's end, a rank's exit in llmtui's words) of the first log that
     holds one; never the launcher's INFO lines or a command line."""
-    for log in [*rank_logs(run_dir), Path(run_dir) / STDOUT_LOG]:
+    for log in [*rank_logs(run_dir), RunDir(run_dir).stdout_log]:
         found, lines = error_lines(log)
         if not found:
             continue
@@ -233,13 +226,13 @@ def unsupervised_outcome(run_dir: Path, record: RunRecord) -> tuple[str, str]:
     if record.status == "queued":
         return "failed", (f"{SUPERVISOR_GONE} while the run waited in the queue; it never started "
                           "(`llmtui resume` puts it back in the queue)")
-    events = [e for e in read_jsonl(run_dir / EVENTS_JSONL)
+    events = [e for e in read_jsonl(RunDir(run_dir).events)
               if started is None or (e.get("time") or 0) >= started - 1]
-    kinds = {e.get("event"): e for e in events}
-    if "finished" in kinds and (run_dir / FINAL_DIR).is_dir():
+    kinds = {ev.kind(e): e for e in events}
+    if ev.FINISHED in kinds and RunDir(run_dir).final.is_dir():
         return "succeeded", f"every step trained and the final model saved; {SUPERVISOR_GONE}, so no exit code"
-    if "stop_checkpoint" in kinds:
-        step = kinds["stop_checkpoint"].get("step")
+    if ev.STOP_CHECKPOINT in kinds:
+        step = kinds[ev.STOP_CHECKPOINT].get("step")
         return "stopped", f"stopped at step {step} with a checkpoint ({SUPERVISOR_GONE})"
     if record.stop_requested:
         return "stopped", f"stopped on request before a checkpoint was saved ({SUPERVISOR_GONE})"
@@ -250,7 +243,7 @@ def unsupervised_outcome(run_dir: Path, record: RunRecord) -> tuple[str, str]:
     if errors:
         return "failed", f"{SUPERVISOR_GONE}; the logs' last errors:\n{errors}"
     return "failed", (f"{SUPERVISOR_GONE}, and its ranks ended without finishing, a stop checkpoint or an error "
-                      f"of their own (killed?); the rank logs are in {run_dir / 'ranks'}")
+                      f"of their own (killed?); the rank logs are in {RunDir(run_dir).ranks}")
 
 
 @dataclass
@@ -267,6 +260,11 @@ class Run:
             self.lock_fd = None
 
     @property
+    def dir(self) -> RunDir:
+        """The run folder's files, by what they are."""
+        return RunDir(self.path)
+
+    @property
     def id(self) -> str:
         return self.path.name
 
@@ -280,27 +278,27 @@ class Run:
 
     @property
     def record_path(self) -> Path:
-        return self.path / RUN_JSON
+        return self.dir.record
 
     @property
     def metrics_path(self) -> Path:
-        return self.path / METRICS_JSONL
+        return self.dir.metrics
 
     @property
     def events_path(self) -> Path:
-        return self.path / EVENTS_JSONL
+        return self.dir.events
 
     @property
     def log_path(self) -> Path:
-        return self.path / STDOUT_LOG
+        return self.dir.stdout_log
 
     @property
     def final_path(self) -> Path:
-        return self.path / FINAL_DIR
+        return self.dir.final
 
     @property
     def checkpoints_path(self) -> Path:
-        return self.path / CHECKPOINTS_DIR
+        return self.dir.checkpoints
 
     def load(self) -> "Run":
         try:
@@ -324,14 +322,9 @@ class Run:
         self.save()
 
     def recipe(self) -> Recipe:
-        from tuiapp.core.config.recipe import parse_recipe
+        from tuiapp.core.config.frozen import frozen_recipe  # the schema: not at start-up
 
-        path = self.path / RECIPE_TOML
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RunError(message=f"cannot read the frozen recipe: {exc}", file=str(path)) from None
-        return parse_recipe(text, str(path))
+        return frozen_recipe(self.dir)
 
     def metrics(self) -> list[dict]:
         return read_jsonl(self.metrics_path)
@@ -345,7 +338,7 @@ class Run:
     def supervisor_alive(self) -> bool:
         """A supervisor (or the process starting one) holds the run's lock; runs made before
         locks existed fall back to the recorded pid."""
-        held = runlock.held(rundir.lock_path(self.path))
+        held = runlock.held(self.dir.lock())
         if held is None:
             return process_alive(self.record.pid, self.record.pid_create_time)
         return held
@@ -365,7 +358,7 @@ class Run:
             return self  # submitted, not yet given a job id by the submitting process
         if supervisor is None and self.supervisor_alive():
             return self
-        if runlock.held(rundir.lock_path(self.path)) is None and not self.record.pid:
+        if runlock.held(self.dir.lock()) is None and not self.record.pid:
             return self  # no lock and no pid: nothing to judge by (made by hand or by an older llmtui)
         self.load()  # the supervisor may have just written the final status
         if self.status not in ACTIVE or (supervisor is None and self.supervisor_alive()):
@@ -409,8 +402,8 @@ class RunStore:
         run = Run(staging)
         try:
             if lock:
-                run.lock_fd = runlock.acquire(rundir.lock_path(staging))
-            (staging / RECIPE_TOML).write_text(recipe.to_toml(), encoding="utf-8")
+                run.lock_fd = runlock.acquire(RunDir(staging).lock())
+            RunDir(staging).recipe_toml.write_text(recipe.to_toml(), encoding="utf-8")
             run.record.set(
                 name=recipe.name,
                 status="created",

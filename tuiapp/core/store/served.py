@@ -39,11 +39,13 @@ from pathlib import Path
 from tuiapp.core.common.errors import RunError, UserError
 from tuiapp.core.machine.gpus import GpuInfo
 from tuiapp.core.machine.procs import group_processes, process_alive
+from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.atomic import atomic_write_text
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store import queue
 
-SERVE_JSON = "serve.json"
-SERVE_LOG = "serve.log"
+SERVE_JSON = rundir.SERVE_JSON
+SERVE_LOG = rundir.SERVE_LOG
 TOKEN_ENV = "LLMTUI_SERVE_TOKEN"
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 BACKENDS = ("auto", "transformers", "vllm")
@@ -53,11 +55,11 @@ LOADING, SERVING, EXITED, STOPPED, NOT_SERVED = "loading", "serving", "exited", 
 
 
 def record_path(run_dir: Path) -> Path:
-    return Path(run_dir) / SERVE_JSON
+    return RunDir(run_dir).serve_record
 
 
 def log_path(run_dir: Path) -> Path:
-    return Path(run_dir) / SERVE_LOG
+    return RunDir(run_dir).serve_log
 
 
 def read_record(run_dir: Path) -> dict:

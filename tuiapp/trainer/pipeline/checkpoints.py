@@ -20,11 +20,12 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from tuiapp.core.run_folder.rundir import CHECKPOINT_STATE_JSON
 from tuiapp.trainer import checkpoints
 
 STAGE_PREFIX = "stage-"
 WEIGHTS = "model.safetensors"
-STATE = "trainer_state.json"
+STATE = CHECKPOINT_STATE_JSON
 
 
 def stage_dir(checkpoint: Path, index: int) -> Path:

@@ -31,9 +31,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from transformers.trainer_pt_utils import get_parameter_names
 
-from tuiapp.core.config.recipe import Recipe, parse_recipe
+from tuiapp.core.config.frozen import frozen_recipe
+from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.pipeline_plan import split_layers
-from tuiapp.core.run_folder.rundir import CHECKPOINTS_DIR, FINAL_DIR, FINAL_STAGING, RECIPE_TOML
+from tuiapp.core.run_folder import events as ev
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import checkpoints, phases
 from tuiapp.trainer.bundled import resolve_model_path
 from tuiapp.trainer.callbacks import GracefulStop, RunRecorder, generate_samples
@@ -178,7 +180,7 @@ def _collator(recipe: Recipe, tokenizer):
 class PipelineRun:
     def __init__(self, run_dir: Path, recipe: Recipe, resume: bool):
         self.run_dir, self.recipe, self.resume = run_dir, recipe, resume
-        self.ckpt_root = run_dir / CHECKPOINTS_DIR
+        self.ckpt_root = RunDir(run_dir).checkpoints
         self.stopper = GracefulStop()
         self.recorder = RunRecorder(run_dir, socket.gethostname())
         self.sample_model = None
@@ -218,7 +220,7 @@ class PipelineRun:
         self.split = split_layers(model.config.to_dict(), self.topo.stages)
         self.recorder.on_train_begin(self._args(), self._state(), None, model=model)  # the whole model's size
         self.recorder.event(self._state(), {
-            "event": "pipeline", "step": self.step_count, "stages": self.topo.stages, "replicas": self.topo.replicas,
+            "event": ev.PIPELINE, "step": self.step_count, "stages": self.topo.stages, "replicas": self.topo.replicas,
             "microbatches": recipe.launch.microbatches, "schedule": recipe.launch.pipeline_schedule,
             "split": [[s.first_layer, s.last_layer, s.params] for s in self.split],
         })
@@ -396,7 +398,7 @@ class PipelineRun:
     def save_final(self) -> None:
         weights = self._gather_weights()
         if self.topo.rank == 0:
-            staging, final = self.run_dir / FINAL_STAGING, self.run_dir / FINAL_DIR
+            staging, final = RunDir(self.run_dir).final_staging, RunDir(self.run_dir).final
             shutil.rmtree(staging, ignore_errors=True)
             stage_ckpt.whole_model(self.config, weights).save_pretrained(staging)
             self.tokenizer.save_pretrained(staging)
@@ -436,18 +438,18 @@ class PipelineRun:
             if self.stop_requested() and self.step_count < self.max_steps:
                 if not (train.save_steps and self.step_count % train.save_steps == 0):
                     self.save_checkpoint()
-                self.recorder.event(self._state(), {"event": "stop_checkpoint", "step": self.step_count})
+                self.recorder.event(self._state(), {"event": ev.STOP_CHECKPOINT, "step": self.step_count})
                 return 0
         if self.eval_set is not None and not train.eval_steps:
             self.evaluate()
         self.save_final()
-        self.recorder.event(self._state(), {"event": "finished", "step": self.step_count})
+        self.recorder.event(self._state(), {"event": ev.FINISHED, "step": self.step_count})
         return 0
 
 
 def train(run_dir: Path, resume: bool) -> int:
     run_dir = Path(run_dir).resolve()
-    recipe = parse_recipe((run_dir / RECIPE_TOML).read_text(encoding="utf-8"), str(run_dir / RECIPE_TOML))
+    recipe = frozen_recipe(run_dir)
     transformers.logging.set_verbosity_warning()
     try:
         return PipelineRun(run_dir, recipe, resume).run()

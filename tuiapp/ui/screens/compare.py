@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static, Tabs
 from textual.worker import get_current_worker
 
-from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.common.methods import is_preference, is_rl
 from tuiapp.core.run_folder.metrics import source_tokens_text
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_number
 from tuiapp.core.run_folder.rundata import numpy_module
@@ -155,7 +155,7 @@ class CompareScreen(PaneDeckActions, Screen):
         yield AppHeader()
         yield Static("", id="cmp-title")
         methods = self._methods()
-        self.preference, self.online_rl = bool(methods & PREFERENCE_KINDS), bool(methods & RL_KINDS)
+        self.preference, self.online_rl = any(map(is_preference, methods)), any(map(is_rl, methods))
         self.benchmarked = self._benchmarked()
         panes = [Pane(title, CompareChart(title.lower(), id=f"cmp-chart-{chart_id(key)}"), id=f"cmp-{chart_id(key)}")
                  for key, (title, _) in self.chart_metrics().items()]

@@ -21,7 +21,7 @@ from tuiapp.core.after import exporting
 from tuiapp.core.common.child_tool import ChildTool
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.prelaunch.model_check import adapter_kind
-from tuiapp.core.run_folder.rundir import FINAL_DIR
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store.runs import Run
 from tuiapp.ui.messages import ExportToolsChecked
 from tuiapp.ui.tool_form import ToolFormScreen
@@ -78,7 +78,7 @@ class ExportScreen(ToolFormScreen):
                 yield Label("dtype", classes="tool-label")
                 yield Select([(name, name) for name in exporting.DTYPES], prompt="as trained", compact=True,
                              id="export-dtype")
-            if adapter_kind(self.run_path / FINAL_DIR):
+            if adapter_kind(RunDir(self.run_path).final):
                 yield Checkbox("merge the adapter into its base model", False, compact=True, id="export-merge")
             else:  # every weight trained: export refuses --merge
                 yield Checkbox("merge: no adapter, every weight trained", False, compact=True, disabled=True,

@@ -23,7 +23,7 @@ from textual.worker import get_current_worker
 
 from tuiapp.core.run_folder import evals
 from tuiapp.core.run_folder.rundata import numpy_module
-from tuiapp.core.run_folder.rundir import ACTIVE, FINAL_DIR
+from tuiapp.core.run_folder.rundir import ACTIVE, RunDir
 from tuiapp.core.store import served
 from tuiapp.ui.after_training import AfterWatch
 from tuiapp.ui.alerts import run_alerts, sweep_alerts
@@ -64,7 +64,7 @@ def warm_up_form() -> None:
     """The new-experiment form's modules (the recipe schema, the form's widgets and the checks its
     first check runs: ~0.4 s), imported while the history is idle: the first `n` no longer pays
     them on the UI thread, nor its check's thread beside the form's first frames."""
-    for module in ("tuiapp.ui.screens.new_experiment", "tuiapp.core.prelaunch.checks"):
+    for module in ("tuiapp.ui.screens.new_experiment", "tuiapp.core.prelaunch.door"):
         importlib.import_module(module)
 
 
@@ -515,7 +515,7 @@ class HomeScreen(HistoryManageActions, Screen):
             if row is not None:
                 self.notify(f"unfold the sweep (f) and pick the run to {verb}", title=row.name)
             return None
-        if not (row.path / FINAL_DIR).is_dir():
+        if not RunDir(row.path).final.is_dir():
             self.notify(f"{row.title} has no final model ({row.status}); {verb} a succeeded run",
                         title=verb.capitalize(), severity="warning", markup=False)
             return None

@@ -24,7 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Select, Static, TabbedContent, TabPane, TextArea
 
 from tuiapp.core.common.errors import UserError
-from tuiapp.core.common.kinds import RL_KINDS
+from tuiapp.core.common.methods import is_rl
 from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, METHOD_KINDS, METHOD_MODELS, DatasetSpec, Recipe, load_recipe
 from tuiapp.core.store.runs import RunStore
 from tuiapp.ui import actions, formdata
@@ -407,7 +407,7 @@ class NewExperimentScreen(Screen):
         try:
             from tuiapp.core.data.datasets import inspect_dataset
 
-            if self.kind in RL_KINDS:  # prompts and reward columns: no chat format to detect
+            if is_rl(self.kind):  # prompts and reward columns: no chat format to detect
                 info = rl_dataset_info(DatasetSpec(**data), self.app.config.base_dir)
             else:
                 info = inspect_dataset(DatasetSpec(**data), base_dir=self.app.config.base_dir, limit=3)

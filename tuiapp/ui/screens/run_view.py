@@ -23,12 +23,12 @@ from textual.screen import Screen
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from tuiapp.core.common.kinds import PREFERENCE_KINDS, RL_KINDS
+from tuiapp.core.common.methods import is_preference, is_rl
 from tuiapp.core.run_folder import reward_health, sequence_line
 from tuiapp.core.run_folder.completions import GenerationsTail
 from tuiapp.core.run_folder.metrics import read_jsonl, train_rows
 from tuiapp.core.run_folder.rundata import RunData, columns_cache, read_run_data
-from tuiapp.core.run_folder.rundir import FINAL_DIR, METRICS_JSONL, RunRecord
+from tuiapp.core.run_folder.rundir import RunDir, RunRecord
 from tuiapp.core.run_folder.tail import TextTail, log_sources
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import ACTIVE, Run
@@ -77,7 +77,7 @@ class RewardHackingRead(Message):
 
 def reward_hacking_lines(run_path: Path, recipe: dict | None) -> list[str]:
     """The warning and its samples, from the run folder's train rows and latest generations."""
-    path = run_path / METRICS_JSONL
+    path = RunDir(run_path).metrics
     rows = train_rows(read_jsonl(path)) if path.is_file() else []
     return reward_health.hacking_lines(rows, recipe, run_path)
 
@@ -178,11 +178,11 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         rejected answers and their margin, the fraction of pairs ranked right (and KTO's KL).
         grpo/rloo: Generations, each logged step's completions with every reward's score."""
         method = Run(self.run_path).load().record.method
-        self.is_rl = method in RL_KINDS
+        self.is_rl = is_rl(method)
         if self.is_rl:
             pane = Pane("Generations", VerticalScroll(GenerationsView(self.generations, id="rv-generations"),
                                                       id="rv-generations-scroll"), id="pane-generations")
-        elif method in PREFERENCE_KINDS:
+        elif is_preference(method):
             pane = Pane("Rewards", MetricChart("rewards", id="chart-rewards"),
                         MetricChart("reward accuracy", id="chart-accuracy"), id="pane-rewards")
         else:
@@ -226,7 +226,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
     def follow_metrics(self) -> None:
         config = self.app.config
         worker = get_current_worker()
-        data, reader = read_run_data(self.run_path / METRICS_JSONL, columns_cache(self.run_path))
+        data, reader = read_run_data(RunDir(self.run_path).metrics, columns_cache(self.run_path))
         self.post_message(MetricsRead(self.run_id, data))
         generations = GenerationsTail(self.run_path) if self.is_rl else None
         run = Run(self.run_path)
@@ -528,7 +528,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         self.app.open_chat(self.run_id)
 
     def _has_final(self, verb: str) -> bool:
-        if (self.run_path / FINAL_DIR).is_dir():
+        if RunDir(self.run_path).final.is_dir():
             return True
         self.notify(f"no final model yet ({self.record.status or 'unknown'}); {verb} a succeeded run",
                     title=verb.capitalize(), severity="warning")
