@@ -86,7 +86,7 @@ def test_the_trait_helpers_equal_the_old_comparisons():
     assert {k for k, t in METHODS.items() if t.extra_copies} == OLD["REFERENCE_KINDS"] | OLD["RL_KINDS"]
     assert {k: t.record_kind for k, t in METHODS.items() if t.family != "adapter"} == {
         "pretrain": "text", "sft": "chat", "dpo": "pairs", "simpo": "pairs", "cpo": "pairs", "orpo": "pairs",
-        "kto": "unpaired", "reward": "pairs", "grpo": "prompts", "rloo": "prompts"}
+        "kto": "unpaired", "reward": "pairs", "grpo": "prompts", "rloo": "prompts", "distill": "chat"}
 
 
 def test_the_trainer_has_a_builder_for_every_family():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tuiapp.core.config.recipe import parse_recipe
 from tuiapp.core.plan import estimate
-from tuiapp.core.prelaunch import checks, distill_checks
+from tuiapp.core.prelaunch import distill_checks, door
 from tuiapp.core.store.runs import RunStore
 
 VOCAB = {f"tok{i}": i for i in range(100)}
@@ -42,11 +42,11 @@ def test_another_tokenizer_is_refused_naming_the_key(tmp_path):
 
 def test_a_missing_teacher_and_packing_are_refused_before_launch(tmp_path):
     recipe = _recipe("no/such/teacher", "[train]\npacking = true")
-    findings = checks.static_findings(recipe, RunStore(tmp_path / "runs"), base_dir=tmp_path)
+    findings = door.recipe_findings(recipe, RunStore(tmp_path / "runs"), base_dir=tmp_path)
     errors = {f.key: f for f in findings if f.level == "error"}
     assert "no such folder" in errors["method.teacher"].message and "method.teacher" in errors["method.teacher"].fix
     assert "train.packing" in errors
-    ok = checks.static_findings(_recipe("tiny-teacher"), RunStore(tmp_path / "runs"), base_dir=tmp_path)
+    ok = door.recipe_findings(_recipe("tiny-teacher"), RunStore(tmp_path / "runs"), base_dir=tmp_path)
     assert not [f for f in ok if f.key == "method.teacher"]
 
 

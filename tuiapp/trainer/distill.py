@@ -27,8 +27,8 @@ from tuiapp.core.common.built_folder import build_once
 from tuiapp.core.config.recipe import Recipe, weights_method
 from tuiapp.core.plan.distill import TEACHER_NAME
 from tuiapp.core.plan.estimate import teacher_config
-from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.core.run_folder import events as ev
+from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import phases, strategies
 from tuiapp.trainer.tiny import MARKER, default_cache_dir, ensure_tiny_model
