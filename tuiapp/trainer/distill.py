@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from tuiapp.core.common.built_folder import build_once
 from tuiapp.core.config.recipe import Recipe, weights_method
-from tuiapp.core.plan.distill import TEACHER_NAME
+from tuiapp.core.plan.distill import TEACHER_NAME, TEACHER_SHARED_EMBEDDING
 from tuiapp.core.plan.estimate import teacher_config
 from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.metrics import JsonlWriter
@@ -55,6 +55,28 @@ def topk_kl(student_logits: torch.Tensor, teacher_ids: torch.Tensor, teacher_log
     return (per_position * mask).sum() / mask.sum().clamp_min(1)
 
 
+def token_ce(student_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the student (temperature 1) on the labels of the trained positions
+    (labels already shifted: labels[b, t] is the token after position t; IGNORE = not trained)."""
+    return F.cross_entropy(student_logits.float().reshape(-1, student_logits.shape[-1]),
+                           labels.reshape(-1).long(), ignore_index=IGNORE)
+
+
+def mixed_loss(distance: torch.Tensor, ce: torch.Tensor | None, alpha: float) -> torch.Tensor:
+    """alpha x the distance to the teacher + (1 - alpha) x the cross-entropy on the labels."""
+    return distance if alpha >= 1 or ce is None else alpha * distance + (1 - alpha) * ce
+
+
+def full_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor,
+            temperature: float = 1.0) -> torch.Tensor:
+    """topk_kl over the whole vocabulary (mode 'online' logs it next to the JSD)."""
+    teacher = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    student = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    per_position = (teacher.exp() * (teacher - student)).sum(-1)
+    mask = mask.to(per_position.dtype)
+    return (per_position * mask).sum() / mask.sum().clamp_min(1)
+
+
 def online_loss(student_logits, teacher_logits, labels, beta: float, temperature: float):
     """TRL's generalized JSD (GKD) over the trained positions."""
     from trl.experimental.gkd import GKDTrainer
@@ -69,7 +91,8 @@ def online_loss(student_logits, teacher_logits, labels, beta: float, temperature
 def ensure_tiny_teacher(cache_dir: Path | str | None = None) -> Path:
     """The bundled teacher's folder: teacher_config(TEACHER_NAME) with the tiny model's tokenizer."""
     tiny = ensure_tiny_model(cache_dir)
-    version = hashlib.sha256(json.dumps([tiny.name, teacher_config(TEACHER_NAME)], sort_keys=True).encode()).hexdigest()[:10]
+    version = hashlib.sha256(json.dumps([tiny.name, teacher_config(TEACHER_NAME), TEACHER_SHARED_EMBEDDING],
+                                        sort_keys=True).encode()).hexdigest()[:10]
     target = Path(cache_dir or default_cache_dir()) / "models" / f"{TEACHER_NAME}-{version}"
 
     def build(folder: Path) -> None:
@@ -82,6 +105,10 @@ def ensure_tiny_teacher(cache_dir: Path | str | None = None) -> Path:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(1)
             model = LlamaForCausalLM(config)
+            with torch.no_grad():  # every embedding TEACHER_SHARED_EMBEDDING of one common vector
+                table = model.get_input_embeddings().weight
+                common = torch.randn(table.shape[1]) * config.initializer_range
+                table.copy_(TEACHER_SHARED_EMBEDDING * common + (1 - TEACHER_SHARED_EMBEDDING) * table)
         model.save_pretrained(folder, is_main_process=True)
         tokenizer.save_pretrained(folder)
         (folder / MARKER).write_text(json.dumps({"version": version}) + "\n")
@@ -216,32 +243,94 @@ def _is_main() -> bool:
 
 
 
+SUMS = ("kl", "ce", "agree", "batches", "tokens", "on_policy")  # what a metrics window adds up
+
+
 class DistillLoss:
-    """Mixed in before run.RunTrainer: the loss is the distance to the teacher (the batches' labels
-    only mark the trained positions)."""
+    """Mixed in before run.RunTrainer: the loss is alpha x the distance to the teacher + (1 - alpha)
+    x the cross-entropy on the batches' labels. Each micro batch adds its KL, CE, top-1 agreement
+    with the teacher (and whether its answers were the student's) to the window of its mode; log()
+    puts the window's means in the train row (kl, ce, top1_agree, on_policy) or the eval row
+    (eval_kl, eval_ce, eval_top1_agree, through the recorder's extra_eval)."""
 
     distill = None  # the DistillMethod
     teacher = None  # online: the frozen teacher model
+    recorder = None  # the RunRecorder (eval rows)
+    _windows = None  # mode -> a tensor of SUMS on the model's device (no host sync per micro batch)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         method = self.distill
         teacher_ids, teacher_logits = inputs.pop("teacher_ids", None), inputs.pop("teacher_logits", None)
+        dataset_batch, on_policy = inputs, False
         if method.mode == "online" and model.training and method.lmbda and random.random() < method.lmbda:
-            inputs = self._on_policy(model, inputs)
+            inputs, on_policy = self._on_policy(model, inputs), True
         labels = inputs["labels"]
         outputs = model(**{k: v for k, v in inputs.items() if k != "labels"})
         logits = outputs.logits[:, :-1]
         trained = labels[:, 1:]
+        mask = trained != IGNORE
         if method.mode == "offline":
-            loss = topk_kl(logits, teacher_ids[:, :-1].to(logits.device), teacher_logits[:, :-1].to(logits.device),
-                           trained != IGNORE, method.temperature)
+            ids = teacher_ids[:, :-1].to(logits.device)
+            distance = kl = topk_kl(logits, ids, teacher_logits[:, :-1].to(logits.device), mask, method.temperature)
+            teacher_top1 = ids[..., 0]  # topk's ids come largest first
         else:
             self.teacher.to(logits.device)
             with torch.no_grad():
                 teacher = self.teacher(input_ids=inputs["input_ids"],
-                                       attention_mask=inputs.get("attention_mask")).logits[:, :-1]
-            loss = online_loss(logits, teacher.to(logits.dtype), trained, method.beta, method.temperature)
+                                       attention_mask=inputs.get("attention_mask")).logits[:, :-1].to(logits.dtype)
+            distance = online_loss(logits, teacher, trained, method.beta, method.temperature)
+            with torch.no_grad():
+                kl = full_kl(logits, teacher, mask, method.temperature)
+            teacher_top1 = teacher.argmax(-1)
+        if not on_policy:
+            ce = token_ce(logits, trained)
+        elif method.alpha < 1:  # the cross-entropy is on the dataset's answers, not the student's samples
+            ce = token_ce(model(**{k: v for k, v in dataset_batch.items() if k != "labels"}).logits[:, :-1],
+                          dataset_batch["labels"][:, 1:])
+        else:
+            ce = None
+        loss = mixed_loss(distance, ce, method.alpha)
+        with torch.no_grad():
+            agree = ((logits.argmax(-1) == teacher_top1.to(logits.device)) & mask).sum()
+            ce_value = ce.detach().float() if ce is not None else torch.zeros((), device=logits.device)
+            sums = torch.stack([kl.detach().float(), ce_value, agree.float(), torch.ones((), device=logits.device),
+                                mask.sum().float(), torch.tensor(float(on_policy), device=logits.device)])
+            self._add("train" if model.training else "eval", sums)
         return (loss, outputs) if return_outputs else loss
+
+    def _add(self, mode: str, sums: torch.Tensor) -> None:
+        if self._windows is None:
+            self._windows = {}
+        window = self._windows.get(mode)
+        self._windows[mode] = sums if window is None else window + sums.to(window.device)
+
+    def window_metrics(self, mode: str) -> dict[str, float]:
+        """The means of a mode's window over every rank (all ranks call log()); the window restarts."""
+        window = (self._windows or {}).pop(mode, None)
+        if window is None:
+            return {}
+        accelerator = getattr(self, "accelerator", None)
+        if accelerator is not None and accelerator.num_processes > 1:
+            window = accelerator.reduce(window, reduction="sum")
+        kl, ce, agree, batches, tokens, on_policy = window.tolist()
+        prefix = "eval_" if mode == "eval" else ""
+        out = {f"{prefix}kl": kl / max(batches, 1), f"{prefix}top1_agree": agree / max(tokens, 1)}
+        ce_batches = batches - on_policy if self.distill.alpha >= 1 else batches  # alpha 1: none on-policy
+        if ce_batches > 0:
+            out[f"{prefix}ce"] = ce / ce_batches
+        if mode == "train" and self.distill.mode == "online":
+            out["on_policy"] = on_policy  # batches of the window whose answers the student sampled
+        return out
+
+    def log(self, logs, *args, **kwargs):
+        if any(k.startswith("eval_") for k in logs):
+            extra = self.window_metrics("eval")
+            logs.update(extra)
+            if self.recorder is not None:
+                self.recorder.extra_eval.update(extra)
+        elif "loss" in logs:
+            logs.update(self.window_metrics("train"))
+        return super().log(logs, *args, **kwargs)
 
     def _on_policy(self, model, inputs):
         """The batch with its answers replaced by the student's own (sampled), prompts kept."""
@@ -336,6 +425,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     trainer.model_accepts_loss_kwargs = False  # the loss is a mean per micro batch: the Trainer averages the accumulated ones
     trainer.method_kind = recipe.method.kind
     trainer.distill = method
+    trainer.recorder = recorder
     if method.mode == "online":
         trainer.teacher = load_teacher(folder, precision, recipe.model.trust_remote_code)
     from tuiapp.trainer import optimizers
@@ -347,3 +437,48 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
             events.write({"time": time.time(), "event": ev.DISTILL, "teacher": folder, "mode": method.mode,
                           "top_k": method.top_k if method.mode == "offline" else None})
     return trainer, recorder
+
+
+# ---- measuring a model against the teacher
+
+
+def heldout_kl(recipe: Recipe, model_folder: str | Path, precision: str = "fp32") -> dict[str, float]:
+    """A model folder's distance to the recipe's teacher on the recipe's held-out split, as the
+    offline trainer measures it: topk_kl against the teacher's cached top-k (the run's own cache
+    entry when the recipe ran offline), over each example's trained positions, token-weighted;
+    also the top-1 agreement. Any model with the teacher's tokenizer (an SFT run's final model too).
+    {'kl': ..., 'top1_agree': ..., 'tokens': ...}."""
+    from transformers import AutoModelForCausalLM
+
+    from tuiapp.trainer.bundled import resolve_model_path
+    from tuiapp.trainer.data import build_datasets
+    from tuiapp.trainer.model import cache_dir, load_tokenizer, torch_dtype
+
+    recipe = recipe.model_copy(update={"method": recipe.method.model_copy(update={"mode": "offline"})})
+    # the run's tokenization (the student's tokenizer, which the teacher shares): its cache entries
+    tokenizer = load_tokenizer(resolve_model_path(recipe.model.name), recipe.model.trust_remote_code, recipe)
+    tokenizer.padding_side = "right"
+    train_set, eval_set = build_datasets(recipe, tokenizer, cache_dir())
+    if eval_set is None:
+        raise ValueError("the recipe holds no held-out split (dataset.eval_split)")
+    table = cached_topk(recipe, teacher_path(recipe.method.teacher), [train_set, eval_set], precision, cache_dir())
+    model = AutoModelForCausalLM.from_pretrained(str(model_folder), dtype=torch_dtype(precision),
+                                                 trust_remote_code=recipe.model.trust_remote_code).eval()
+    kl_sum = agree = tokens = 0.0
+    offsets = table["offsets"]
+    for index, row in enumerate(eval_set):
+        start, end = int(offsets[len(train_set) + index]), int(offsets[len(train_set) + index + 1])
+        ids, labels = torch.tensor([row["input_ids"]]), torch.tensor([row["labels"]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[:, :-1]
+        mask = labels[:, 1:] != IGNORE
+        count = int(mask.sum())
+        if not count:
+            continue
+        teacher_ids = table["ids"][start:end].unsqueeze(0)[:, :-1]
+        kl = topk_kl(logits, teacher_ids, table["logits"][start:end].unsqueeze(0)[:, :-1], mask,
+                     recipe.method.temperature)
+        kl_sum += float(kl) * count
+        agree += float(((logits.argmax(-1) == teacher_ids[..., 0].long()) & mask).sum())
+        tokens += count
+    return {"kl": kl_sum / max(tokens, 1), "top1_agree": agree / max(tokens, 1), "tokens": tokens}

@@ -449,7 +449,8 @@ class DistillMethod(Section):  # knowledge distillation: tuiapp.trainer.distill,
         "distill", description="Knowledge distillation: the model (the student) learns the token distributions "
         "of a frozen teacher on the dataset's answers.",
     )
-    teacher: str = Field("tiny-teacher", description="The frozen teacher: a local HF folder, a hub id, or a "
+    teacher: str = Field("tiny-teacher", description="The frozen teacher: a local HF folder, a hub id, 'run:NAME' "
+                         "(the final model of the latest succeeded run named NAME), or a "
                          "bundled name ('tiny', 'tiny-teacher': a wider random Llama with the tiny tokenizer); it "
                          "must use the student's tokenizer.")
     mode: Literal["online", "offline"] = Field(
@@ -459,6 +460,9 @@ class DistillMethod(Section):  # knowledge distillation: tuiapp.trainer.distill,
     )
     top_k: int = Field(32, ge=1, le=4096, description="mode 'offline': teacher logits kept per position.")
     temperature: float = Field(1.0, gt=0, le=20, description="Softmax temperature of teacher and student.")
+    alpha: float = Field(0.5, gt=0, le=1, description="The loss is alpha x the distance to the teacher (KL "
+                         "offline, JSD online) + (1 - alpha) x the cross-entropy on the dataset's answers; "
+                         "1 = the teacher only.")
     lmbda: float = Field(0.5, ge=0, le=1, description="mode 'online': share of batches whose answers the "
                          "student generates (on-policy); 0 = the dataset's answers only.")
     beta: float = Field(0.5, ge=0, le=1, description="mode 'online': generalized JSD interpolation (0 = forward "

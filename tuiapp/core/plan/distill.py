@@ -6,6 +6,11 @@ from __future__ import annotations
 
 TEACHER_NAME = "tiny-teacher"
 BUNDLED_TEACHERS = ("tiny", TEACHER_NAME)
-# 1.5 times as wide, and a larger init range so that its random next-token distributions are peaked
-# (something to learn) rather than flat
-TEACHER_CHANGES = {"hidden_size": 192, "intermediate_size": 528, "initializer_range": 0.2}
+# 1.5 times as wide, one untied layer, and a larger init range so that its random next-token
+# distributions are peaked (something to learn) rather than flat
+TEACHER_CHANGES = {"hidden_size": 192, "intermediate_size": 528, "num_hidden_layers": 1, "tie_word_embeddings": False,
+                   "initializer_range": 0.2}
+# the share of every token's input embedding that is one common random vector: the teacher's
+# distributions then have a part shared by all contexts, which a student can learn from a few
+# batches and which holds on held-out text (a purely random function of the context does not)
+TEACHER_SHARED_EMBEDDING = 0.7

@@ -40,6 +40,23 @@ def findings(recipe: Recipe, base_dir: Path | None = None) -> list[Finding]:
     return out
 
 
+def resolve_teacher(recipe: Recipe, store) -> Recipe:
+    """A `run:NAME` teacher -> the final folder of the latest succeeded run named NAME (frozen so
+    into the run's recipe, as model.name's); an error naming method.teacher when there is none."""
+    method = recipe.method
+    if method.kind != "distill" or not method.teacher.startswith("run:"):
+        return recipe
+    try:
+        path = store.resolve_model(method.teacher)
+    except UserError as exc:
+        raise UserError(message=f"teacher {method.teacher}: {exc.message}", key=KEY,
+                        fix=(exc.fix or "").replace("train that run first", "train that run first (its final "
+                                                    "model is the teacher)")) from None
+    resolved = recipe.model_copy(deep=True)
+    resolved.method.teacher = path
+    return resolved
+
+
 def _teacher_fix(fix: str | None) -> str:
     """model_check's fix, said of method.teacher."""
     fix = (fix or "").replace("model.name", KEY).replace("or 'tiny'", "or 'tiny-teacher'")

@@ -302,6 +302,7 @@ def resolve_recipe(recipe: Recipe, store: RunStore) -> tuple[Recipe, str]:
     ref = recipe.model.name
     path = store.resolve_model(ref)
     recipe = rl.resolve_reward_models(recipe, store)  # grpo/rloo: `run:NAME` reward models
+    recipe = distill_checks.resolve_teacher(recipe, store)  # distill: a `run:NAME` teacher
     if path == ref:
         return recipe, ref
     resolved = recipe.model_copy(deep=True)
