@@ -57,3 +57,32 @@ def test_the_estimate_counts_the_teachers_weights():
     teacher = estimate.count_parameters(estimate.teacher_config("tiny-teacher")) * 4  # fp32 on the CPU
     assert teacher > estimate.count_parameters(config) * 4
     assert distill.memory.reference - sft.memory.reference == teacher
+
+
+def test_a_teacher_from_an_earlier_run_is_resolved_and_checked(tmp_path):
+    """method.teacher = 'run:NAME': the final model of the latest succeeded run named NAME, as model.name's;
+    none yet is an error naming method.teacher; the resolved folder goes through the teacher's checks."""
+    import pytest
+
+    from tuiapp.core.common.errors import UserError
+    from tuiapp.core.config.recipe import recipe_from_dict
+
+    store = RunStore(tmp_path / "runs")
+    student = _folder(tmp_path, "student", VOCAB, 128)
+    recipe = parse_recipe(f'[model]\nname = "{student}"\n[method]\nkind = "distill"\nteacher = "run:big"', "r.toml")
+    with pytest.raises(UserError) as info:
+        door.resolve_recipe(recipe, store)
+    assert info.value.key == "method.teacher" and "'big'" in info.value.message
+    [finding] = [f for f in door.recipe_findings(recipe, store, tmp_path) if f.level == "error"]
+    assert finding.key == "method.teacher" and "train that run first" in finding.fix
+    earlier = store.create(recipe_from_dict({"name": "big", "method": {"kind": "sft"}}))
+    final = _folder(earlier.final_path.parent, earlier.final_path.name, dict(VOCAB, tok0=1, tok1=0), 128)
+    import numpy as np
+    from safetensors.numpy import save
+
+    (final / "model.safetensors").write_bytes(save({"lm_head.weight": np.zeros((4, 4), dtype=np.float32)}))
+    earlier.update(status="succeeded")
+    resolved, ref = door.resolve_recipe(recipe, store)
+    assert resolved.method.teacher == str(final.resolve()) and recipe.method.teacher == "run:big"
+    errors = [f for f in door.recipe_findings(recipe, store, tmp_path) if f.key == "method.teacher"]
+    assert errors and "'tok0'" in errors[0].message  # its tokenizer differs from the student's

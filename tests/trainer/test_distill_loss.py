@@ -100,3 +100,41 @@ def test_on_policy_batches_keep_the_prompt_and_train_the_students_answer(tiny_mo
         assert 1 <= len(trained) <= 5
         assert trained.tolist() == out["input_ids"][row, kept:kept + len(trained)].tolist()
         assert out["attention_mask"][row].sum() == kept + len(trained)
+
+
+def test_the_loss_mixes_kl_and_cross_entropy_by_alpha():
+    """alpha x KL(teacher || student) at temperature T + (1 - alpha) x CE on the labels, by hand."""
+    from tuiapp.trainer.distill import mixed_loss, token_ce
+
+    student = torch.tensor([[[1.0, 2.0, 0.0, 0.5], [0.0, 0.0, 3.0, 1.0]]])  # two positions, vocabulary of 4
+    labels = torch.tensor([[3, -100]])  # the second position is not trained
+    teacher_ids, teacher_logits = torch.tensor([[[1, 3], [2, 0]]]), torch.tensor([[[3.0, 1.0], [2.0, 0.0]]])
+    t, alpha = 2.0, 0.3
+    z_s = sum(math.exp(v / t) for v in (1.0, 2.0, 0.0, 0.5))
+    z_t = math.exp(3.0 / t) + math.exp(1.0 / t)
+    p = [math.exp(3.0 / t) / z_t, math.exp(1.0 / t) / z_t]
+    kl = sum(pi * (math.log(pi) - (v / t - math.log(z_s))) for pi, v in zip(p, (2.0, 0.5), strict=True))
+    ce = -(0.5 - math.log(sum(math.exp(v) for v in (1.0, 2.0, 0.0, 0.5))))  # temperature 1, label 3
+    got_kl = topk_kl(student, teacher_ids, teacher_logits, labels != -100, t)
+    got_ce = token_ce(student, labels)
+    assert got_kl.item() == pytest.approx(kl, rel=1e-6) and got_ce.item() == pytest.approx(ce, rel=1e-6)
+    assert mixed_loss(got_kl, got_ce, alpha).item() == pytest.approx(alpha * kl + (1 - alpha) * ce, rel=1e-6)
+    assert mixed_loss(got_kl, got_ce, 1.0).item() == pytest.approx(kl, rel=1e-6)
+
+
+def test_the_metric_window_gives_means_and_restarts():
+    """kl and ce: means per micro batch; top1_agree: per trained token; eval keys prefixed; on_policy
+    counted in online train rows only."""
+    from types import SimpleNamespace
+
+    from tuiapp.trainer.distill import DistillLoss
+
+    loss = DistillLoss()
+    loss.distill = SimpleNamespace(alpha=0.5, mode="online")
+    # sums of (kl, ce, agreeing tokens, batches, tokens, on-policy batches)
+    loss._add("train", torch.tensor([1.0, 4.0, 3.0, 1.0, 4.0, 0.0]))
+    loss._add("train", torch.tensor([3.0, 2.0, 1.0, 1.0, 4.0, 1.0]))
+    loss._add("eval", torch.tensor([0.5, 1.5, 2.0, 1.0, 8.0, 0.0]))
+    assert loss.window_metrics("train") == {"kl": 2.0, "ce": 3.0, "top1_agree": 0.5, "on_policy": 1.0}
+    assert loss.window_metrics("train") == {}
+    assert loss.window_metrics("eval") == {"eval_kl": 0.5, "eval_ce": 1.5, "eval_top1_agree": 0.25}
