@@ -23,19 +23,20 @@ SFT_NAME = "tiny-sft-student"
 
 def _recipe_with_method(path: Path, name: str, method: str, train: dict | None = None) -> Path:
     """The preset with another name, [method] table and [train] keys."""
-    lines, out, skipping = PRESET.read_text().splitlines(), [], False
+    lines, out, skipping, table = PRESET.read_text().splitlines(), [], False, ""
     for line in lines:
         if line.startswith("["):
-            skipping = line.strip() == "[method]"
+            table = line.strip()
+            skipping = table == "[method]"
             if skipping:
                 out += ["[method]", *method.strip().splitlines()]
                 continue
         if skipping:
             continue
         key = line.split("=")[0].strip()
-        if line.startswith("name = "):
+        if line.startswith("name = ") and not table:
             line = f'name = "{name}"'
-        elif train and key in train:
+        elif train and table == "[train]" and key in train:
             line = f"{key} = {train.pop(key)}"
         out.append(line)
     if train:
@@ -47,7 +48,9 @@ def _recipe_with_method(path: Path, name: str, method: str, train: dict | None =
 
 def _run(runs: Path, recipe: Path, name: str) -> Path:
     result = llmtui("run", str(recipe), runs_dir=runs, timeout=300)
-    [run_dir] = [p for p in runs.iterdir() if p.is_dir() and p.name.split("-", 2)[-1].rsplit("-", 1)[0] == name]
+    found = [p for p in runs.iterdir() if p.is_dir() and p.name.split("-", 2)[-1].rsplit("-", 1)[0] == name]
+    assert len(found) == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    run_dir = found[0]
     log = (run_dir / "stdout.log").read_text(errors="replace")[-3000:] if (run_dir / "stdout.log").exists() else ""
     assert result.returncode == 0 and run_info(run_dir)["status"] == "succeeded", result.stdout[-2000:] + log
     return run_dir
