@@ -86,7 +86,7 @@ def test_tiny_distill_run_learns_the_teacher(runs):
     info = json.loads((run_dir / "final" / "llmtui.json").read_text())
     assert info["method"] == "distill" and info["weights"] == "sft"
     show = llmtui("show", run_dir.name, runs_dir=runs["runs"], timeout=60)
-    assert show.returncode == 0, show.stdout + show.stderr
+    assert show.returncode == 0 and "  distill   kl " in show.stdout and "  held out  kl " in show.stdout, show.stdout
 
 
 def test_the_distilled_student_beats_sft_on_held_out_kl(runs):

@@ -14,7 +14,7 @@ from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.config.recipe import batching_label
 from tuiapp.core.prelaunch import rl
-from tuiapp.core.run_folder import benchmarks, provenance, reward_health, runstate, sequence_line
+from tuiapp.core.run_folder import benchmarks, distill_line, provenance, reward_health, runstate, sequence_line
 from tuiapp.core.run_folder.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
 from tuiapp.core.run_folder.rundir import attempt_count, duration_s, first_started
@@ -148,6 +148,8 @@ def _print_show(run, row: dict, rows: list[dict]) -> None:
         print(f"  rewards   best accuracy {fmt_number(row['best_reward_accuracy'], '.3f')} · "
               f"best margin {fmt_number(row['best_reward_margin'], '.3f')}")
     _print_online_rewards(run, rows)
+    for line in distill_line.show_lines(run.metrics()):  # distill: kl, ce, top-1 agreement, held out
+        print(line)
     for line in scale.show_lines(run):  # strategy, nodes, SLURM job
         print(line)
     for line in sequence_line.show_lines(run.path):  # train.sequence_parallel: degree, per-rank sequence

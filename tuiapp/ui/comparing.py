@@ -41,6 +41,8 @@ PREFERENCE_CHARTS = {
 }
 # online RL runs (grpo, rloo): the reward curve, shown when a compared run is one
 RL_CHARTS = {"reward": ("Reward", "train")}
+# distill runs: the KL to the teacher, shown when a compared run is one
+DISTILL_CHARTS = {"kl": ("KL to teacher", "train")}
 # runs with [[eval.benchmarks]]: the first task's main metric at each evaluation (bench/<task>/<metric>)
 BENCH_CHARTS = {"bench": ("Benchmark", "eval")}
 # spiky metrics: their y range comes from percentiles, so one spike does not set the axis

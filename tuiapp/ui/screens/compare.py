@@ -31,6 +31,7 @@ from tuiapp.ui.comparing import (
     AXIS_LABELS,
     BENCH_CHARTS,
     COLORS,
+    DISTILL_CHARTS,
     MARKERS,
     METRICS,
     PREFERENCE_CHARTS,
@@ -157,6 +158,7 @@ class CompareScreen(PaneDeckActions, Screen):
         methods = self._methods()
         self.preference, self.online_rl = any(map(is_preference, methods)), any(map(is_rl, methods))
         self.benchmarked = self._benchmarked()
+        self.distilled = "distill" in methods  # a KL-to-teacher chart
         panes = [Pane(title, CompareChart(title.lower(), id=f"cmp-chart-{chart_id(key)}"), id=f"cmp-{chart_id(key)}")
                  for key, (title, _) in self.chart_metrics().items()]
         with Horizontal(id="cmp-body"):
@@ -175,7 +177,8 @@ class CompareScreen(PaneDeckActions, Screen):
         """The metrics charted: the usual ones, and reward curves when a preference or an online RL run
         is compared."""
         return {**METRICS, **(PREFERENCE_CHARTS if self.preference else {}), **(RL_CHARTS if self.online_rl else {}),
-                **(BENCH_CHARTS if getattr(self, "benchmarked", False) else {})}
+                **(BENCH_CHARTS if getattr(self, "benchmarked", False) else {}),
+                **(DISTILL_CHARTS if getattr(self, "distilled", False) and not self.preference else {})}
 
     def _benchmarked(self) -> bool:
         """Whether a compared run scores benchmarks while training (a Benchmark chart then)."""
