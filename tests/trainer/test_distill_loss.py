@@ -120,6 +120,7 @@ def test_the_loss_mixes_kl_and_cross_entropy_by_alpha():
     assert got_kl.item() == pytest.approx(kl, rel=1e-6) and got_ce.item() == pytest.approx(ce, rel=1e-6)
     assert mixed_loss(got_kl, got_ce, alpha).item() == pytest.approx(alpha * kl + (1 - alpha) * ce, rel=1e-6)
     assert mixed_loss(got_kl, got_ce, 1.0).item() == pytest.approx(kl, rel=1e-6)
+    assert token_ce(student, torch.full_like(labels, -100)).item() == 0  # nothing trained: 0, not NaN
 
 
 def test_the_metric_window_gives_means_and_restarts():

@@ -58,8 +58,9 @@ def topk_kl(student_logits: torch.Tensor, teacher_ids: torch.Tensor, teacher_log
 def token_ce(student_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of the student (temperature 1) on the labels of the trained positions
     (labels already shifted: labels[b, t] is the token after position t; IGNORE = not trained)."""
-    return F.cross_entropy(student_logits.float().reshape(-1, student_logits.shape[-1]),
-                           labels.reshape(-1).long(), ignore_index=IGNORE)
+    total = F.cross_entropy(student_logits.float().reshape(-1, student_logits.shape[-1]),
+                            labels.reshape(-1).long(), ignore_index=IGNORE, reduction="sum")
+    return total / (labels != IGNORE).sum().clamp_min(1)  # 0, not NaN, for a batch with nothing trained
 
 
 def mixed_loss(distance: torch.Tensor, ce: torch.Tensor | None, alpha: float) -> torch.Tensor:
@@ -283,7 +284,8 @@ class DistillLoss:
                 kl = full_kl(logits, teacher, mask, method.temperature)
             teacher_top1 = teacher.argmax(-1)
         if not on_policy:
-            ce = token_ce(logits, trained)
+            with torch.set_grad_enabled(torch.is_grad_enabled() and method.alpha < 1):  # alpha 1: a metric only
+                ce = token_ce(logits, trained)
         elif method.alpha < 1:  # the cross-entropy is on the dataset's answers, not the student's samples
             ce = token_ce(model(**{k: v for k, v in dataset_batch.items() if k != "labels"}).logits[:, :-1],
                           dataset_batch["labels"][:, 1:])
