@@ -78,3 +78,38 @@ def bench_run(tmp_path_factory) -> Path:
             f"train.max_steps={BENCH_STEPS}", f"train.eval_steps={BENCH_EVERY}", f"train.save_steps={BENCH_EVERY}",
             f"eval.benchmarks.0.limit={BENCH_LIMIT}"])
     return _made["bench"]
+
+
+JUDGE_STEPS, JUDGE_LR = 20, 5e-3  # enough for the tiny model to answer every pair with the bare verdict "A"
+
+
+def verdict_judge_run(tmp_path_factory) -> Path:
+    """A tiny judge that always prefers answer A: SFT on judge requests (the pairwise rubric, a question
+    of the demo facts and two answers, either one the right one) whose answer is "A". As the judge of a
+    pairwise run, its verdicts are all valid and, with the answers swapping places every other prompt,
+    half of them are wins: the win rate's arithmetic is tested on a real served judge."""
+    if "judge" not in _made:
+        import random
+
+        from tuiapp.core.after.judging import PAIRWISE_RUBRIC, pair_text
+        from tuiapp.core.data.demo_data import facts_eval_pairs
+
+        root = tmp_path_factory.mktemp("after-judge")
+        pairs, rng = facts_eval_pairs(), random.Random(0)
+        data = root / "verdicts.jsonl"
+        with data.open("w", encoding="utf-8") as out:
+            for index in range(96):
+                question, right = pairs[index % len(pairs)]
+                wrong = pairs[rng.randrange(len(pairs))][1]
+                first, second = (right, wrong) if index % 2 == 0 else (wrong, right)
+                out.write(json.dumps({"messages": [
+                    {"role": "system", "content": PAIRWISE_RUBRIC},
+                    {"role": "user", "content": pair_text(question, first, second)},
+                    {"role": "assistant", "content": "A"}]}) + "\n")
+        runs = root / "runs"
+        runs.mkdir()
+        _made["judge"] = _train(runs, "recipes/tiny-sft.toml", [
+            f"dataset.name={data}", "dataset.eval_split=0", f"train.max_steps={JUDGE_STEPS}",
+            f"train.learning_rate={JUDGE_LR}", "train.eval_steps=0", "train.save_steps=0", "train.max_seq_len=384",
+            "train.sample_prompts=[]", "name=judge"])
+    return _made["judge"]

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from tests.after_runs import BENCH_EVERY, BENCH_STEPS, bench_run
+from tests.after_runs import BENCH_EVERY, BENCH_STEPS, bench_run, verdict_judge_run
 from tests.e2e.helpers import llmtui, metrics
 from tuiapp.core.run_folder import benchmarks
 from tuiapp.core.run_folder.rundata import columns_cache, read_run_data
@@ -71,42 +71,45 @@ def test_eval_benchmark_on_checkpoints_final_and_base(tmp_path_factory, tmp_path
 
 
 def test_judge_against_the_base_with_a_served_run_as_judge(tmp_path_factory, tmp_path):
-    """The tiny run, served by `llmtui serve`, judges its own answers against its base's: the judge
-    run completes and records win rates; what the tiny judge says that cannot be read is counted
-    as invalid and reported."""
+    """A tiny judge trained to prefer answer A (tests/after_runs.py), served by `llmtui serve`, judges the
+    bench run's answers against its base's: every verdict is valid, and as the run's answer is A on even
+    prompts and B on odd ones, it wins half; the win rate and its interval are recorded and shown."""
     import socket
 
     from tuiapp.core.store import served
 
-    source = bench_run(tmp_path_factory)
-    path = tmp_path / source.name
+    source, judge_source = bench_run(tmp_path_factory), verdict_judge_run(tmp_path_factory)
+    path, judge = tmp_path / source.name, tmp_path / judge_source.name
     shutil.copytree(source, path)
+    shutil.copytree(judge_source, judge)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     try:
-        started = llmtui("serve", path.name, "--port", str(port), runs_dir=tmp_path, timeout=300)
+        started = llmtui("serve", judge.name, "--port", str(port), runs_dir=tmp_path, timeout=300)
         assert started.returncode == 0, started.stdout + started.stderr
-        done = llmtui("eval", path.name, "--judge", path.name, "--limit", "4", "--json", runs_dir=tmp_path,
+        done = llmtui("eval", path.name, "--judge", judge.name, "--limit", "4", "--json", runs_dir=tmp_path,
                       timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         result = json.loads(done.stdout)
         summary = result["summary"]
         assert result["mode"] == "pairwise" and result["against"] == "base" and result["prompts"] == 4
-        assert summary["n"] == 4 == summary["valid"] + summary["invalid"]
-        assert summary["win"] + summary["loss"] + summary["tie"] == summary["valid"]
         assert [item["run_is"] for item in result["items"]] == ["A", "B", "A", "B"]
-        assert all(item["outcome"] in ("win", "loss", "tie", None) for item in result["items"])
+        assert [item["verdict"] for item in result["items"]] == ["A"] * 4, result["items"]
+        assert [item["outcome"] for item in result["items"]] == ["win", "loss", "win", "loss"]
+        assert (summary["n"], summary["valid"], summary["invalid"], summary["win"], summary["loss"]) == (4, 4, 0, 2, 2)
+        low, high = summary["win_rate_ci95"]
+        assert summary["win_rate"] == 0.5 and low < 0.5 < high
         saved = json.loads(open(result["path"]).read())
         assert saved["summary"] == summary and str(path / "judge") in result["path"]
         text = llmtui("eval", path.name, "--judge", f"http://localhost:{port}/v1", "--judge-mode", "single",
                       "--limit", "2", runs_dir=tmp_path, timeout=600)
         assert text.returncode == 0, text.stderr[-3000:]
-        assert "mean rating" in text.stdout and "saved " in text.stdout
+        assert "mean rating" in text.stdout and "saved " in text.stdout  # "A" is no rating: counted invalid
         shown = llmtui("show", path.name, runs_dir=tmp_path, check=True).stdout
         assert "judge     rated by" in shown and "mean rating" in shown  # the latest: the single-answer one
     finally:
-        served.stop(path, grace_s=5)
+        served.stop(judge, grace_s=5)
     # a run that is not served is refused before any model loads
-    refused = llmtui("eval", path.name, "--judge", path.name, runs_dir=tmp_path)
+    refused = llmtui("eval", path.name, "--judge", judge.name, runs_dir=tmp_path)
     assert refused.returncode == 2 and "is not served" in refused.stderr

@@ -17,7 +17,7 @@ import pytest
 from textual.widgets import Input
 from ui_fixtures import screen_text, test_app, wait_for
 
-from tests.after_runs import lora_run, sft_run
+from tests.after_runs import lora_run, sft_run, verdict_judge_run
 from tuiapp.ui.screens.chat import ChatColumn, ChatScreen
 from tuiapp.ui.screens.home import HomeScreen
 
@@ -105,19 +105,34 @@ async def _chat_flow(app, run_id: str, procs: list) -> None:
 
 def test_an_arena_of_two_runs_answers_each_prompt_side_by_side(tmp_path_factory, tmp_path):
     """The full fine-tune and a LoRA run, each in its own real server, answer the same prompts with
-    the same settings; single-turn mode sends each message alone."""
+    the same settings; ctrl+r sends the pair to a judge served by `llmtui serve` (a tiny judge trained
+    to prefer answer A: the first run wins), whose verdict shows and is saved; single-turn mode sends
+    each message alone."""
+    import socket
+
+    from tuiapp.core.store import served
+
     root = tmp_path / "runs"
-    full, lora = sft_run(tmp_path_factory), lora_run(tmp_path_factory)
-    for run in (full, lora):
+    full, lora, judge = sft_run(tmp_path_factory), lora_run(tmp_path_factory), verdict_judge_run(tmp_path_factory)
+    for run in (full, lora, judge):
         shutil.copytree(run, root / run.name)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = subprocess.run([sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(root), "serve", judge.name,
+                              "--port", str(port)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stdout + started.stderr
     app = test_app(root, tmp_path, live=False)
     procs: list = []
-    asyncio.run(_arena_flow(app, full.name, lora.name, procs))
+    try:
+        asyncio.run(_arena_flow(app, full.name, lora.name, procs, judge.name))
+    finally:
+        served.stop(root / judge.name, grace_s=5)
     for proc in procs:
         proc.wait(timeout=30)  # both servers ended with the screen
 
 
-async def _arena_flow(app, first: str, second: str, procs: list) -> None:
+async def _arena_flow(app, first: str, second: str, procs: list, judge: str) -> None:
     async with app.run_test(size=(140, 36)) as pilot:
         app.open_chat(first, vs_run=second)
         await pilot.pause(0.1)
@@ -136,6 +151,19 @@ async def _arena_flow(app, first: str, second: str, procs: list) -> None:
         assert _answers(screen.column("tuned")) and _answers(screen.column("other"))
         assert screen.session.alive and screen.other.alive and screen.session._proc.pid != screen.other._proc.pid
         assert screen_text(app).count("tokens/s") >= 2  # each side its own rate
+
+        await pilot.press("ctrl+r")  # the pair to the judge: the first run's answer is A
+        await wait_for(pilot, lambda: app.screen is not screen, what="the judge prompt")
+        app.screen.query_one(Input).value = judge
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.judged is not None, timeout=120, what="the verdict")
+        item = screen.judged["items"][0]
+        assert (item["verdict"], item["outcome"], screen.judged["against"]) == ("A", "win", second)
+        assert item["prompt"] == QUESTION and item["answer"] == screen.last_answers["tuned"]
+        assert Path(screen.judged["path"]).parent == app.config.runs_root / first / "judge"
+        for model in ("tuned", "other"):  # the verdict in both columns
+            notes = [str(n.render()) for n in screen.column(model).query(".chat-note")]
+            assert notes[-1].startswith(f"judge ({judge}") and notes[-1].endswith("(A) is better"), notes
 
         await pilot.press("ctrl+g")  # one change of settings, both runs answer with it
         await wait_for(pilot, lambda: app.screen is not screen, what="the settings prompt")

@@ -126,13 +126,8 @@ class PhaseClock:
 
 def follow(run, store) -> int:
     """Print start-up phases and progress lines until the run ends; Ctrl-C stops the run cleanly."""
-    reader = JsonlReader(run.metrics_path)
-    events = JsonlReader(run.events_path)  # eval_progress: `eval 120/400` while the ranks evaluate
-    rows: list[dict] = []
+    follower = _Follower(run)
     interrupted = False
-    shown: tuple = ()
-    shown_figure: dict | None = None
-    clock = PhaseClock(sys.stdout)
 
     def on_interrupt(signum, frame):
         nonlocal interrupted
@@ -144,52 +139,77 @@ def follow(run, store) -> int:
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
-        while True:
-            record = run.load().refresh_truth().record
-            if run.status == "queued":
-                place = queue.position(run.path.parent, run.id)
-                if ("queued", place) != shown:
-                    shown = ("queued", place)
-                    clock.say(f"queued: #{place} in line (`llmtui queue`)" if place else "queued", flush=True)
-            if run.status == "starting" and not rows:
-                hang = (record.hang or {}).get("message")
-                state = (record.phase, hang)
-                now = time.time()
-                if state != shown or clock.due(now):  # each phase with its clock, redrawn while it lasts
-                    changed = state != shown
-                    shown = state
-                    clock.show(phase_line(record.phase, record.phase_since, hang, now), changed, now)
-                figure = (read_phases(run.path).get(0) or {}).get("progress")
-                if isinstance(figure, dict) and figure.get("total") and figure != shown_figure:
-                    shown_figure = figure  # rank 0 tokenizing: documents, throughput, ETA
-                    clock.say(f"tokenizing {figure.get('done', 0):,}/{figure['total']:,} docs  "
-                          f"{figure.get('docs_per_s') or 0:,.0f} docs/s  {figure.get('mb_per_s') or 0:.1f} MB/s  "
-                          f"ETA {fmt_duration(figure.get('eta_s'))}", flush=True)
-            for event in events.read_new():
-                if event.get("event") == ev.EVAL_PROGRESS:
-                    total = event.get("total")
-                    clock.say(f"eval {event.get('done')}/{total if total else '?'}  step {event.get('step')}  "
-                          f"{fmt_duration(event.get('elapsed_s'))}", flush=True)
-            for row in reader.read_new():
-                if row.get("split", "train") == "train" and "step" in row:
-                    rows.append(row)
-                    clock.say(progress_line(row, rows), flush=True)
-                elif row.get("split") == "eval":
-                    clock.say(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}", flush=True)
-            if run.status in FINAL:
-                for row in reader.read_new():
-                    if row.get("split") == "eval":
-                        clock.say(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}")
-                break
+        while not follower.step():
             time.sleep(0.5)
     finally:
-        clock.end_line()
+        follower.clock.end_line()
         signal.signal(signal.SIGINT, previous)
     bell = "\a" if sys.stdout.isatty() else ""  # the terminal's own notification when the run ends
     print(f"{bell}{run.id}: {run.status}" + (f" — {run.record.reason}" if run.record.reason else ""))
     if run.status == "succeeded":
         print(f"final model: {run.final_path}")
     return OUTCOME_EXIT.get(run.status, EXIT_FAILED)
+
+
+class _Follower:
+    """What `llmtui run` prints while it follows a run: its place in the queue, each start-up phase with
+    its clock, tokenizing progress, evaluation progress, then a line per step and per evaluation."""
+
+    def __init__(self, run) -> None:
+        self.run = run
+        self.reader = JsonlReader(run.metrics_path)
+        self.events = JsonlReader(run.events_path)  # eval_progress: `eval 120/400` while the ranks evaluate
+        self.rows: list[dict] = []
+        self.shown: tuple = ()
+        self.shown_figure: dict | None = None
+        self.clock = PhaseClock(sys.stdout)
+
+    def step(self) -> bool:
+        """One look at the run; True once it has ended (its last evaluation printed)."""
+        run = self.run
+        record = run.load().refresh_truth().record
+        if run.status == "queued":
+            self._queued()
+        if run.status == "starting" and not self.rows:
+            self._starting(record)
+        for event in self.events.read_new():
+            if event.get("event") == ev.EVAL_PROGRESS:
+                total = event.get("total")
+                self.clock.say(f"eval {event.get('done')}/{total if total else '?'}  step {event.get('step')}  "
+                               f"{fmt_duration(event.get('elapsed_s'))}", flush=True)
+        for row in self.reader.read_new():
+            if row.get("split", "train") == "train" and "step" in row:
+                self.rows.append(row)
+                self.clock.say(progress_line(row, self.rows), flush=True)
+            elif row.get("split") == "eval":
+                self.clock.say(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}", flush=True)
+        if run.status not in FINAL:
+            return False
+        for row in self.reader.read_new():
+            if row.get("split") == "eval":
+                self.clock.say(f"eval step {row.get('step')}: loss {fmt_number(row.get('eval_loss'), '.4f')}")
+        return True
+
+    def _queued(self) -> None:
+        place = queue.position(self.run.path.parent, self.run.id)
+        if ("queued", place) != self.shown:
+            self.shown = ("queued", place)
+            self.clock.say(f"queued: #{place} in line (`llmtui queue`)" if place else "queued", flush=True)
+
+    def _starting(self, record) -> None:
+        hang = (record.hang or {}).get("message")
+        state = (record.phase, hang)
+        now = time.time()
+        if state != self.shown or self.clock.due(now):  # each phase with its clock, redrawn while it lasts
+            changed = state != self.shown
+            self.shown = state
+            self.clock.show(phase_line(record.phase, record.phase_since, hang, now), changed, now)
+        figure = (read_phases(self.run.path).get(0) or {}).get("progress")
+        if isinstance(figure, dict) and figure.get("total") and figure != self.shown_figure:
+            self.shown_figure = figure  # rank 0 tokenizing: documents, throughput, ETA
+            self.clock.say(f"tokenizing {figure.get('done', 0):,}/{figure['total']:,} docs  "
+                           f"{figure.get('docs_per_s') or 0:,.0f} docs/s  {figure.get('mb_per_s') or 0:.1f} MB/s  "
+                           f"ETA {fmt_duration(figure.get('eta_s'))}", flush=True)
 
 
 def cmd_stop(args) -> int:

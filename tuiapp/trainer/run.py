@@ -327,22 +327,8 @@ def _datasets(recipe: Recipe, model_path: str, tokenizer):
 
 def _supervised_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
     """The families full and adapter: the Trainer (RunTrainer) on the whole model or its peft adapter."""
-    from tuiapp.trainer.data import make_collator
-
     processor, train_set, eval_set = _datasets(recipe, model_path, tokenizer)
-    phases.enter("loading model")
-    _record_plan(run_dir, recipe, model_path, precision)
-    if processor is not None:
-        model = vision.apply_vision_method(vision.load_vision_model(recipe, model_path, precision), recipe)
-    else:
-        model = apply_method(load_model(recipe, model_path, precision), recipe, model_path)
-    if precision == "fp8":
-        from tuiapp.trainer import fp8
-
-        fp8.convert(model)
-    if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
-        model.enable_input_require_grads()
-
+    model = _supervised_model(recipe, run_dir, model_path, precision, processor)
     if not strategies.joined_early(recipe, run_dir):
         phases.enter("joining ranks")  # the process group starts with the training arguments
     args = _training_args(recipe, run_dir, precision, eval_set is not None)
@@ -350,29 +336,14 @@ def _supervised_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
     recorder.source_keys = [source.key for source in recipe.dataset.sources]  # tokens/<label> per row
     stopper.source_count = len(recipe.dataset.sources)
     _count_active(recorder, recipe, model_path)
-    callbacks = [stopper]
-    if eval_set is not None and recipe.train.sample_prompts:
-        callbacks.append(
-            EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
-                        recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
-        )
-    if eval_set is not None and recipe.eval.benchmarks:  # scored on this model, into the eval row
-        from tuiapp.trainer.benchmarks import Benchmarks
-
-        callbacks.append(Benchmarks(recorder, tokenizer, recipe.eval.benchmarks, recipe.eval.benchmark_at, Path.cwd()))
+    callbacks = [stopper, *_eval_callbacks(recipe, recorder, tokenizer, eval_set)]
     callbacks += [*early_stopping(recipe, recorder), *_expert_load(model, recipe, model_path), recorder]
-    collator = vision.VisionCollator(processor, recipe.train.max_seq_len) if processor is not None else \
-        mixture.SourceTokens(buckets.BucketedLengths(
-            make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
-            buckets.bucket_multiple(torch.cuda.is_available()) if packing_enabled(recipe) else 0,
-            tokenizer.pad_token_id), len(recipe.dataset.sources))  # packed lengths in a few shapes on a GPU
-    collator = long_context.prepare(model, recipe, collator, tokenizer)  # sequence parallel, tiled MLP, offload
     trainer = RunTrainer(
         model=model,
         args=args,
         train_dataset=train_set,
         eval_dataset=eval_set,
-        data_collator=collator,
+        data_collator=_supervised_collator(recipe, model, tokenizer, processor),
         processing_class=processor or tokenizer,
         callbacks=callbacks,
     )
@@ -388,6 +359,52 @@ def _supervised_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
         trainer.token_budget = tokens_per_batch(recipe)
     return trainer, recorder, eval_set
 
+
+def _supervised_model(recipe: Recipe, run_dir: Path, model_path: str, precision: str, processor):
+    """The model with the method applied (peft adapter, vision parts), fp8-converted when asked."""
+    phases.enter("loading model")
+    _record_plan(run_dir, recipe, model_path, precision)
+    if processor is not None:
+        model = vision.apply_vision_method(vision.load_vision_model(recipe, model_path, precision), recipe)
+    else:
+        model = apply_method(load_model(recipe, model_path, precision), recipe, model_path)
+    if precision == "fp8":
+        from tuiapp.trainer import fp8
+
+        fp8.convert(model)
+    if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
+        model.enable_input_require_grads()
+    return model
+
+
+def _eval_callbacks(recipe: Recipe, recorder: RunRecorder, tokenizer, eval_set) -> list:
+    """Sample answers and benchmark scores at each evaluation (none without an eval set)."""
+    if eval_set is None:
+        return []
+    callbacks = []
+    if recipe.train.sample_prompts:
+        callbacks.append(
+            EvalSamples(recorder, tokenizer, recipe.train.sample_prompts, recipe.train.sample_max_new_tokens,
+                        recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
+        )
+    if recipe.eval.benchmarks:  # scored on this model, into the eval row
+        from tuiapp.trainer.benchmarks import Benchmarks
+
+        callbacks.append(Benchmarks(recorder, tokenizer, recipe.eval.benchmarks, recipe.eval.benchmark_at, Path.cwd()))
+    return callbacks
+
+
+def _supervised_collator(recipe: Recipe, model, tokenizer, processor):
+    """Image chats' collator, or packed/padded text (packed lengths in a few shapes on a GPU, each source's
+    tokens counted); then sequence parallelism's split, tiled MLP and activation offload."""
+    from tuiapp.trainer.data import make_collator
+
+    collator = vision.VisionCollator(processor, recipe.train.max_seq_len) if processor is not None else \
+        mixture.SourceTokens(buckets.BucketedLengths(
+            make_collator(recipe, tokenizer, varlen_attention=_varlen_attention(model)),
+            buckets.bucket_multiple(torch.cuda.is_available()) if packing_enabled(recipe) else 0,
+            tokenizer.pad_token_id), len(recipe.dataset.sources))
+    return long_context.prepare(model, recipe, collator, tokenizer)
 
 def _count_active(recorder: RunRecorder, recipe: Recipe, model_path: str) -> None:
     """The recorder's model TFLOP/s counts the parameters a token goes through (a mixture of experts:

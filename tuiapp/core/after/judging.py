@@ -347,6 +347,23 @@ def run(planned: JudgePlan, say: Callable[[str], None] = lambda _: None, session
     return {**result, "path": str(planned.out)}
 
 
+def judge_pair(run_dir: Path, other: str, prompt: str, answer: str, other_answer: str, judge: Judge) -> dict:
+    """The arena's side-by-side sent to the judge: one prompt, the run's answer as A and the other run's
+    as B, the pairwise rubric. Recorded as a one-prompt pairwise result in the run's judge/ folder (the
+    `source` says it came from the arena); returned with its `path`."""
+    reply = judge.ask(PAIRWISE_RUBRIC, pair_text(prompt, answer, other_answer))
+    verdict = parse_pairwise(reply)
+    outcome = None if verdict is None else "tie" if verdict == "tie" else "win" if verdict == "A" else "loss"
+    item = {"prompt": prompt, "answer": answer, "other": other_answer, "run_is": "A", "reply": reply,
+            "verdict": verdict, "outcome": outcome}
+    result = {"time": time.time(), "mode": "pairwise", "source": "arena", "judge": judge.label,
+              "judge_model": judge.model, "against": other, "rubric": PAIRWISE_RUBRIC, "prompts": 1,
+              "summary": pairwise_summary([outcome]), "items": [item]}
+    out = stamped.new_path(RunDir(run_dir).judge)
+    stamped.write(out, result)
+    return {**result, "path": str(out)}
+
+
 def results(run_dir: Path) -> list[dict]:
     return [{**data, "path": str(path)} for path, data in
             stamped.listing(RunDir(run_dir).judge, lambda d: isinstance(d.get("summary"), dict))]

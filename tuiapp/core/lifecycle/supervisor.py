@@ -100,28 +100,52 @@ class Supervisor:
         return {**launcher.rank_env(ranks), "LLMTUI_RUN_DIR": str(self.run.path)}
 
     def execute(self) -> int:
+        """The phases of one attempt: devices and micro batch, the launch plan, the start on record, the
+        ranks until they exit, then what is left to free and the outcome."""
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        run = self.run
-        recipe = self.recipe = run.recipe()
-        if self._stopped_before_start():
-            return 0
-        cuda = launcher.cuda_device_count()
-        devices = self._take_devices(recipe, cuda)
-        if devices is None:
-            return 0  # cancelled while queued
-        if probe.is_auto(recipe) and self.node is None:  # still 'auto' on a resume: it never got to train
-            recipe = self.recipe = self._probe_micro_batch(recipe, cuda, devices)
-            if recipe is None:
-                return 0  # stopped while probing
+        prepared = self._prepare()
+        if prepared is None:
+            return 0  # stopped or cancelled before any rank
+        recipe, cuda, devices = prepared
         reserved = generation_server.server_gpu_count(recipe) if cuda and self.claims else 0
         devices, server_gpus = generation_server.split_devices(devices, reserved, cuda, taken=devices)
-        plan = self.launch = cluster.build_launch(run.path, recipe.launch, cuda, resume=self.resume,
+        plan = self.launch = cluster.build_launch(self.run.path, recipe.launch, cuda, resume=self.resume,
                                                   port=self.port, node=self.node,
                                                   gpu_ids=devices if cuda and devices else None)
         cluster.write_files(plan)
-        argv, ranks, gpu_ids = plan.argv, plan.ranks, plan.gpu_ids
+        self._record_start(plan, recipe, cuda)
+        server_env, code = self._start_generation_server(recipe, server_gpus) if server_gpus else ({}, None)
+        if code is None and self.stop_requested_at is None:  # a stop that came first: no rank starts
+            code = self._run_ranks(plan, server_env)
+        self._stop_generation_server()
+        self._watch_sweep(ended=True)
+        self._kill_leftovers()
+        if self.claims:
+            queue.release(self.runs_root, self.run.id)
+        shm.reclaim(plan.port)  # DeepSpeed's CPU all-reduce buffers of this run's ranks
+        self._record_outcome(code)
+        return 0
+
+    def _prepare(self):
+        """(recipe, CUDA devices here, the devices taken), or None when stopped or cancelled first."""
+        recipe = self.recipe = self.run.recipe()
+        if self._stopped_before_start():
+            return None
+        cuda = launcher.cuda_device_count()
+        devices = self._take_devices(recipe, cuda)
+        if devices is None:
+            return None  # cancelled while queued
+        if probe.is_auto(recipe) and self.node is None:  # still 'auto' on a resume: it never got to train
+            recipe = self.recipe = self._probe_micro_batch(recipe, cuda, devices)
+            if recipe is None:
+                return None  # stopped while probing
+        return recipe, cuda, devices
+
+    def _record_start(self, plan, recipe, cuda: int) -> None:
+        """run.json's start of this attempt, node watching, and the launched event."""
+        run, argv, ranks, gpu_ids = self.run, plan.argv, plan.ranks, plan.gpu_ids
         self.world = plan.plan.world_size if plan.plan is not None else int(plan.fields.get("world_size") or ranks)
         self.startup_timeout_s = float(recipe.launch.startup_timeout_s)
         me = psutil.Process()
@@ -129,22 +153,10 @@ class Supervisor:
         if plan.owner:
             rundir.clear_phases(run.path)
         self._record(
-            status="starting",
-            phase="launching",
-            phase_since=self.started,
-            hang=None,
-            error=None,
-            stop_requested=None,
-            pid=me.pid,
-            pgid=os.getpgid(0),
-            pid_create_time=me.create_time(),
-            started=self.started,
-            ended=None,
-            exit_code=None,
-            reason=None,
-            argv=redact(argv),
-            host=socket.gethostname(),
-            ranks=ranks,
+            status="starting", phase="launching", phase_since=self.started, hang=None, error=None,
+            stop_requested=None, pid=me.pid, pgid=os.getpgid(0), pid_create_time=me.create_time(),
+            started=self.started, ended=None, exit_code=None, reason=None, argv=redact(argv),
+            host=socket.gethostname(), ranks=ranks,
             gpus=gpu_ids if gpu_ids is not None else (list(range(ranks)) if cuda else []),
             accelerator="cuda" if cuda else "cpu",
             attempts=rundir.new_attempt(self._own_record(), socket.gethostname(), self.resume, self.started),
@@ -157,32 +169,25 @@ class Supervisor:
         if plan.owner:
             with JsonlWriter(run.events_path) as events:
                 events.write({"event": ev.LAUNCHED, "resume": self.resume, "ranks": ranks})
-        server_env, code = self._start_generation_server(recipe, server_gpus) if server_gpus else ({}, None)
         plan.log_path(run.path).parent.mkdir(parents=True, exist_ok=True)
-        launching = code is None and self.stop_requested_at is None  # a stop that came first: no rank starts
-        with open(plan.log_path(run.path), "ab") if launching else nullcontext() as log:
-            if launching:
-                command = " ".join(redact(argv))
-                log.write(f"$ {command}\n".encode())
-                log.flush()
-                if plan.rank_log is not None:  # the rank itself: its output goes to its own log, as a launcher's rank's
-                    plan.rank_log.parent.mkdir(parents=True, exist_ok=True)
-                with open(plan.rank_log, "ab") if plan.rank_log is not None else nullcontext(log) as output:
-                    self.child = subprocess.Popen(
-                        argv, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        env={**self._rank_env(ranks), **plan.env, **server_env}, cwd=os.getcwd(),
-                    )
-                    code = self._wait()
-                if plan.rank_log is not None and code != 0:  # the line DeepSpeed's launcher writes for a rank's exit
-                    log.write(f"{command} exits with return code = {code}\n".encode())
-        self._stop_generation_server()
-        self._watch_sweep(ended=True)
-        self._kill_leftovers()
-        if self.claims:
-            queue.release(self.runs_root, run.id)
-        shm.reclaim(plan.port)  # DeepSpeed's CPU all-reduce buffers of this run's ranks
-        self._record_outcome(code)
-        return 0
+
+    def _run_ranks(self, plan, server_env: dict) -> int:
+        """Start the launcher (or the one rank) in the run's log and wait for it: its exit code."""
+        with open(plan.log_path(self.run.path), "ab") as log:
+            command = " ".join(redact(plan.argv))
+            log.write(f"$ {command}\n".encode())
+            log.flush()
+            if plan.rank_log is not None:  # the rank itself: its output goes to its own log, as a launcher's rank's
+                plan.rank_log.parent.mkdir(parents=True, exist_ok=True)
+            with open(plan.rank_log, "ab") if plan.rank_log is not None else nullcontext(log) as output:
+                self.child = subprocess.Popen(
+                    plan.argv, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env={**self._rank_env(plan.ranks), **plan.env, **server_env}, cwd=os.getcwd(),
+                )
+                code = self._wait()
+            if plan.rank_log is not None and code != 0:  # the line DeepSpeed's launcher writes for a rank's exit
+                log.write(f"{command} exits with return code = {code}\n".encode())
+        return code
 
     def _start_generation_server(self, recipe, gpu_ids: list[int]) -> tuple[dict, int | None]:
         """method.vllm_mode 'server': start vLLM on its GPUs (phase 'starting vLLM server') and

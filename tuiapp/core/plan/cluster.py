@@ -475,44 +475,12 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
         ranks = len(gpu_ids)
     else:
         gpu_ids = planned
+    if node is not None:
+        return _node_launch(run_dir, launch, node, ranks, gpu_ids, port, base_dir, resume, python)
+    if uses_hosts(launch):
+        return _hosts_launch(run_dir, launch, ranks, gpu_ids, port, base_dir, resume, python)
     strategy = launch.strategy
     env: dict[str, str] = {}
-    if node is not None:
-        plan = plan_node(launch, ranks, node_rank=node.node_rank, nnodes=node.nnodes,
-                         master_addr=node.master_addr, master_port=port, gpu_ids=gpu_ids, base_dir=base_dir)
-        if strategy in DEEPSPEED_LAUNCHED:
-            hostfile = nodes_dir(run_dir) / HOSTFILE_NAME
-            files = {hostfile: (node_hostfile_text(plan), None)}
-            argv = deepspeed_node_argv(run_dir, plan, hostfile, resume, python)
-        else:
-            argv = torchrun_argv(run_dir, plan, resume, python)
-            if gpu_ids is not None:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
-        nodes = plan.nodes()
-        nodes[node.node_rank]["host"] = socket.gethostname()
-        fields = {"strategy": strategy, "nnodes": plan.nnodes, "world_size": plan.world_size,
-                  "master_addr": plan.master_addr, "master_port": plan.master_port,
-                  "node_mode": "slurm" if node.slurm else "nodes", "nodes": nodes,
-                  "node_rank": node.node_rank}
-        return Launch(argv, plan.ranks_per_node, gpu_ids, plan.master_port, node.node_rank, plan, env, fields,
-                      files if strategy in DEEPSPEED_LAUNCHED else {})
-    if uses_hosts(launch):
-        hosts = hosts_of(launch, base_dir)
-        hostfile = run_dir / HOSTFILE_NAME
-        ds_env = run_dir / DS_ENV_NAME
-        files = {hostfile: (hostfile_text(hosts), None), ds_env: (deepspeed_env_text(), 0o600)}
-        env["DS_ENV_FILE"] = str(ds_env.resolve())
-        master_port = resolve_port(launch, port)
-        argv = deepspeed_hosts_argv(run_dir, launch, hostfile, master_port, resume=resume, python=python)
-        used = active_hosts(launch, hosts)
-        nodes, first = [], 0
-        for k, (name, count) in enumerate(used):
-            nodes.append({"node_rank": k, "host": name, "ranks": list(range(first, first + count))})
-            first += count
-        fields = {"strategy": strategy, "nnodes": len(nodes), "world_size": first, "master_port": master_port,
-                  "node_mode": "hosts", "launcher": launch.launcher, "nodes": nodes}
-        here = used[0][1] if used else ranks  # ranks on the head node (DeepSpeed puts rank 0 there)
-        return Launch(argv, here, gpu_ids, master_port, None, None, env, fields, files)
     master_port = port or launch.master_port or launcher.free_port()
     if strategy in DEEPSPEED_LAUNCHED:
         argv = launcher.deepspeed_argv(run_dir, ranks, gpu_ids, master_port, resume=resume, python=python)
@@ -523,6 +491,54 @@ def build_launch(run_dir: Path, launch: "LaunchSpec", cuda: int, *, resume: bool
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
     fields = {"strategy": strategy, "world_size": ranks, "nodes": plan.nodes()}
     return Launch(torchrun_argv(run_dir, plan, resume, python), ranks, gpu_ids, master_port, None, plan, env, fields)
+
+
+def _node_launch(run_dir: Path, launch: "LaunchSpec", node: NodeArgs, ranks: int, gpu_ids: list[int] | None,
+                 port: int | None, base_dir: Path, resume: bool, python: str | None) -> Launch:
+    """One node of many (`llmtui join`, SLURM): DeepSpeed's node launcher or torchrun."""
+    strategy = launch.strategy
+    env: dict[str, str] = {}
+    plan = plan_node(launch, ranks, node_rank=node.node_rank, nnodes=node.nnodes,
+                     master_addr=node.master_addr, master_port=port, gpu_ids=gpu_ids, base_dir=base_dir)
+    if strategy in DEEPSPEED_LAUNCHED:
+        hostfile = nodes_dir(run_dir) / HOSTFILE_NAME
+        files = {hostfile: (node_hostfile_text(plan), None)}
+        argv = deepspeed_node_argv(run_dir, plan, hostfile, resume, python)
+    else:
+        argv = torchrun_argv(run_dir, plan, resume, python)
+        if gpu_ids is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+    nodes = plan.nodes()
+    nodes[node.node_rank]["host"] = socket.gethostname()
+    fields = {"strategy": strategy, "nnodes": plan.nnodes, "world_size": plan.world_size,
+              "master_addr": plan.master_addr, "master_port": plan.master_port,
+              "node_mode": "slurm" if node.slurm else "nodes", "nodes": nodes,
+              "node_rank": node.node_rank}
+    return Launch(argv, plan.ranks_per_node, gpu_ids, plan.master_port, node.node_rank, plan, env, fields,
+                  files if strategy in DEEPSPEED_LAUNCHED else {})
+
+
+def _hosts_launch(run_dir: Path, launch: "LaunchSpec", ranks: int, gpu_ids: list[int] | None, port: int | None,
+                  base_dir: Path, resume: bool, python: str | None) -> Launch:
+    """launch.hosts: DeepSpeed's multi-node launcher from the head node, over its hostfile."""
+    strategy = launch.strategy
+    env: dict[str, str] = {}
+    hosts = hosts_of(launch, base_dir)
+    hostfile = run_dir / HOSTFILE_NAME
+    ds_env = run_dir / DS_ENV_NAME
+    files = {hostfile: (hostfile_text(hosts), None), ds_env: (deepspeed_env_text(), 0o600)}
+    env["DS_ENV_FILE"] = str(ds_env.resolve())
+    master_port = resolve_port(launch, port)
+    argv = deepspeed_hosts_argv(run_dir, launch, hostfile, master_port, resume=resume, python=python)
+    used = active_hosts(launch, hosts)
+    nodes, first = [], 0
+    for k, (name, count) in enumerate(used):
+        nodes.append({"node_rank": k, "host": name, "ranks": list(range(first, first + count))})
+        first += count
+    fields = {"strategy": strategy, "nnodes": len(nodes), "world_size": first, "master_port": master_port,
+              "node_mode": "hosts", "launcher": launch.launcher, "nodes": nodes}
+    here = used[0][1] if used else ranks  # ranks on the head node (DeepSpeed puts rank 0 there)
+    return Launch(argv, here, gpu_ids, master_port, None, None, env, fields, files)
 
 
 def write_files(launch: Launch) -> None:

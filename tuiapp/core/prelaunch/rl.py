@@ -171,24 +171,7 @@ def rules(recipe: Recipe, ranks: int | None = None, cuda: bool | None = None,
         out.append(Finding("error", "method.rewards", f"{method.kind} needs reward functions to score its "
                            "completions, and the recipe has none", "add a [[method.rewards]] table, e.g. kind = "
                            "'format' with a pattern, or kind = 'answer' with the column of right answers"))
-    group = method.num_generations
-    if train.micro_batch == "auto":
-        out.append(Finding("error", "train.micro_batch", f"{method.kind} batches are groups of num_generations "
-                           "completions, which the micro_batch probe does not size", f"set train.micro_batch to a "
-                           f"multiple of method.num_generations ({group})"))
-    else:
-        ranks = _ranks(recipe) if ranks is None else ranks
-        evals = train.eval_steps > 0 or bool(train.sample_prompts) or recipe.dataset.eval_split not in (0, 0.0, "")
-        batch = train.micro_batch * ranks * (1 if evals else train.grad_accum)
-        if batch % group:
-            what = "micro_batch x ranks" + ("" if evals else " x grad_accum")
-            numbers = f"{train.micro_batch} x {ranks}" + ("" if evals else f" x {train.grad_accum}")
-            fit = next(m for m in range(train.micro_batch, train.micro_batch + group * 2)
-                       if (m * ranks * (1 if evals else train.grad_accum)) % group == 0)
-            out.append(Finding("error", "train.micro_batch", f"{what} ({numbers} = {batch} completions) is not a "
-                               f"multiple of method.num_generations ({group}): each prompt's {group} completions "
-                               "must be scored together" + (" (evals use micro_batch x ranks)" if evals else ""),
-                               f"set train.micro_batch = {fit}, or method.num_generations to a divisor of {batch}"))
+    out += _group_rules(recipe, ranks)
     if method.max_completion_length >= train.max_seq_len:
         out.append(Finding("error", "method.max_completion_length", f"max_completion_length "
                            f"({method.max_completion_length}) leaves no room for the prompt in max_seq_len "
@@ -207,19 +190,52 @@ def rules(recipe: Recipe, ranks: int | None = None, cuda: bool | None = None,
         out.append(Finding("error", "launch.zero_stage", "ZeRO-3 cannot partition the 4-bit base weights of a "
                            "qlora adapter", "set launch.zero_stage = 2 or lower"))
     if method.generation_backend == "vllm":
-        cuda = cuda_available() if cuda is None else cuda
-        if not cuda:
-            out.append(Finding("error", "method.generation_backend", "vLLM generates on CUDA GPUs and this machine "
-                               "has none", "set method.generation_backend = 'transformers' (generation in each rank)"))
-        elif not (importlib.util.find_spec("vllm") is not None if vllm_installed is None else vllm_installed):
-            out.append(Finding("error", "method.generation_backend", "generation_backend 'vllm' needs the vllm "
-                               "package, which is not installed", "pip install vllm, or set "
-                               "method.generation_backend = 'transformers'"))
-        if method.vllm_mode == "server":
-            out += server_rules(recipe, gpu_count)
+        out += _vllm_rules(recipe, cuda, vllm_installed, gpu_count)
     for index, reward in enumerate(method.rewards):
         if reward.kind == "json" and reward.json_schema:
             out += _schema_findings(reward.json_schema, f"method.rewards.{index}.json_schema")
+    return out
+
+
+def _group_rules(recipe: Recipe, ranks: int | None) -> list[Finding]:
+    """Each prompt's num_generations completions must land in one batch to be compared."""
+    method, train = recipe.method, recipe.train
+    out: list[Finding] = []
+    group = method.num_generations
+    if train.micro_batch == "auto":
+        out.append(Finding("error", "train.micro_batch", f"{method.kind} batches are groups of num_generations "
+                           "completions, which the micro_batch probe does not size", f"set train.micro_batch to a "
+                           f"multiple of method.num_generations ({group})"))
+    else:
+        ranks = _ranks(recipe) if ranks is None else ranks
+        evals = train.eval_steps > 0 or bool(train.sample_prompts) or recipe.dataset.eval_split not in (0, 0.0, "")
+        batch = train.micro_batch * ranks * (1 if evals else train.grad_accum)
+        if batch % group:
+            what = "micro_batch x ranks" + ("" if evals else " x grad_accum")
+            numbers = f"{train.micro_batch} x {ranks}" + ("" if evals else f" x {train.grad_accum}")
+            fit = next(m for m in range(train.micro_batch, train.micro_batch + group * 2)
+                       if (m * ranks * (1 if evals else train.grad_accum)) % group == 0)
+            out.append(Finding("error", "train.micro_batch", f"{what} ({numbers} = {batch} completions) is not a "
+                               f"multiple of method.num_generations ({group}): each prompt's {group} completions "
+                               "must be scored together" + (" (evals use micro_batch x ranks)" if evals else ""),
+                               f"set train.micro_batch = {fit}, or method.num_generations to a divisor of {batch}"))
+    return out
+
+
+def _vllm_rules(recipe: Recipe, cuda: bool | None, vllm_installed: bool | None, gpu_count: int | None) -> list[Finding]:
+    """generation_backend 'vllm': CUDA, the package, and in server mode its GPUs."""
+    method = recipe.method
+    out: list[Finding] = []
+    cuda = cuda_available() if cuda is None else cuda
+    if not cuda:
+        out.append(Finding("error", "method.generation_backend", "vLLM generates on CUDA GPUs and this machine "
+                           "has none", "set method.generation_backend = 'transformers' (generation in each rank)"))
+    elif not (importlib.util.find_spec("vllm") is not None if vllm_installed is None else vllm_installed):
+        out.append(Finding("error", "method.generation_backend", "generation_backend 'vllm' needs the vllm "
+                           "package, which is not installed", "pip install vllm, or set "
+                           "method.generation_backend = 'transformers'"))
+    if method.vllm_mode == "server":
+        out += server_rules(recipe, gpu_count)
     return out
 
 

@@ -114,6 +114,9 @@ class ChatScreen(Screen):
         Binding("ctrl+t", "single_turn", "Single turn", tooltip="Answer each message alone (no conversation "
                 "history), or keep the conversation again"),
         Binding("ctrl+l", "reset", "New chat", tooltip="Forget the conversation and start again"),
+        Binding("ctrl+r", "judge_pair", "Judge pair", tooltip="An arena: send the last prompt and both runs' "
+                "answers to a judge (an endpoint URL or a run served by `llmtui serve`); the verdict is shown "
+                "and saved in the first run's judge/ folder"),
         Binding("escape", "back", "Back", tooltip="Close the chat (the model server ends)"),
     ]
 
@@ -143,6 +146,14 @@ class ChatScreen(Screen):
     class Answered(Message):
         """Every model asked has answered the last message."""
 
+    class Judged(Message):
+        """The judge's verdict on the arena's last pair (the saved result), or why there is none."""
+
+        def __init__(self, result: dict | None, error: str = "") -> None:
+            super().__init__()
+            self.result = result
+            self.error = error
+
     def __init__(self, run_id: str, checkpoint: int | None = None, vs_base: bool = False,
                  vs_run: str | None = None) -> None:
         super().__init__()
@@ -165,6 +176,10 @@ class ChatScreen(Screen):
         self.defaults: dict = {}  # the run's [generate] table, as the server reported it
         self.attached: list[str] = []  # images the next message shows the model (/image PATH)
         self.sees_images: dict = {}  # model -> whether it reads images, as the server reported it
+        self.last_prompt = ""  # the last message sent, and each column's finished answer to it
+        self.last_answers: dict[str, str] = {}
+        self.judge_spec = ""  # the judge last used for a pair (offered again)
+        self.judged: dict | None = None  # the last verdict's saved result
 
     @property
     def models(self) -> list[str]:
@@ -320,6 +335,7 @@ class ChatScreen(Screen):
         elif kind == "done":
             tokens = int(event.get("tokens") or 0)
             self.answered[message.model] = tokens
+            self.last_answers[message.model] = str(event.get("text", ""))
             column.finish(str(event.get("text", "")), rate_text(tokens, float(event.get("seconds") or 0)))
         elif kind == "error":
             column.finish(None, f"✗ {event.get('message')}")
@@ -336,6 +352,7 @@ class ChatScreen(Screen):
             self.attach(text[len(IMAGE_COMMAND):])
             return
         self.busy = True
+        self.last_prompt, self.last_answers = text, {}
         images, self.attached = self.attached, []
         for model in self.models:
             self.column(model).ask(text, images)
@@ -407,6 +424,50 @@ class ChatScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+    def action_judge_pair(self) -> None:
+        if not self.vs_run:
+            self.notify("judging a pair needs an arena: mark two runs in the history and press C",
+                        title="Judge", severity="warning", markup=False)
+            return
+        if self.busy or not all(m in self.last_answers for m in ("tuned", "other")):
+            self.notify("ask something first: the judge compares both runs' answers to the last prompt",
+                        title="Judge", severity="warning", markup=False)
+            return
+        def chosen(spec: str | None) -> None:
+            if spec and spec.strip():
+                self.judge_spec = spec.strip()
+                self.send_to_judge(self.judge_spec)
+
+        self.app.ask("Judge this pair with", "an OpenAI-compatible endpoint (http://host:port/v1) or a run served "
+                     "by `llmtui serve` (its id or name)", self.judge_spec, chosen)
+
+    @work(thread=True, exclusive=True, group="chat-judge")
+    def send_to_judge(self, spec: str) -> None:
+        from tuiapp.core.after import judging
+        from tuiapp.core.store.runs import RunStore
+
+        root = self.app.config.runs_root
+        try:
+            judge = judging.resolve_judge(spec, RunStore(root))
+            result = judging.judge_pair(root / self.run_id, self.vs_run or "", self.last_prompt,
+                                        self.last_answers["tuned"], self.last_answers["other"], judge)
+        except UserError as exc:
+            self.post_message(self.Judged(None, str(exc)))
+            return
+        self.post_message(self.Judged(result))
+
+    def on_chat_screen_judged(self, message: Judged) -> None:
+        if message.result is None:
+            self.notify(message.error, title="Judge", severity="error", markup=False, timeout=10)
+            return
+        item = message.result["items"][0]
+        outcome = {"win": f"{self.run_name} (A) is better", "loss": f"{self.other_name} (B) is better",
+                   "tie": "a tie"}.get(item["outcome"], f"no verdict could be read: {item['reply'][:60]!r}")
+        line = f"judge ({message.result['judge']}): {outcome}"
+        for model in ("tuned", "other"):
+            self.column(model).say(line, "chat-note")
+        self.judged = message.result
 
 
 def target_text(target: dict) -> str:
