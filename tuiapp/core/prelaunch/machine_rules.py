@@ -61,25 +61,31 @@ def fp8_rules(recipe: Recipe, *, cuda: bool, torchao_installed: bool | None = No
     return []
 
 
+def _cuda_and_package(key: str, cuda: bool, no_cuda: str, no_cuda_fix: str, module: str, missing: str,
+                      missing_fix: str) -> list[Finding]:
+    """A setting that needs a CUDA GPU and then a package: the first of the two that is missing."""
+    if not cuda:
+        return [Finding("error", key, no_cuda, no_cuda_fix)]
+    if importlib.util.find_spec(module) is None:
+        return [Finding("error", key, missing, missing_fix)]
+    return []
+
+
 def kernel_rules(recipe: Recipe, *, cuda: bool) -> list[Finding]:
     """model.attn_implementation, train.liger_kernel, train.torch_compile on this machine."""
     out: list[Finding] = []
     if recipe.model.attn_implementation == "flash_attention_2":
-        if not cuda:
-            out.append(Finding("error", "model.attn_implementation", "flash_attention_2 needs a CUDA GPU and "
-                               "this machine has none", "set model.attn_implementation = 'auto' or 'sdpa'"))
-        elif importlib.util.find_spec("flash_attn") is None:
-            out.append(Finding("error", "model.attn_implementation", "flash_attention_2 needs the flash_attn "
-                               "package, which is not installed", "pip install flash-attn, or set "
-                               "model.attn_implementation = 'auto'"))
+        out += _cuda_and_package(
+            "model.attn_implementation", cuda, "flash_attention_2 needs a CUDA GPU and this machine has none",
+            "set model.attn_implementation = 'auto' or 'sdpa'", "flash_attn",
+            "flash_attention_2 needs the flash_attn package, which is not installed",
+            "pip install flash-attn, or set model.attn_implementation = 'auto'")
     if recipe.train.liger_kernel:
-        if not cuda:
-            out.append(Finding("error", "train.liger_kernel", "liger-kernel's Triton kernels need a CUDA GPU and "
-                               "this machine has none", "set train.liger_kernel = false"))
-        elif importlib.util.find_spec("liger_kernel") is None:
-            out.append(Finding("error", "train.liger_kernel", "train.liger_kernel needs the liger-kernel "
-                               "package, which is not installed", "pip install liger-kernel, or set "
-                               "train.liger_kernel = false"))
+        out += _cuda_and_package(
+            "train.liger_kernel", cuda, "liger-kernel's Triton kernels need a CUDA GPU and this machine has none",
+            "set train.liger_kernel = false", "liger_kernel",
+            "train.liger_kernel needs the liger-kernel package, which is not installed",
+            "pip install liger-kernel, or set train.liger_kernel = false")
     if recipe.train.torch_compile and not cuda and not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
         out.append(Finding("error", "train.torch_compile", "torch.compile on CPU builds C++ kernels and "
                            "no C compiler (cc, gcc, clang) is on PATH", "install gcc, or set "
