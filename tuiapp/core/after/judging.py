@@ -71,6 +71,13 @@ def parse_rating(text: str) -> float | None:
     return value if 1 <= value <= 10 else None
 
 
+def outcome_of(verdict: str | None, swapped: bool) -> str | None:
+    """The run's win, loss or tie from a pairwise verdict ('A', 'B', 'tie'); the run is B when swapped."""
+    if verdict is None or verdict == "tie":
+        return verdict
+    return "win" if (verdict == "A") != swapped else "loss"
+
+
 def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float] | None:
     """Wilson score interval of a proportion (None without trials)."""
     if n <= 0:
@@ -330,8 +337,7 @@ def run(planned: JudgePlan, say: Callable[[str], None] = lambda _: None, session
             first, second = (other[index], answers[index]) if swapped else (answers[index], other[index])
             reply = planned.judge.ask(planned.rubric, pair_text(item["prompt"], first, second, reference))
             verdict = parse_pairwise(reply)
-            outcome = None if verdict is None else "tie" if verdict == "tie" else \
-                "win" if (verdict == "A") != swapped else "loss"
+            outcome = outcome_of(verdict, swapped)
             items.append({"prompt": item["prompt"], "answer": answers[index], "other": other[index],
                           "run_is": "B" if swapped else "A", "reply": reply, "verdict": verdict, "outcome": outcome})
         else:
@@ -353,7 +359,7 @@ def judge_pair(run_dir: Path, other: str, prompt: str, answer: str, other_answer
     `source` says it came from the arena); returned with its `path`."""
     reply = judge.ask(PAIRWISE_RUBRIC, pair_text(prompt, answer, other_answer))
     verdict = parse_pairwise(reply)
-    outcome = None if verdict is None else "tie" if verdict == "tie" else "win" if verdict == "A" else "loss"
+    outcome = outcome_of(verdict, swapped=False)
     item = {"prompt": prompt, "answer": answer, "other": other_answer, "run_is": "A", "reply": reply,
             "verdict": verdict, "outcome": outcome}
     result = {"time": time.time(), "mode": "pairwise", "source": "arena", "judge": judge.label,
