@@ -8,6 +8,7 @@ reader turns it into an error naming the file and the record.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,17 +67,31 @@ def resolve_images(images: list[str], base: Path) -> list[str]:
 
 
 def check_image_file(path: str) -> tuple[int, int, str]:
-    """(width, height, format) of an image file that exists and decodes; ImageProblem otherwise."""
-    from PIL import Image, UnidentifiedImageError  # lazily: only image data needs PIL
-
-    if not Path(path).is_file():
+    """(width, height, format) of an image file that exists and decodes; ImageProblem otherwise.
+    Each file is decoded once per version (path, modification time, size): the form checks the
+    same records again at every edit."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        stat = None
+    if stat is None or not Path(path).is_file():
         raise ImageProblem(f"image '{path}' does not exist",
                            "check the path (relative paths start at the data file's folder), or remove the record")
+    facts = _image_facts(path, stat.st_mtime_ns, stat.st_size)
+    if isinstance(facts, ImageProblem):
+        raise ImageProblem(facts.message, facts.fix)
+    return facts
+
+
+@functools.lru_cache(maxsize=65536)
+def _image_facts(path: str, mtime_ns: int, size: int) -> tuple[int, int, str] | ImageProblem:
+    from PIL import Image, UnidentifiedImageError  # lazily: only image data needs PIL
+
     try:
         with Image.open(path) as image:
-            size, kind = image.size, image.format or "?"
+            dimensions, kind = image.size, image.format or "?"
             image.verify()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise ImageProblem(f"image '{path}' cannot be read as an image ({type(exc).__name__}: {exc})",
-                           "replace the file with a valid PNG/JPEG/WebP image, or remove the record") from None
-    return size[0], size[1], kind
+        return ImageProblem(f"image '{path}' cannot be read as an image ({type(exc).__name__}: {exc})",
+                            "replace the file with a valid PNG/JPEG/WebP image, or remove the record")
+    return dimensions[0], dimensions[1], kind

@@ -11,7 +11,7 @@ from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.common.methods import METHODS, VISION_FULL_KINDS, VISION_KINDS, is_lora, is_preference, is_quantized
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe, VisionSpec, weights_method
-from tuiapp.core.data import datasets, tiny_vlm
+from tuiapp.core.data import datasets, images, tiny_vlm
 from tuiapp.core.data.datasets import DatasetInfo
 from tuiapp.core.plan import estimate, vision_plan
 from tuiapp.core.prelaunch import model_check, preference
@@ -37,14 +37,14 @@ def is_vision_model(name: str, base_dir: Path | None = None) -> bool | None:
 def data_findings(recipe: Recipe, info: DatasetInfo, base_dir: Path | None = None) -> list[Finding]:
     """Findings for a dataset whose records carry images (their files were checked as it was read)."""
     findings = []
-    images = f"{info.with_images} record(s) of {info.source} carry images"
+    carried = f"{info.with_images} record(s) of {info.source} carry images"
     if is_vision_model(recipe.model.name, base_dir) is False:
         findings.append(Finding("error", "model.name", f"'{recipe.model.name}' is not a vision-language model "
-                                f"({images})", "use a vision-language model, e.g. model.name = 'tiny-vlm' offline, "
+                                f"({carried})", "use a vision-language model, e.g. model.name = 'tiny-vlm' offline, "
                                 "or data without images"))
     if not METHODS[recipe.method.kind].vision:
         findings.append(Finding("error", "method.kind", f"method '{recipe.method.kind}' does not train on images yet "
-                                f"({images})", f"set method.kind to one of: {', '.join(VISION_KINDS)}"))
+                                f"({carried})", f"set method.kind to one of: {', '.join(VISION_KINDS)}"))
     if recipe.train.packing is True:
         findings.append(Finding("error", "train.packing", "packing would mix one example's image tokens with "
                                 "another's; image data is never packed", "set train.packing = false"))
@@ -141,8 +141,6 @@ def processor_config(name: str, base_dir: Path | None = None) -> dict:
 def length_findings(recipe: Recipe, config: dict, processor: dict, base_dir: Path | None = None) -> list[Finding]:
     """The first LENGTH_CHECKS records: image tokens + (at least) one token per word must fit
     train.max_seq_len, since an image's tokens are never cut. The first record over names the fix."""
-    from PIL import Image  # lazily: only image data needs PIL
-
     name, limit, max_pixels = recipe.model.name, recipe.train.max_seq_len, recipe.vision.max_pixels
     fixed = vision_plan.fixed_image_tokens(name, config, processor)
     over = []
@@ -153,10 +151,10 @@ def length_findings(recipe: Recipe, config: dict, processor: dict, base_dir: Pat
                 image_tokens += fixed
                 continue
             try:
-                with Image.open(path) as image:
-                    size = image.size
-            except OSError:
+                width, height, _ = images.check_image_file(path)
+            except images.ImageProblem:
                 continue  # the dataset's own check names it
+            size = (width, height)
             image_tokens += vision_plan.image_tokens(name, config, processor, size, max_pixels) or 0
         text = vision_plan.text_tokens_at_least(_turns(record))
         if image_tokens and image_tokens + text > limit:
