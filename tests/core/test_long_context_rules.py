@@ -161,3 +161,33 @@ def test_tiling_and_offload_are_refused_for_trl_methods_and_sequence_parallel_fo
     vlm = {"model_type": "qwen2_5_vl", "vision_config": {"depth": 2}, "text_config": LLAMA}
     (finding,) = errors(long_context.config_rules(recipe(), vlm))
     assert "vision-language" in finding.message and finding.fix == "set train.sequence_parallel = 1"
+
+
+def test_tiled_loss_is_refused_where_another_loss_is_computed_and_counted_as_one_slice():
+    plain = recipe(train={"sequence_parallel": 1, "tiled_loss": True}, launch={"gpus": 1})
+    assert not errors(long_context.rules(plain))
+    refused = {
+        "dpo": recipe("dpo", train={"sequence_parallel": 1, "tiled_loss": True}, dataset={"name": "demo:preference"},
+                      launch={"gpus": 1}),
+        "pipeline": recipe(train={"sequence_parallel": 1, "tiled_loss": True}, launch={"strategy": "pipeline"}),
+        "liger": recipe(train={"sequence_parallel": 1, "tiled_loss": True, "liger_kernel": True}, launch={"gpus": 1}),
+        "router loss": recipe(train={"sequence_parallel": 1, "tiled_loss": True}, launch={"gpus": 1},
+                              model={"router_aux_loss_coef": 0.01}),
+    }
+    for why, r in refused.items():
+        (finding,) = errors(long_context.rules(r), "train.tiled_loss")
+        assert finding.fix == "set train.tiled_loss = false", why
+    vlm = {"model_type": "qwen2_5_vl", "vision_config": {"depth": 2}, "text_config": LLAMA}
+    assert errors(long_context.config_rules(plain, vlm), "train.tiled_loss")
+    assert not errors(long_context.config_rules(plain, LLAMA), "train.tiled_loss")
+    assert errors(long_context.config_rules(plain, {**LLAMA, "num_local_experts": 4, "output_router_logits": True}),
+                  "train.tiled_loss")
+
+    from tuiapp.core.plan import estimate
+
+    config, long = estimate.TINY_CONFIG, {"sequence_parallel": 1, "max_seq_len": 8192}
+    whole = estimate.estimate_recipe(recipe(train=long, launch={"gpus": 1}), config, 1, cuda=False)
+    tiled = estimate.estimate_recipe(recipe(train={**long, "tiled_loss": True}, launch={"gpus": 1}), config, 1,
+                                     cuda=False)
+    assert tiled.memory.activations < whole.memory.activations
+    assert long_context.loss_slice_tokens(32000) == 2048 and long_context.loss_slice_tokens(152064) == 256

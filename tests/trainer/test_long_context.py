@@ -4,6 +4,7 @@ offload's hooks and RoPE scaling on a real config."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import DataCollatorWithFlattening, LlamaConfig, LlamaForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -89,3 +90,71 @@ def test_rope_scaling_becomes_the_config_transformers_reads():
                          num_attention_heads=2, **overrides)
     scaled = LlamaForCausalLM(config)
     assert scaled.model.rotary_emb.rope_type == "yarn" and config.max_position_embeddings == 1024
+
+
+def _tiled_vs_plain(make, labels_of=lambda ids: ids, slice_tokens=7):
+    ids = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(3))
+    labels = labels_of(ids)
+    plain, tiled = make(), make()
+    long_context.apply_tiled_loss(tiled)
+    results = []
+    for model in (plain, tiled):
+        model.train()
+        if model is tiled:  # small slices: several per batch
+            keep, targets = long_context._trained(labels, None, 0)
+            outputs = model.get_decoder()(input_ids=ids)
+            loss = long_context.tiled_loss(model, outputs.last_hidden_state[keep], targets, slice_tokens=slice_tokens)
+            assert torch.allclose(loss, model(input_ids=ids, labels=labels).loss, atol=1e-6)  # the patched forward
+            assert model(input_ids=ids, labels=labels).logits is None  # no logits tensor is made in training
+        else:
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        results.append(loss.item())
+    assert abs(results[0] - results[1]) < 1e-5
+    for a, b in zip(plain.parameters(), tiled.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5)
+    tiled.eval()
+    with torch.no_grad():  # evaluation runs the model's own forward, logits and all
+        assert tiled(input_ids=ids, labels=labels).logits.shape == (2, 40, 64)
+
+
+def test_tiled_loss_gives_the_same_loss_and_gradients():
+    _tiled_vs_plain(tiny_llama)
+
+
+def test_tiled_loss_skips_the_prompts_like_the_models_own_loss():
+    def prompts_masked(ids):
+        labels = ids.clone()
+        labels[:, :15] = -100
+        return labels
+
+    _tiled_vs_plain(tiny_llama, prompts_masked)
+
+
+def test_tiled_loss_applies_gemmas_final_softcapping():
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    def gemma():
+        torch.manual_seed(0)
+        return Gemma2ForCausalLM(Gemma2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                              num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                                              final_logit_softcapping=2.0, attn_implementation="eager"))
+
+    _tiled_vs_plain(gemma)
+
+
+def test_tiled_loss_refuses_a_forward_that_adds_to_the_loss():
+    """A family whose forward adds to lm_head + cross-entropy (here a router's auxiliary loss) is caught on
+    the first training batch, with the key to turn off."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(0)
+    model = MixtralForCausalLM(MixtralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=2, num_local_experts=4,
+                                             num_experts_per_tok=2, output_router_logits=True,
+                                             router_aux_loss_coef=0.5))
+    long_context.apply_tiled_loss(model)
+    model.train()
+    ids = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(long_context.TiledLossMismatch, match="set train.tiled_loss = false"):
+        model(input_ids=ids, labels=ids)

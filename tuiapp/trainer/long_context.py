@@ -1,5 +1,5 @@
 """Long context inside the ranks: sequence parallelism (DeepSpeed Ulysses through accelerate's
-ParallelismConfig), tiled MLP, activation offload and RoPE scaling.
+ParallelismConfig), tiled MLP, tiled logits and loss, activation offload and RoPE scaling.
 
 Sequence parallelism (`train.sequence_parallel = N`): transformers' Trainer and accelerate 1.15 wire
 DeepSpeed's ALST when TrainingArguments carry `ParallelismConfig(sp_backend="deepspeed", sp_size=N)`:
@@ -171,6 +171,125 @@ def apply_tiled_mlp(model) -> int:
     return len(mlps)
 
 
+# ---- tiled logits and loss ---------------------------------------------------------------------------
+
+SELF_CHECK_TOKENS = 64  # the first batch's leading positions on which the tiled loss is checked against the model's
+
+
+def _causal_lm(model):
+    """The transformers *ForCausalLM under a PEFT wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _head_logits(base, hidden):
+    """The lm_head's logits of `hidden` with the scalings the families apply after it, in fp32."""
+    logits = base.get_output_embeddings()(hidden).float()
+    config = base.config
+    scale = getattr(base, "logit_scale", None)  # Cohere
+    if isinstance(scale, (int, float)):
+        logits = logits * scale
+    divisor = getattr(config, "logits_scaling", None)  # Granite
+    if isinstance(divisor, (int, float)) and divisor not in (0, 1):
+        logits = logits / divisor
+    cap = getattr(config, "final_logit_softcapping", None)  # Gemma 2 and 3
+    if isinstance(cap, (int, float)) and cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def tiled_loss(base, hidden, targets, num_items_in_batch=None, slice_tokens: int | None = None):
+    """Cross-entropy of `hidden` (trained positions, flat) against `targets` without the whole logits
+    tensor: each slice's logits are made, summed into the loss and dropped, and made again in the
+    backward (non-reentrant checkpoint). Reduced as transformers' causal LM loss: a sum over
+    num_items_in_batch when given (gradient accumulation's token count), else the mean."""
+    from torch.utils.checkpoint import checkpoint
+
+    from tuiapp.core.plan.long_context import loss_slice_tokens
+
+    vocab = getattr(base.config, "vocab_size", None) or 32000  # the weight's own shape is a shard under ZeRO-3
+    slice_tokens = slice_tokens or loss_slice_tokens(vocab)
+
+    def piece(h, y):
+        return torch.nn.functional.cross_entropy(_head_logits(base, h), y, reduction="sum", ignore_index=-100)
+
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, hidden.shape[0], slice_tokens):
+        total = total + checkpoint(piece, hidden[start:start + slice_tokens], targets[start:start + slice_tokens],
+                                   use_reentrant=False)
+    if num_items_in_batch is not None:
+        return total / num_items_in_batch
+    return total / max(1, int((targets != -100).sum()))
+
+
+def _trained(labels, shift_labels, logits_to_keep):
+    """(positions whose next token is trained, their targets): from a narrowed batch (trained_logits) or
+    from the labels."""
+    if torch.is_tensor(logits_to_keep) and logits_to_keep.dtype == torch.bool and shift_labels is not None \
+            and shift_labels.dim() == 1:
+        return logits_to_keep, shift_labels
+    shifted = shift_labels if shift_labels is not None else \
+        torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
+    keep = shifted != -100
+    return keep, shifted[keep]
+
+
+class TiledLossMismatch(RuntimeError):
+    """The model's forward does more than lm_head + cross-entropy: the tiled loss cannot stand in for it."""
+
+
+def apply_tiled_loss(model) -> None:
+    """Training forwards with labels return the tiled loss (no logits); evaluation and generation run the
+    model's own forward. The first training batch checks the tiled loss against the model's own on its
+    leading positions and raises TiledLossMismatch when a family computes its loss another way."""
+    base = _causal_lm(model)
+    if not type(base).__name__.endswith("ForCausalLM") or base.get_output_embeddings() is None:
+        raise TiledLossMismatch(f"train.tiled_loss takes a causal LM with an lm_head; {type(base).__name__} is not one "
+                                "(set train.tiled_loss = false)")
+    original = base.forward
+    checked = {"done": False}
+
+    def forward(*args, labels=None, shift_labels=None, logits_to_keep=0, **kwargs):
+        if not base.training or (labels is None and shift_labels is None) or not torch.is_grad_enabled() or args:
+            return original(*args, labels=labels, shift_labels=shift_labels, logits_to_keep=logits_to_keep, **kwargs)
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        if not checked["done"]:
+            checked["done"] = True
+            _self_check(base, original, labels, shift_labels, logits_to_keep, kwargs)
+        num_items = kwargs.pop("num_items_in_batch", None)
+        outputs = base.get_decoder()(**kwargs)
+        keep, targets = _trained(labels, shift_labels, logits_to_keep)
+        loss = tiled_loss(base, outputs.last_hidden_state[keep], targets, num_items)
+        return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values)
+
+    base.forward = forward
+
+
+def _self_check(base, original, labels, shift_labels, logits_to_keep, kwargs) -> None:
+    """The model's own loss and the tiled one on the first row's leading positions (a causal model's
+    prefix does not see what follows): equal, or this family's forward does more than the tiled loss."""
+    if shift_labels is not None or torch.is_tensor(logits_to_keep) or labels is None:
+        return  # a narrowed or sharded batch: its own rows are checked on the next plain one
+    n = min(SELF_CHECK_TOKENS, labels.shape[-1])
+    row = {k: v[:1, :n] if torch.is_tensor(v) and v.dim() >= 2 and v.shape[-1] == labels.shape[-1] else v
+           for k, v in kwargs.items() if k != "num_items_in_batch"}
+    if any(torch.is_tensor(v) and v.dim() == 1 for v in row.values()):
+        return  # packed boundaries (cu_seq_lens): nothing to slice them by
+    small = labels[:1, :n].clone()
+    small[:, -1] = -100  # the last kept position's target lies outside the slice
+    with torch.no_grad():
+        own = original(labels=small, **row).loss
+        outputs = base.get_decoder()(**row)
+        keep, targets = _trained(small, None, 0)
+        tiled = tiled_loss(base, outputs.last_hidden_state[keep], targets)
+    if own is None or not torch.isfinite(own) or not torch.isfinite(tiled):
+        return
+    if abs(float(own) - float(tiled)) > 1e-3 * max(1.0, abs(float(own))):
+        raise TiledLossMismatch(f"train.tiled_loss: {type(base).__name__}'s own loss ({float(own):.5f}) and the tiled "
+                                f"one ({float(tiled):.5f}) differ on the first batch: its forward adds to lm_head + "
+                                "cross-entropy (a router's auxiliary loss, a scaling); set train.tiled_loss = false")
+
+
 # ---- activation offload ------------------------------------------------------------------------------
 
 def offload_activations(model) -> None:
@@ -230,6 +349,8 @@ def prepare(model, recipe: Recipe, collator, tokenizer):
     """The model and collator of a run with the long-context settings applied; the collator returned."""
     if recipe.train.tiled_mlp:
         apply_tiled_mlp(model)
+    if recipe.train.tiled_loss:
+        apply_tiled_loss(model)
     if recipe.train.activation_offload and torch.cuda.is_available():
         offload_activations(model)
     n = degree(recipe)

@@ -633,6 +633,10 @@ class TrainSpec(Section):
         False, description="Run each MLP over slices of the sequence (DeepSpeed's TiledMLP): its intermediate "
         "activations for one slice at a time. For long sequences.",
     )
+    tiled_loss: bool = Field(
+        False, description="Make the LM head's logits and the loss over slices of the trained tokens, never the "
+        "whole logits tensor (each slice made again in the backward). For long sequences and large vocabularies.",
+    )
     activation_offload: bool = Field(
         False, description="Keep the activations saved for backward in CPU memory (torch's save_on_cpu), "
         "copied back for the backward. Needs CUDA (on CPU they are there already).",

@@ -673,7 +673,7 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         seq_len=seq, micro_batch=rows * sequences, hidden=shape.hidden, heads=shape.heads,
         layers=shape.layers, vocab=shape.vocab, checkpointing=knobs.gradient_checkpointing,
         bytes_per_value=2 if _half(precision) else 4,
-        fused_attention=recipe.model.attn_implementation != "eager", fused_loss=recipe.train.liger_kernel,
+        fused_attention=recipe.model.attn_implementation != "eager", fused_loss=recipe.train.liger_kernel or recipe.train.tiled_loss,
     )
     if vision and vision_plan.trained_parts(recipe)["vision_tower"]:  # the tower's own, per image
         tower = config["vision_config"]

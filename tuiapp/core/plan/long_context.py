@@ -7,7 +7,7 @@ The trainer side is tuiapp/trainer/long_context.py; docs/parallelism.md, "Sequen
 from __future__ import annotations
 
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.methods import METHODS, is_trl, trains_on_text
+from tuiapp.core.common.methods import METHODS, family, is_trl, trains_on_text
 from tuiapp.core.config.recipe import Recipe, packing_enabled
 
 SP_KEY = "train.sequence_parallel"
@@ -121,10 +121,29 @@ def _tiling_rules(recipe: Recipe, cuda: bool) -> list[Finding]:
                            "tiled MLP (it recomputes each slice in the backward)",
                            "set train.tiled_mlp = false, or train on DeepSpeed's engine (launch.strategy = 'deepspeed' "
                            "with 2+ ranks or launch.zero_stage >= 1)"))
+    out += _tiled_loss_rules(recipe, strategy)
     if train.activation_offload and strategy == "pipeline":
         out.append(Finding("error", "train.activation_offload", "the pipeline keeps its in-flight activations on "
                            "the device", "set train.activation_offload = false, or launch.strategy = 'deepspeed'"))
     return out
+
+
+def _tiled_loss_rules(recipe: Recipe, strategy: str) -> list[Finding]:
+    train, kind = recipe.train, recipe.method.kind
+    if not train.tiled_loss:
+        return []
+    why = None
+    if is_trl(kind) or family(kind) == "distill":
+        why = f"'{kind}' computes its own loss from the model's logits (TRL's trainer or the teacher's KL)"
+    elif strategy == "pipeline":
+        why = "the pipeline's last stage computes the loss on its own"
+    elif train.liger_kernel:
+        why = "train.liger_kernel's fused linear cross-entropy already never holds the logits"
+    elif recipe.model.router_aux_loss_coef:
+        why = "model.router_aux_loss_coef adds the router's load-balancing loss inside the model's own forward"
+    if why is None:
+        return []
+    return [Finding("error", "train.tiled_loss", f"train.tiled_loss cannot apply: {why}", "set train.tiled_loss = false")]
 
 
 def config_rules(recipe: Recipe, config: dict | None, cuda: bool = False) -> list[Finding]:
@@ -150,6 +169,13 @@ def config_rules(recipe: Recipe, config: dict | None, cuda: bool = False) -> lis
     if recipe.train.tiled_mlp and (text.get("num_experts") or text.get("num_local_experts")):
         out.append(Finding("warning", "train.tiled_mlp", "a mixture of experts: only its dense MLPs are tiled, the "
                            "expert layers run whole", ""))
+    if recipe.train.tiled_loss and text.get("output_router_logits"):
+        out.append(Finding("error", "train.tiled_loss", "this mixture of experts adds its router's auxiliary loss in "
+                           "its own forward (output_router_logits), which the tiled loss goes around",
+                           "set train.tiled_loss = false"))
+    if recipe.train.tiled_loss and config and "vision_config" in config:
+        out.append(Finding("error", "train.tiled_loss", "a vision-language model merges its image features inside "
+                           "its own forward, which the tiled loss goes around", "set train.tiled_loss = false"))
     if recipe.train.activation_offload and not cuda:
         out.append(Finding("warning", "train.activation_offload", "without CUDA the activations are in CPU memory "
                            "already: activation_offload does nothing here", "set train.activation_offload = false"))
@@ -184,6 +210,18 @@ def rope_rules(recipe: Recipe, text: dict) -> list[Finding]:
 TILED_MLP_SAVED = 17  # of the 34·s·b·h bytes a layer keeps (16-bit), the MLP's own but its input
 
 
+SLICE_LOGITS = 1 << 26  # logits per slice of the tiled loss (256 MB in fp32)
+SLICE_BYTES_PER_LOGIT = 12  # fp32 logits, their log-softmax and gradient while a slice is made again
+
+
+def loss_slice_tokens(vocab: int) -> int:
+    """Trained positions per slice of train.tiled_loss: a power of two with about SLICE_LOGITS logits."""
+    tokens = 64
+    while tokens * 2 * max(1, vocab) <= SLICE_LOGITS and tokens < 8192:
+        tokens *= 2
+    return tokens
+
+
 def activations(recipe: Recipe, activation_bytes, cuda: bool = True, **kwargs) -> int:
     """`estimate.activation_bytes` of one rank under the long-context settings: a sequence-parallel rank
     holds 1/N of the sequence (attention's all-to-all gives it the whole sequence for 1/N of the heads:
@@ -199,6 +237,9 @@ def activations(recipe: Recipe, activation_bytes, cuda: bool = True, **kwargs) -
     layers = 1 if kwargs.get("checkpointing") else kwargs["layers"]
     if recipe.train.tiled_mlp:
         total -= int(TILED_MLP_SAVED * sbh * layers)
+    if recipe.train.tiled_loss and not recipe.train.liger_kernel:  # the caller counted no logits: one slice's
+        vocab = kwargs["vocab"]
+        total += min(kwargs["seq_len"] * kwargs["micro_batch"], loss_slice_tokens(vocab)) * vocab * SLICE_BYTES_PER_LOGIT
     if recipe.train.activation_offload and cuda:
         logits = activation_bytes(**{**kwargs, "layers": 0, "checkpointing": False})
         per_layer = (total - logits) / max(1, layers)
