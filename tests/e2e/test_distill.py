@@ -8,6 +8,7 @@
   (trainer/distill.py:heldout_kl, the trainer's own topk_kl on the cached teacher rows) falls by at
   least half from the student it starts from and ends below the SFT student's; the metric rows carry
   kl, ce, top1_agree and their eval_ forms.
+- the estimate's disk row for the offline teacher cache, against that run's real cache file.
 - mode 'online' with on-policy batches (lmbda > 0) and the SFT run's final model as the teacher
   (method.teacher = 'run:NAME'): it succeeds and its rows count the batches the student answered."""
 

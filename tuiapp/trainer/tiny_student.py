@@ -27,7 +27,7 @@ def ensure_tiny_student(cache_dir: Path | str | None = None) -> Path:
 
     def build(folder: Path) -> None:
         import torch
-        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
         shape = {k: v for k, v in student_config(TINY_CONFIG).items() if k not in ("architectures", "model_type")}
         tiny_config = json.loads((tiny / "config.json").read_text())
@@ -36,10 +36,9 @@ def ensure_tiny_student(cache_dir: Path | str | None = None) -> Path:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(SEED)
             model = LlamaForCausalLM(config)
-        generation = tiny / "generation_config.json"
+        # generate() stops at the end of a chat turn too, as the tiny model's does
+        model.generation_config = GenerationConfig.from_pretrained(tiny)
         model.save_pretrained(folder, is_main_process=True)
-        if generation.is_file():  # stops at the end of a chat turn too, as the tiny model does
-            shutil.copy(generation, folder / generation.name)
         for name in TOKENIZER_FILES:  # the very same tokenizer: one set of ids with the teacher
             if (tiny / name).is_file():
                 shutil.copy(tiny / name, folder / name)
