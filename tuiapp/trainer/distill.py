@@ -201,12 +201,14 @@ def cache_entry(recipe: Recipe, teacher_folder: str, datasets: list, precision: 
     return Path(cache_root) / "distill" / key
 
 
-def cached_topk(recipe: Recipe, teacher_folder: str, datasets: list, precision: str, cache_root: Path) -> dict:
-    """compute_topk, once per teacher, datasets and top_k: under the tokenization cache's distill/."""
+def cached_topk(recipe: Recipe, teacher_folder: str, datasets: list, precision: str, cache_root: Path,
+                target: Path | None = None) -> dict:
+    """compute_topk, once per teacher, datasets and top_k: under the tokenization cache's distill/
+    (in `target` when the caller has cache_entry's folder already)."""
     from safetensors.torch import load_file, save_file
 
     method = recipe.method
-    target = cache_entry(recipe, teacher_folder, datasets, precision, cache_root)
+    target = target or cache_entry(recipe, teacher_folder, datasets, precision, cache_root)
     table = TOPK_FILE
 
     def build(folder: Path) -> None:
@@ -402,8 +404,9 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     if method.mode == "offline":
         phases.enter("teacher logits")
         sets = [train_set] + ([eval_set] if eval_set is not None else [])
-        table = cached_topk(recipe, folder, sets, precision, cache_dir())
-        cache = cache_entry(recipe, folder, sets, precision, cache_dir()) / TOPK_FILE
+        entry = cache_entry(recipe, folder, sets, precision, cache_dir())
+        table = cached_topk(recipe, folder, sets, precision, cache_dir(), entry)
+        cache = entry / TOPK_FILE
     train_set = train_set.add_column(ROW, list(range(len(train_set))))
     rows = len(train_set)
     if eval_set is not None:
