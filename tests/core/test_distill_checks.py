@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from tuiapp.core.config.recipe import parse_recipe
+from tuiapp.core.plan import distill as plan_distill
 from tuiapp.core.plan import estimate
 from tuiapp.core.prelaunch import distill_checks, door
 from tuiapp.core.store.runs import RunStore
@@ -86,3 +87,37 @@ def test_a_teacher_from_an_earlier_run_is_resolved_and_checked(tmp_path):
     assert resolved.method.teacher == str(final.resolve()) and recipe.method.teacher == "run:big"
     errors = [f for f in door.recipe_findings(recipe, store, tmp_path) if f.key == "method.teacher"]
     assert errors and "'tok0'" in errors[0].message  # its tokenizer differs from the student's
+
+
+def test_the_bundled_student_is_smaller_than_the_tiny_model_with_its_tokenizer():
+    student, tiny = estimate.load_model_config("tiny-student"), estimate.load_model_config("tiny")
+    assert student["num_hidden_layers"] < tiny["num_hidden_layers"] and student["hidden_size"] < tiny["hidden_size"]
+    assert student["vocab_size"] == tiny["vocab_size"]
+    assert estimate.count_parameters(student) < estimate.count_parameters(tiny) / 3
+    assert distill_checks.vocabulary_findings("tiny-student", "tiny-teacher", None) == []
+
+
+def test_the_chain_preset_names_its_missing_teacher_run(tmp_path):
+    from tuiapp.core.config.recipe import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "tiny-distill.toml")
+    assert recipe.model.name == "tiny-student" and recipe.method.teacher == "run:tiny-distill-teacher"
+    found = door.recipe_findings(recipe, RunStore(tmp_path / "runs"), base_dir=tmp_path)
+    errors = [f for f in found if f.level == "error"]
+    assert [f.key for f in errors] == ["method.teacher"], door.format_findings(found)
+    assert "tiny-distill-teacher" in errors[0].message and "train that run first" in errors[0].fix
+
+
+def test_the_teacher_cache_size_and_the_disk_it_needs():
+    offline = _recipe("tiny-teacher", 'top_k = 64\n[dataset]\nname = "demo:facts"\nmax_samples = 200\n'
+                      '[train]\nmax_seq_len = 32')
+    size = plan_distill.teacher_cache_size(offline)
+    assert size["examples"] == 200 and 200 <= size["tokens"] <= 200 * 32  # each example cut at max_seq_len
+    assert size["bytes"] == plan_distill.topk_cache_bytes(size["tokens"], 200, 64) == size["tokens"] * 64 * 8 + 201 * 8
+    online = _recipe("tiny-teacher", 'mode = "online"\n[dataset]\nname = "demo:facts"')
+    assert plan_distill.teacher_cache_size(online) is None
+    assert distill_checks.cache_disk_findings(offline, free_bytes=10 ** 12) == []
+    full = distill_checks.cache_disk_findings(offline, free_bytes=1000)
+    assert [f.key for f in full] == ["method.top_k"] and full[0].level == "error" and "top_k 64" in full[0].message
+    assert "smaller method.top_k" in full[0].fix
+    assert plan_distill.teacher_cache_text(size).startswith("disk         teacher cache ")

@@ -1,10 +1,14 @@
 """method 'distill' end to end through `llmtui run` (the real launcher, CPU ranks):
 
-- recipes/tiny-distill.toml (offline: the bundled tiny-teacher's top-k logits cached before
-  training) and the same recipe as plain SFT (same data, seed and steps), in one runs folder. The
-  distilled student's held-out KL to the teacher (trainer/distill.py:heldout_kl, the trainer's own
-  topk_kl on the cached teacher rows) falls by at least half from the tiny model it starts from and
-  ends below the SFT student's; the metric rows carry kl, ce, top1_agree and their eval_ forms.
+- the distillation chain, in one runs folder: recipes/tiny-distill-teacher.toml (SFT of the tiny
+  model: the teacher), then recipes/tiny-distill.toml (offline: that run's top-k logits, method.teacher
+  = 'run:tiny-distill-teacher', cached before training) into the smaller bundled 'tiny-student' (half
+  the layers and width, the same tokenizer), and the same recipe as plain SFT of tiny-student (same
+  data, seed and steps). The distilled student's held-out KL to the teacher
+  (trainer/distill.py:heldout_kl, the trainer's own topk_kl on the cached teacher rows) falls by at
+  least half from the student it starts from and ends below the SFT student's; the metric rows carry
+  kl, ce, top1_agree and their eval_ forms.
+- the estimate's disk row for the offline teacher cache, against that run's real cache file.
 - mode 'online' with on-policy batches (lmbda > 0) and the SFT run's final model as the teacher
   (method.teacher = 'run:NAME'): it succeeds and its rows count the batches the student answered."""
 
@@ -18,6 +22,7 @@ from tests.e2e.helpers import ROOT, llmtui, metrics, run_info
 pytestmark = pytest.mark.slow
 
 PRESET = ROOT / "recipes" / "tiny-distill.toml"
+TEACHER_PRESET = ROOT / "recipes" / "tiny-distill-teacher.toml"
 SFT_NAME = "tiny-sft-student"
 
 
@@ -60,9 +65,10 @@ def _run(runs: Path, recipe: Path, name: str) -> Path:
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("distill")
     folder = root / "runs"
+    teacher = _run(folder, TEACHER_PRESET, "tiny-distill-teacher")
     distill = _run(folder, PRESET, "tiny-distill")
     sft = _run(folder, _recipe_with_method(root / "sft.toml", SFT_NAME, 'kind = "sft"'), SFT_NAME)
-    return {"root": root, "runs": folder, "distill": distill, "sft": sft}
+    return {"root": root, "runs": folder, "teacher": teacher, "distill": distill, "sft": sft}
 
 
 def _events(run_dir: Path) -> list[dict]:
@@ -78,11 +84,12 @@ def test_tiny_distill_run_learns_the_teacher(runs):
     assert all(0 <= r["top1_agree"] <= 1 and r["ce"] > 0 for r in train)
     # the loss is alpha (0.5) x KL + (1 - alpha) x CE, per micro batch: one batch a step here
     assert all(abs(r["loss"] - (0.5 * r["kl"] + 0.5 * r["ce"])) < 1e-3 * max(1, r["loss"]) for r in train), train[:2]
-    evals = [r for r in metrics(run_dir) if r.get("split") == "eval"]  # held out, steps 6 and 12
-    assert len(evals) == 2 and evals[1]["eval_kl"] < evals[0]["eval_kl"], evals
-    assert evals[1]["eval_top1_agree"] > evals[0]["eval_top1_agree"] - 0.05 and "eval_ce" in evals[1]
+    evals = [r for r in metrics(run_dir) if r.get("split") == "eval"]  # held out, steps 6, 12, 18 and 24
+    assert len(evals) == 4 and evals[-1]["eval_kl"] < evals[0]["eval_kl"], evals
+    assert evals[-1]["eval_top1_agree"] > evals[0]["eval_top1_agree"] - 0.05 and "eval_ce" in evals[-1]
     distill = next(e for e in _events(run_dir) if e.get("event") == "distill")
-    assert distill["mode"] == "offline" and distill["top_k"] == 32 and "tiny-teacher" in distill["teacher"]
+    assert distill["mode"] == "offline" and distill["top_k"] == 32
+    assert distill["teacher"] == str((runs["teacher"] / "final").resolve())  # run:tiny-distill-teacher, resolved
     info = json.loads((run_dir / "final" / "llmtui.json").read_text())
     assert info["method"] == "distill" and info["weights"] == "sft"
     show = llmtui("show", run_dir.name, runs_dir=runs["runs"], timeout=60)
@@ -90,12 +97,19 @@ def test_tiny_distill_run_learns_the_teacher(runs):
 
 
 def test_the_distilled_student_beats_sft_on_held_out_kl(runs):
+    from transformers import AutoConfig
+
     from tuiapp.core.config.recipe import load_recipe
+    from tuiapp.trainer.bundled import resolve_model_path
     from tuiapp.trainer.distill import heldout_kl
-    from tuiapp.trainer.tiny import ensure_tiny_model
 
     recipe = load_recipe(PRESET)
-    start = heldout_kl(recipe, ensure_tiny_model())
+    recipe.method.teacher = str(runs["teacher"] / "final")  # what run:tiny-distill-teacher resolves to
+    student_start = resolve_model_path(recipe.model.name)  # the bundled tiny-student
+    student, teacher = (AutoConfig.from_pretrained(p) for p in (student_start, recipe.method.teacher))
+    assert student.num_hidden_layers < teacher.num_hidden_layers and student.hidden_size < teacher.hidden_size
+    assert Path(student_start, "tokenizer.json").read_text() == Path(recipe.method.teacher, "tokenizer.json").read_text()
+    start = heldout_kl(recipe, student_start)
     distilled = heldout_kl(recipe, runs["distill"] / "final")
     sft = heldout_kl(recipe, runs["sft"] / "final")
     figures = f"held-out KL: start {start['kl']:.3f}, distilled {distilled['kl']:.3f}, sft {sft['kl']:.3f}"
@@ -119,3 +133,29 @@ def test_online_on_policy_distillation_from_an_earlier_run(runs):
     assert sum(r["on_policy"] for r in train) >= 1, train  # batches whose answers the student sampled
     distill = next(e for e in _events(run_dir) if e.get("event") == "distill")
     assert distill["mode"] == "online" and distill["teacher"] == str((runs["sft"] / "final").resolve())
+
+
+def test_the_estimate_counts_the_teacher_cache_on_disk(runs):
+    """The estimate's disk row against the offline run's real cache file: the formula (top_k x (4-byte
+    id + 4-byte logit) per token + an offset per example) is exact, but for the safetensors header
+    (under 1 KB), given the real token count; the estimate guesses the tokens from the dataset's
+    characters and must land within 15% of the real file."""
+    from tuiapp.core.config.recipe import load_recipe
+    from tuiapp.core.plan import distill as plan
+    from tuiapp.core.plan.estimate import estimate_recipe, load_model_config
+
+    recipe = load_recipe(PRESET)
+    event = next(e for e in _events(runs["distill"]) if e.get("event") == "distill")
+    real = Path(event["cache"]).stat().st_size
+    assert real == event["cache_bytes"] and event["cache_tokens"] > 0
+    examples = recipe.dataset.max_samples  # the train and held-out rows, both cached
+    assert 0 <= real - plan.topk_cache_bytes(event["cache_tokens"], examples, recipe.method.top_k) < 1024
+    est = estimate_recipe(recipe, load_model_config(recipe.model.name), 1, cuda=False)
+    print(f"teacher cache: estimated {est.teacher_cache['bytes']:,} bytes ({est.teacher_cache['tokens']:,} tokens), "
+          f"real {real:,} bytes ({event['cache_tokens']:,} tokens)")
+    assert est.teacher_cache["examples"] == examples
+    assert abs(est.teacher_cache["bytes"] - real) <= 0.15 * real, (est.teacher_cache, real)
+    shown = llmtui("estimate", str(PRESET), runs_dir=runs["runs"], timeout=120)  # run:tiny-distill-teacher is there
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("disk"))
+    assert f"teacher cache {est.teacher_cache['bytes'] / 1e6:.1f} MB" in row and "96 examples" in row, row

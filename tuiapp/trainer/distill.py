@@ -190,16 +190,26 @@ def compute_topk(teacher, datasets: list, top_k: int, device) -> dict[str, torch
     return {"ids": torch.cat(ids_out), "logits": torch.cat(logits_out), "offsets": offsets}
 
 
-def cached_topk(recipe: Recipe, teacher_folder: str, datasets: list, precision: str, cache_root: Path) -> dict:
-    """compute_topk, once per teacher, datasets and top_k: under the tokenization cache's distill/."""
+TOPK_FILE = "topk.safetensors"
+
+
+def cache_entry(recipe: Recipe, teacher_folder: str, datasets: list, precision: str, cache_root: Path) -> Path:
+    """The folder cached_topk keeps the teacher's top-k in (TOPK_FILE), for these arguments."""
+    key = hashlib.sha256(json.dumps([CACHE_VERSION, _teacher_fingerprint(teacher_folder), recipe.method.top_k,
+                                     [_dataset_fingerprint(d) for d in datasets], precision],
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    return Path(cache_root) / "distill" / key
+
+
+def cached_topk(recipe: Recipe, teacher_folder: str, datasets: list, precision: str, cache_root: Path,
+                target: Path | None = None) -> dict:
+    """compute_topk, once per teacher, datasets and top_k: under the tokenization cache's distill/
+    (in `target` when the caller has cache_entry's folder already)."""
     from safetensors.torch import load_file, save_file
 
     method = recipe.method
-    key = hashlib.sha256(json.dumps([CACHE_VERSION, _teacher_fingerprint(teacher_folder), method.top_k,
-                                     [_dataset_fingerprint(d) for d in datasets], precision],
-                                    sort_keys=True).encode()).hexdigest()[:16]
-    target = Path(cache_root) / "distill" / key
-    table = "topk.safetensors"
+    target = target or cache_entry(recipe, teacher_folder, datasets, precision, cache_root)
+    table = TOPK_FILE
 
     def build(folder: Path) -> None:
         teacher = load_teacher(teacher_folder, precision, recipe.model.trust_remote_code)
@@ -390,11 +400,13 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     student = recipe.model_copy(update={"method": weights_method(method)})  # loaded as sft, or with its adapter
     tokenizer.padding_side = "right"  # the teacher's rows line up from each example's first token
     folder = teacher_path(method.teacher)
-    table = None
+    table = cache = None
     if method.mode == "offline":
         phases.enter("teacher logits")
         sets = [train_set] + ([eval_set] if eval_set is not None else [])
-        table = cached_topk(recipe, folder, sets, precision, cache_dir())
+        entry = cache_entry(recipe, folder, sets, precision, cache_dir())
+        table = cached_topk(recipe, folder, sets, precision, cache_dir(), entry)
+        cache = entry / TOPK_FILE
     train_set = train_set.add_column(ROW, list(range(len(train_set))))
     rows = len(train_set)
     if eval_set is not None:
@@ -437,7 +449,10 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     if _is_main():
         with JsonlWriter(RunDir(run_dir).events) as events:
             events.write({"time": time.time(), "event": ev.DISTILL, "teacher": folder, "mode": method.mode,
-                          "top_k": method.top_k if method.mode == "offline" else None})
+                          "top_k": method.top_k if method.mode == "offline" else None,
+                          # offline: the cache file, its size and the tokens it covers (the estimate's disk row)
+                          **({"cache": str(cache), "cache_bytes": cache.stat().st_size,
+                              "cache_tokens": int(table["offsets"][-1])} if cache is not None else {})})
     return trainer, recorder
 
 

@@ -583,6 +583,7 @@ class Estimate:
     vision: dict | None = None  # a VLM: {vision_tower, projector: parameters, image_tokens, trains: parts}
     optimizer: str = "adamw"  # train.optimizer's kind: the optimizer row's state is its own
     longest: list = field(default_factory=list)  # [(sequence_parallel degree, longest max_seq_len that fits)]
+    teacher_cache: dict | None = None  # distill offline: the teacher's cached top-k on disk (plan.distill)
 
     @property
     def total(self) -> int:
@@ -811,7 +812,14 @@ def estimate_recipe(
         server_share=memory_share(recipe.method) if server_gpu_count(recipe) else 0.0,
         vision=_vision_facts(model_config, recipe), optimizer=recipe.train.optimizer.kind,
         longest=_longest(model_config, recipe, knobs, world, n_gpus, precision, gpu_memory_bytes, share),
+        teacher_cache=_teacher_cache(recipe),
     )
+
+
+def _teacher_cache(recipe: Recipe) -> dict | None:
+    from tuiapp.core.plan.distill import teacher_cache_size
+
+    return teacher_cache_size(recipe)
 
 
 def _longest(config, recipe, knobs, world, per_node, precision, gpu_memory_bytes, share) -> list:
@@ -979,6 +987,10 @@ def format_estimate(est: Estimate) -> str:
     if est.vision:
         rows.append(_vision_row(est.vision))
     rows += _ram_rows(est)
+    if est.teacher_cache:  # distill offline: written once before training, kept in the cache
+        from tuiapp.core.plan.distill import teacher_cache_text
+
+        rows.append(teacher_cache_text(est.teacher_cache))
     if m.cpu_offload_total:
         rows.append(f"CPU offload  {m.cpu_offload_total / GB:.1f} GB per node")
     if est.pipeline:
@@ -1046,6 +1058,10 @@ def load_model_config(name: str, base_dir: str | Path | None = None, *,
     'run:NAME' must be resolved to a folder by the caller."""
     if name == "tiny":
         return dict(TINY_CONFIG)
+    from tuiapp.core.plan.distill import STUDENT_NAME, student_config
+
+    if name == STUDENT_NAME:  # the bundled distillation student
+        return student_config(TINY_CONFIG)
     if tiny_vlm.is_tiny_vlm(name):
         return tiny_vlm.estimate_config(name)
     local = Path(name).expanduser()

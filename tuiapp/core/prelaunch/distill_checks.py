@@ -5,13 +5,14 @@ distillation trainer does not take are refused."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from tuiapp.core.common.built_folder import cache_root
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
-from tuiapp.core.plan.distill import BUNDLED_TEACHERS
+from tuiapp.core.plan.distill import BUNDLED_TEACHERS, STUDENT_NAME, teacher_cache_size
 from tuiapp.core.plan.estimate import TINY_CONFIG, teacher_config
 from tuiapp.core.prelaunch import model_check
 
@@ -37,7 +38,27 @@ def findings(recipe: Recipe, base_dir: Path | None = None) -> list[Finding]:
         return out + [Finding("error", KEY, f"the teacher's config cannot be read: {exc.message}",
                               "point method.teacher at a complete HF model folder (config.json, weights, tokenizer)")]
     out += vocabulary_findings(recipe.model.name, teacher, config, base_dir)
-    return out
+    return out + cache_disk_findings(recipe, base_dir)
+
+
+def cache_disk_findings(recipe: Recipe, base_dir: Path | None = None, free_bytes: int | None = None) -> list[Finding]:
+    """mode 'offline': an error naming method.top_k when the teacher's cached top-k (the estimate's
+    figure, plan.distill.teacher_cache_size) would not fit the free disk at the cache folder."""
+    size = teacher_cache_size(recipe, base_dir)
+    if not size:
+        return []
+    if free_bytes is None:
+        root = cache_root()
+        while not root.exists() and root != root.parent:
+            root = root.parent
+        free_bytes = shutil.disk_usage(root).free
+    if size["bytes"] <= free_bytes:
+        return []
+    return [Finding("error", "method.top_k", f"the teacher's cached top-k logits need about "
+                    f"{size['bytes'] / 1e9:.1f} GB ({size['tokens']:,} tokens x top_k {recipe.method.top_k} x 8 bytes); "
+                    f"{free_bytes / 1e9:.1f} GB is free at {cache_root()}",
+                    "free disk space, set a smaller method.top_k or dataset.max_samples, point LLMTUI_CACHE "
+                    "at a larger disk, or use mode = 'online'")]
 
 
 def resolve_teacher(recipe: Recipe, store) -> Recipe:
@@ -118,7 +139,7 @@ def _bundled_tokenizer_folder() -> Path | None:
 
 def _side(name: str, base_dir: Path | None, config: dict | None) -> tuple[str, int | None, dict[str, int] | None]:
     """(how to name it, the embedding's vocab_size, its tokenizer's token -> id map or None)."""
-    if name in BUNDLED_TEACHERS or name == BUNDLED_MODEL:
+    if name in BUNDLED_TEACHERS or name in (BUNDLED_MODEL, STUDENT_NAME):
         folder = _bundled_tokenizer_folder()
         return "the bundled tiny tokenizer", TINY_CONFIG["vocab_size"], _vocab(folder) if folder else None
     folder = model_check.model_folder(name, base_dir)
@@ -135,7 +156,7 @@ def vocabulary_findings(student: str, teacher: str, teacher_cfg: dict | None,
                         base_dir: Path | None = None) -> list[Finding]:
     """An error naming method.teacher when the two tokenizers differ: another embedding size, another
     vocabulary size, or a sampled token with another id."""
-    if student in BUNDLED_TEACHERS and teacher in BUNDLED_TEACHERS:
+    if student in (*BUNDLED_TEACHERS, STUDENT_NAME) and teacher in BUNDLED_TEACHERS:
         return []  # one tokenizer by construction
     s_name, s_size, s_vocab = _side(student, base_dir, None)
     t_name, t_size, t_vocab = _side(teacher, base_dir, teacher_cfg)

@@ -26,6 +26,7 @@ from tuiapp.core.common.findings import Finding
 from tuiapp.core.common.methods import from_config, mergeable
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
+from tuiapp.core.plan.distill import STUDENT_NAME
 from tuiapp.core.plan.estimate import adapter_base
 from tuiapp.core.prelaunch.weights_check import weight_problems
 from tuiapp.core.run_folder import rundir
@@ -192,7 +193,7 @@ def check_model(name: str, *, method_kind: str = "lora", base_dir: Path | None =
                 cache_dir: str | Path | None = None, offline: bool | None = None,
                 label: str | None = None, allow_adapter: bool = True) -> list[Finding]:
     """Findings about model.name `name` ('run:NAME' already resolved to a folder); [] = fine."""
-    if name == BUNDLED_MODEL or is_tiny_vlm(name):
+    if name in (BUNDLED_MODEL, STUDENT_NAME) or is_tiny_vlm(name):
         return []
     label = label or name
     needs_weights = not from_config(method_kind)  # pretraining builds the model from its config
@@ -260,7 +261,7 @@ def model_findings(recipe: Recipe, base_dir: Path | None = None, *, label: str |
 def model_folder(name: str, base_dir: Path | None = None, cache_dir: str | Path | None = None) -> Path | None:
     """The folder whose config and tokenizer describe model.name, when it is here: a local model
     folder, an adapter folder's base, or a hub id's cached snapshot. None for 'tiny' and the rest."""
-    if name == BUNDLED_MODEL or is_tiny_vlm(name):
+    if name in (BUNDLED_MODEL, STUDENT_NAME) or is_tiny_vlm(name):
         return None
     local = Path(name).expanduser()
     if base_dir is not None and not local.is_absolute():
