@@ -430,6 +430,7 @@ def row_gb(text: str, name: str) -> float:
     return float(line[len(name) + 2:].split()[0])
 
 
+@pytest.mark.slow  # over ~3.5 s on 2 busy cores (6.5-7.2 s each of 4 in the fast tier)
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_estimate_uses_the_recipes_nodes_and_gpus_per_node(tmp_path, stage):
     recipe = (f'[model]\nname = "{BIG}"\n[method]\nkind = "sft"\n[train]\nprecision = "bf16"\n'

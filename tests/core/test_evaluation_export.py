@@ -117,6 +117,7 @@ def _lora_run(runs: Path, name: str, base: Path) -> Path:
     return run_dir
 
 
+@pytest.mark.slow  # over ~3.5 s on 2 busy cores (9.8 s in the fast tier)
 def test_an_adapter_whose_base_folder_is_gone_is_refused_before_any_work(tmp_path):
     # chat, eval, serve, merge and export --merge failed deep in transformers ("Repo id must be in the form...")
     import subprocess

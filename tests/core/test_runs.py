@@ -157,6 +157,7 @@ def test_names_and_notes_with_control_characters_are_refused_from_every_front_en
     assert meta.read_meta(run.path)["display_name"] == "plain name\twith a tab"
 
 
+@pytest.mark.slow  # over ~3.5 s on 2 busy cores (7.1 s in the fast tier)
 def test_show_gives_no_eta_for_a_run_that_has_ended(runs):
     # a stopped run at step 17/400 showed "ETA 8m00s", as if it were still training
     def show(run_id):

@@ -41,7 +41,7 @@ def long_records(path, count: int = 32) -> None:
 def recipe_text(data, micro_batch: str) -> str:
     return (f'name = "probe"\n[model]\nname = "tiny"\n[dataset]\nname = "{data}"\nformat = "alpaca"\n'
             f'[method]\nkind = "lora"\n[train]\nmicro_batch = {micro_batch}\nmax_micro_batch = 8\n'
-            "max_seq_len = 512\npacking = false\nmax_steps = 3\nmemory_headroom = 0.0\n")
+            "max_seq_len = 256\npacking = false\nmax_steps = 3\nmemory_headroom = 0.0\n")
 
 
 def test_probe_picks_a_micro_batch_and_an_auto_run_trains_with_it(tmp_path, runs_dir):

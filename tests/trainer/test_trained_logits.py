@@ -72,6 +72,7 @@ def test_the_loss_and_gradients_match_the_full_logits(lora_setup, tiny_model, la
         torch.testing.assert_close(kept_grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
+@pytest.mark.slow  # over ~3.5 s on 2 busy cores (10.7 s in the fast tier)
 def test_the_trainer_logs_the_same_losses(lora_setup, tiny_model, tmp_path):
     recipe, tokenizer, train_set = lora_setup
     varlen.install()

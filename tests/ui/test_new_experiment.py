@@ -532,6 +532,7 @@ def test_what_comes_before_the_rows_mount_reaches_them(tmp_path, monkeypatch):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~3.5 s on 2 busy cores (9.1 s in the fast tier)
 def test_the_rows_wait_while_keys_come(tmp_path, monkeypatch):
     """A key typed while the lower sections mount is shown before more rows mount: the filling
     waits until typing pauses (six rows and their layout took ~0.1 s, the key's frame after them)."""

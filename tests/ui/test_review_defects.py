@@ -34,6 +34,7 @@ async def open_recipe_form(pilot, recipe_path: Path) -> NewExperimentScreen:
 # ---------------------------------------------------------------- 3: the GRPO data preview
 
 
+@pytest.mark.slow  # over ~3.5 s on 2 busy cores (10.5 s in the fast tier)
 def test_grpo_records_preview_shows_prompts_and_reward_columns_not_a_format_error(tmp_path):
     async def scenario():
         app = test_app(tmp_path / "runs", tmp_path)
