@@ -22,10 +22,11 @@ from textual.worker import get_current_worker
 from tuiapp.core.common.methods import is_preference, is_rl
 from tuiapp.core.run_folder.metrics import source_tokens_text
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_number
-from tuiapp.core.run_folder.rundata import numpy_module
+from tuiapp.core.run_folder.rundata import needs_columns, numpy_module
 from tuiapp.core.run_folder.rundir import RunRecord
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import ACTIVE, Run
+from tuiapp.ui.columns_pool import build_all
 from tuiapp.ui.comparing import (
     AXES,
     AXIS_LABELS,
@@ -57,7 +58,7 @@ from tuiapp.ui.comparing import (
 )
 from tuiapp.ui.footer_keys import footer_by_priority
 from tuiapp.ui.history import row_from_record
-from tuiapp.ui.messages import CompareLoaded, MetricsAppended, RunStatusChanged
+from tuiapp.ui.messages import ColumnsProgress, CompareLoaded, MetricsAppended, RunStatusChanged
 from tuiapp.ui.widgets.charts import CompareChart, Line, View
 from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.key_footer import KeyFooter
@@ -78,6 +79,24 @@ def fill_table(table: DataTable, headers: list[str], rows: list[tuple[str | None
         table.add_column(header, width=width)
     for key, cells in rows:
         table.add_row(*cells, key=key)
+
+
+def fit_title(first: str, parts: list[str], names: str, width: int) -> str:
+    """A title line of at most `width` cells (markup): `first` whole, then as many of `parts` as
+    fit in their order, then `names` cut with … to the room left (left out under 8 cells)."""
+    def cells(markup: str) -> int:
+        return Text.from_markup(markup).cell_len
+
+    kept = [escape(first)] if first else []
+    for part in parts:
+        if cells(" · ".join([*kept, part])) <= width:
+            kept.append(part)
+    room = width - cells(" · ".join([*kept, ""])) if kept else width
+    if names and room >= 8:
+        text = Text(names)
+        text.truncate(room, overflow="ellipsis")
+        kept.append(escape(text.plain))
+    return " · ".join(kept)
 
 
 class CompareScreen(PaneDeckActions, Screen):
@@ -138,6 +157,7 @@ class CompareScreen(PaneDeckActions, Screen):
         self.only_differing = True
         self.preference = self.online_rl = False  # set from the runs' methods in compose
         self.loaded = False
+        self.reading: dict[str, str] = {}  # long runs without columns: run id -> queued / reading / read
         self._redraw_pending = False
         self._shown_statuses: tuple[str, ...] = ()
         self._smoothed: dict[tuple, tuple[int, list[float]]] = {}
@@ -204,21 +224,39 @@ class CompareScreen(PaneDeckActions, Screen):
 
     @work(thread=True, exclusive=True, group="compare")
     def load_runs(self) -> None:
+        """Runs with columns (their own, or the TUI's cache) are read here at once; long runs
+        without them get theirs made in worker processes, in parallel (columns_pool), each
+        loaded as soon as its columns are in, with its state shown meanwhile."""
         config = self.app.config
         root = config.runs_root
         worker = get_current_worker()
         numpy_module()  # here, not in the first chart's render on the UI thread (~0.15 s)
+        paths = [root / run_id for run_id in self.run_ids if (root / run_id).is_dir()]
+        slow = [path for path in paths if needs_columns(path)]
+        for path in slow:
+            self.post_message(ColumnsProgress(path.name, "queued"))
         batch: list[CompareRun] = []
         posted = time.monotonic()
-        for run_id in self.run_ids:
+        for path in paths:
             if worker.is_cancelled:
                 return
-            if (root / run_id).is_dir():
-                batch.append(load_compare_run(root / run_id))
+            if path not in slow:
+                batch.append(load_compare_run(path))
             if batch and time.monotonic() - posted > 1.0:  # slow reads: show the runs read so far
                 self.post_message(CompareLoaded(batch))
                 batch, posted = [], time.monotonic()
-        self.post_message(CompareLoaded(batch, done=True))  # its handler starts following the runs
+        if batch:
+            self.post_message(CompareLoaded(batch))
+
+        def built(path, ok: bool) -> None:
+            self.post_message(ColumnsProgress(path.name, "read"))
+            self.post_message(CompareLoaded([load_compare_run(path)]))
+
+        build_all(slow, lambda path: self.post_message(ColumnsProgress(path.name, "reading")), built,
+                  lambda: worker.is_cancelled)
+        if worker.is_cancelled:
+            return
+        self.post_message(CompareLoaded([], done=True))  # its handler starts following the runs
         prune_columns_cache(root)
 
     @work(thread=True, exclusive=True, group="compare-live")
@@ -249,8 +287,14 @@ class CompareScreen(PaneDeckActions, Screen):
 
     # ------------------------------------------------------------ handlers
 
+    def on_columns_progress(self, message: ColumnsProgress) -> None:
+        self.reading[message.run_id] = message.state
+        self._show_title()
+        self._show_legend()
+
     def on_compare_loaded(self, message: CompareLoaded) -> None:
         for run in message.runs:
+            self.reading.pop(run.id, None)
             index = self.run_ids.index(run.id)
             run.marker, run.color = MARKERS[index % len(MARKERS)], COLORS[index % len(COLORS)]
         self.runs += message.runs
@@ -413,6 +457,7 @@ class CompareScreen(PaneDeckActions, Screen):
 
     def on_resize(self) -> None:
         self._show_legend()
+        self._show_title()
         self.lay_out()
 
     def on_pane_deck_activated(self, message: PaneDeck.Activated) -> None:
@@ -457,6 +502,8 @@ class CompareScreen(PaneDeckActions, Screen):
             label = Text(run.label, style=("dim strike " if run.hidden else "") + style)
             value = "hidden" if run.hidden else fmt_number(values.get(run.label), ".4g")
             table.add_row(Text(run.marker, style=run.color.rstrip("+")), label, value)
+        for run_id, state in self.reading.items():  # long runs whose columns a worker process makes
+            table.add_row(Text("…", style="dim"), Text(run_id, style="dim"), Text(state, style="dim"))
         cursor = tick_label(self.cursor_x(), 0.01 if self.axis in ("time", "relative") else 1)
         head = Text.from_markup(f"[b]{escape(self.chart_metrics().get(metric, (metric,))[0])}[/] at {AXIS_LABELS[self.axis]} {cursor}\n")
         legend = Group(head, table, Text("\n↑↓ pick · h hide · ←→ cursor", style="dim"))
@@ -468,15 +515,25 @@ class CompareScreen(PaneDeckActions, Screen):
     # ------------------------------------------------------------ tables
 
     def _show_title(self) -> None:
-        names = ", ".join(r.label for r in self.runs)
-        # the loading state first, with its count: a long title is cut at its end, never this
-        loading = "" if self.loaded else f"loading {len(self.runs)}/{len(self.run_ids)} runs… · "
-        keys = "differing keys" if self.only_differing else "all keys"
+        """One line, fitted to the width: the loading state first (never cut), then the axis, the
+        smoothing, the scale, the config's keys, the runs' names; what does not fit is dropped
+        from the end (the names cut with …; the legend and the tables have them whole)."""
+        loading = ""
+        if not self.loaded:
+            loading = f"loading {len(self.runs)}/{len(self.run_ids)} runs"
+            busy = sum(1 for state in self.reading.values() if state == "reading")
+            if self.reading:
+                loading += f" ({busy} reading metrics.jsonl, {len(self.reading)} left)"
+            loading += "…"
         slider = "▮" * self.smoothing + "▯" * (len(SMOOTHING) - 1 - self.smoothing)
-        scale = "log" if self.log_y else "linear"
+        parts = [
+            f"{len(self.run_ids)} runs by [b]{AXIS_LABELS[self.axis]}[/]",
+            f"smooth {slider} {self.smoothing_weight:g}",
+            f"y {'log' if self.log_y else 'linear'}",
+            f"config: {'differing keys' if self.only_differing else 'all keys'}",
+        ]
         self.query_one("#cmp-title", Static).update(
-            f"{loading}{len(self.run_ids)} runs by [b]{AXIS_LABELS[self.axis]}[/] · smooth {slider} {self.smoothing_weight:g} · "
-            f"y {scale} · config: {keys} · {escape(names)}")
+            fit_title(loading, parts, ", ".join(r.label for r in self.runs), max(20, self.size.width - 2)))
 
     def _show_config(self) -> None:
         rows = [(key, [key, *[show_value(v) for v in values]])
