@@ -11,10 +11,11 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from textual import work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static, Tabs
 from textual.worker import get_current_worker
@@ -40,10 +41,12 @@ from tuiapp.ui.comparing import (
     ROBUST_METRICS,
     SMOOTHING,
     CompareRun,
+    abbreviate,
     chart_id,
     config_rows,
     default_x_range,
     ema,
+    fit_columns,
     has_benchmarks,
     label_runs,
     load_compare_run,
@@ -67,13 +70,19 @@ from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
 CURSOR_STEPS = 60  # left/right move the cursor by 1/60 of the range shown (shift: 1/10)
 
 
-def fill_table(table: DataTable, headers: list[str], rows: list[tuple[str | None, list[str]]]) -> None:
-    """Replace a table's columns and rows, each column as wide as its widest cell: a DataTable
-    left to size its columns measures new rows on its next idle, so the frame drawn before that
-    showed every column cut to its label's width."""
+def cell_widths(headers: list[str], rows: list[tuple[str | None, list[str]]]) -> list[int]:
     widths = [cell_len(header) for header in headers]
     for _, cells in rows:
         widths = [max(width, cell_len(str(cell))) for width, cell in zip(widths, cells, strict=True)]
+    return widths
+
+
+def fill_table(table: DataTable, headers: list[str], rows: list[tuple[str | None, list[str]]],
+               widths: list[int] | None = None) -> None:
+    """Replace a table's columns and rows, each column as wide as its widest cell (or `widths`):
+    a DataTable left to size its columns measures new rows on its next idle, so the frame drawn
+    before that showed every column cut to its label's width."""
+    widths = widths or cell_widths(headers, rows)
     table.clear(columns=True)
     for header, width in zip(headers, widths, strict=True):
         table.add_column(header, width=width)
@@ -99,6 +108,16 @@ def fit_title(first: str, parts: list[str], names: str, width: int) -> str:
     return " · ".join(kept)
 
 
+class ConfigTable(DataTable):
+    """The config pane's table: says when its width changed (its columns are fitted to it)."""
+
+    class Resized(Message):
+        pass
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.post_message(self.Resized())
+
+
 class CompareScreen(PaneDeckActions, Screen):
     CSS = """
     CompareScreen #cmp-body { height: 1fr; }
@@ -113,9 +132,11 @@ class CompareScreen(PaneDeckActions, Screen):
     CompareScreen.-wide #cmp-deck > #deck-body { grid-size: 2; }
     CompareScreen.-wide #cmp-deck > #deck-body > .pane.-offpage { display: none; }
     CompareScreen.-wide.-paged #cmp-deck > #deck-tabs { display: block; }
+    CompareScreen #cmp-config-detail { height: auto; max-height: 40%; padding: 0 1; border-top: solid $border-blurred; }
     """
     PANE_ROWS = 14  # a pane shown in the grid gets at least this many rows (about 8 of plot)
     PANE_CELLS = 42  # and this many columns
+    WIDE_PANES = ("cmp-config-pane", "cmp-summary-pane")  # a whole row of the grid each: run columns side by side
     ALLOW_IN_MAXIMIZED_VIEW = "Footer, #cmp-zoom-legend"  # z on a chart keeps its legend beside it
     AUTO_FOCUS = None  # the cursor keys move the chart's cursor; tab reaches the tables
     # what an 80-column footer keeps (whole keys; the help screen and the palette list every one)
@@ -184,7 +205,8 @@ class CompareScreen(PaneDeckActions, Screen):
         with Horizontal(id="cmp-body"):
             yield PaneDeck(
                 *panes,
-                Pane("Config", DataTable(id="cmp-config", cursor_type="row", zebra_stripes=True, fixed_columns=1), id="cmp-config-pane"),
+                Pane("Config", ConfigTable(id="cmp-config", cursor_type="row", zebra_stripes=True, fixed_columns=1),
+                     Static("", id="cmp-config-detail"), id="cmp-config-pane"),
                 Pane("Summary", DataTable(id="cmp-summary", cursor_type="row", zebra_stripes=True), id="cmp-summary-pane"),
                 Pane("Samples", VerticalScroll(Static("", id="cmp-samples")), id="cmp-samples-pane"),
                 id="cmp-deck",
@@ -478,14 +500,30 @@ class CompareScreen(PaneDeckActions, Screen):
         columns = max(1, min(3, (self.size.width - legend) // self.PANE_CELLS))
         rows = max(1, min(2, (self.size.height - 5) // self.PANE_ROWS))  # header, title, tabs, footer
         per_page = columns * rows
-        paged = len(deck.panes) > per_page
+        pages = self._pages(deck.panes, columns, per_page)
+        paged = len(set(pages)) > 1
         ids = [pane.id for pane in deck.panes]
-        first = (ids.index(deck.active_id) // per_page) * per_page if deck.active_id in ids else 0
-        for index, pane in enumerate(deck.panes):
-            pane.set_class(not first <= index < first + per_page, "-offpage")
+        shown = pages[ids.index(deck.active_id)] if deck.active_id in ids else 0
+        for page, pane in zip(pages, deck.panes, strict=True):
+            pane.set_class(page != shown, "-offpage")
+            pane.styles.column_span = columns if pane.id in self.WIDE_PANES else 1
         body.styles.grid_size_columns = columns
         body.styles.grid_size_rows = rows
         self.set_class(paged, "-paged")
+
+    def _pages(self, panes, columns: int, per_page: int) -> list[int]:
+        """The page of each pane in a grid of `columns` x (per_page / columns): a chart takes one
+        cell, a table (WIDE_PANES) a whole row, so that its run columns and values are readable."""
+        pages, page, cell = [], 0, 0
+        for pane in panes:
+            width = columns if pane.id in self.WIDE_PANES else 1
+            # a grid puts a pane that spans the row beside the one before it, not under it: a
+            # table starts a page of its own unless it comes at the start of a row
+            if cell + width > per_page or (width > 1 and cell % columns):
+                page, cell = page + 1, 0
+            pages.append(page)
+            cell += width
+        return pages
 
     def _show_legend(self) -> None:
         active = self.query_one(PaneDeck).active_id
@@ -536,11 +574,59 @@ class CompareScreen(PaneDeckActions, Screen):
             fit_title(loading, parts, ", ".join(r.label for r in self.runs), max(20, self.size.width - 2)))
 
     def _show_config(self) -> None:
-        rows = [(key, [key, *[show_value(v) for v in values]])
-                for key, values in config_rows([r.recipe for r in self.runs], self.only_differing)]
+        """The keys and each run's value, fitted to the pane's width: a long value, key or run
+        label is cut in its middle (…); the highlighted row's full values show under the table."""
+        table = self.query_one("#cmp-config", DataTable)
+        full = [(key, values) for key, values in config_rows([r.recipe for r in self.runs], self.only_differing)]
+        rows = [(key, [key, *[show_value(v) for v in values]]) for key, values in full]
         if not rows:
             rows = [(None, ["(the recipes are identical; a shows all keys)", *["" for _ in self.runs]])]
-        fill_table(self.query_one("#cmp-config", DataTable), ["key", *[run.label for run in self.runs]], rows)
+        self._config_full = dict(full)
+        headers = ["key", *[run.label for run in self.runs]]
+        room = self._config_room()
+        self._config_fitted = room
+        widths = fit_columns(cell_widths(headers, rows), room) if rows[0][0] is not None else None
+        if widths:
+            headers = [abbreviate(header, width) for header, width in zip(headers, widths, strict=True)]
+            rows = [(key, [abbreviate(cell, width) for cell, width in zip(cells, widths, strict=True)]) for key, cells in rows]
+        cursor = table.cursor_row
+        fill_table(table, headers, rows, widths)
+        if rows and 0 < cursor < len(rows):
+            table.move_cursor(row=cursor, animate=False)
+        self._show_config_detail()
+
+    def _config_room(self) -> int:
+        """The cells the config table's columns may take: its width less a vertical scrollbar's."""
+        table = self.query_one("#cmp-config", DataTable)
+        width = table.size.width or max(40, self.size.width - 30)
+        return max(20, width - 2)
+
+    def on_config_table_resized(self, message: ConfigTable.Resized) -> None:
+        if self.runs and self._config_room() != getattr(self, "_config_fitted", None):
+            self._show_config()
+
+    @on(DataTable.RowHighlighted, "#cmp-config")
+    def _config_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_config_detail()
+
+    def _show_config_detail(self) -> None:
+        """The highlighted key and every run's whole value (and whole label), wrapped."""
+        table = self.query_one("#cmp-config", DataTable)
+        detail = self.query_one("#cmp-config-detail", Static)
+        full = getattr(self, "_config_full", {})
+        key = None
+        if table.row_count and 0 <= table.cursor_row < table.row_count:
+            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        if key not in full:
+            detail.display = False
+            return
+        text = Text(key, style="bold")
+        for run, value in zip(self.runs, full[key], strict=False):
+            text.append("\n")
+            text.append(f"{run.marker} {run.label}: ", style="dim")
+            text.append(show_value(value))
+        detail.display = True
+        detail.update(text)
 
     def _statuses(self, now: float) -> tuple[str, ...]:
         return tuple(run.row.view(now).key for run in self.runs)
