@@ -30,7 +30,7 @@ from tuiapp.ui.alerts import run_alerts, sweep_alerts
 from tuiapp.ui.columns_pool import build_all
 from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.groups import GroupRow, read_groups
-from tuiapp.ui.history import HistoryLoader, RunRow, detail_text, with_meta
+from tuiapp.ui.history import HistoryLoader, Rotation, RunRow, detail_text, with_meta
 from tuiapp.ui.history_model import FLAGGED, HistoryModel
 from tuiapp.ui.manage_keys import HISTORY_BINDINGS, META_BINDINGS, HistoryManageActions, Target
 from tuiapp.ui.messages import (
@@ -201,12 +201,15 @@ class HomeScreen(HistoryManageActions, Screen):
         config = self.app.config
         worker = get_current_worker()
         watch = AfterWatch()
+        rotation = Rotation()  # finished runs: a share per poll, in turn (active ones every poll)
         while not worker.is_cancelled:
             if self.summarized:  # after the first load: it read every run's latest eval itself
                 try:
-                    runs = [(row.id, row.path) for row in list(self.model.rows.values())]
+                    rows = list(self.model.rows.values())
                 except RuntimeError:  # the rows changed while copied: next time
-                    runs = []
+                    rows = []
+                runs = [(row.id, row.path) for row in rows if row.status in ACTIVE]
+                runs += rotation.take([(row.id, row.path) for row in rows if row.status not in ACTIVE])
                 found = watch.poll(runs)
                 if found:
                     self.post_message(AfterTrainingRead(found))
@@ -221,13 +224,26 @@ class HomeScreen(HistoryManageActions, Screen):
         config = self.app.config
         worker = get_current_worker()
         shown: dict[str, str] = {}  # nothing served: nothing to say
+        rotation = Rotation()  # a share of the runs per poll, in turn; those served every poll
+        records: dict[str, dict] = {}  # each run's server as last looked at
+        whole = False  # every run looked at once, all of them read
         while not worker.is_cancelled:
             try:
                 paths = [row.path for row in list(self.model.rows.values())] if self.model else []
             except RuntimeError:  # the rows changed while copied: next time
                 paths = None
             if paths is not None:
-                found = {run_id: served.url_of(record) for run_id, record in served.live_records(paths).items()}
+                if whole and not once:
+                    paths = [path for path in paths if path.name in records] + rotation.take(paths)
+                else:
+                    whole = self.loaded
+                    records = {}
+                live = served.live_records(paths)
+                for path in paths:  # the runs not looked at this time keep their state
+                    records.pop(path.name, None)
+                records.update(live)
+                live = dict(records)
+                found = {run_id: served.url_of(record) for run_id, record in live.items()}
                 if found != shown:
                     shown = found
                     self.post_message(ServingChanged(found))
