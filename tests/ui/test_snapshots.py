@@ -116,6 +116,23 @@ def test_compare_config_80x24(snap_compare, runs_root, tmp_path):
     assert snap_compare(_app(runs_root, tmp_path), terminal_size=(80, 24), run_before=run_before)
 
 
+def test_compare_config_120x36(snap_compare, runs_root, tmp_path):
+    """At 120x36 the config pane takes a whole row of the grid: three runs' columns side by side,
+    long values cut in their middle, the highlighted key's whole values under the table."""
+    ids = [RunStore(runs_root).get(name).id for name in ("baseline", "high-lr", "sft")]
+
+    async def run_before(pilot):
+        await _home_ready(pilot)
+        pilot.app.push_screen(CompareScreen(ids))
+        await _compare_ready(pilot)
+        await pilot.press("6")
+        pilot.app.screen.query_one("#cmp-config").focus()
+        await pilot.press("down", "down")
+        await pilot.pause()
+
+    assert snap_compare(_app(runs_root, tmp_path), terminal_size=(120, 36), run_before=run_before)
+
+
 @pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
 @pytest.mark.slow  # over ~5 s on 2 busy cores
 def test_compare_zoomed_chart_with_its_legend(snap_compare, runs_root, tmp_path, size):

@@ -11,6 +11,7 @@ import tomllib
 from textual.fuzzy import Matcher
 
 from tuiapp.core.config.recipe import BUNDLED_MODEL
+from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store.runs import RunStore
 
 DEMO_DATASETS = ["demo:facts", "demo:chat", "demo:text"]
@@ -43,9 +44,17 @@ def run_models(store: RunStore) -> list[str]:
     return sorted(set(names))
 
 
-def model_candidates(store: RunStore, cache_dirs: list[Path]) -> list[str]:
-    """The bundled model, the HF cache's, then `run:NAME`s (the many ones last: see FUZZY_SCAN)."""
-    return [BUNDLED_MODEL, *cached_hub_models(cache_dirs), *run_models(store)]
+def run_models_of(runs: list[tuple[str, str, Path]]) -> list[str]:
+    """`run_models` from runs already read (the history's rows: name, status, folder): a stat of
+    each succeeded run's final model instead of every run.json read again."""
+    names = {f"run:{name}" for name, status, path in runs if status == "succeeded" and RunDir(path).final.is_dir()}
+    return sorted(names)
+
+
+def model_candidates(store: RunStore, cache_dirs: list[Path], runs: list[tuple[str, str, Path]] | None = None) -> list[str]:
+    """The bundled model, the HF cache's, then `run:NAME`s (the many ones last: see FUZZY_SCAN);
+    those of `runs` when given (the history's rows), else of every run folder's run.json."""
+    return [BUNDLED_MODEL, *cached_hub_models(cache_dirs), *(run_models(store) if runs is None else run_models_of(runs))]
 
 
 def local_datasets(base_dir: Path, limit: int = 50) -> list[str]:

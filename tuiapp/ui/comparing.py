@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import tomllib
+from rich.cells import cell_len
 
 from tuiapp.core.run_folder import benchmarks, evals, provenance
 from tuiapp.core.run_folder.metrics import JsonlReader, preference_best
@@ -423,6 +424,48 @@ def show_value(value: Any) -> str:
     if isinstance(value, str):
         return value if value else '""'
     return str(value)
+
+
+def abbreviate(text: str, width: int) -> str:
+    """`text` in at most `width` cells: whole when it fits, else its start and its end with …
+    between (both ends of a path or a model id say the most)."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "…" if width == 1 else ""
+    head_room = (width - 1) // 2
+    tail_room = width - 1 - head_room  # the end (a file's name, a version) gets the odd cell
+    head = ""
+    for char in text:
+        if cell_len(head + char) > head_room:
+            break
+        head += char
+    tail = ""
+    for char in reversed(text):
+        if cell_len(char + tail) > tail_room:
+            break
+        tail = char + tail
+    return f"{head}…{tail}"
+
+
+def fit_columns(widths: list[int], room: int, padding: int = 2, least: int = 8, key_share: float = 0.4) -> list[int]:
+    """Widths for a table's columns in `room` cells (each column also takes `padding`): their
+    widest cells when all fit; else the first column (the keys) up to `key_share` of the room,
+    the others sharing the rest evenly (a narrow one gives what it does not need to the wide
+    ones), none under `least` (narrower rooms scroll sideways)."""
+    available = room - padding * len(widths)
+    if not widths or sum(widths) <= available:
+        return list(widths)
+    first = min(widths[0], max(least, int(available * key_share)))
+    rest = available - first
+    out = [first] + [0] * (len(widths) - 1)
+    left = sorted(range(1, len(widths)), key=lambda i: widths[i])
+    while left:
+        share = rest // len(left)
+        index = left.pop(0)
+        out[index] = max(least, min(widths[index], share))
+        rest -= out[index]
+    return out
 
 
 def sample_rows(runs: list[CompareRun]) -> list[tuple[float, str, list[str | None]]]:

@@ -434,6 +434,29 @@ class PreferenceBest:
         return self.eval_best.get(name, self.train_best.get(name))
 
 
+POLL_SHARE = 1000  # finished runs whose files one poll looks at (every run within len/POLL_SHARE polls)
+
+
+class Rotation:
+    """A bounded share of a long list per poll, in turn: with 10,000 finished runs a poll stats
+    1,000 of them (each is looked at every 10 polls, ~20 s) instead of all 10,000 every 2 s,
+    which kept a core 12-19 % busy doing nothing. Lists up to `size` are taken whole."""
+
+    def __init__(self, size: int = POLL_SHARE) -> None:
+        self.size = size
+        self.start = 0
+
+    def take(self, items: list) -> list:
+        if len(items) <= self.size:
+            return items
+        start = self.start % len(items)
+        out = items[start : start + self.size]
+        if len(out) < self.size:
+            out += items[: self.size - len(out)]
+        self.start = start + self.size
+        return out
+
+
 class HistoryLoader:
     """Reads the runs folder for the home screen: the screen reads the first screenful with it,
     then one worker thread owns it."""
@@ -444,6 +467,7 @@ class HistoryLoader:
         self.active: dict[str, tuple[JsonlReader, LiveSummary, RunRow]] = {}
         self.removed: list[str] = []  # run folders gone since the last poll (deleted to the trash)
         self._positions: dict[str, int] | None = None  # the queue, read at most once per load or poll
+        self.rotation = Rotation()  # finished runs' files: a share of them per poll, in turn
 
     def _position(self, run: Run) -> int | None:
         if run.status != "queued":
@@ -512,8 +536,9 @@ class HistoryLoader:
         changed = []
         self.removed = []
         self._positions = None
-        for run_id, seen in list(self.known.items()):
-            if run_id in self.active:
+        for run_id in self.rotation.take([run_id for run_id in self.known if run_id not in self.active]):
+            seen = self.known.get(run_id)
+            if seen is None:
                 continue
             path = self.store.root / run_id
             stamp = _stamp(path)

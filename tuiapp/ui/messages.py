@@ -157,6 +157,15 @@ class CompareLoaded(Message):
 
 
 @dataclass(eq=False)
+class ColumnsProgress(Message):
+    """A long run without columns, read in a worker process: `state` is "queued", "reading"
+    (a process parses its metrics.jsonl) or "read" (its columns are in; the run loads next)."""
+
+    run_id: str
+    state: str
+
+
+@dataclass(eq=False)
 class RunsRemoved(Message):
     """Run folders are gone from the runs folder (deleted to the trash, here or from the CLI)."""
 

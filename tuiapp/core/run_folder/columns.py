@@ -102,3 +102,28 @@ def load(path: Path, metrics_path: Path) -> tuple[dict, dict[str, array], int] |
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
     return header, columns, stat.st_ino
+
+
+def holds(path: Path, metrics_path: Path) -> bool:
+    """Whether a snapshot at `path` holds for metrics.jsonl as it is now: `load`'s checks from
+    its header alone (the file's size, not its arrays), so that asking is cheap."""
+    try:
+        with open(path, "rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            if not 0 < size <= _MAX_HEADER:
+                return False
+            header = orjson.loads(handle.read(size))
+        counts = [int(count) for _, count in header["arrays"]]
+        if path.stat().st_size != 8 + size + 8 * sum(counts):
+            return False
+        if header.get("version") != VERSION or header.get("byteorder") != sys.byteorder:
+            return False
+        stat = metrics_path.stat()
+        covered = header["covered"]
+        if header["inode"] != stat.st_ino or not 0 <= covered <= stat.st_size:
+            return False
+        with open(metrics_path, "rb") as handle:
+            handle.seek(max(0, covered - _TAIL))
+            return handle.read(min(covered, _TAIL)).hex() == header["tail"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return False

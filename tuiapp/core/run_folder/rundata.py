@@ -284,6 +284,31 @@ def summarise_run(run_dir: Path) -> None:
         pass
 
 
+def needs_columns(run_dir: Path) -> bool:
+    """Whether a first read of the run's metrics would parse a long metrics.jsonl whole: it is
+    over SUMMARISE_MIN_BYTES and neither the trainer's metrics.columns nor the TUI's cache holds
+    for it (an older llmtui's run, a deleted cache). Cheap: stats and the snapshots' headers."""
+    metrics_path = RunDir(run_dir).metrics
+    try:
+        if metrics_path.stat().st_size < SUMMARISE_MIN_BYTES:
+            return False
+    except OSError:
+        return False
+    return not (columns.holds(columns_path(run_dir), metrics_path) or columns.holds(columns_cache(run_dir), metrics_path))
+
+
+def build_columns(run_dir: Path) -> bool:
+    """Parse a run's metrics.jsonl once and leave its columns in the TUI's cache (for a worker
+    process: the UI then loads them in milliseconds); whether a snapshot holds afterwards."""
+    metrics_path = RunDir(run_dir).metrics
+    try:
+        data, reader = read_run_data(metrics_path)
+        save_columns(data, metrics_path, reader.offset - len(reader._partial), columns_cache(run_dir))
+    except Exception:  # a cache: the reader parses metrics.jsonl itself when there is none
+        return False
+    return columns.holds(columns_cache(run_dir), metrics_path)
+
+
 def read_run_data(metrics_path: Path, cache_path: Path | None = None) -> tuple[RunData, JsonlReader]:
     """A run's metrics as RunData, and the reader to follow the file from where it stopped.
 

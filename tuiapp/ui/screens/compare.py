@@ -11,10 +11,11 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from textual import work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static, Tabs
 from textual.worker import get_current_worker
@@ -22,10 +23,11 @@ from textual.worker import get_current_worker
 from tuiapp.core.common.methods import is_preference, is_rl
 from tuiapp.core.run_folder.metrics import source_tokens_text
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_number
-from tuiapp.core.run_folder.rundata import numpy_module
+from tuiapp.core.run_folder.rundata import needs_columns, numpy_module
 from tuiapp.core.run_folder.rundir import RunRecord
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import ACTIVE, Run
+from tuiapp.ui.columns_pool import build_all
 from tuiapp.ui.comparing import (
     AXES,
     AXIS_LABELS,
@@ -39,10 +41,12 @@ from tuiapp.ui.comparing import (
     ROBUST_METRICS,
     SMOOTHING,
     CompareRun,
+    abbreviate,
     chart_id,
     config_rows,
     default_x_range,
     ema,
+    fit_columns,
     has_benchmarks,
     label_runs,
     load_compare_run,
@@ -57,7 +61,7 @@ from tuiapp.ui.comparing import (
 )
 from tuiapp.ui.footer_keys import footer_by_priority
 from tuiapp.ui.history import row_from_record
-from tuiapp.ui.messages import CompareLoaded, MetricsAppended, RunStatusChanged
+from tuiapp.ui.messages import ColumnsProgress, CompareLoaded, MetricsAppended, RunStatusChanged
 from tuiapp.ui.widgets.charts import CompareChart, Line, View
 from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.key_footer import KeyFooter
@@ -66,18 +70,52 @@ from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
 CURSOR_STEPS = 60  # left/right move the cursor by 1/60 of the range shown (shift: 1/10)
 
 
-def fill_table(table: DataTable, headers: list[str], rows: list[tuple[str | None, list[str]]]) -> None:
-    """Replace a table's columns and rows, each column as wide as its widest cell: a DataTable
-    left to size its columns measures new rows on its next idle, so the frame drawn before that
-    showed every column cut to its label's width."""
+def cell_widths(headers: list[str], rows: list[tuple[str | None, list[str]]]) -> list[int]:
     widths = [cell_len(header) for header in headers]
     for _, cells in rows:
         widths = [max(width, cell_len(str(cell))) for width, cell in zip(widths, cells, strict=True)]
+    return widths
+
+
+def fill_table(table: DataTable, headers: list[str], rows: list[tuple[str | None, list[str]]],
+               widths: list[int] | None = None) -> None:
+    """Replace a table's columns and rows, each column as wide as its widest cell (or `widths`):
+    a DataTable left to size its columns measures new rows on its next idle, so the frame drawn
+    before that showed every column cut to its label's width."""
+    widths = widths or cell_widths(headers, rows)
     table.clear(columns=True)
     for header, width in zip(headers, widths, strict=True):
         table.add_column(header, width=width)
     for key, cells in rows:
         table.add_row(*cells, key=key)
+
+
+def fit_title(first: str, parts: list[str], names: str, width: int) -> str:
+    """A title line of at most `width` cells (markup): `first` whole, then as many of `parts` as
+    fit in their order, then `names` cut with … to the room left (left out under 8 cells)."""
+    def cells(markup: str) -> int:
+        return Text.from_markup(markup).cell_len
+
+    kept = [escape(first)] if first else []
+    for part in parts:
+        if cells(" · ".join([*kept, part])) <= width:
+            kept.append(part)
+    room = width - cells(" · ".join([*kept, ""])) if kept else width
+    if names and room >= 8:
+        text = Text(names)
+        text.truncate(room, overflow="ellipsis")
+        kept.append(escape(text.plain))
+    return " · ".join(kept)
+
+
+class ConfigTable(DataTable):
+    """The config pane's table: says when its width changed (its columns are fitted to it)."""
+
+    class Resized(Message):
+        pass
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.post_message(self.Resized())
 
 
 class CompareScreen(PaneDeckActions, Screen):
@@ -94,9 +132,11 @@ class CompareScreen(PaneDeckActions, Screen):
     CompareScreen.-wide #cmp-deck > #deck-body { grid-size: 2; }
     CompareScreen.-wide #cmp-deck > #deck-body > .pane.-offpage { display: none; }
     CompareScreen.-wide.-paged #cmp-deck > #deck-tabs { display: block; }
+    CompareScreen #cmp-config-detail { height: auto; max-height: 40%; padding: 0 1; border-top: solid $border-blurred; }
     """
     PANE_ROWS = 14  # a pane shown in the grid gets at least this many rows (about 8 of plot)
     PANE_CELLS = 42  # and this many columns
+    WIDE_PANES = ("cmp-config-pane", "cmp-summary-pane")  # a whole row of the grid each: run columns side by side
     ALLOW_IN_MAXIMIZED_VIEW = "Footer, #cmp-zoom-legend"  # z on a chart keeps its legend beside it
     AUTO_FOCUS = None  # the cursor keys move the chart's cursor; tab reaches the tables
     # what an 80-column footer keeps (whole keys; the help screen and the palette list every one)
@@ -138,6 +178,7 @@ class CompareScreen(PaneDeckActions, Screen):
         self.only_differing = True
         self.preference = self.online_rl = False  # set from the runs' methods in compose
         self.loaded = False
+        self.reading: dict[str, str] = {}  # long runs without columns: run id -> queued / reading / read
         self._redraw_pending = False
         self._shown_statuses: tuple[str, ...] = ()
         self._smoothed: dict[tuple, tuple[int, list[float]]] = {}
@@ -164,7 +205,8 @@ class CompareScreen(PaneDeckActions, Screen):
         with Horizontal(id="cmp-body"):
             yield PaneDeck(
                 *panes,
-                Pane("Config", DataTable(id="cmp-config", cursor_type="row", zebra_stripes=True, fixed_columns=1), id="cmp-config-pane"),
+                Pane("Config", ConfigTable(id="cmp-config", cursor_type="row", zebra_stripes=True, fixed_columns=1),
+                     Static("", id="cmp-config-detail"), id="cmp-config-pane"),
                 Pane("Summary", DataTable(id="cmp-summary", cursor_type="row", zebra_stripes=True), id="cmp-summary-pane"),
                 Pane("Samples", VerticalScroll(Static("", id="cmp-samples")), id="cmp-samples-pane"),
                 id="cmp-deck",
@@ -204,21 +246,39 @@ class CompareScreen(PaneDeckActions, Screen):
 
     @work(thread=True, exclusive=True, group="compare")
     def load_runs(self) -> None:
+        """Runs with columns (their own, or the TUI's cache) are read here at once; long runs
+        without them get theirs made in worker processes, in parallel (columns_pool), each
+        loaded as soon as its columns are in, with its state shown meanwhile."""
         config = self.app.config
         root = config.runs_root
         worker = get_current_worker()
         numpy_module()  # here, not in the first chart's render on the UI thread (~0.15 s)
+        paths = [root / run_id for run_id in self.run_ids if (root / run_id).is_dir()]
+        slow = [path for path in paths if needs_columns(path)]
+        for path in slow:
+            self.post_message(ColumnsProgress(path.name, "queued"))
         batch: list[CompareRun] = []
         posted = time.monotonic()
-        for run_id in self.run_ids:
+        for path in paths:
             if worker.is_cancelled:
                 return
-            if (root / run_id).is_dir():
-                batch.append(load_compare_run(root / run_id))
+            if path not in slow:
+                batch.append(load_compare_run(path))
             if batch and time.monotonic() - posted > 1.0:  # slow reads: show the runs read so far
                 self.post_message(CompareLoaded(batch))
                 batch, posted = [], time.monotonic()
-        self.post_message(CompareLoaded(batch, done=True))  # its handler starts following the runs
+        if batch:
+            self.post_message(CompareLoaded(batch))
+
+        def built(path, ok: bool) -> None:
+            self.post_message(ColumnsProgress(path.name, "read"))
+            self.post_message(CompareLoaded([load_compare_run(path)]))
+
+        build_all(slow, lambda path: self.post_message(ColumnsProgress(path.name, "reading")), built,
+                  lambda: worker.is_cancelled)
+        if worker.is_cancelled:
+            return
+        self.post_message(CompareLoaded([], done=True))  # its handler starts following the runs
         prune_columns_cache(root)
 
     @work(thread=True, exclusive=True, group="compare-live")
@@ -249,8 +309,14 @@ class CompareScreen(PaneDeckActions, Screen):
 
     # ------------------------------------------------------------ handlers
 
+    def on_columns_progress(self, message: ColumnsProgress) -> None:
+        self.reading[message.run_id] = message.state
+        self._show_title()
+        self._show_legend()
+
     def on_compare_loaded(self, message: CompareLoaded) -> None:
         for run in message.runs:
+            self.reading.pop(run.id, None)
             index = self.run_ids.index(run.id)
             run.marker, run.color = MARKERS[index % len(MARKERS)], COLORS[index % len(COLORS)]
         self.runs += message.runs
@@ -413,6 +479,7 @@ class CompareScreen(PaneDeckActions, Screen):
 
     def on_resize(self) -> None:
         self._show_legend()
+        self._show_title()
         self.lay_out()
 
     def on_pane_deck_activated(self, message: PaneDeck.Activated) -> None:
@@ -433,14 +500,30 @@ class CompareScreen(PaneDeckActions, Screen):
         columns = max(1, min(3, (self.size.width - legend) // self.PANE_CELLS))
         rows = max(1, min(2, (self.size.height - 5) // self.PANE_ROWS))  # header, title, tabs, footer
         per_page = columns * rows
-        paged = len(deck.panes) > per_page
+        pages = self._pages(deck.panes, columns, per_page)
+        paged = len(set(pages)) > 1
         ids = [pane.id for pane in deck.panes]
-        first = (ids.index(deck.active_id) // per_page) * per_page if deck.active_id in ids else 0
-        for index, pane in enumerate(deck.panes):
-            pane.set_class(not first <= index < first + per_page, "-offpage")
+        shown = pages[ids.index(deck.active_id)] if deck.active_id in ids else 0
+        for page, pane in zip(pages, deck.panes, strict=True):
+            pane.set_class(page != shown, "-offpage")
+            pane.styles.column_span = columns if pane.id in self.WIDE_PANES else 1
         body.styles.grid_size_columns = columns
         body.styles.grid_size_rows = rows
         self.set_class(paged, "-paged")
+
+    def _pages(self, panes, columns: int, per_page: int) -> list[int]:
+        """The page of each pane in a grid of `columns` x (per_page / columns): a chart takes one
+        cell, a table (WIDE_PANES) a whole row, so that its run columns and values are readable."""
+        pages, page, cell = [], 0, 0
+        for pane in panes:
+            width = columns if pane.id in self.WIDE_PANES else 1
+            # a grid puts a pane that spans the row beside the one before it, not under it: a
+            # table starts a page of its own unless it comes at the start of a row
+            if cell + width > per_page or (width > 1 and cell % columns):
+                page, cell = page + 1, 0
+            pages.append(page)
+            cell += width
+        return pages
 
     def _show_legend(self) -> None:
         active = self.query_one(PaneDeck).active_id
@@ -457,6 +540,8 @@ class CompareScreen(PaneDeckActions, Screen):
             label = Text(run.label, style=("dim strike " if run.hidden else "") + style)
             value = "hidden" if run.hidden else fmt_number(values.get(run.label), ".4g")
             table.add_row(Text(run.marker, style=run.color.rstrip("+")), label, value)
+        for run_id, state in self.reading.items():  # long runs whose columns a worker process makes
+            table.add_row(Text("…", style="dim"), Text(run_id, style="dim"), Text(state, style="dim"))
         cursor = tick_label(self.cursor_x(), 0.01 if self.axis in ("time", "relative") else 1)
         head = Text.from_markup(f"[b]{escape(self.chart_metrics().get(metric, (metric,))[0])}[/] at {AXIS_LABELS[self.axis]} {cursor}\n")
         legend = Group(head, table, Text("\n↑↓ pick · h hide · ←→ cursor", style="dim"))
@@ -468,22 +553,80 @@ class CompareScreen(PaneDeckActions, Screen):
     # ------------------------------------------------------------ tables
 
     def _show_title(self) -> None:
-        names = ", ".join(r.label for r in self.runs)
-        # the loading state first, with its count: a long title is cut at its end, never this
-        loading = "" if self.loaded else f"loading {len(self.runs)}/{len(self.run_ids)} runs… · "
-        keys = "differing keys" if self.only_differing else "all keys"
+        """One line, fitted to the width: the loading state first (never cut), then the axis, the
+        smoothing, the scale, the config's keys, the runs' names; what does not fit is dropped
+        from the end (the names cut with …; the legend and the tables have them whole)."""
+        loading = ""
+        if not self.loaded:
+            loading = f"loading {len(self.runs)}/{len(self.run_ids)} runs"
+            busy = sum(1 for state in self.reading.values() if state == "reading")
+            if self.reading:
+                loading += f" ({busy} reading metrics.jsonl, {len(self.reading)} left)"
+            loading += "…"
         slider = "▮" * self.smoothing + "▯" * (len(SMOOTHING) - 1 - self.smoothing)
-        scale = "log" if self.log_y else "linear"
+        parts = [
+            f"{len(self.run_ids)} runs by [b]{AXIS_LABELS[self.axis]}[/]",
+            f"smooth {slider} {self.smoothing_weight:g}",
+            f"y {'log' if self.log_y else 'linear'}",
+            f"config: {'differing keys' if self.only_differing else 'all keys'}",
+        ]
         self.query_one("#cmp-title", Static).update(
-            f"{loading}{len(self.run_ids)} runs by [b]{AXIS_LABELS[self.axis]}[/] · smooth {slider} {self.smoothing_weight:g} · "
-            f"y {scale} · config: {keys} · {escape(names)}")
+            fit_title(loading, parts, ", ".join(r.label for r in self.runs), max(20, self.size.width - 2)))
 
     def _show_config(self) -> None:
-        rows = [(key, [key, *[show_value(v) for v in values]])
-                for key, values in config_rows([r.recipe for r in self.runs], self.only_differing)]
+        """The keys and each run's value, fitted to the pane's width: a long value, key or run
+        label is cut in its middle (…); the highlighted row's full values show under the table."""
+        table = self.query_one("#cmp-config", DataTable)
+        full = [(key, values) for key, values in config_rows([r.recipe for r in self.runs], self.only_differing)]
+        rows = [(key, [key, *[show_value(v) for v in values]]) for key, values in full]
         if not rows:
             rows = [(None, ["(the recipes are identical; a shows all keys)", *["" for _ in self.runs]])]
-        fill_table(self.query_one("#cmp-config", DataTable), ["key", *[run.label for run in self.runs]], rows)
+        self._config_full = dict(full)
+        headers = ["key", *[run.label for run in self.runs]]
+        room = self._config_room()
+        self._config_fitted = room
+        widths = fit_columns(cell_widths(headers, rows), room) if rows[0][0] is not None else None
+        if widths:
+            headers = [abbreviate(header, width) for header, width in zip(headers, widths, strict=True)]
+            rows = [(key, [abbreviate(cell, width) for cell, width in zip(cells, widths, strict=True)]) for key, cells in rows]
+        cursor = table.cursor_row
+        fill_table(table, headers, rows, widths)
+        if rows and 0 < cursor < len(rows):
+            table.move_cursor(row=cursor, animate=False)
+        self._show_config_detail()
+
+    def _config_room(self) -> int:
+        """The cells the config table's columns may take: its width less a vertical scrollbar's."""
+        table = self.query_one("#cmp-config", DataTable)
+        width = table.size.width or max(40, self.size.width - 30)
+        return max(20, width - 2)
+
+    def on_config_table_resized(self, message: ConfigTable.Resized) -> None:
+        if self.runs and self._config_room() != getattr(self, "_config_fitted", None):
+            self._show_config()
+
+    @on(DataTable.RowHighlighted, "#cmp-config")
+    def _config_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_config_detail()
+
+    def _show_config_detail(self) -> None:
+        """The highlighted key and every run's whole value (and whole label), wrapped."""
+        table = self.query_one("#cmp-config", DataTable)
+        detail = self.query_one("#cmp-config-detail", Static)
+        full = getattr(self, "_config_full", {})
+        key = None
+        if table.row_count and 0 <= table.cursor_row < table.row_count:
+            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        if key not in full:
+            detail.display = False
+            return
+        text = Text(key, style="bold")
+        for run, value in zip(self.runs, full[key], strict=False):
+            text.append("\n")
+            text.append(f"{run.marker} {run.label}: ", style="dim")
+            text.append(show_value(value))
+        detail.display = True
+        detail.update(text)
 
     def _statuses(self, now: float) -> tuple[str, ...]:
         return tuple(run.row.view(now).key for run in self.runs)

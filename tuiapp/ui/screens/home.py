@@ -22,18 +22,20 @@ from textual.widgets import Input, Select, Static
 from textual.worker import get_current_worker
 
 from tuiapp.core.run_folder import evals
-from tuiapp.core.run_folder.rundata import numpy_module
+from tuiapp.core.run_folder.rundata import needs_columns, numpy_module
 from tuiapp.core.run_folder.rundir import ACTIVE, RunDir
 from tuiapp.core.store import served
 from tuiapp.ui.after_training import AfterWatch
 from tuiapp.ui.alerts import run_alerts, sweep_alerts
+from tuiapp.ui.columns_pool import build_all
 from tuiapp.ui.footer_keys import footer_by_priority, plural
 from tuiapp.ui.groups import GroupRow, read_groups
-from tuiapp.ui.history import HistoryLoader, RunRow, detail_text, with_meta
+from tuiapp.ui.history import HistoryLoader, Rotation, RunRow, detail_text, with_meta
 from tuiapp.ui.history_model import FLAGGED, HistoryModel
 from tuiapp.ui.manage_keys import HISTORY_BINDINGS, META_BINDINGS, HistoryManageActions, Target
 from tuiapp.ui.messages import (
     AfterTrainingRead,
+    ColumnsProgress,
     GroupsRead,
     QueueReordered,
     RunMetaChanged,
@@ -110,6 +112,7 @@ class HomeScreen(HistoryManageActions, Screen):
         self._methods: list[str] = []
         self._quiet: set[str] = set()  # runs the user stopped here: no bell when they end
         self._stop_asked: dict[str, str] = {}  # run id -> its status when the user asked for the stop
+        self._reading: dict[str, str] = {}  # long runs whose columns worker processes make: id -> queued / reading
         self._first_rows_drawn = threading.Event()  # the loader reads on once the first rows are painted
 
     @property
@@ -198,12 +201,15 @@ class HomeScreen(HistoryManageActions, Screen):
         config = self.app.config
         worker = get_current_worker()
         watch = AfterWatch()
+        rotation = Rotation()  # finished runs: a share per poll, in turn (active ones every poll)
         while not worker.is_cancelled:
             if self.summarized:  # after the first load: it read every run's latest eval itself
                 try:
-                    runs = [(row.id, row.path) for row in list(self.model.rows.values())]
+                    rows = list(self.model.rows.values())
                 except RuntimeError:  # the rows changed while copied: next time
-                    runs = []
+                    rows = []
+                runs = [(row.id, row.path) for row in rows if row.status in ACTIVE]
+                runs += rotation.take([(row.id, row.path) for row in rows if row.status not in ACTIVE])
                 found = watch.poll(runs)
                 if found:
                     self.post_message(AfterTrainingRead(found))
@@ -218,13 +224,26 @@ class HomeScreen(HistoryManageActions, Screen):
         config = self.app.config
         worker = get_current_worker()
         shown: dict[str, str] = {}  # nothing served: nothing to say
+        rotation = Rotation()  # a share of the runs per poll, in turn; those served every poll
+        records: dict[str, dict] = {}  # each run's server as last looked at
+        whole = False  # every run looked at once, all of them read
         while not worker.is_cancelled:
             try:
                 paths = [row.path for row in list(self.model.rows.values())] if self.model else []
             except RuntimeError:  # the rows changed while copied: next time
                 paths = None
             if paths is not None:
-                found = {run_id: served.url_of(record) for run_id, record in served.live_records(paths).items()}
+                if whole and not once:
+                    paths = [path for path in paths if path.name in records] + rotation.take(paths)
+                else:
+                    whole = self.loaded
+                    records = {}
+                live = served.live_records(paths)
+                for path in paths:  # the runs not looked at this time keep their state
+                    records.pop(path.name, None)
+                records.update(live)
+                live = dict(records)
+                found = {run_id: served.url_of(record) for run_id, record in live.items()}
                 if found != shown:
                     shown = found
                     self.post_message(ServingChanged(found))
@@ -254,17 +273,45 @@ class HomeScreen(HistoryManageActions, Screen):
             self._show_rows()
 
     def _summarize(self, loader: HistoryLoader, rows, worker, final: bool = False) -> None:
+        """Every row's metrics summary; long runs without columns (an older llmtui's) last, their
+        columns made in worker processes in parallel (columns_pool), each summarised (from its
+        columns, in ms) as soon as its process is done; the status line counts them meanwhile."""
+        slow = {row.path: row for row in rows if needs_columns(row.path)}
+        for row in slow.values():
+            self.post_message(ColumnsProgress(row.id, "queued"))
         pending, last = [], time.monotonic()
         for row in rows:
             if worker.is_cancelled:
                 return
+            if row.path in slow:
+                continue
             pending.append(loader.summarize(row))
             if len(pending) >= 2000 or time.monotonic() - last > 0.25:
                 self.post_message(RunsUpdated(pending))
                 pending, last = [], time.monotonic()
+
+        def built(path, ok: bool) -> None:
+            self.post_message(RunsUpdated([loader.summarize(slow[path])]))
+            self.post_message(ColumnsProgress(slow[path].id, "read"))
+
+        if slow:
+            if pending:
+                self.post_message(RunsUpdated(pending))
+                pending = []
+            build_all(list(slow), lambda path: self.post_message(ColumnsProgress(slow[path].id, "reading")), built,
+                      lambda: worker.is_cancelled)
+            if worker.is_cancelled:
+                return
         self.post_message(RunsUpdated(pending, summaries_done=final))
 
     # ------------------------------------------------------------ handlers
+
+    def on_columns_progress(self, message: ColumnsProgress) -> None:
+        if message.state == "read":
+            self._reading.pop(message.run_id, None)
+        else:
+            self._reading[message.run_id] = message.state
+        self._show_status()
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
         self.model.add(message.rows)
@@ -383,6 +430,9 @@ class HomeScreen(HistoryManageActions, Screen):
             parts[0] += " (loading…)"
         elif not model.rows:  # nothing yet: where the runs would be, and how to start one
             parts = [f"no runs in {self.app.config.runs_root.resolve()}"]
+        if self._reading:
+            busy = sum(1 for state in self._reading.values() if state == "reading")
+            parts.append(f"reading metrics of {plural(len(self._reading), 'long run')} ({busy} at once)…")
         for status in ("running", "starting", "stopping", "queued", FLAGGED):
             if counts.get(status):
                 parts.append(f"{counts[status]} {status}")

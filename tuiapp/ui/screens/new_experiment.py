@@ -171,7 +171,6 @@ class NewExperimentScreen(Screen):
 
     def on_mount(self) -> None:
         self.pristine = (self.kind, self.collect())  # fields not mounted yet read as self.values
-        self.find_models()
         self.schedule_check(now=True)
         self.schedule_dataset(now=True)
         self.query_one("#f-name").focus()
@@ -190,6 +189,9 @@ class NewExperimentScreen(Screen):
         if not rows:
             if not sections:
                 self.filled = True
+                # the models found (run:NAME of every succeeded run) once the form is whole: with
+                # thousands of runs their reading no longer competes with the fill and the keys
+                self.find_models(self._known_runs())
                 return
             rows = self._filling(sections[0])
         chunk, rows = rows[:FILL_ROWS], rows[FILL_ROWS:]
@@ -483,10 +485,19 @@ class NewExperimentScreen(Screen):
 
     # ------------------------------------------------------------ models found (filtered as you type)
 
+    def _known_runs(self) -> list[tuple[str, str, Path]] | None:
+        """(name, status, folder) of every run the history below has read, or None (not all
+        read yet, or no history): then the worker reads the run folders itself."""
+        for screen in self.app.screen_stack:
+            rows = getattr(getattr(screen, "model", None), "rows", None)
+            if isinstance(rows, dict) and getattr(screen, "loaded", False):
+                return [(row.name, row.status, row.path) for row in rows.values()]
+        return None
+
     @work(thread=True, group="models")
-    def find_models(self) -> None:
+    def find_models(self, runs: list[tuple[str, str, Path]] | None = None) -> None:
         config = self.app.config
-        self.post_message(ModelsFound(model_candidates(RunStore(config.runs_root), config.cache_dirs())))
+        self.post_message(ModelsFound(model_candidates(RunStore(config.runs_root), config.cache_dirs(), runs)))
 
     def on_models_found(self, message: ModelsFound) -> None:
         self.model_names = message.names
