@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_data.py [--quick]
 
-`tuiapp.trainer.data.build_datasets` (what every rank runs before training) on the real
+`tuiapp.trainer.dataset.data.build_datasets` (what every rank runs before training) on the real
 sample data, with the bundled tiny model's tokenizer:
   * first call with a fresh cache dir: read + normalise records, tokenize (pretrain: documents
     + eos concatenated into blocks; SFT: chat template + assistant-only labels), save the cache;
@@ -58,7 +58,7 @@ def measure(spec: dict, model_dir: Path, reps: int, work: Path) -> dict:
     import baseline_train
     from tuiapp.core.config.recipe import parse_recipe
     from tuiapp.core.data.datasets import load_records
-    from tuiapp.trainer.data import build_datasets
+    from tuiapp.trainer.dataset.data import build_datasets
 
     task = _task(spec)
     recipe = parse_recipe(common.recipe_toml(task))
@@ -106,7 +106,7 @@ def fingerprint_check(model_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
     from tuiapp.core.config.recipe import parse_recipe
-    from tuiapp.trainer.data import cache_key
+    from tuiapp.trainer.dataset.data import cache_key
 
     task = {"name": "sft", "data": "demo:facts", "format": "auto", "method": "sft", "max_seq_len": 1024,
             "steps": 10, "micro_batch": 8, "lr": 3e-3}  # a bundled demo: runs without the sample data
@@ -151,7 +151,7 @@ def markdown(results: list[dict], reps: int, fingerprint: dict | None = None) ->
     if fingerprint:
         stable = len(set(fingerprint.values())) == 1
         out.append("")
-        out.append("Cache key stability (`tuiapp.trainer.data.cache_key` of one tokenizer, an SFT recipe on demo:facts): "
+        out.append("Cache key stability (`tuiapp.trainer.dataset.data.cache_key` of one tokenizer, an SFT recipe on demo:facts): "
                    f"fresh `{fingerprint['fresh']}`, after a call with truncation=True "
                    f"`{fingerprint['after_truncating_call']}`, after a plain call `{fingerprint['after_plain_call']}` — "
                    + ("stable." if stable else "**unstable**: the key hashes `backend_tokenizer.to_str()`, which "

@@ -83,7 +83,7 @@ def one_cycle(runs: Path, env: dict) -> dict:
 
 
 def error_latency(runs: Path, env: dict, cache: Path) -> dict:
-    code = "import sys; from tuiapp.trainer.tiny import ensure_tiny_model; print(ensure_tiny_model(sys.argv[1]))"
+    code = "import sys; from tuiapp.trainer.models.tiny import ensure_tiny_model; print(ensure_tiny_model(sys.argv[1]))"
     tiny = Path(subprocess.run([common.PYTHON, "-c", code, str(cache)], cwd=common.ROOT, capture_output=True,
                                text=True, env=env, check=True).stdout.strip().splitlines()[-1])
     broken = runs.parent / "broken-model"

@@ -52,11 +52,11 @@ def train(kind: str, steps: int, micro_batch: int, seq: int) -> dict:
     import transformers
     from transformers import TrainerCallback
 
-    from tuiapp.trainer import optimizers
-    from tuiapp.trainer.data import build_datasets, make_collator
-    from tuiapp.trainer.model import apply_method, cache_dir, load_model, load_tokenizer
+    from tuiapp.trainer.dataset.data import build_datasets, make_collator
+    from tuiapp.trainer.loop import optimizers
+    from tuiapp.trainer.models.model import apply_method, cache_dir, load_model, load_tokenizer
+    from tuiapp.trainer.models.tiny import ensure_tiny_model
     from tuiapp.trainer.run import RunTrainer, _training_args
-    from tuiapp.trainer.tiny import ensure_tiny_model
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     path = str(ensure_tiny_model(Path(os.environ["LLMTUI_CACHE"])))
@@ -108,8 +108,8 @@ def step_cost(micro_batch: int, seq: int, reps: int = 20) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tuiapp.trainer import optimizers
-    from tuiapp.trainer.tiny import ensure_tiny_model
+    from tuiapp.trainer.loop import optimizers
+    from tuiapp.trainer.models.tiny import ensure_tiny_model
 
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(ensure_tiny_model(Path(os.environ["LLMTUI_CACHE"])))

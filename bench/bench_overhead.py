@@ -78,8 +78,8 @@ def import_checks(quick_recipe_dir: Path | None = None) -> list[dict]:
 def rank_imports(reps: int) -> dict:
     """Wall time of the imports each tool's rank does before its first line of work, interleaved."""
     probes = {
-        "llmtui rank (`import tuiapp.trainer.run, tuiapp.trainer.data`)":
-            [common.PYTHON, "-c", "import tuiapp.trainer.run, tuiapp.trainer.data"],
+        "llmtui rank (`import tuiapp.trainer.run, tuiapp.trainer.dataset.data`)":
+            [common.PYTHON, "-c", "import tuiapp.trainer.run, tuiapp.trainer.dataset.data"],
         "baseline rank (`import baseline_train`: torch, datasets, transformers)":
             [common.PYTHON, "-c", f"import sys; sys.path.insert(0, {str(common.BENCH)!r}); import baseline_train"],
         "CLI (`import tuiapp.cli.main`)": [common.PYTHON, "-c", "import tuiapp.cli.main"],
@@ -108,8 +108,8 @@ def _callback_worker(rank: int, world: int, port: int, steps: int, queue, before
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM, TrainerControl, TrainerState
 
-    from tuiapp.trainer.bundled import resolve_model_path
-    from tuiapp.trainer.callbacks import GracefulStop, RunRecorder
+    from tuiapp.trainer.loop.callbacks import GracefulStop, RunRecorder
+    from tuiapp.trainer.models.bundled import resolve_model_path
     from tuiapp.trainer.run import RunTrainerMixin
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))

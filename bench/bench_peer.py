@@ -482,9 +482,9 @@ def main(argv=None) -> int:
 # A sample's phase is that of its deepest frame that names one (leaf first): an op inside a
 # Linear is "forward", the same op under torch.autograd is "backward".
 PHASES = [
-    ("collator / data", ("tuiapp/trainer/packing.py", "tuiapp/trainer/data.py", "data_collator", "torch/utils/data/",
+    ("collator / data", ("tuiapp/trainer/dataset/packing.py", "tuiapp/trainer/dataset/data.py", "data_collator", "torch/utils/data/",
                          "llamafactory/data/collator")),
-    ("callbacks", ("tuiapp/trainer/callbacks.py", "tuiapp/trainer/early_stop.py", "trainer_callback.py",
+    ("callbacks", ("tuiapp/trainer/loop/callbacks.py", "tuiapp/trainer/loop/early_stop.py", "trainer_callback.py",
                    "llamafactory/train/callbacks")),
     ("optimizer + clipping", ("torch/optim/", "clip_grad", "deepspeed/runtime/zero", "deepspeed/ops/", "lr_scheduler")),
     ("backward", ("torch/autograd/", "_tensor.py:backward", "backward (torch/_tensor.py")),

@@ -166,7 +166,7 @@ def profile_layouts(task: dict, model_dir: str, cache: Path, batches: int, seed:
 
     import baseline_train
     from tuiapp.core.config.recipe import parse_recipe
-    from tuiapp.trainer.data import build_datasets, make_collator
+    from tuiapp.trainer.dataset.data import build_datasets, make_collator
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // task.get("ranks", 1)))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

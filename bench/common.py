@@ -152,7 +152,7 @@ def prepare_ops() -> dict:
 def ensure_model(cache: Path) -> Path:
     """Build the bundled tiny model into the bench cache, and DeepSpeed's CPU op (both untimed)."""
     prepare_ops()
-    code = "import sys; from tuiapp.trainer.tiny import ensure_tiny_model; print(ensure_tiny_model(sys.argv[1]))"
+    code = "import sys; from tuiapp.trainer.models.tiny import ensure_tiny_model; print(ensure_tiny_model(sys.argv[1]))"
     out = subprocess.run([PYTHON, "-c", code, str(cache)], cwd=ROOT, capture_output=True, text=True,
                          env=bench_env(cache, cache / "hf-datasets"), check=True)
     return Path(out.stdout.strip().splitlines()[-1])

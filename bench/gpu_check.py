@@ -218,7 +218,7 @@ def build_model(folder: Path, shape: dict, cache: Path, device: str, dtype: str,
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    from tuiapp.trainer.tiny import IM_END, ensure_tiny_model
+    from tuiapp.trainer.models.tiny import IM_END, ensure_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_model(cache))
     if len(tokenizer) > shape["vocab_size"]:

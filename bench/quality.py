@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tuiapp.core.data.demo_data import facts_eval_pairs
-from tuiapp.trainer.tiny import ensure_tiny_model
+from tuiapp.trainer.models.tiny import ensure_tiny_model
 
 
 def answer(model, tokenizer, question: str) -> str:

@@ -180,7 +180,7 @@ def findings(train: dict, overhead: dict, data: dict) -> str:
                              "mask, more than the padding it saves; rows of ≤ max_seq_len avoid that (flattening "
                              "pays only with flash-attention's varlen kernels). ")
                 elif not flattened_other and (gain or 0) > 1.05:
-                    text += ("**Next step** (`tuiapp/trainer/data.py:make_collator`): without varlen attention "
+                    text += ("**Next step** (`tuiapp/trainer/dataset/data.py:make_collator`): without varlen attention "
                              "kernels, pack each micro batch into rows of ≤ max_seq_len (first-fit decreasing, "
                              "position_ids restarting per example, a separate pad segment; `binpack_collator` in "
                              "bench/bench_train.py is a reference) instead of one flattened row, whose "
@@ -254,7 +254,7 @@ def findings(train: dict, overhead: dict, data: dict) -> str:
     fp = data.get("fingerprint")
     if fp and len(set(fp.values())) > 1:
         out.append("**Tokenized-data cache key depends on tokenizer call state.** "
-                   "`tuiapp.trainer.data.tokenizer_fingerprint` hashes `backend_tokenizer.to_str()`, which "
+                   "`tuiapp.trainer.dataset.data.tokenizer_fingerprint` hashes `backend_tokenizer.to_str()`, which "
                    "serialises the backend's current truncation/padding settings: the same tokenizer gives key "
                    f"`{fp['fresh']}` fresh and `{fp['after_truncating_call']}` after one call with "
                    "truncation=True, so such a tokenizer misses the cache and writes a second copy. Ranks load "

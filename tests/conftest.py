@@ -44,7 +44,7 @@ def llmtui_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model(llmtui_cache) -> Path:
-    from tuiapp.trainer.tiny import ensure_tiny_model
+    from tuiapp.trainer.models.tiny import ensure_tiny_model
 
     return ensure_tiny_model(llmtui_cache)
 

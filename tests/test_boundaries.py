@@ -137,7 +137,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycle_anywhere_in_tuiapp():
     """Not even through an import inside a function: every module has a place in one order."""
     graph = import_graph()
-    assert len(graph) > 100 and "tuiapp.trainer.data" in graph["tuiapp.trainer.streaming"]
+    assert len(graph) > 100 and "tuiapp.trainer.dataset.data" in graph["tuiapp.trainer.dataset.streaming"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles(graph) == []
 
@@ -153,7 +153,7 @@ SPELLED_ELSEWHERE = {
 }
 RUN_FILE_SUFFIXES = (".json", ".jsonl", ".log", ".toml", ".lock", ".txt")
 # modules that speak the chat server's stdout protocol ({"event": "token"} ...), not events.jsonl
-CHAT_PROTOCOL = {"tuiapp/trainer/serve.py", "tuiapp/core/after/chat.py", "tuiapp/cli/after.py",
+CHAT_PROTOCOL = {"tuiapp/trainer/tools/serve.py", "tuiapp/core/after/chat.py", "tuiapp/cli/after.py",
                  "tuiapp/ui/screens/chat.py", "tuiapp/core/after/judging.py"}
 
 

@@ -59,7 +59,7 @@ OLD = {
     "VISION_FULL_KINDS": {"sft"},  # core/plan/vision_plan.py FULL_KINDS
     "VISION_KINDS": {"sft", "lora", "dora", "qlora", "dpo"},  # core/prelaunch/vision_checks.py VISION_METHODS
     "UNMERGEABLE": {"prefix", "prompt", "ptuning", "llama-adapter"},  # core/prelaunch/model_check.py
-    "VIRTUAL_TOKEN_KINDS": {"prefix", "prompt", "ptuning"},  # trainer/trained_logits.py, after/targets.py
+    "VIRTUAL_TOKEN_KINDS": {"prefix", "prompt", "ptuning"},  # trainer/loop/trained_logits.py, after/targets.py
     "FULL_KINDS": {"pretrain", "sft"},  # the ("pretrain", "sft") tuples
 }
 

@@ -60,7 +60,7 @@ def verdict(profile, recipe) -> tuple[str, list]:
 def verdicts(archs=None, methods=None):
     """Each pair's verdict, from the zoo models' configs (no weights built)."""
     from tuiapp.core.plan.model_profile import ModelProfile
-    from tuiapp.trainer.zoo import ZOO, zoo_profile
+    from tuiapp.trainer.models.zoo import ZOO, zoo_profile
 
     for arch in archs or ZOO:
         prof = ModelProfile(zoo_profile(arch))
@@ -94,7 +94,7 @@ def train_pair(arch: str, method: str, out: Path) -> dict:
     """Three real steps of the pair in this process; the run folder's metrics prove them."""
     import traceback
 
-    from tuiapp.trainer.zoo import ensure_zoo_model
+    from tuiapp.trainer.models.zoo import ensure_zoo_model
 
     recipe = zoo_recipe(str(ensure_zoo_model(arch)), method)
     run_dir = out / f"{arch}-{method}"
@@ -151,7 +151,7 @@ def train_in_workers(pairs: list[tuple[str, str]], out: Path, workers: int) -> l
 
 
 def main(argv: list[str]) -> int:
-    from tuiapp.trainer.zoo import DRY_DECIDED
+    from tuiapp.trainer.models.zoo import DRY_DECIDED
 
     if argv[:1] == ["verdicts"]:
         for row in verdicts(argv[1:2] or None):

@@ -88,7 +88,7 @@ def test_a_chat_session_refuses_before_starting_a_process(runs):
     with pytest.raises(RunError):
         ChatSession(runs / CRASHED)
     assert server_argv(runs / SFT, 20, ["tuned", "base"])[2:] == [
-        "tuiapp.trainer.serve", str(runs / SFT), "--load", "tuned,base", "--checkpoint", "20"]
+        "tuiapp.trainer.tools.serve", str(runs / SFT), "--load", "tuned,base", "--checkpoint", "20"]
 
 
 def test_generation_overrides_are_checked():

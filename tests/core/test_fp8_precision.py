@@ -1,6 +1,6 @@
 """train.precision = "fp8" (torchao's float8 training): refused before launch, with the fix, on a CPU,
 without torchao, for methods that do not train the model's own linears and on GPUs older than Ada
-and Hopper; the conversion of trainer/fp8.py builds where torchao is installed."""
+and Hopper; the conversion of trainer/loop/fp8.py builds where torchao is installed."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_the_float8_conversion_builds_on_the_linears_but_the_head():
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from tuiapp.trainer import fp8
+    from tuiapp.trainer.loop import fp8
 
     model = AutoModelForCausalLM.from_config(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                                          num_attention_heads=4, vocab_size=320))

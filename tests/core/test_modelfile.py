@@ -80,7 +80,7 @@ def _tokenizer(tiny_model, template: str | None = None, specials=(), bos: str | 
 
 
 def _derive(tokenizer):
-    from tuiapp.trainer.gguf import chat_format
+    from tuiapp.trainer.tools.gguf import chat_format
 
     return chat_format(tokenizer)
 
@@ -185,7 +185,7 @@ def test_go_template_escapes_braces():
 def test_every_dataset_template_derives(tiny_model, name):
     """The templates `dataset.template` trains with: each rebuilds, and its turn's end is a stop
     (as text when the tokenizer has no such special token)."""
-    from tuiapp.trainer import templates
+    from tuiapp.trainer.models import templates
 
     tokenizer = _tokenizer(tiny_model)
     templates.apply_template(tokenizer, name)

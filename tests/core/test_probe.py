@@ -116,7 +116,7 @@ def test_kto_rule_copes_with_auto():
 def test_the_probing_rank_is_one_deepspeed_rank(tmp_path):
     argv = probe.rank_argv(tmp_path / "r.toml", tmp_path, [1, 2, 4], 29555, limit_bytes=123, headroom=0.2)
     assert argv[0] == "env" and "RANK=0" in argv and "WORLD_SIZE=1" in argv and "MASTER_PORT=29555" in argv
-    assert argv[argv.index("-m") + 1:argv.index("-m") + 3] == ["tuiapp.trainer.probe", "--local_rank=0"]
+    assert argv[argv.index("-m") + 1:argv.index("-m") + 3] == ["tuiapp.trainer.tools.probe", "--local_rank=0"]
     assert argv[argv.index("--sizes") + 1] == "1,2,4" and argv[argv.index("--limit") + 1] == "123"
     gpu = probe.rank_argv(tmp_path / "r.toml", tmp_path, [1], 29555, gpu_id=3)
     assert "CUDA_VISIBLE_DEVICES=3" in gpu

@@ -62,7 +62,7 @@ def test_state_follows_the_process_not_the_record(tmp_path):
 
 def test_server_commands_keep_the_token_off_the_command_line(tmp_path):
     argv = served.server_argv(tmp_path, 8001, "localhost", "run-1", checkpoint=30, python="py")
-    assert argv == ["py", "-m", "tuiapp.trainer.openai_server", str(tmp_path), "--port", "8001", "--host",
+    assert argv == ["py", "-m", "tuiapp.trainer.tools.openai_server", str(tmp_path), "--port", "8001", "--host",
                     "localhost", "--model-id", "run-1", "--checkpoint", "30"]
     assert served.vllm_argv("/m", 9, "::1", "r", python="py") == [
         "py", "-m", "vllm.entrypoints.openai.api_server", "--host", "::1", "--port", "9", "--model", "/m",

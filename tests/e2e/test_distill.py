@@ -5,7 +5,7 @@
   = 'run:tiny-distill-teacher', cached before training) into the smaller bundled 'tiny-student' (half
   the layers and width, the same tokenizer), and the same recipe as plain SFT of tiny-student (same
   data, seed and steps). The distilled student's held-out KL to the teacher
-  (trainer/distill.py:heldout_kl, the trainer's own topk_kl on the cached teacher rows) falls by at
+  (trainer/methods/distill.py:heldout_kl, the trainer's own topk_kl on the cached teacher rows) falls by at
   least half from the student it starts from and ends below the SFT student's; the metric rows carry
   kl, ce, top1_agree and their eval_ forms.
 - the estimate's disk row for the offline teacher cache, against that run's real cache file.
@@ -100,8 +100,8 @@ def test_the_distilled_student_beats_sft_on_held_out_kl(runs):
     from transformers import AutoConfig
 
     from tuiapp.core.config.recipe import load_recipe
-    from tuiapp.trainer.bundled import resolve_model_path
-    from tuiapp.trainer.distill import heldout_kl
+    from tuiapp.trainer.methods.distill import heldout_kl
+    from tuiapp.trainer.models.bundled import resolve_model_path
 
     recipe = load_recipe(PRESET)
     recipe.method.teacher = str(runs["teacher"] / "final")  # what run:tiny-distill-teacher resolves to

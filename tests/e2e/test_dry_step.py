@@ -70,7 +70,7 @@ def test_the_verdict_is_cached_so_a_second_preflight_starts_no_child(tmp_path, d
 def test_the_families_beyond_the_zoo_are_decided_before_launch(tmp_path, tiny_model):
     """StableLM, DeepSeek-V3, Falcon and PhiMoE × every method: refused by the plan (with its fix) or
     one real step of the dry step passes; the four failures found after launch are gone."""
-    from tuiapp.trainer.zoo import DRY_DECIDED, ensure_zoo_model
+    from tuiapp.trainer.models.zoo import DRY_DECIDED, ensure_zoo_model
 
     rows = list(verdicts(sorted(DRY_DECIDED)))
     assert len(rows) == len(DRY_DECIDED) * len(METHODS)

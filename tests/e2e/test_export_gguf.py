@@ -159,7 +159,7 @@ def test_merged_lora_answers_as_the_adapter_and_a_damaged_merge_fails(tmp_path_f
     import torch
     from safetensors.torch import load_file, save_file
 
-    from tuiapp.trainer import export as exporting
+    from tuiapp.trainer.tools import export as exporting
 
     damaged = tmp_path / "damaged"
     shutil.copytree(out, damaged)
@@ -192,7 +192,7 @@ def test_a_gemma2_lora_keeps_the_sentencepiece_model_its_gguf_needs(tmp_path):
     """transformers 5 saves tokenizer.json alone: the run's final/ and the merged export lost the base's
     tokenizer.model, from which llama.cpp's converter reads Gemma 2's vocabulary (it failed after the
     merge). The base here is the zoo's Gemma 2 with a SentencePiece model beside its tokenizer."""
-    from tuiapp.trainer.zoo import ensure_zoo_model
+    from tuiapp.trainer.models.zoo import ensure_zoo_model
 
     base = tmp_path / "gemma2"
     shutil.copytree(ensure_zoo_model("gemma2", tmp_path / "cache"), base)

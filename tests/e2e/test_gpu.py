@@ -191,7 +191,7 @@ def test_grpo_generates_with_the_runs_own_vllm_server(tmp_path):
     """The supervisor starts vLLM on GPU 1, the rank trains on GPU 0 and generates through it, and
     the server ends with the run."""
     from tuiapp.core.machine.procs import process_alive
-    from tuiapp.trainer.bundled import resolve_model_path
+    from tuiapp.trainer.models.bundled import resolve_model_path
 
     model = resolve_model_path("tiny")  # a real Llama folder vLLM can load
     result = llmtui("run", "recipes/tiny-grpo.toml", "--set", f"model.name='{model}'",

@@ -24,7 +24,7 @@ def load_final(final: Path, method: str):
     if method in ("pretrain", "sft"):
         model = AutoModelForCausalLM.from_pretrained(final)
     elif method == "adapter":
-        from tuiapp.trainer.bottleneck import load_bottleneck
+        from tuiapp.trainer.models.bottleneck import load_bottleneck
 
         model = load_bottleneck(AutoModelForCausalLM.from_pretrained(info["base_model"]), final)
     else:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def zoo(tiny_model):
-    from tuiapp.trainer.zoo import ensure_zoo_model
+    from tuiapp.trainer.models.zoo import ensure_zoo_model
 
     return ensure_zoo_model
 
@@ -111,7 +111,7 @@ def test_a_base_model_without_a_chat_template_needs_dataset_template(tmp_path, r
 def test_every_accepted_zoo_pair_trains(tmp_path, tiny_model):
     """Each (architecture, method) preflight accepts trains 3 real steps, one process for all pairs (the
     families the dry step decides: tests/e2e/test_dry_step.py)."""
-    from tuiapp.trainer.zoo import DRY_DECIDED
+    from tuiapp.trainer.models.zoo import DRY_DECIDED
 
     accepted = [(r["arch"], r["method"]) for r in verdicts() if r["verdict"] == "trains" and r["arch"] not in DRY_DECIDED]
     assert len(accepted) >= 10 * len(METHODS) - 15

@@ -94,7 +94,7 @@ def test_export_loads_with_transformers_and_answers_like_the_last_eval(sft_runs,
     exported = llmtui("export", piped.name, "--out", str(out), runs_dir=runs_dir)
     assert exported.returncode == 0, exported.stderr
     # the stage checkpoints of the last step, merged by the export tool itself
-    result = subprocess.run([sys.executable, "-m", "tuiapp.trainer.publish", str(piped / "checkpoints/checkpoint-20"),
+    result = subprocess.run([sys.executable, "-m", "tuiapp.trainer.tools.publish", str(piped / "checkpoints/checkpoint-20"),
                              "--out", str(merged)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "merged 2 pipeline stages" in result.stdout, result.stderr
 

@@ -1,6 +1,6 @@
 """Resume exact at the edges (real processes, SIGKILL of the run's whole process group): killed before
 the first checkpoint, between the last checkpoint and final/, and while final/ is written. Rank 0
-stops itself at each exact point (LLMTUI_PAUSE_AT, tuiapp.trainer.resume.pause_at), then the test kills
+stops itself at each exact point (LLMTUI_PAUSE_AT, tuiapp.trainer.loop.resume.pause_at), then the test kills
 the run there. Resumed, the run never trains past max_steps and its metrics are unique by step, the
 rows it drops said by a `metrics_trimmed` event."""
 
@@ -11,7 +11,7 @@ import signal
 import pytest
 
 from tests.e2e.helpers import group_pids, llmtui, metrics, only_run, run_info, train_steps, wait_for
-from tuiapp.trainer.resume import PAUSE_ENV, PAUSED_FILE
+from tuiapp.trainer.loop.resume import PAUSE_ENV, PAUSED_FILE
 
 pytestmark = [pytest.mark.slow, pytest.mark.extended]  # `make test-extended`: over the full tier's budget for now
 

@@ -156,7 +156,7 @@ def _broken_model(tmp_path):
     import torch
     from safetensors.torch import load_file, save_file
 
-    from tuiapp.trainer.tiny import ensure_tiny_model
+    from tuiapp.trainer.models.tiny import ensure_tiny_model
 
     folder = tmp_path / "broken-model"
     shutil.copytree(ensure_tiny_model(), folder)

@@ -72,7 +72,7 @@ def launch(run_dirs, ranks: int, port: int) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from tuiapp.trainer.zoo import ensure_zoo_model
+    from tuiapp.trainer.models.zoo import ensure_zoo_model
 
     root = tmp_path_factory.mktemp("sequence-parallel")
     models = {arch: str(ensure_zoo_model(arch)) for arch in {c[0] for c in CONFIGS}}

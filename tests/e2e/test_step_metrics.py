@@ -34,9 +34,9 @@ def test_two_ranks_zero0_rows_carry_grad_norm_memory_and_exact_tokens(runs_dir):
 
     # one epoch sees every training example once: the count is the sum of their lengths
     from tuiapp.core.config.recipe import parse_recipe
-    from tuiapp.trainer.bundled import resolve_model_path
-    from tuiapp.trainer.data import build_datasets
-    from tuiapp.trainer.model import cache_dir, load_tokenizer
+    from tuiapp.trainer.dataset.data import build_datasets
+    from tuiapp.trainer.models.bundled import resolve_model_path
+    from tuiapp.trainer.models.model import cache_dir, load_tokenizer
 
     recipe = parse_recipe((run_dir / "recipe.toml").read_text(), "recipe.toml")
     tokenizer = load_tokenizer(resolve_model_path(recipe.model.name), False)

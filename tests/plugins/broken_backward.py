@@ -2,7 +2,8 @@
 LoRA's models raise in their first backward, as a method broken by a library upgrade would. The dry
 step before launch must catch it with this message."""
 
-from tuiapp.trainer import model, run
+from tuiapp.trainer import run
+from tuiapp.trainer.models import model
 
 MESSAGE = "lora's backward is broken on purpose (tests.plugins.broken_backward)"
 _apply_method = model.apply_method

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tuiapp.core.config.recipe import recipe_from_dict
-from tuiapp.trainer import strategies
+from tuiapp.trainer.loop import strategies
 
 
 def test_deepspeed_pieces():

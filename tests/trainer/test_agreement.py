@@ -25,7 +25,7 @@ def _rank(rank: int, port: int, run_dir: str, steps: int, signal_at: int, step_s
     import torch.distributed as dist
     from transformers import TrainerControl, TrainerState
 
-    from tuiapp.trainer import callbacks
+    from tuiapp.trainer.loop import callbacks
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -103,7 +103,7 @@ def test_one_process_writes_each_row_at_once_with_its_tokens(tmp_path):
     import torch
     from transformers import TrainerControl, TrainerState
 
-    from tuiapp.trainer import callbacks
+    from tuiapp.trainer.loop import callbacks
 
     args = SimpleNamespace(world_size=1, device=torch.device("cpu"), train_batch_size=1)
     state, control = TrainerState(), TrainerControl()

@@ -1,4 +1,4 @@
-"""Packed batch lengths bucketed to a multiple of 64 on a GPU (trainer/buckets.py): the padding is a
+"""Packed batch lengths bucketed to a multiple of 64 on a GPU (trainer/dataset/buckets.py): the padding is a
 segment of its own, so the loss and gradients through torch_varlen and through eager rows are those
 of the batch without it, and the non-padding token count is unchanged."""
 
@@ -7,9 +7,9 @@ import torch
 from transformers import AutoModelForCausalLM, DataCollatorWithFlattening, LlamaConfig
 
 from tuiapp.core.plan.model_profile import TORCH_VARLEN
-from tuiapp.trainer import torch_varlen
-from tuiapp.trainer.buckets import BUCKET, BucketedLengths, bucket_multiple
-from tuiapp.trainer.packing import PackedRowsCollator
+from tuiapp.trainer.dataset.buckets import BUCKET, BucketedLengths, bucket_multiple
+from tuiapp.trainer.dataset.packing import PackedRowsCollator
+from tuiapp.trainer.models import torch_varlen
 
 SHAPE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=300, use_cache=False)

@@ -15,8 +15,8 @@ from transformers import AutoTokenizer
 
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.data import cache_entry
-from tuiapp.trainer import tokenize_cache
-from tuiapp.trainer.data import build_datasets
+from tuiapp.trainer.dataset import tokenize_cache
+from tuiapp.trainer.dataset.data import build_datasets
 
 ROOT = Path(__file__).resolve().parents[2]
 

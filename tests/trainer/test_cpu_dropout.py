@@ -1,11 +1,11 @@
-"""CPU dropout from numpy's SFC64 (trainer/cpu_dropout.py): torch's dropout, the same math."""
+"""CPU dropout from numpy's SFC64 (trainer/loop/cpu_dropout.py): torch's dropout, the same math."""
 
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from tuiapp.trainer.cpu_dropout import CpuDropout, install
+from tuiapp.trainer.loop.cpu_dropout import CpuDropout, install
 
 
 @pytest.mark.parametrize("p", [0.05, 0.5])

@@ -12,11 +12,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tuiapp.core.common.errors import DatasetError
 from tuiapp.core.config.recipe import Recipe
-from tuiapp.trainer import data
-from tuiapp.trainer.bundled import resolve_model_path
-from tuiapp.trainer.data import IGNORE, build_datasets, make_collator, preview_examples
-from tuiapp.trainer.packing import PackedRowsCollator, pack_rows
-from tuiapp.trainer.tiny import CHATML_TEMPLATE, MARKER, ensure_tiny_model
+from tuiapp.trainer.dataset import data
+from tuiapp.trainer.dataset.data import IGNORE, build_datasets, make_collator, preview_examples
+from tuiapp.trainer.dataset.packing import PackedRowsCollator, pack_rows
+from tuiapp.trainer.models.bundled import resolve_model_path
+from tuiapp.trainer.models.tiny import CHATML_TEMPLATE, MARKER, ensure_tiny_model
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_tiny_model_is_small_and_complete(tiny_path, tokenizer, cache_dir):
 
 @pytest.mark.slow  # two fresh interpreters build the model from scratch: ~6 s on 2 cores
 def test_tiny_model_build_is_deterministic_and_race_safe(tmp_path, tiny_path):
-    code = "import sys; from tuiapp.trainer.tiny import ensure_tiny_model; print(ensure_tiny_model(sys.argv[1]))"
+    code = "import sys; from tuiapp.trainer.models.tiny import ensure_tiny_model; print(ensure_tiny_model(sys.argv[1]))"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, env=env, text=True) for _ in range(2)]
@@ -247,8 +247,8 @@ def test_training_model_keeps_packed_examples_apart(tmp_path, tiny_path, tokeniz
     (a difference of ~1e-4 to 1e-3 here)."""
     from transformers.masking_utils import sdpa_mask
 
-    from tuiapp.trainer import varlen as varlen_attention
-    from tuiapp.trainer.model import load_model
+    from tuiapp.trainer.models import varlen as varlen_attention
+    from tuiapp.trainer.models.model import load_model
 
     packed_recipe = recipe("demo:chat", packing=True)
     train, _ = build_datasets(packed_recipe, tokenizer, tmp_path)
@@ -287,7 +287,7 @@ def test_training_model_keeps_packed_examples_apart(tmp_path, tiny_path, tokeniz
 
 
 def test_sdpa_runs_per_example_only_on_the_cpu():
-    from tuiapp.trainer.varlen import runs_varlen
+    from tuiapp.trainer.models.varlen import runs_varlen
 
     assert runs_varlen("sdpa", cuda=False) and not runs_varlen("sdpa", cuda=True)
     assert runs_varlen("flash_attention_2", cuda=True) and runs_varlen("flash_attention_3", cuda=False)

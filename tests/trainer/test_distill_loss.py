@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from tuiapp.trainer.distill import ROW, TeacherRows, topk_kl
+from tuiapp.trainer.methods.distill import ROW, TeacherRows, topk_kl
 
 
 def test_topk_kl_matches_a_hand_computation():
@@ -62,7 +62,7 @@ def test_online_loss_is_trl_generalized_jsd():
     torch.manual_seed(0)
     student, teacher = torch.randn(1, 4, 16), torch.randn(1, 4, 16)
     labels = torch.tensor([[-100, 3, 4, 5]])
-    from tuiapp.trainer.distill import online_loss
+    from tuiapp.trainer.methods.distill import online_loss
 
     assert online_loss(teacher, teacher, labels, beta=0.5, temperature=1.0).item() == pytest.approx(0, abs=1e-6)
     forward = online_loss(student, teacher, labels, beta=0.0, temperature=1.0)  # beta 0: KL(teacher || student)
@@ -78,7 +78,7 @@ def test_on_policy_batches_keep_the_prompt_and_train_the_students_answer(tiny_mo
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tuiapp.trainer.distill import DistillLoss
+    from tuiapp.trainer.methods.distill import DistillLoss
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
@@ -104,7 +104,7 @@ def test_on_policy_batches_keep_the_prompt_and_train_the_students_answer(tiny_mo
 
 def test_the_loss_mixes_kl_and_cross_entropy_by_alpha():
     """alpha x KL(teacher || student) at temperature T + (1 - alpha) x CE on the labels, by hand."""
-    from tuiapp.trainer.distill import mixed_loss, token_ce
+    from tuiapp.trainer.methods.distill import mixed_loss, token_ce
 
     student = torch.tensor([[[1.0, 2.0, 0.0, 0.5], [0.0, 0.0, 3.0, 1.0]]])  # two positions, vocabulary of 4
     labels = torch.tensor([[3, -100]])  # the second position is not trained
@@ -128,7 +128,7 @@ def test_the_metric_window_gives_means_and_restarts():
     counted in online train rows only."""
     from types import SimpleNamespace
 
-    from tuiapp.trainer.distill import DistillLoss
+    from tuiapp.trainer.methods.distill import DistillLoss
 
     loss = DistillLoss()
     loss.distill = SimpleNamespace(alpha=0.5, mode="online")

@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from tuiapp.trainer.dry import shrink_config, step_recipe
-from tuiapp.trainer.profile import _kv_layout, _moe_facts
+from tuiapp.trainer.models.profile import _kv_layout, _moe_facts
+from tuiapp.trainer.tools.dry import shrink_config, step_recipe
 
 
 @pytest.mark.parametrize("model_type", ["stablelm", "deepseek_v3", "falcon", "phimoe", "qwen3_moe", "gemma2"])

@@ -17,9 +17,9 @@ from transformers import TrainerCallback
 
 from tests.trainer.test_trained_logits import sft_recipe
 from tuiapp.core.plan.model_profile import TORCH_VARLEN
-from tuiapp.trainer.callbacks import GracefulStop, RunRecorder
-from tuiapp.trainer.data import build_datasets, make_collator
-from tuiapp.trainer.model import load_model, load_tokenizer
+from tuiapp.trainer.dataset.data import build_datasets, make_collator
+from tuiapp.trainer.loop.callbacks import GracefulStop, RunRecorder
+from tuiapp.trainer.models.model import load_model, load_tokenizer
 from tuiapp.trainer.run import RunTrainer, training_kwargs
 
 pytestmark = pytest.mark.slow  # a real Trainer's 9 steps: ~20 s on 2 shared cores

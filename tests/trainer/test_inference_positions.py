@@ -9,7 +9,7 @@ import torch
 
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.config.recipe import GenerateSpec
-from tuiapp.trainer import inference
+from tuiapp.trainer.tools import inference
 
 pytestmark = pytest.mark.tiny
 

@@ -13,9 +13,9 @@ from tuiapp.core.plan.estimate import estimate_recipe, format_estimate
 from tuiapp.core.plan.launcher import torch_extensions_dir
 from tuiapp.core.prelaunch.machine_rules import machine_rules
 from tuiapp.core.prelaunch.recipe_rules import recipe_rules
-from tuiapp.trainer.bundled import resolve_model_path
-from tuiapp.trainer.model import attn_implementation, load_model, load_tokenizer
-from tuiapp.trainer.packing import PackedRowsCollator, TokenBudgetBatches, budget_batches
+from tuiapp.trainer.dataset.packing import PackedRowsCollator, TokenBudgetBatches, budget_batches
+from tuiapp.trainer.models.bundled import resolve_model_path
+from tuiapp.trainer.models.model import attn_implementation, load_model, load_tokenizer
 
 TINY_CONFIG = {"model_type": "llama", "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 344,
                "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,

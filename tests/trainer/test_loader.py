@@ -1,7 +1,7 @@
-"""The training data loader's settings (trainer/loader.py): workers, pinned memory and prefetch on a
+"""The training data loader's settings (trainer/dataset/loader.py): workers, pinned memory and prefetch on a
 GPU, the main process on a CPU and for streaming data; and the run's training arguments carry them."""
 
-from tuiapp.trainer.loader import MAX_WORKERS, loader_settings
+from tuiapp.trainer.dataset.loader import MAX_WORKERS, loader_settings
 
 
 def test_a_gpu_gets_workers_pinned_memory_and_prefetch():

@@ -10,7 +10,7 @@ from transformers import DataCollatorWithFlattening, LlamaConfig, LlamaForCausal
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from tuiapp.core.config.recipe import recipe_from_dict
-from tuiapp.trainer import long_context, varlen
+from tuiapp.trainer.models import long_context, varlen
 
 
 def test_collator_adds_positions_pads_to_the_degree_and_drops_1d_tensors():

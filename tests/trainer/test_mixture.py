@@ -9,8 +9,8 @@ from datasets import Dataset
 from transformers import AutoTokenizer
 
 from tuiapp.core.config.recipe import Recipe
-from tuiapp.trainer import data, mixture
-from tuiapp.trainer.data import build_datasets, make_collator
+from tuiapp.trainer.dataset import data, mixture
+from tuiapp.trainer.dataset.data import build_datasets, make_collator
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_the_collator_counts_each_sources_tokens_and_drops_the_column(tokenizer,
 
 def test_a_resumed_mixture_goes_on_from_the_checkpoints_row(tmp_path):
     from tuiapp.core.run_folder.metrics import JsonlWriter
-    from tuiapp.trainer.callbacks import _source_tokens_at
+    from tuiapp.trainer.loop.callbacks import _source_tokens_at
 
     path = tmp_path / "metrics.jsonl"
     assert _source_tokens_at(path, 10, ["facts", "chat"]) == {}
@@ -132,7 +132,7 @@ def test_the_preview_shows_each_source_in_turn(tokenizer):
 
 def test_a_streamed_mixture_is_refused_in_the_rank_too(tokenizer, tmp_path):
     from tuiapp.core.common.errors import DatasetError
-    from tuiapp.trainer import streaming
+    from tuiapp.trainer.dataset import streaming
 
     recipe = Recipe.model_validate({"method": {"kind": "sft"}, "train": {"max_steps": 3},
                                     "dataset": {"streaming": True, "sources": [{"name": "demo:facts"}]}})

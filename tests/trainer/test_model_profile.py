@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.zoo_matrix import METHODS, table, verdicts, zoo_recipe
 from tuiapp.core.plan.model_profile import ModelProfile, choose_attention, plan_model
-from tuiapp.trainer.zoo import ZOO, zoo_config, zoo_profile
+from tuiapp.trainer.models.zoo import ZOO, zoo_config, zoo_profile
 
 pytestmark = pytest.mark.tiny
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def test_expert_counts_reach_the_config_under_the_names_libraries_read(profiles)
     config.num_experts (AttributeError after launch). load_model gives the config the profile's counts."""
     from transformers import AutoConfig
 
-    from tuiapp.trainer.moe import name_experts
+    from tuiapp.trainer.models.moe import name_experts
 
     phimoe = AutoConfig.for_model("phimoe", num_local_experts=4, num_experts_per_tok=2)
     assert not hasattr(phimoe, "num_experts")

@@ -11,7 +11,7 @@ from tuiapp.core.config.recipe import recipe_from_dict
 from tuiapp.core.run_folder.completions import completions_path, parse_generation
 from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.core.store.runs import RunStore
-from tuiapp.trainer.rl import completion_turns
+from tuiapp.trainer.methods.rl import completion_turns
 from tuiapp.ui.generations import GenerationBrowser, generation_lines
 
 ROLLOUT = [  # what GRPOTrainer's _tool_call_loop leaves as one completion

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tuiapp.trainer.openai_server import ApiError, Endpoint, StopFilter
+from tuiapp.trainer.tools.openai_server import ApiError, Endpoint, StopFilter
 
 
 def _stream(stops, pieces):

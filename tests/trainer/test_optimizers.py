@@ -35,9 +35,9 @@ def _train(kind: str, tiny_model: Path, out: Path) -> tuple[list[float], int]:
     import transformers
     from transformers import TrainerCallback
 
-    from tuiapp.trainer import optimizers
-    from tuiapp.trainer.data import build_datasets, make_collator
-    from tuiapp.trainer.model import apply_method, cache_dir, load_model, load_tokenizer
+    from tuiapp.trainer.dataset.data import build_datasets, make_collator
+    from tuiapp.trainer.loop import optimizers
+    from tuiapp.trainer.models.model import apply_method, cache_dir, load_model, load_tokenizer
     from tuiapp.trainer.run import RunTrainer, _training_args
 
     recipe = _recipe(kind)
@@ -163,7 +163,7 @@ def test_what_runs_here_is_not_refused():
 
 
 def test_trainer_arguments_of_each_kind():
-    from tuiapp.trainer import optimizers
+    from tuiapp.trainer.loop import optimizers
 
     assert optimizers.training_kwargs(_with(""))["optim"] == "adamw_torch_fused"  # CUDA and CPU alike
     offload = _with("[launch]\nzero_stage = 2\noffload_optimizer = \"cpu\"\n")
@@ -178,7 +178,7 @@ def test_trainer_arguments_of_each_kind():
 def test_muon_part_steps_as_torchs_muon_and_the_rest_as_adamw():
     import torch
 
-    from tuiapp.trainer.optimizers import MuonWithAdamW
+    from tuiapp.trainer.loop.optimizers import MuonWithAdamW
 
     torch.manual_seed(0)
     matrix, vector = torch.randn(48, 16), torch.randn(16)

@@ -26,7 +26,7 @@ def _output(code: str) -> str:
 def test_the_tools_drop_deepspeeds_accelerator_guess():
     import torch
 
-    quiet = _output(f"from tuiapp.trainer.quiet import quiet_libraries; quiet_libraries(); {FIRST_USE}")
+    quiet = _output(f"from tuiapp.trainer.tools.quiet import quiet_libraries; quiet_libraries(); {FIRST_USE}")
     assert "Setting accelerator" not in quiet and "Setting ds_accelerator" not in quiet, quiet
     if not torch.cuda.is_available():  # without a GPU DeepSpeed warns; the filter is what drops it
         assert "Setting accelerator to CPU" in _output(FIRST_USE)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tuiapp.core.config.rewards import PythonReward
-from tuiapp.trainer.rl import RewardFunctionError, _python_reward
+from tuiapp.trainer.methods.rl import RewardFunctionError, _python_reward
 
 SOURCE = '''\
 import math

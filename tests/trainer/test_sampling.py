@@ -9,7 +9,7 @@ from datasets import Dataset
 from torch.utils.data import RandomSampler, SequentialSampler
 from transformers import TrainingArguments
 
-from tuiapp.trainer import sampling
+from tuiapp.trainer.dataset import sampling
 from tuiapp.trainer.run import RunTrainer
 
 

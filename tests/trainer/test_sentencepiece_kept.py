@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tuiapp.core.after.gguf_tools import SENTENCEPIECE_MODEL, ToolError, check_vocabulary
-from tuiapp.trainer.export import export, vocabulary_sources
-from tuiapp.trainer.model import FINAL_INFO, keep_sentencepiece
+from tuiapp.trainer.models.model import FINAL_INFO, keep_sentencepiece
+from tuiapp.trainer.tools.export import export, vocabulary_sources
 
 
 @pytest.mark.gguf  # sentencepiece comes with the GGUF tools: `make test` runs these last, once installed

@@ -9,9 +9,9 @@ from transformers import AutoTokenizer
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.data import demo_data
 from tuiapp.core.prelaunch.recipe_rules import streaming_rules
-from tuiapp.trainer import streaming
-from tuiapp.trainer.data import build_datasets
-from tuiapp.trainer.streaming import TokenizedStream
+from tuiapp.trainer.dataset import streaming
+from tuiapp.trainer.dataset.data import build_datasets
+from tuiapp.trainer.dataset.streaming import TokenizedStream
 
 
 @pytest.fixture(scope="module")

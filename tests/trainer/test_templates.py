@@ -5,8 +5,9 @@ from transformers import AutoTokenizer
 
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.config.recipe import CHAT_TEMPLATES
-from tuiapp.trainer import data, templates
-from tuiapp.trainer.data import IGNORE
+from tuiapp.trainer.dataset import data
+from tuiapp.trainer.dataset.data import IGNORE
+from tuiapp.trainer.models import templates
 
 pytestmark = pytest.mark.tiny
 

@@ -18,8 +18,9 @@ from transformers import AutoTokenizer
 
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.run_folder import rundir
-from tuiapp.trainer import phases, tokenize_cache
-from tuiapp.trainer.data import build_datasets
+from tuiapp.trainer import phases
+from tuiapp.trainer.dataset import tokenize_cache
+from tuiapp.trainer.dataset.data import build_datasets
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = 3000
@@ -79,7 +80,7 @@ BUILD = """
 import logging, sys
 from transformers import AutoTokenizer
 from tuiapp.core.config.recipe import Recipe
-from tuiapp.trainer.data import build_datasets
+from tuiapp.trainer.dataset.data import build_datasets
 logging.basicConfig(level=logging.INFO)
 recipe = Recipe.model_validate({"dataset": {"name": sys.argv[1]}, "method": {"kind": "pretrain"},
                                 "train": {"max_seq_len": 64}})
@@ -135,7 +136,7 @@ def test_the_blocks_are_cut_across_files_and_batches_and_moved_into_the_entry(tm
     """The cold build reads the documents' ids file by file, in batches that do not line up with
     the documents per block batch, and moves the blocks' file into the entry (no copy of the rows):
     the same blocks as cutting each batch of documents in Python."""
-    from tuiapp.trainer import data
+    from tuiapp.trainer.dataset import data
 
     monkeypatch.setenv("LLMTUI_TOKENIZE_WORKERS", "2")
     monkeypatch.setattr(data, "DOCS_PER_BLOCK_BATCH", 333)  # batches across the workers' files and theirs

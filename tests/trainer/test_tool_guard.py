@@ -1,4 +1,4 @@
-"""Tools under a clock in training (tuiapp.trainer.tool_guard): a tool that raises, hangs or returns
+"""Tools under a clock in training (tuiapp.trainer.methods.tool_guard): a tool that raises, hangs or returns
 garbage gives the rollout an error turn and a line in tool_errors.jsonl, and past tool_error_limit the
 run fails naming the tool and its file:line; results are cut to the token budget. The built-in
 environments compute and look up offline. Real functions, a real run folder, TRL's own schema builder."""
@@ -11,8 +11,8 @@ import time
 import pytest
 
 from tuiapp.core.config.recipe import recipe_from_dict
-from tuiapp.trainer import environments
-from tuiapp.trainer.tool_guard import TOOL_ERRORS_FILE, Guard, ToolError
+from tuiapp.trainer.methods import environments
+from tuiapp.trainer.methods.tool_guard import TOOL_ERRORS_FILE, Guard, ToolError
 
 
 def divide(a: float, b: float) -> float:

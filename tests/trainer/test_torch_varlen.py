@@ -1,4 +1,4 @@
-"""torch's varlen attention on packed rows (trainer/torch_varlen.py): the function against a plain
+"""torch's varlen attention on packed rows (trainer/models/torch_varlen.py): the function against a plain
 attention per example (forward and gradients, GQA), a packed tiny model's loss against its examples
 apart under eager, and the choice `model.attn_implementation = "auto"` makes (core.plan.model_profile).
 On CPU tensors the function runs its fallback (sdpa per example); the CUDA test runs the kernel."""
@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, DataCollatorWithFlattening, LlamaConfig, Qwen2Config
 
 from tuiapp.core.plan.model_profile import TORCH_VARLEN, ModelProfile, attention_kernel, choose_attention
-from tuiapp.trainer import torch_varlen, varlen
+from tuiapp.trainer.models import torch_varlen, varlen
 
 LENGTHS = [9, 23, 1, 14]
 SHAPE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -167,7 +167,7 @@ def test_model_plan_names_the_kernel_that_runs():
 def test_the_profile_records_what_decides_the_kernel():
     from transformers import Gemma2Config, MistralConfig
 
-    from tuiapp.trainer.profile import attention_facts
+    from tuiapp.trainer.models.profile import attention_facts
 
     assert attention_facts(LlamaConfig(**SHAPE)) == {"head_dim": 8, "sliding_window": None, "softcap": None}
     assert attention_facts(MistralConfig(**SHAPE, sliding_window=64))["sliding_window"] == 64

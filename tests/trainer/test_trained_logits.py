@@ -7,9 +7,10 @@ import torch.nn as nn
 from transformers import DataCollatorForSeq2Seq, TrainingArguments
 
 from tuiapp.core.config.recipe import Recipe
-from tuiapp.trainer import trained_logits, varlen
-from tuiapp.trainer.data import build_datasets, make_collator
-from tuiapp.trainer.model import apply_method, load_model, load_tokenizer
+from tuiapp.trainer.dataset.data import build_datasets, make_collator
+from tuiapp.trainer.loop import trained_logits
+from tuiapp.trainer.models import varlen
+from tuiapp.trainer.models.model import apply_method, load_model, load_tokenizer
 from tuiapp.trainer.run import RunTrainer
 
 

@@ -1,4 +1,4 @@
-"""sdpa per packed example (trainer/varlen.py) on real architectures: the same loss as the
+"""sdpa per packed example (trainer/models/varlen.py) on real architectures: the same loss as the
 examples run apart, no tokens × tokens mask while every layer runs per example, and the mask
 (and the whole-row sdpa) kept where a sliding window is shorter than an example."""
 
@@ -15,7 +15,7 @@ from transformers import (
 )
 from transformers.masking_utils import sdpa_mask
 
-from tuiapp.trainer import varlen
+from tuiapp.trainer.models import varlen
 
 SHAPE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=300, use_cache=False, attn_implementation="sdpa")

@@ -11,8 +11,8 @@ from PIL import Image
 
 from tuiapp.core.common.errors import DatasetError
 from tuiapp.core.config.recipe import Recipe
-from tuiapp.trainer import vision
-from tuiapp.trainer.tiny import IM_END
+from tuiapp.trainer.models import vision
+from tuiapp.trainer.models.tiny import IM_END
 
 IMAGE_CHATS = [
     {"messages": [{"role": "user", "content": "<image>What colour is it?"}, {"role": "assistant", "content": "red"}]},

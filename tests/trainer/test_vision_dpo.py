@@ -66,7 +66,8 @@ def test_dpo_on_image_pairs_passes_the_checks_and_other_adapters_are_refused(tmp
 
 @pytest.mark.slow
 def test_dpo_steps_on_image_pairs_train_the_adapters_and_the_projector(tmp_path, llmtui_cache):
-    from tuiapp.trainer import vision, vision_preference
+    from tuiapp.trainer.methods import vision_preference
+    from tuiapp.trainer.models import vision
 
     data = pair_file(tmp_path)
     recipe = dpo_recipe(data, train_projector=True, projector_lr=3e-3)

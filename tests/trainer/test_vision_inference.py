@@ -12,8 +12,8 @@ from PIL import Image
 
 from tuiapp.core.after.targets import Target
 from tuiapp.core.config.recipe import GenerateSpec
-from tuiapp.trainer import inference
-from tuiapp.trainer.preview import half_blocks
+from tuiapp.trainer.tools import inference
+from tuiapp.trainer.tools.preview import half_blocks
 
 pytestmark = pytest.mark.tiny
 
@@ -78,7 +78,7 @@ def test_half_blocks_draw_the_upper_pixel_over_the_lower(tmp_path):
 
 
 def test_llmtui_data_names_each_examples_images_as_the_collator_sees_them(capfd):
-    from tuiapp.trainer import preview
+    from tuiapp.trainer.tools import preview
 
     recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny-vlm-lora.toml")
     assert preview.main([recipe, "--show", "1"]) == 0

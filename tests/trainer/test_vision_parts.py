@@ -14,7 +14,7 @@ from PIL import Image
 from tuiapp.core.common.errors import DatasetError, RecipeError
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan import estimate, vision_plan
-from tuiapp.trainer import vision
+from tuiapp.trainer.models import vision
 
 CHAT = [{"role": "user", "content": "<image>What colour is it?"}, {"role": "assistant", "content": "red"}]
 

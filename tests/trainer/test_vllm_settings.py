@@ -7,7 +7,7 @@ import pytest
 
 from tests.core.test_generation_server import server_recipe
 from tuiapp.core.plan import generation_server
-from tuiapp.trainer.rl import generation_event, trainer_config, vllm_settings
+from tuiapp.trainer.methods.rl import generation_event, trainer_config, vllm_settings
 
 
 def test_a_rank_reaches_the_runs_server_by_its_environment():

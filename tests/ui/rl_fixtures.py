@@ -1,6 +1,6 @@
 """SYNTHETIC online RL runs (grpo/rloo) for the UI tests: a run folder whose metrics.jsonl rows carry
 TRL's reward keys and whose completions.jsonl holds every generation, both in the exact format the
-trainer writes (tuiapp/trainer/rl.py's _write_completions; tests/e2e/test_rl.py checks it on a real
+trainer writes (tuiapp/trainer/methods/rl.py's _write_completions; tests/e2e/test_rl.py checks it on a real
 run). A real tiny GRPO run takes minutes, so the fast tier writes these files."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`llmtui cache list|prune`: the tokenized datasets in the cache ($LLMTUI_CACHE/data, written by
-tuiapp.trainer.tokenize_cache), their size and last use, and removing the ones no run needs.
+tuiapp.trainer.dataset.tokenize_cache), their size and last use, and removing the ones no run needs.
 Pure stdlib: no torch, no datasets."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`llmtui export RUN --out DIR`: a run's adapter or merged model written to a folder, cast
 (--dtype), as GGUF files with a parity check (--gguf), uploaded to the Hub (--push). The flags are
 checked by tuiapp.core.after.exporting, before any work; the export itself is a torch-side tool
-(tuiapp.trainer.publish) in a child process."""
+(tuiapp.trainer.tools.publish) in a child process."""
 
 from __future__ import annotations
 

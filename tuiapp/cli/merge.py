@@ -1,7 +1,7 @@
 """`llmtui merge RUN_A RUN_B ... --name NAME`: several runs' models merged into a new run.
 
 The runs are checked before any work (tuiapp.core.after.merging); the tensors are merged in a child process
-(tuiapp.trainer.merge) into a hidden folder of the runs folder, and only a finished merge becomes a run:
+(tuiapp.trainer.tools.merge) into a hidden folder of the runs folder, and only a finished merge becomes a run:
 a failed one leaves nothing behind."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def cmd_merge(args) -> int:
     plan = merging.plan_merge(runs, args.method, weights, args.density, args.seed)
     work = Path(tempfile.mkdtemp(prefix=".merging-", dir=store.root))
     try:
-        code = trainer_tool("tuiapp.trainer.merge", [plan.to_json(), "--out", str(RunDir(work).final)])
+        code = trainer_tool("tuiapp.trainer.tools.merge", [plan.to_json(), "--out", str(RunDir(work).final)])
         if code != 0:
             raise RunError(message=f"the merge failed (exit {code}); no run was made", fix="see the output above")
         recipe = load_recipe(runs[0].dir.recipe_toml).model_copy(update={"name": args.name})

@@ -1,6 +1,6 @@
 """`llmtui validate | estimate | schema | data`: a recipe before any run. Validation and the
 memory estimate come from tuiapp.core.prelaunch.door; `data` shows the trainer's own view of the examples
-through a torch-side tool (tuiapp.trainer.preview) in a child process."""
+through a torch-side tool (tuiapp.trainer.tools.preview) in a child process."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def cmd_data(args) -> int:
         argv += ["--set", override]
     if args.json:
         argv.append("--json")
-    return trainer_tool("tuiapp.trainer.preview", argv)
+    return trainer_tool("tuiapp.trainer.tools.preview", argv)
 
 
 # ---------------------------------------------------------------- parser

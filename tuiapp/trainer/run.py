@@ -29,28 +29,15 @@ from tuiapp.core.run_folder.metrics import JsonlWriter
 from tuiapp.core.run_folder.rundir import (
     RunDir,
 )
-from tuiapp.trainer import (
-    bottleneck,
-    buckets,
-    checkpoints,
-    cpu_dropout,
-    loader,
-    long_context,
-    mixture,
-    optimizers,
-    phases,
-    sampling,
-    strategies,
-    streaming,
-    trained_logits,
-    varlen,
-    vision,
-)
-from tuiapp.trainer import resume as resume_edges
-from tuiapp.trainer.bundled import resolve_model_path
-from tuiapp.trainer.callbacks import EvalSamples, GracefulStop, RunRecorder
-from tuiapp.trainer.early_stop import early_stopping
-from tuiapp.trainer.model import (
+from tuiapp.trainer import phases
+from tuiapp.trainer.dataset import buckets, loader, mixture, sampling, streaming
+from tuiapp.trainer.loop import checkpoints, cpu_dropout, optimizers, strategies, trained_logits
+from tuiapp.trainer.loop import resume as resume_edges
+from tuiapp.trainer.loop.callbacks import EvalSamples, GracefulStop, RunRecorder
+from tuiapp.trainer.loop.early_stop import early_stopping
+from tuiapp.trainer.models import bottleneck, long_context, varlen, vision
+from tuiapp.trainer.models.bundled import resolve_model_path
+from tuiapp.trainer.models.model import (
     FINAL_INFO,
     apply_method,
     attn_implementation,
@@ -161,7 +148,7 @@ class RunTrainerMixin:
             return loader
         from torch.utils.data import DataLoader
 
-        from tuiapp.trainer.packing import TokenBudgetBatches
+        from tuiapp.trainer.dataset.packing import TokenBudgetBatches
 
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
         sampler = TokenBudgetBatches(sampling.example_lengths(dataset), self.token_budget, self.args.seed,
@@ -247,7 +234,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         save_strategy="steps" if train.save_steps else "no",
         save_steps=train.save_steps or 500,
         save_total_limit=train.save_total_limit,
-        bf16=precision in ("bf16", "fp8"),  # fp8: bf16 with float8 linears (trainer/fp8.py)
+        bf16=precision in ("bf16", "fp8"),  # fp8: bf16 with float8 linears (trainer/loop/fp8.py)
         fp16=precision == "fp16",
         activation_checkpointing=train.gradient_checkpointing,
         activation_checkpointing_kwargs={"use_reentrant": False} if train.gradient_checkpointing else None,
@@ -297,7 +284,7 @@ def train(run_dir: Path, resume: bool) -> int:
 def _datasets(recipe: Recipe, model_path: str, tokenizer):
     """(processor or None, train set, eval set or None) of a supervised or preference recipe: image chats
     or pairs with a vision-language model's processor, else tokenized text."""
-    from tuiapp.trainer.data import build_datasets
+    from tuiapp.trainer.dataset.data import build_datasets
 
     processor = vision.load_processor(model_path, recipe.model.trust_remote_code) \
         if vision.is_vision_model(model_path) else None
@@ -310,7 +297,7 @@ def _datasets(recipe: Recipe, model_path: str, tokenizer):
         vision.apply_max_pixels(processor, recipe.vision.max_pixels)
         phases.enter("reading images")
         if is_preference(recipe.method.kind):  # dpo on image pairs
-            from tuiapp.trainer.vision_preference import image_pairs
+            from tuiapp.trainer.methods.vision_preference import image_pairs
 
             train_set, eval_set = image_pairs(recipe, processor)
         else:
@@ -369,7 +356,7 @@ def _supervised_model(recipe: Recipe, run_dir: Path, model_path: str, precision:
     else:
         model = apply_method(load_model(recipe, model_path, precision), recipe, model_path)
     if precision == "fp8":
-        from tuiapp.trainer import fp8
+        from tuiapp.trainer.loop import fp8
 
         fp8.convert(model)
     if recipe.train.gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
@@ -388,7 +375,7 @@ def _eval_callbacks(recipe: Recipe, recorder: RunRecorder, tokenizer, eval_set) 
                         recipe.launch.zero_stage == 3 or strategies.strategy_of(recipe) == "fsdp")
         )
     if recipe.eval.benchmarks:  # scored on this model, into the eval row
-        from tuiapp.trainer.benchmarks import Benchmarks
+        from tuiapp.trainer.loop.benchmarks import Benchmarks
 
         callbacks.append(Benchmarks(recorder, tokenizer, recipe.eval.benchmarks, recipe.eval.benchmark_at, Path.cwd()))
     return callbacks
@@ -397,7 +384,7 @@ def _eval_callbacks(recipe: Recipe, recorder: RunRecorder, tokenizer, eval_set) 
 def _supervised_collator(recipe: Recipe, model, tokenizer, processor):
     """Image chats' collator, or packed/padded text (packed lengths in a few shapes on a GPU, each source's
     tokens counted); then sequence parallelism's split, tiled MLP and activation offload."""
-    from tuiapp.trainer.data import make_collator
+    from tuiapp.trainer.dataset.data import make_collator
 
     collator = vision.VisionCollator(processor, recipe.train.max_seq_len) if processor is not None else \
         mixture.SourceTokens(buckets.BucketedLengths(
@@ -420,7 +407,7 @@ def _expert_load(model, recipe: Recipe, model_path: str) -> list:
     moe = profile.moe if profile is not None else None
     if not moe:
         return []
-    from tuiapp.trainer.moe import ExpertLoad
+    from tuiapp.trainer.models.moe import ExpertLoad
 
     return [ExpertLoad(model, moe["experts"])]
 
@@ -435,7 +422,7 @@ def _record_plan(run_dir: Path, recipe: Recipe, model_path: str, precision: str)
 
 def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
     """The family rl: TRL's GRPO/RLOO, prompts in, completions generated while training."""
-    from tuiapp.trainer import rl
+    from tuiapp.trainer.methods import rl
 
     phases.enter("tokenizing")
     train_set, eval_set = rl.build_datasets(recipe, Path.cwd())
@@ -461,7 +448,7 @@ def _rl_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, 
 
 def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
     """The family preference: TRL's trainers (dpo, simpo, cpo, orpo, kto, reward), image pairs too."""
-    from tuiapp.trainer import preference, vision_preference
+    from tuiapp.trainer.methods import preference, vision_preference
 
     processor, train_set, eval_set = _datasets(recipe, model_path, tokenizer)
     phases.enter("loading model")
@@ -501,8 +488,8 @@ def _preference_trainer(recipe: Recipe, run_dir: Path, model_path: str, precisio
 
 
 def _distill_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str, tokenizer, stopper):
-    """The family distill: a frozen teacher's distributions (trainer/distill.py)."""
-    from tuiapp.trainer import distill
+    """The family distill: a frozen teacher's distributions (trainer/methods/distill.py)."""
+    from tuiapp.trainer.methods import distill
 
     _processor, train_set, eval_set = _datasets(recipe, model_path, tokenizer)
     trainer, recorder = distill.build_trainer(recipe, run_dir, model_path, precision, tokenizer, train_set,

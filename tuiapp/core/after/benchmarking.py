@@ -1,6 +1,6 @@
 """`llmtui eval RUN --benchmark TASK_OR_YAML`: lm-evaluation-harness tasks scored on a run's final
 model (or every checkpoint, `--checkpoints all`) and its base for a baseline, after training. Every
-check runs here before any work; the scoring is tuiapp.trainer.benchmarks in a child process, which
+check runs here before any work; the scoring is tuiapp.trainer.loop.benchmarks in a child process, which
 writes runs/<id>/bench/<time>.json (tuiapp.core.run_folder.benchmarks)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tuiapp.core.common.errors import RunError, UserError
 from tuiapp.core.data import bench_tasks
 from tuiapp.core.run_folder import benchmarks
 
-TOOL = "tuiapp.trainer.benchmarks"
+TOOL = "tuiapp.trainer.loop.benchmarks"
 
 
 @dataclass

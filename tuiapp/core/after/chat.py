@@ -1,5 +1,5 @@
 """Talking to a run's model without importing torch: a client of the inference server
-(`python -m tuiapp.trainer.serve`, JSON lines on its stdin/stdout). `llmtui chat` and the TUI's
+(`python -m tuiapp.trainer.tools.serve`, JSON lines on its stdin/stdout). `llmtui chat` and the TUI's
 chat screen both use it; the server starts once and stays warm until `close()`.
 
 The server is a child on pipes on purpose (unlike a run, it should not outlive its user): when
@@ -29,7 +29,7 @@ class ChatError(UserError):
 
 
 def server_argv(run_dir: Path, checkpoint: int | None, load: list[str], python: str | None = None) -> list[str]:
-    argv = [python or sys.executable, "-m", "tuiapp.trainer.serve", str(run_dir), "--load", ",".join(load)]
+    argv = [python or sys.executable, "-m", "tuiapp.trainer.tools.serve", str(run_dir), "--load", ",".join(load)]
     if checkpoint is not None:
         argv += ["--checkpoint", str(checkpoint)]
     return argv

@@ -1,6 +1,6 @@
 """`llmtui eval` and the TUI's Evaluate: a run's model (and its base) scored on held-out data.
 Every check runs here before any work (the model, the data read as training reads it, the
-harness when tasks are asked); the scoring itself is the torch-side tool tuiapp.trainer.evaluate
+harness when tasks are asked); the scoring itself is the torch-side tool tuiapp.trainer.tools.evaluate
 in a child process, which writes its result where core.run_folder.evals reads it."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tuiapp.core.data.datasets import load_records, resolve_source
 from tuiapp.core.run_folder import evals
 from tuiapp.core.store.runs import Run
 
-TOOL = "tuiapp.trainer.evaluate"
+TOOL = "tuiapp.trainer.tools.evaluate"
 DEFAULT_DATA = "demo:facts-heldout"
 HELDOUT = {"demo:facts": "demo:facts-heldout", "demo:shapes": "demo:shapes-heldout"}  # a demo -> its held-out split
 

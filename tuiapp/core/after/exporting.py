@@ -1,6 +1,6 @@
 """`llmtui export` and the TUI's Export: a run's adapter or merged model written to a folder, cast
 (dtype), as GGUF files with a parity check (gguf), uploaded to the Hub (push). Every option is
-checked here, before any work; the export itself is the torch-side tool tuiapp.trainer.publish in
+checked here, before any work; the export itself is the torch-side tool tuiapp.trainer.tools.publish in
 a child process."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tuiapp.core.prelaunch.model_check import adapter_kind, hub_offline
 from tuiapp.core.run_folder import exports
 from tuiapp.core.store.runs import Run
 
-TOOL = "tuiapp.trainer.publish"
+TOOL = "tuiapp.trainer.tools.publish"
 DTYPES = ("float32", "bfloat16", "float16")
 
 

@@ -2,7 +2,7 @@
 llama.cpp's converter (a folder the user names, or the one beside llama-cpp-python), the
 architecture in its registry, llama-quantize (or llama-cpp-python's binding) for k-quants, and
 llama-cpp-python for the parity check. The CLI refuses with the fix before anything starts; the
-export tool (tuiapp.trainer.publish) checks the architecture of the model it will convert."""
+export tool (tuiapp.trainer.tools.publish) checks the architecture of the model it will convert."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ CONVERTER = "convert_hf_to_gguf.py"
 
 # llama.cpp's converter reads these architectures' vocabulary only from a SentencePiece model file
 # (conversion/gemma.py); transformers 5 saves a tokenizer as tokenizer.json alone, so a run's final/
-# has that file only when the trainer kept the base model's (tuiapp.trainer.model.keep_sentencepiece).
+# has that file only when the trainer kept the base model's (tuiapp.trainer.models.model.keep_sentencepiece).
 SENTENCEPIECE_MODEL = "tokenizer.model"
 SENTENCEPIECE_ARCHITECTURES = {"GemmaForCausalLM", "Gemma2ForCausalLM"}
 

@@ -1,7 +1,7 @@
 """`llmtui eval RUN --judge ENDPOINT_OR_RUN`: an LLM as the judge of a run's answers.
 
 The run answers a prompt set (the demo facts' held-out questions, or a file of the user's) through
-the inference server (tuiapp.trainer.serve, as `llmtui chat` does); so does its opponent (its base,
+the inference server (tuiapp.trainer.tools.serve, as `llmtui chat` does); so does its opponent (its base,
 or another run's final model) for a pairwise judgement. Each pair, or each answer alone, goes to a
 judge with a rubric: any OpenAI-compatible endpoint (`http://host:port/v1`), or a run served by
 `llmtui serve`. Pairwise: win / loss / tie per prompt (the two answers swap places on every other

@@ -3,7 +3,7 @@
 Runs merge when they trained the same base model the same way: LoRA adapters (peft's weighted
 adapters: linear, cat, ties, dare_linear, dare_ties) or every weight (task arithmetic on the
 differences from the base: linear, ties, dare_linear, dare_ties). Anything else is refused here with
-the fix. The merge itself is tuiapp.trainer.merge; its output becomes a new run (method and base of
+the fix. The merge itself is tuiapp.trainer.tools.merge; its output becomes a new run (method and base of
 the merged runs, `merged_from` in its run.json) that chat, eval and export take like any other.
 """
 

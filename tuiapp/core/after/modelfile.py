@@ -2,7 +2,7 @@
 template the model trained with, its PARAMETERs from the recipe's [generate] table.
 
 Pure: the chat template is reached through `render(messages, add_generation_prompt) -> str`
-(tuiapp.trainer.gguf gives the tokenizer's own, as training rendered it). `derive()` renders a
+(tuiapp.trainer.tools.gguf gives the tokenizer's own, as training rendered it). `derive()` renders a
 few conversations whose contents are marker words and reads the pieces around the markers:
 
     bos + [spre SYSTEM spost] + (upre USER upost + apre ASSISTANT apost)* + gen

@@ -1,5 +1,5 @@
 """Parity of an exported model with the model it came from: the same prompts answered greedily by
-both, compared token by token. Pure: the answers come from tuiapp.trainer.parity (transformers,
+both, compared token by token. Pure: the answers come from tuiapp.trainer.tools.parity (transformers,
 peft, llama-cpp-python) as token ids and their texts.
 
 Greedy decoding agrees token for token until the first difference, after which the two answers

@@ -2,7 +2,7 @@
 started from. Pure: the folders are only looked at, so the CLI and the TUI can refuse a bad
 request (no final model, a checkpoint that does not exist, a reward model to chat with) with a
 clear error before any torch process starts; `llmtui chat`, `llmtui eval` and the inference
-server (tuiapp.trainer.serve) all resolve a run through `model_target`.
+server (tuiapp.trainer.tools.serve) all resolve a run through `model_target`.
 """
 
 from __future__ import annotations

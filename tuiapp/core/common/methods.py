@@ -19,7 +19,7 @@ from typing import Literal
 Family = Literal["full", "adapter", "preference", "rl", "distill"]
 """What builds the trainer: full = every weight (Trainer), adapter = peft on a frozen base (Trainer),
 preference = TRL's pair trainers (dpo, simpo, cpo, orpo, kto, reward), rl = TRL's online GRPO/RLOO,
-distill = the student learns a frozen teacher's distributions (trainer/distill.py)."""
+distill = the student learns a frozen teacher's distributions (trainer/methods/distill.py)."""
 
 Peft = Literal["none", "lora", "virtual_tokens", "ia3", "bottleneck", "llama_adapter", "from_adapter"]
 """The form of the trained adapter: none (every weight), lora (lora/qlora/dora: low-rank pairs on linears),

@@ -2,7 +2,7 @@
 
 A recipe writes `optimizer = "muon"` (the kind alone) or a `[train.optimizer]` table with a kind
 and that optimizer's keys. The state bytes here are what the estimate and the probe count; the
-trainer side (building each optimizer) is `tuiapp.trainer.optimizers`, the refusals before
+trainer side (building each optimizer) is `tuiapp.trainer.loop.optimizers`, the refusals before
 launch `tuiapp.core.prelaunch.optimizer_checks`.
 """
 

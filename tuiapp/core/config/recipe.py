@@ -444,7 +444,7 @@ class RewardMethod(Section):
     adapter: AdapterChoice | None = Field(None, description=ADAPTER_HELP)
 
 
-class DistillMethod(Section):  # knowledge distillation: tuiapp.trainer.distill, checks in core.prelaunch.distill_checks
+class DistillMethod(Section):  # knowledge distillation: tuiapp.trainer.methods.distill, checks in core.prelaunch.distill_checks
     kind: Literal["distill"] = Field(
         "distill", description="Knowledge distillation: the model (the student) learns the token distributions "
         "of a frozen teacher on the dataset's answers.",

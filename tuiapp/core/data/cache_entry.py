@@ -3,7 +3,7 @@ lists them, neither needs the other).
 
 At write, llmtui.json records `manifest`: each data file's size and sha256. On load (and in `llmtui
 cache list`) `problem` compares the files with it: a missing, truncated, grown or changed file is a
-damaged entry, named with its path; the trainer then rebuilds it (tuiapp.trainer.tokenize_cache).
+damaged entry, named with its path; the trainer then rebuilds it (tuiapp.trainer.dataset.tokenize_cache).
 An entry written before manifests existed has none: it is checked by loading it (Arrow's own checks
 of the files' framing), and `cache list` shows it as unverified.
 Hashing reads the files once per load: about 2.3 s per GB on this 2-core machine, next to the minutes a build takes.

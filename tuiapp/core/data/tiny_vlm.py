@@ -1,5 +1,5 @@
 """The bundled tiny vision-language models: their names, families and shapes (one definition for the
-trainer, which builds them in tuiapp.trainer.vision, and for the checks and the estimate)."""
+trainer, which builds them in tuiapp.trainer.models.vision, and for the checks and the estimate)."""
 
 from __future__ import annotations
 

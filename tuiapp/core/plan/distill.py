@@ -1,5 +1,5 @@
 """Knowledge distillation's bundled teacher, on the pure side: 'tiny-teacher' is the tiny model
-(estimate.TINY_CONFIG) with these changes, built by tuiapp.trainer.distill with the tiny tokenizer.
+(estimate.TINY_CONFIG) with these changes, built by tuiapp.trainer.methods.distill with the tiny tokenizer.
 estimate.teacher_parameters counts a teacher for the memory estimate (one extra frozen copy)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ TEACHER_SHARED_EMBEDDING = 0.7
 
 # 'tiny-student': a bundled model.name smaller than the tiny model (half the layers, half the width),
 # with the tiny tokenizer, so that a teacher trained from 'tiny' (recipes/tiny-distill-teacher.toml)
-# distils into a smaller student (recipes/tiny-distill.toml); built by tuiapp.trainer.tiny_student
+# distils into a smaller student (recipes/tiny-distill.toml); built by tuiapp.trainer.models.tiny_student
 STUDENT_NAME = "tiny-student"
 STUDENT_CHANGES = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2}
 
@@ -27,7 +27,7 @@ def student_config(tiny_config: dict) -> dict:
     return {**tiny_config, **STUDENT_CHANGES}
 
 
-# ---- the offline teacher cache on disk (tuiapp.trainer.distill.compute_topk writes it: one
+# ---- the offline teacher cache on disk (tuiapp.trainer.methods.distill.compute_topk writes it: one
 # topk.safetensors per teacher, dataset and top_k, under the cache's distill/ folder)
 
 TOPK_ID_BYTES, TOPK_LOGIT_BYTES, OFFSET_BYTES = 4, 4, 8  # int32 ids, float32 logits, int64 offsets

@@ -57,7 +57,7 @@ QLORA_BYTES = {True: 4.127 / 8, False: 4.5 / 8}
 RANK_RUNTIME_BYTES = 480 * 10**6
 TOKENIZING_BYTES = 400 * 10**6
 TOKENIZE_WORKER_BYTES = 600 * 10**6
-TOKENIZE_WORKERS_MAX = 8  # tuiapp.trainer.tokenize_cache.MAX_WORKERS
+TOKENIZE_WORKERS_MAX = 8  # tuiapp.trainer.dataset.tokenize_cache.MAX_WORKERS
 
 # The bundled tiny model (tuiapp/assets builds it from this dict).
 PROFILE_COUNTS = "llmtui_parameters"  # a config dict's key for the model profile's parameter counts

@@ -81,7 +81,7 @@ def server_argv(recipe, model_path: str, port: int, python: str | None = None) -
 
 
 def rank_env(url: str, group_port: int) -> dict[str, str]:
-    """What the ranks need to reach the server (tuiapp.trainer.rl reads it)."""
+    """What the ranks need to reach the server (tuiapp.trainer.methods.rl reads it)."""
     return {URL_ENV: url, GROUP_PORT_ENV: str(group_port)}
 
 

@@ -1,7 +1,7 @@
 """Long-context settings before launch: sequence parallelism (train.sequence_parallel), tiled MLP,
 activation offload and RoPE scaling. Pure: the rules, the padded length, the per-rank sequence.
 
-The trainer side is tuiapp/trainer/long_context.py; docs/parallelism.md, "Sequence parallelism".
+The trainer side is tuiapp/trainer/models/long_context.py; docs/parallelism.md, "Sequence parallelism".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a base model is, and what each method does on it, decided before launch.
 
-The profile (tuiapp.trainer.profile, in its own process: core never imports torch) is read from
+The profile (tuiapp.trainer.models.profile, in its own process: core never imports torch) is read from
 the model's config alone and cached by the config's bytes. `plan_model` turns a profile and a
 recipe into the decisions the trainer applies (attention kernel, adapter targets) and the
 findings preflight prints: a method the architecture cannot take is an error naming what works,
@@ -29,7 +29,7 @@ PROFILE_VERSION = "4"  # 3: expert counts under every family's name; 4: attentio
 PROFILE_TIMEOUT_S = 180.0
 CONFIG_FILE = "config.json"
 # config sizes that must be positive integers when present
-TORCH_VARLEN = "torch_varlen"  # torch's FlashAttention varlen kernels on packed rows (trainer/torch_varlen.py)
+TORCH_VARLEN = "torch_varlen"  # torch's FlashAttention varlen kernels on packed rows (trainer/models/torch_varlen.py)
 VARLEN_MAX_HEAD_DIM = 256
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
              "num_key_value_heads", "n_embd", "n_layer", "n_head", "max_position_embeddings", "n_positions",
@@ -38,7 +38,7 @@ SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "interme
 
 @dataclass(frozen=True)
 class ModelProfile:
-    """A model's profile (the JSON of tuiapp.trainer.profile), with typed access to what is decided on."""
+    """A model's profile (the JSON of tuiapp.trainer.models.profile), with typed access to what is decided on."""
 
     data: dict = field(repr=False)
 
@@ -193,14 +193,14 @@ def read_profile(folder: Path, *, trust_remote_code: bool = False) -> ModelProfi
 
 
 def run_profile_of(name: str | Path, trust_remote_code: bool = False) -> dict:
-    """tuiapp.trainer.profile of `name` (a folder, or 'tiny', which it builds) in its own process,
+    """tuiapp.trainer.models.profile of `name` (a folder, or 'tiny', which it builds) in its own process,
     uncached: its JSON, or {'error': why}."""
     return _run_profile(name, trust_remote_code)
 
 
 def _run_profile(folder: str | Path, trust_remote_code: bool) -> dict:
-    """tuiapp.trainer.profile in its own process: its JSON, or {'error': why}."""
-    argv = [sys.executable, "-m", "tuiapp.trainer.profile", str(folder)]
+    """tuiapp.trainer.models.profile in its own process: its JSON, or {'error': why}."""
+    argv = [sys.executable, "-m", "tuiapp.trainer.models.profile", str(folder)]
     if trust_remote_code:
         argv.append("--trust-remote-code")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}

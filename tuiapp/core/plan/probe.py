@@ -1,7 +1,7 @@
 """Micro-batch by probing: which sizes to try, which one to keep, and what was recorded.
 
 `llmtui probe RECIPE` and a run with `train.micro_batch = "auto"` launch one rank of
-`tuiapp.trainer.probe` as a real DeepSpeed rank (with the environment DeepSpeed's launcher gives
+`tuiapp.trainer.tools.probe` as a real DeepSpeed rank (with the environment DeepSpeed's launcher gives
 one, started without it: `launcher.single_rank_argv`). That rank trains a few steps at each
 size (1, 2, 4, ... up to train.max_micro_batch) on the longest examples, and writes one row per
 size: peak memory (the CUDA allocator's peak, or the process's peak RSS on CPU) and tokens/s.
@@ -102,8 +102,8 @@ def rules(recipe: Recipe) -> list[Finding]:
 def rank_argv(recipe_file: Path, out_dir: Path, sizes: list[int], port: int, *, gpu_id: int | None = None,
               steps: int = STEPS, limit_bytes: int | None = None, headroom: float = 0.1,
               python: str | None = None) -> list[str]:
-    """One rank of tuiapp.trainer.probe, started as DeepSpeed's launcher would start it (its own port)."""
-    argv = launcher.single_rank_argv("tuiapp.trainer.probe", [gpu_id] if gpu_id is not None else None, port,
+    """One rank of tuiapp.trainer.tools.probe, started as DeepSpeed's launcher would start it (its own port)."""
+    argv = launcher.single_rank_argv("tuiapp.trainer.tools.probe", [gpu_id] if gpu_id is not None else None, port,
                                      python=python)
     argv += ["--recipe", str(recipe_file), "--out", str(out_dir),
              "--sizes", ",".join(str(s) for s in sizes), "--steps", str(steps), "--headroom", str(headroom)]

@@ -1,5 +1,5 @@
 """What a vision-language run trains and how big its images get, decided in pure Python: one answer
-for the checks before launch, the memory estimate and the trainer (tuiapp.trainer.vision).
+for the checks before launch, the memory estimate and the trainer (tuiapp.trainer.models.vision).
 
 A VLM has three parts: the language model, the projector (the connector that maps image features
 into the language model's embeddings) and the vision tower (the image encoder). `[vision]` says

@@ -1,7 +1,7 @@
 """The dry step before launch: the recipe's method runs one real step on a shrunken copy of its model.
 
 Rules written per family are always one family behind; running the thing is not. The torch side
-(tuiapp.trainer.dry) builds the model from its own config shrunk to a few layers and a small width,
+(tuiapp.trainer.tools.dry) builds the model from its own config shrunk to a few layers and a small width,
 applies the method through the trainer's own `train()` and takes one step on a few examples of the
 recipe's data, in a child process (core.common.child_tool) with a time limit. Here it is decided
 whether to run it, its verdict is cached and reported: a failure is a preflight error with the
@@ -29,8 +29,8 @@ from tuiapp.core.common.findings import Finding
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
 
 DRY_VERSION = "1"
-TOOL = "tuiapp.trainer.dry"
-PLUGINS_ENV = "LLMTUI_TRAINER_PLUGINS"  # modules the child imports first (tuiapp.trainer.dry)
+TOOL = "tuiapp.trainer.tools.dry"
+PLUGINS_ENV = "LLMTUI_TRAINER_PLUGINS"  # modules the child imports first (tuiapp.trainer.tools.dry)
 LINE_PREFIX = "llmtui-dry "
 CHILD_RUNS = {"count": 0}  # child processes started in this process (the tests read it)
 

@@ -1,7 +1,7 @@
 """Benchmark scores of a run, in two places:
 
 - metrics rows: an evaluation's row carries `bench/<task>/<metric>` for the recipe's
-  `[[eval.benchmarks]]` (scored on the model being trained, tuiapp.trainer.benchmarks);
+  `[[eval.benchmarks]]` (scored on the model being trained, tuiapp.trainer.loop.benchmarks);
 - runs/<id>/bench/<UTC time>.json, one file per `llmtui eval --benchmark`:
 
     {"time": ..., "tasks": ["demo:facts-mc"], "limit": 0, "num_fewshot": 0,

@@ -1,6 +1,6 @@
 """completions.jsonl: every generation of an online RL run (grpo, rloo), one JSON object a line.
 
-Rank 0 appends one line per completion (tuiapp.trainer.rl), in JsonlWriter's format:
+Rank 0 appends one line per completion (tuiapp.trainer.methods.rl), in JsonlWriter's format:
 
     {"time": ..., "step": 3, "prompt": "What is 2 + 3? ...", "completion": "5",
      "rewards": {"format": 1.0, "answer": 1.0}, "reward": 2.0, "advantage": 0.71,

@@ -1,6 +1,6 @@
 """`llmtui show`'s line for a distill run, from its metric rows: the KL to the teacher, the
 cross-entropy and the top-1 agreement, first logged step -> last, and the held-out figures of the
-first and last evaluation (the trainer writes them: tuiapp/trainer/distill.py)."""
+first and last evaluation (the trainer writes them: tuiapp/trainer/methods/distill.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Evaluation results of a run: runs/<id>/evals/<UTC time>.json, one file per `llmtui eval`.
 
-Written by the evaluation tool (tuiapp.trainer.evaluate), read here for the CLI, the history
+Written by the evaluation tool (tuiapp.trainer.tools.evaluate), read here for the CLI, the history
 and compare. A result:
 
     {"time": 1763769600.0, "data": "demo:facts-heldout", "format": "alpaca", "records": 240,

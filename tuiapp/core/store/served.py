@@ -1,6 +1,6 @@
 """A run's model served over an OpenAI-compatible HTTP endpoint (`llmtui serve`): the record of
 the server, its state, and how to start and stop it. Pure: the server process itself is
-tuiapp.trainer.openai_server (transformers) or vLLM's own server.
+tuiapp.trainer.tools.openai_server (transformers) or vLLM's own server.
 
 The server is supervised like a run: started in its own session (it outlives the command that
 started it), its pid, process group and start time recorded in `runs/<id>/serve.json` (written
@@ -16,7 +16,7 @@ The device queue counts a served model (tuiapp.core.store.queue): its claim, `<r
 stops (`stop` removes it) or dies (the queue prunes a claim whose processes are gone). vLLM takes
 one GPU (the lowest free one: no run's claim, no foreign process on it), given to it alone by
 CUDA_VISIBLE_DEVICES, and a queued run waits for it; a serve is refused when no GPU is free. The
-transformers backend answers on the CPU (tuiapp.trainer.inference loads there), so its claim holds
+transformers backend answers on the CPU (tuiapp.trainer.tools.inference loads there), so its claim holds
 no GPU (CUDA is hidden from it) and no CPU slot: a served model is idle between requests, and
 counting it as a slot would hold every queued CPU run (1 slot by default) for as long as it is
 served.
@@ -220,8 +220,8 @@ def check_not_served(run_dir: Path) -> None:
 
 def server_argv(run_dir: Path, port: int, host: str, model_id: str, checkpoint: int | None = None,
                 python: str | None = None) -> list[str]:
-    """The transformers server (tuiapp.trainer.openai_server)."""
-    argv = [python or sys.executable, "-m", "tuiapp.trainer.openai_server", str(run_dir), "--port", str(port),
+    """The transformers server (tuiapp.trainer.tools.openai_server)."""
+    argv = [python or sys.executable, "-m", "tuiapp.trainer.tools.openai_server", str(run_dir), "--port", str(port),
             "--host", host, "--model-id", model_id]
     if checkpoint is not None:
         argv += ["--checkpoint", str(checkpoint)]

@@ -7,7 +7,7 @@
       stage-K/optimizer.pt, scheduler.pt, rng.pt
 
 Only the first pipeline replica saves (the replicas hold the same weights). A checkpoint is staged
-under checkpoints/.staging and renamed into place (tuiapp.trainer.checkpoints.publish).
+under checkpoints/.staging and renamed into place (tuiapp.trainer.loop.checkpoints.publish).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tuiapp.core.run_folder.rundir import CHECKPOINT_STATE_JSON
-from tuiapp.trainer import checkpoints
+from tuiapp.trainer.loop import checkpoints
 
 STAGE_PREFIX = "stage-"
 WEIGHTS = "model.safetensors"

@@ -36,10 +36,11 @@ from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.pipeline_plan import split_layers
 from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.rundir import RunDir
-from tuiapp.trainer import checkpoints, phases
-from tuiapp.trainer.bundled import resolve_model_path
-from tuiapp.trainer.callbacks import GracefulStop, RunRecorder, generate_samples
-from tuiapp.trainer.model import FINAL_INFO, cache_dir, keep_sentencepiece, load_model, load_tokenizer
+from tuiapp.trainer import phases
+from tuiapp.trainer.loop import checkpoints
+from tuiapp.trainer.loop.callbacks import GracefulStop, RunRecorder, generate_samples
+from tuiapp.trainer.models.bundled import resolve_model_path
+from tuiapp.trainer.models.model import FINAL_INFO, cache_dir, keep_sentencepiece, load_model, load_tokenizer
 from tuiapp.trainer.pipeline import checkpoints as stage_ckpt
 from tuiapp.trainer.pipeline.stage import IGNORE, CausalLoss, cut, hf_state_dict, load_hf_state_dict, tied_head
 
@@ -169,7 +170,7 @@ class Batches:
 def _collator(recipe: Recipe, tokenizer):
     from transformers import DataCollatorForSeq2Seq, default_data_collator
 
-    from tuiapp.trainer.data import is_pretrain
+    from tuiapp.trainer.dataset.data import is_pretrain
 
     if is_pretrain(recipe):
         return default_data_collator
@@ -199,7 +200,7 @@ class PipelineRun:
         self.topo = Topology(recipe.launch.pipeline_stages, self.device)
         phases.enter("loading tokenizer")
         self.tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code, recipe)
-        from tuiapp.trainer.data import build_datasets
+        from tuiapp.trainer.dataset.data import build_datasets
 
         phases.enter("tokenizing")
         self.train_set, self.eval_set = build_datasets(recipe, self.tokenizer, cache_dir())
@@ -251,7 +252,7 @@ class PipelineRun:
         self.step_count = int(state["global_step"])
         self.tokens_seen = int(state.get("num_input_tokens_seen", 0))
         if self.topo.rank == 0:
-            from tuiapp.trainer.resume import trim_metrics
+            from tuiapp.trainer.loop.resume import trim_metrics
 
             trim_metrics(self.run_dir, self.step_count)
         return last

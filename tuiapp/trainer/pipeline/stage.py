@@ -15,7 +15,7 @@ from torch import nn
 from transformers.masking_utils import create_causal_mask
 
 from tuiapp.core.plan.pipeline_plan import Stage, split_layers
-from tuiapp.trainer.packing import IGNORE
+from tuiapp.trainer.dataset.packing import IGNORE
 
 
 class DecoderStage(nn.Module):
