@@ -87,14 +87,14 @@ def test_an_adapter_that_cannot_merge_is_refused_before_the_export_tool_loads_it
 
 
 def test_a_child_tool_reports_its_error_lines_and_can_be_cancelled():
-    failing = ChildTool("timeit", ["-n1", "-r1", "import sys; print('error: no model'); print('  fix: train one');"
+    failing = ChildTool.of_module("timeit", ["-n1", "-r1", "import sys; print('error: no model'); print('  fix: train one');"
                                    " sys.stdout.flush(); sys.exit(2)"])
     lines: list[str] = []
     outcome = failing.run(lines.append)
     assert outcome.code != 0 and outcome.message_and_fix("failed", "see above") == ("no model", "train one")
     assert "error: no model\n" in lines
 
-    sleeping = ChildTool("timeit", ["-n1", "-r1", "import time; time.sleep(60)"])
+    sleeping = ChildTool.of_module("timeit", ["-n1", "-r1", "import time; time.sleep(60)"])
     started = time.monotonic()
     import threading
 

@@ -1,7 +1,7 @@
 """`llmtui chat | eval | export-metrics`: after training. Each resolves the run through tuiapp.core
 (targets, chat, evaluation, evals) and leaves torch to a child process: the inference server
 (tuiapp.trainer.tools.serve), the evaluation tool (tuiapp.trainer.tools.evaluate), the TensorBoard writer
-(tuiapp.trainer.tools.tb_export). `--json` prints exactly one JSON document on stdout, errors too."""
+(the tb_export trainer tool). `--json` prints exactly one JSON document on stdout, errors too."""
 
 from __future__ import annotations
 
@@ -195,8 +195,8 @@ def _chat_document(args) -> dict:
 
 
 def _run_tool(argv: list[str]) -> tuple[int, list[str]]:
-    """Run a torch-side tool with all its output on stderr (stdout stays ours); its exit code and
-    the error lines it printed."""
+    """Run a torch-side tool (argv[0]: its name in trainer_tools.TOOLS) with all its output on stderr
+    (stdout stays ours); its exit code and the error lines it printed."""
     outcome = ChildTool(argv[0], argv[1:]).run(_echo)
     return outcome.code, outcome.errors
 
@@ -247,7 +247,7 @@ def cmd_export_metrics(args) -> int:
     if importlib.util.find_spec("tensorboard") is None:
         raise UserError(message="--tensorboard needs the tensorboard package, which is not installed",
                         fix="pip install 'llmtui[tensorboard]'")
-    code, _errors = _run_tool(["tuiapp.trainer.tools.tb_export", str(run.path), "--out", str(args.tensorboard)])
+    code, _errors = _run_tool(["tb_export", str(run.path), "--out", str(args.tensorboard)])
     return EXIT_OK if code == 0 else EXIT_FAILED
 
 

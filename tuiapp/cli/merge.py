@@ -27,7 +27,7 @@ def cmd_merge(args) -> int:
     plan = merging.plan_merge(runs, args.method, weights, args.density, args.seed)
     work = Path(tempfile.mkdtemp(prefix=".merging-", dir=store.root))
     try:
-        code = trainer_tool("tuiapp.trainer.tools.merge", [plan.to_json(), "--out", str(RunDir(work).final)])
+        code = trainer_tool("merge", [plan.to_json(), "--out", str(RunDir(work).final)])
         if code != 0:
             raise RunError(message=f"the merge failed (exit {code}); no run was made", fix="see the output above")
         recipe = load_recipe(runs[0].dir.recipe_toml).model_copy(update={"name": args.name})

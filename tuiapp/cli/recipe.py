@@ -55,7 +55,7 @@ def cmd_data(args) -> int:
         argv += ["--set", override]
     if args.json:
         argv.append("--json")
-    return trainer_tool("tuiapp.trainer.tools.preview", argv)
+    return trainer_tool("preview", argv)
 
 
 # ---------------------------------------------------------------- parser

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document, stdout_to_stderr, write_document
 
@@ -15,9 +16,10 @@ def print_err(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
 
-def trainer_tool(module: str, argv: list[str]) -> int:
-    """Run a torch-side tool in a child process, so this process stays free of torch."""
-    return subprocess.call([sys.executable, "-m", module, *argv], stdin=subprocess.DEVNULL)
+def trainer_tool(tool: str, argv: list[str]) -> int:
+    """Run a torch-side tool (a name in trainer_tools.TOOLS) in a child process, so this process stays free
+    of torch."""
+    return subprocess.call(trainer_tools.argv(tool, argv), stdin=subprocess.DEVNULL)
 
 
 def json_document(produce: Callable[[], object]) -> int:

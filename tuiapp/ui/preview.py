@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from rich.text import Text
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.methods import is_rl, trains_on_text
 from tuiapp.core.run_folder.rundir import RunDir
 
@@ -92,7 +92,7 @@ def read_trainer_view(recipe_toml: str, base_dir: Path, show: int = TRAINER_VIEW
         path = RunDir(folder).recipe_toml
         path.write_text(recipe_toml, encoding="utf-8")
         try:
-            done = subprocess.run([sys.executable, "-m", "tuiapp.trainer.tools.preview", str(path), "--json", "--show", str(show)],
+            done = subprocess.run(trainer_tools.argv("preview", [str(path), "--json", "--show", str(show)]),
                                   cwd=base_dir, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return None, f"the tokenizer took over {timeout_s:.0f} s; `llmtui data RECIPE` shows the examples"

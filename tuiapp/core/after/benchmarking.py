@@ -15,7 +15,7 @@ from tuiapp.core.common.errors import RunError, UserError
 from tuiapp.core.data import bench_tasks
 from tuiapp.core.run_folder import benchmarks
 
-TOOL = "tuiapp.trainer.loop.benchmarks"
+TOOL = "benchmarks"  # trainer_tools.TOOLS
 
 
 @dataclass

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import Iterator
 
 from tuiapp.core.after.targets import Target, model_target
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.errors import RunError, UserError
 from tuiapp.core.data.images import ImageProblem, check_image_file
 
@@ -29,7 +29,7 @@ class ChatError(UserError):
 
 
 def server_argv(run_dir: Path, checkpoint: int | None, load: list[str], python: str | None = None) -> list[str]:
-    argv = [python or sys.executable, "-m", "tuiapp.trainer.tools.serve", str(run_dir), "--load", ",".join(load)]
+    argv = trainer_tools.argv("serve", [str(run_dir), "--load", ",".join(load)], python)
     if checkpoint is not None:
         argv += ["--checkpoint", str(checkpoint)]
     return argv

@@ -19,7 +19,7 @@ from tuiapp.core.data.datasets import load_records, resolve_source
 from tuiapp.core.run_folder import evals
 from tuiapp.core.store.runs import Run
 
-TOOL = "tuiapp.trainer.tools.evaluate"
+TOOL = "evaluate"  # trainer_tools.TOOLS
 DEFAULT_DATA = "demo:facts-heldout"
 HELDOUT = {"demo:facts": "demo:facts-heldout", "demo:shapes": "demo:shapes-heldout"}  # a demo -> its held-out split
 

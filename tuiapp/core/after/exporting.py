@@ -21,7 +21,7 @@ from tuiapp.core.prelaunch.model_check import adapter_kind, hub_offline
 from tuiapp.core.run_folder import exports
 from tuiapp.core.store.runs import Run
 
-TOOL = "tuiapp.trainer.tools.publish"
+TOOL = "publish"  # trainer_tools.TOOLS
 DTYPES = ("float32", "bfloat16", "float16")
 
 

@@ -1,4 +1,4 @@
-"""A torch-side tool (`python -m tuiapp.trainer.<tool>`) in a child process of its own session,
+"""A torch-side tool (one of tuiapp.core.common.trainer_tools.TOOLS) in a child process of its own session,
 its output read line by line, the `error:` / `  fix:` lines it prints kept; the CLI echoes the
 lines, the TUI shows them as progress. The process never shares the caller's interpreter, so
 neither front end imports torch; `cancel` ends the tool's whole process group."""
@@ -12,6 +12,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
+
+from tuiapp.core.common import trainer_tools
 
 
 @dataclass
@@ -30,8 +32,19 @@ class ToolOutcome:
 class ChildTool:
     """One run of a trainer tool; `run` blocks (call it from a thread), `cancel` from any thread."""
 
-    def __init__(self, module: str, argv: list[str], cwd: str | os.PathLike | None = None) -> None:
-        self.argv = [sys.executable, "-m", module, *argv]
+    def __init__(self, tool: str, argv: list[str], cwd: str | os.PathLike | None = None) -> None:
+        """`tool`: a name in trainer_tools.TOOLS."""
+        self._start(trainer_tools.argv(tool, argv), cwd)
+
+    @classmethod
+    def of_module(cls, module: str, argv: list[str], cwd: str | os.PathLike | None = None) -> ChildTool:
+        """Any module's `python -m` run, with a tool's output handling (tests use a stdlib module)."""
+        child = cls.__new__(cls)
+        child._start([sys.executable, "-m", module, *argv], cwd)
+        return child
+
+    def _start(self, command: list[str], cwd: str | os.PathLike | None) -> None:
+        self.argv = command
         self.cwd = cwd
         self._proc: subprocess.Popen | None = None
         self._cancelled = threading.Event()

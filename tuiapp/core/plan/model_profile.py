@@ -14,10 +14,10 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.built_folder import cache_root
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.findings import Finding
@@ -193,14 +193,14 @@ def read_profile(folder: Path, *, trust_remote_code: bool = False) -> ModelProfi
 
 
 def run_profile_of(name: str | Path, trust_remote_code: bool = False) -> dict:
-    """tuiapp.trainer.models.profile of `name` (a folder, or 'tiny', which it builds) in its own process,
+    """The profile trainer tool on `name` (a folder, or 'tiny', which it builds) in its own process,
     uncached: its JSON, or {'error': why}."""
     return _run_profile(name, trust_remote_code)
 
 
 def _run_profile(folder: str | Path, trust_remote_code: bool) -> dict:
-    """tuiapp.trainer.models.profile in its own process: its JSON, or {'error': why}."""
-    argv = [sys.executable, "-m", "tuiapp.trainer.models.profile", str(folder)]
+    """The profile trainer tool in its own process: its JSON, or {'error': why}."""
+    argv = trainer_tools.argv("profile", [str(folder)])
     if trust_remote_code:
         argv.append("--trust-remote-code")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.errors import RecipeError, UserError
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.common.methods import is_preference
@@ -102,8 +103,8 @@ def rules(recipe: Recipe) -> list[Finding]:
 def rank_argv(recipe_file: Path, out_dir: Path, sizes: list[int], port: int, *, gpu_id: int | None = None,
               steps: int = STEPS, limit_bytes: int | None = None, headroom: float = 0.1,
               python: str | None = None) -> list[str]:
-    """One rank of tuiapp.trainer.tools.probe, started as DeepSpeed's launcher would start it (its own port)."""
-    argv = launcher.single_rank_argv("tuiapp.trainer.tools.probe", [gpu_id] if gpu_id is not None else None, port,
+    """One rank of the probe trainer tool, started as DeepSpeed's launcher would start it (its own port)."""
+    argv = launcher.single_rank_argv(trainer_tools.module("probe"), [gpu_id] if gpu_id is not None else None, port,
                                      python=python)
     argv += ["--recipe", str(recipe_file), "--out", str(out_dir),
              "--sizes", ",".join(str(s) for s in sizes), "--steps", str(steps), "--headroom", str(headroom)]

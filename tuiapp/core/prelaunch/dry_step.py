@@ -29,7 +29,7 @@ from tuiapp.core.common.findings import Finding
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
 
 DRY_VERSION = "1"
-TOOL = "tuiapp.trainer.tools.dry"
+TOOL = "dry"  # trainer_tools.TOOLS
 PLUGINS_ENV = "LLMTUI_TRAINER_PLUGINS"  # modules the child imports first (tuiapp.trainer.tools.dry)
 LINE_PREFIX = "llmtui-dry "
 CHILD_RUNS = {"count": 0}  # child processes started in this process (the tests read it)

@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.errors import RunError, UserError
 from tuiapp.core.machine.gpus import GpuInfo
 from tuiapp.core.machine.procs import group_processes, process_alive
@@ -220,9 +221,9 @@ def check_not_served(run_dir: Path) -> None:
 
 def server_argv(run_dir: Path, port: int, host: str, model_id: str, checkpoint: int | None = None,
                 python: str | None = None) -> list[str]:
-    """The transformers server (tuiapp.trainer.tools.openai_server)."""
-    argv = [python or sys.executable, "-m", "tuiapp.trainer.tools.openai_server", str(run_dir), "--port", str(port),
-            "--host", host, "--model-id", model_id]
+    """The transformers server (the openai_server trainer tool)."""
+    argv = trainer_tools.argv("openai_server", [str(run_dir), "--port", str(port), "--host", host,
+                                                "--model-id", model_id], python)
     if checkpoint is not None:
         argv += ["--checkpoint", str(checkpoint)]
     return argv

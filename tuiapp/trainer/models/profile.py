@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from tuiapp.core.common import trainer_tools
+
 # leaf-name fragments by role; a module's role also follows its parent (self_attn, attention, mlp...)
 _ATTENTION_PARENTS = ("attn", "attention")
 _MLP_PARENTS = ("mlp", "feed_forward", "ffn")
@@ -248,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     trust = "--trust-remote-code" in args
     paths = [a for a in args if not a.startswith("--")]
     if len(paths) != 1:
-        print("usage: python -m tuiapp.trainer.models.profile PATH [--trust-remote-code]", file=sys.stderr)
+        print(f"usage: {trainer_tools.prog('profile')} PATH [--trust-remote-code]", file=sys.stderr)
         return 2
     import io
     import os

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from tuiapp.core.after.targets import model_target
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.config.recipe import DatasetSpec
 from tuiapp.core.data.datasets import load_records
@@ -208,7 +209,7 @@ def evaluate(args) -> dict:
 
 def main(argv=None) -> int:
     quiet_libraries()
-    parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.tools.evaluate")
+    parser = argparse.ArgumentParser(prog=trainer_tools.prog("evaluate"))
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--data", required=True)
     parser.add_argument("--out", type=Path, required=True)

@@ -6,6 +6,7 @@ import re
 import shutil
 from pathlib import Path
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.methods import is_full, is_reward_model, mergeable, peft_of
 from tuiapp.trainer.models.model import final_info, keep_sentencepiece
 
@@ -112,12 +113,11 @@ def gguf_template(tokenizer) -> str:
 
 def convert(hf_dir: Path, gguf_path: Path, outtype: str, tools: dict, tokenizer, fmt, log: Path) -> None:
     """One GGUF from the HF folder, with the turn's end token and the chat template in its metadata."""
-    import sys
     import tempfile
 
     from tuiapp.core.after import gguf_tools
 
-    argv = [sys.executable, "-m", "tuiapp.trainer.tools.gguf_convert", tools["llama_cpp"]]
+    argv = trainer_tools.argv("gguf_convert", [tools["llama_cpp"]])
     pre = gguf_tools.pre_tokenizer_name(hf_dir)
     if pre:
         argv += ["--pre", pre]

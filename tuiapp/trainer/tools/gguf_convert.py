@@ -21,11 +21,13 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from tuiapp.core.common import trainer_tools
+
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
-    parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.tools.gguf_convert")
+    parser = argparse.ArgumentParser(prog=trainer_tools.prog("gguf_convert"))
     parser.add_argument("llama_cpp", type=Path)
     parser.add_argument("--pre", default=None)
     parser.add_argument("--eot-id", type=int, default=None)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.trainer.models.model import FINAL_INFO, keep_sentencepiece
 from tuiapp.trainer.tools.quiet import quiet_libraries
 
@@ -71,7 +72,7 @@ def merge_full(plan: dict, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
-    parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.tools.merge")
+    parser = argparse.ArgumentParser(prog=trainer_tools.prog("merge"))
     parser.add_argument("plan", help="the plan as JSON (tuiapp.core.after.merging.MergePlan)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)

@@ -32,6 +32,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.errors import UserError
 
 TOKEN_ENV = "LLMTUI_SERVE_TOKEN"  # tuiapp.core.store.served.TOKEN_ENV
@@ -426,7 +427,7 @@ def make_handler(endpoint: Endpoint) -> type[ApiHandler]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.tools.openai_server")
+    parser = argparse.ArgumentParser(prog=trainer_tools.prog("openai_server"))
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="localhost")

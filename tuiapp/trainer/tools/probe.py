@@ -24,6 +24,7 @@ import transformers
 from accelerate.state import AcceleratorState
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.config.recipe import Recipe, parse_recipe
 from tuiapp.core.plan.probe import ROWS_FILE
 from tuiapp.trainer.loop import optimizers, strategies
@@ -33,7 +34,7 @@ from tuiapp.trainer.run import resolve_precision, training_kwargs
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="tuiapp.trainer.tools.probe")
+    parser = argparse.ArgumentParser(prog=trainer_tools.prog("probe"))
     parser.add_argument("--recipe", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True, help="folder for rows.jsonl")
     parser.add_argument("--sizes", required=True, help="micro-batch sizes, ascending: 1,2,4")

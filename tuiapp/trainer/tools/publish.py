@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer.tools.quiet import quiet_libraries
 
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
     quiet_libraries()
     from tuiapp.trainer.tools.export import export
 
-    parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.tools.publish")
+    parser = argparse.ArgumentParser(prog=trainer_tools.prog("publish"))
     parser.add_argument("final", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--merge", action="store_true")

@@ -30,6 +30,8 @@ import os
 import sys
 from pathlib import Path
 
+from tuiapp.core.common import trainer_tools
+
 MODELS = ("tuned", "base")
 
 
@@ -120,7 +122,7 @@ def _protocol_stdout():
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.tools.serve")
+    parser = argparse.ArgumentParser(prog=trainer_tools.prog("serve"))
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--checkpoint", type=int, default=None)
     parser.add_argument("--load", default="tuned", help="models to load before ready: tuned, base, or both")

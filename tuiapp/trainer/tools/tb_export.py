@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tuiapp.core.common import trainer_tools
 from tuiapp.core.run_folder.metrics import JsonlReader, as_number, dedupe_steps, eval_rows, peak_memory, train_rows
 from tuiapp.core.run_folder.rundir import RunDir
 
@@ -65,7 +66,7 @@ def export(run_dir: Path, out: Path) -> tuple[Path, int]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tuiapp.trainer.tools.tb_export")
+    parser = argparse.ArgumentParser(prog=trainer_tools.prog("tb_export"))
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
