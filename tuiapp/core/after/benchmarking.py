@@ -1,7 +1,7 @@
 """`llmtui eval RUN --benchmark TASK_OR_YAML`: lm-evaluation-harness tasks scored on a run's final
 model (or every checkpoint, `--checkpoints all`) and its base for a baseline, after training. Every
-check runs here before any work; the scoring is tuiapp.trainer.loop.benchmarks in a child process, which
-writes runs/<id>/bench/<time>.json (tuiapp.core.run_folder.benchmarks)."""
+check runs here before any work; the scoring is the benchmarks trainer tool (tuiapp.trainer.tools.benchmarks)
+in a child process, which writes runs/<id>/bench/<time>.json (tuiapp.core.run_folder.benchmarks)."""
 
 from __future__ import annotations
 
