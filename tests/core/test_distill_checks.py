@@ -121,3 +121,19 @@ def test_the_teacher_cache_size_and_the_disk_it_needs():
     assert [f.key for f in full] == ["method.top_k"] and full[0].level == "error" and "top_k 64" in full[0].message
     assert "smaller method.top_k" in full[0].fix
     assert plan_distill.teacher_cache_text(size).startswith("disk         teacher cache ")
+
+
+def test_a_served_teacher_that_does_not_answer_or_runs_online_is_refused_before_launch(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    (finding,) = [f for f in distill_checks.findings(_recipe(url), tmp_path) if f.level == "error"]
+    assert finding.key == "method.teacher" and f"{url}/v1 did not answer" in finding.message
+    assert "llmtui serve RUN --port P" in finding.fix
+    (online,) = [f for f in distill_checks.findings(_recipe(url, 'mode = "online"'), tmp_path) if f.level == "error"]
+    assert online.key == "method.mode" and "set method.mode = 'offline'" in online.fix
+    assert plan_distill.served_teacher(url) and not plan_distill.served_teacher("run:teacher")
+    assert estimate.teacher_parameters(url) == 0  # its own server holds it

@@ -9,6 +9,8 @@
   least half from the student it starts from and ends below the SFT student's; the metric rows carry
   kl, ce, top1_agree and their eval_ forms.
 - the estimate's disk row for the offline teacher cache, against that run's real cache file.
+- a served teacher: the teacher run behind `llmtui serve`, method.teacher its /v1 URL: checked before
+  launch, its top-k read through /v1/completions' prompt_logprobs equal to the local teacher's cache.
 - mode 'online' with on-policy batches (lmbda > 0) and the SFT run's final model as the teacher
   (method.teacher = 'run:NAME'): it succeeds and its rows count the batches the student answered."""
 
@@ -159,3 +161,51 @@ def test_the_estimate_counts_the_teacher_cache_on_disk(runs):
     assert shown.returncode == 0, shown.stdout + shown.stderr
     row = next(line for line in shown.stdout.splitlines() if line.startswith("disk"))
     assert f"teacher cache {est.teacher_cache['bytes'] / 1e6:.1f} MB" in row and "96 examples" in row, row
+
+
+def test_a_served_teacher_gives_the_local_teachers_top_k_and_distils(runs):
+    """The teacher run served by `llmtui serve` and named by its URL: preflight compares the folder
+    its /v1/models names with the student's tokenizer, the cache is read over HTTP (vLLM's
+    prompt_logprobs) and equals the local teacher's cache of the offline run, position by position;
+    the run trains on it. Stopped, the server makes the next launch a refusal naming the URL."""
+    import socket
+
+    import torch
+    from safetensors.torch import load_file
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    teacher = runs["teacher"]
+    started = llmtui("serve", teacher.name, "--port", str(port), runs_dir=runs["runs"], timeout=300)
+    assert started.returncode == 0, started.stdout + started.stderr
+    method = f'kind = "distill"\nteacher = "{url}"\nmode = "offline"\ntop_k = 32'
+    recipe = _recipe_with_method(runs["root"] / "served.toml", "tiny-distill-served", method,
+                                 {"max_steps": 3, "eval_steps": 0})
+    try:
+        checked = llmtui("validate", str(recipe), runs_dir=runs["runs"], timeout=120)
+        assert checked.returncode == 0 and "method.teacher" not in checked.stdout, checked.stdout + checked.stderr
+        run_dir = _run(runs["runs"], recipe, "tiny-distill-served")
+    finally:
+        stopped = llmtui("serve", teacher.name, "--stop", runs_dir=runs["runs"], timeout=120)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    event = next(e for e in _events(run_dir) if e.get("event") == "distill")
+    assert event["teacher"] == url
+    local_event = next(e for e in _events(runs["distill"]) if e.get("event") == "distill")
+    served, local = load_file(event["cache"]), load_file(local_event["cache"])
+    offsets = served["offsets"]  # the training split's (this run holds out none: eval_steps 0), then the local's eval
+    assert torch.equal(offsets, local["offsets"][:len(offsets)]) and len(offsets) > 80
+    ends = set((offsets[1:] - 1).tolist())  # each example's last position: never trained, not read
+    keep = torch.tensor([i not in ends for i in range(int(offsets[-1]))])
+    local = {key: local[key][:int(offsets[-1])] for key in ("ids", "logits")}
+    same_ids = (served["ids"][keep] == local["ids"][keep]).all(-1)
+    assert same_ids.float().mean() > 0.99, same_ids.float().mean()  # ties at the k-th place may swap
+    p_served = torch.softmax(served["logits"][keep][same_ids], -1)
+    p_local = torch.softmax(local["logits"][keep][same_ids], -1)
+    assert torch.allclose(p_served, p_local, atol=1e-4), (p_served - p_local).abs().max()
+    train = [r for r in metrics(run_dir) if r.get("split", "train") == "train" and "loss" in r]
+    assert len(train) == 3 and all("kl" in r for r in train), train
+
+    refused = llmtui("run", str(recipe), runs_dir=runs["runs"], timeout=120)  # the server is gone now
+    assert refused.returncode != 0 and f"{url} did not answer" in refused.stdout + refused.stderr

@@ -152,3 +152,56 @@ def test_plain_http_without_token_and_stop_strings(run):
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks).strip() == text
     assert served.stop(run)
+
+
+def test_completions_continue_a_raw_prompt_and_give_vllm_s_prompt_logprobs(run):
+    """POST /v1/completions: a text or token-id prompt continued without a chat template, and
+    prompt_logprobs = k as vLLM gives them, equal to the run's model's own log-softmax."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    port = _free_port()
+    started = _serve(run, "--port", str(port), env={served.TOKEN_ENV: ""})
+    assert started.returncode == 0, started.stderr
+    base = f"http://127.0.0.1:{port}/v1"
+    models = json.loads(urllib.request.urlopen(f"{base}/models", timeout=30).read())
+    assert models["data"][0]["root"] == str(run / "final")  # the model's folder, as vLLM's `root`
+
+    tokenizer = AutoTokenizer.from_pretrained(run / "final")
+    model = AutoModelForCausalLM.from_pretrained(run / "final").eval()
+    ids = tokenizer("The capital of France is", add_special_tokens=False)["input_ids"]
+    code, body = _post(f"{base}/completions", {"model": run.name, "prompt": ids, "max_tokens": 4, "temperature": 0,
+                                               "prompt_logprobs": 5})
+    assert code == 200 and body["object"] == "text_completion", body
+    choice = body["choices"][0]
+    scored = choice["prompt_logprobs"]
+    assert len(scored) == len(ids) and scored[0] is None
+    with torch.no_grad():
+        own = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), dim=-1)
+        greedy = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=4, do_sample=False,
+                                pad_token_id=tokenizer.eos_token_id)[0, len(ids):].tolist()
+    assert choice["text"] == tokenizer.decode(greedy, skip_special_tokens=True)  # the model's own greedy answer
+    assert body["usage"] == {"prompt_tokens": len(ids), "completion_tokens": len(greedy),
+                             "total_tokens": len(ids) + len(greedy)}
+    for position in range(1, len(ids)):
+        entries = scored[position]
+        top = own[position - 1].topk(5)
+        ranked = sorted(entries.items(), key=lambda item: item[1]["rank"])
+        assert [int(t) for t, _ in ranked[:5]] == top.indices.tolist()
+        for (token, entry), value in zip(ranked[:5], top.values.tolist(), strict=True):
+            assert abs(entry["logprob"] - value) < 1e-4 and entry["decoded_token"] == tokenizer.decode([int(token)])
+        actual = entries[str(ids[position])]  # the prompt's own token, whatever its rank
+        assert actual["rank"] == int((own[position - 1] > own[position - 1, ids[position]]).sum()) + 1
+
+    code, text = _post(f"{base}/completions", {"model": run.name, "prompt": "The capital of France is",
+                                               "max_tokens": 0, "echo": True, "prompt_logprobs": 1})
+    assert code == 200 and text["choices"][0]["text"] == tokenizer.decode(ids)
+    assert len(text["choices"][0]["prompt_logprobs"]) == len(ids)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    for bad, param in (({"prompt": [vocab]}, "prompt"), ({"prompt": []}, "prompt"), ({"prompt": "a", "stream": True},
+                       "stream"), ({"prompt": "a", "prompt_logprobs": -1}, "prompt_logprobs"),
+                       ({"prompt": "a", "max_tokens": 10**9}, "max_tokens"), ({"prompt": "a", "temperature": "hot"},
+                                                                              "temperature")):
+        code, refused = _post(f"{base}/completions", {"model": run.name, **bad})
+        assert code == 400 and refused["error"]["param"] == param, (bad, refused)
+    assert served.stop(run)

@@ -450,7 +450,8 @@ class DistillMethod(Section):  # knowledge distillation: tuiapp.trainer.methods.
         "of a frozen teacher on the dataset's answers.",
     )
     teacher: str = Field("tiny-teacher", description="The frozen teacher: a local HF folder, a hub id, 'run:NAME' "
-                         "(the final model of the latest succeeded run named NAME), or a "
+                         "(the final model of the latest succeeded run named NAME), the /v1 URL of an OpenAI-compatible "
+                         "server giving prompt_logprobs (`llmtui serve`, vLLM; mode 'offline'), or a "
                          "bundled name ('tiny', 'tiny-teacher': a wider random Llama with the tiny tokenizer); it "
                          "must use the student's tokenizer.")
     mode: Literal["online", "offline"] = Field(

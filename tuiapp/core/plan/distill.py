@@ -6,6 +6,19 @@ from __future__ import annotations
 
 TEACHER_NAME = "tiny-teacher"
 BUNDLED_TEACHERS = ("tiny", TEACHER_NAME)
+# a teacher behind an OpenAI-compatible server (`llmtui serve`, vLLM): method.teacher = its /v1 URL;
+# read through POST /v1/completions with vLLM's prompt_logprobs (mode 'offline' only)
+TEACHER_KEY_ENVS = ("LLMTUI_TEACHER_API_KEY", "OPENAI_API_KEY", "LLMTUI_SERVE_TOKEN")
+
+
+def served_teacher(name: str) -> bool:
+    return name.startswith(("http://", "https://"))
+
+
+def teacher_base_url(name: str) -> str:
+    """A served teacher's URL ending in /v1 (as the judge's)."""
+    url = name.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
 # 1.5 times as wide, one untied layer, and a larger init range so that its random next-token
 # distributions are peaked (something to learn) rather than flat
 TEACHER_CHANGES = {"hidden_size": 192, "intermediate_size": 528, "num_hidden_layers": 1, "tie_word_embeddings": False,

@@ -622,7 +622,12 @@ def teacher_config(name: str, base_dir: str | Path | None = None) -> dict:
 
 
 def teacher_parameters(name: str, base_dir: str | Path | None = None) -> int:
-    """The teacher's parameter count; 0 when its config cannot be read (distill_checks says why)."""
+    """The teacher's parameter count; 0 when its config cannot be read (distill_checks says why) or
+    it is served (its own server holds it)."""
+    from tuiapp.core.plan.distill import served_teacher
+
+    if served_teacher(name):
+        return 0
     try:
         return count_parameters(teacher_config(name, base_dir))
     except (RecipeError, OSError, KeyError, TypeError, ValueError):

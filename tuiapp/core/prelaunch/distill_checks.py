@@ -11,8 +11,16 @@ from pathlib import Path
 from tuiapp.core.common.built_folder import cache_root
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.openai_http import EndpointError, request_json
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
-from tuiapp.core.plan.distill import BUNDLED_TEACHERS, STUDENT_NAME, teacher_cache_size
+from tuiapp.core.plan.distill import (
+    BUNDLED_TEACHERS,
+    STUDENT_NAME,
+    TEACHER_KEY_ENVS,
+    served_teacher,
+    teacher_base_url,
+    teacher_cache_size,
+)
 from tuiapp.core.plan.estimate import TINY_CONFIG, teacher_config
 from tuiapp.core.prelaunch import model_check
 
@@ -27,6 +35,8 @@ def findings(recipe: Recipe, base_dir: Path | None = None) -> list[Finding]:
         return []
     out = _setup_rules(recipe)
     teacher = method.teacher
+    if served_teacher(teacher):
+        return out + served_findings(recipe, base_dir) + cache_disk_findings(recipe, base_dir)
     if teacher not in BUNDLED_TEACHERS:
         found = model_check.check_model(teacher, method_kind="sft", base_dir=base_dir, label=f"teacher '{teacher}'")
         out += [Finding(f.level, KEY, f.message, _teacher_fix(f.fix)) for f in found]
@@ -39,6 +49,48 @@ def findings(recipe: Recipe, base_dir: Path | None = None) -> list[Finding]:
                               "point method.teacher at a complete HF model folder (config.json, weights, tokenizer)")]
     out += vocabulary_findings(recipe.model.name, teacher, config, base_dir)
     return out + cache_disk_findings(recipe, base_dir)
+
+
+def served_findings(recipe: Recipe, base_dir: Path | None = None) -> list[Finding]:
+    """A teacher behind an OpenAI-compatible server: mode 'offline' only; the server answers, lists a
+    model and gives prompt_logprobs of method.top_k; its tokenizer is compared with the student's
+    when /v1/models names a folder this machine has (`llmtui serve` and vLLM give it as `root`)."""
+    method = recipe.method
+    url = teacher_base_url(method.teacher)
+    if method.mode != "offline":
+        return [Finding("error", "method.mode", "a served teacher gives its top-k log-probabilities (vLLM's "
+                        "prompt_logprobs), not the full-vocabulary logits mode 'online' compares every step",
+                        "set method.mode = 'offline', or point method.teacher at the model's folder")]
+    try:
+        listed = [m for m in request_json(url + "/models", key_envs=TEACHER_KEY_ENVS, timeout=10).get("data") or []
+                  if isinstance(m, dict) and m.get("id")]
+        if not listed:
+            return [Finding("error", KEY, f"the teacher's server {url} lists no model", _served_fix(None))]
+        probe = request_json(url + "/completions", {"model": listed[0]["id"], "prompt": [0, 0], "max_tokens": 1,
+                                                    "temperature": 0, "prompt_logprobs": method.top_k},
+                             key_envs=TEACHER_KEY_ENVS, timeout=60)
+    except EndpointError as exc:
+        if exc.status == 400 and "logprob" in exc.message:
+            return [Finding("error", "method.top_k", f"the teacher's server {url} refuses top_k {method.top_k}: "
+                            f"{exc.message}", "set a smaller method.top_k, or let the server give more (vLLM: "
+                            "--max-logprobs)")]
+        return [Finding("error", KEY, f"the teacher's server {url} {exc.message}", _served_fix(exc.status))]
+    if not (probe.get("choices") or [{}])[0].get("prompt_logprobs"):
+        return [Finding("error", KEY, f"the teacher's server {url} gives no prompt_logprobs (vLLM's extension of "
+                        "/v1/completions), which the teacher's top-k is read from",
+                        "serve the teacher with `llmtui serve` or vLLM")]
+    root = str(listed[0].get("root") or "")
+    if root and (Path(root).is_dir() or model_check.model_folder(root, base_dir) is not None):
+        return vocabulary_findings(recipe.model.name, root, None, base_dir)
+    return [Finding("warning", KEY, "the served teacher's tokenizer cannot be compared with the student's here "
+                    "(its server names no model folder on this machine); the first example's tokens are "
+                    "compared when its top-k is read", "")]
+
+
+def _served_fix(status: int | None) -> str:
+    if status in (401, 403):
+        return f"set ${TEACHER_KEY_ENVS[0]} to the server's API key"
+    return "start it (`llmtui serve RUN --port P`, or vLLM's server), or correct method.teacher"
 
 
 def cache_disk_findings(recipe: Recipe, base_dir: Path | None = None, free_bytes: int | None = None) -> list[Finding]:

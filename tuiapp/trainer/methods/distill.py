@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from tuiapp.core.common.built_folder import build_once
 from tuiapp.core.config.recipe import Recipe, weights_method
-from tuiapp.core.plan.distill import TEACHER_NAME, TEACHER_SHARED_EMBEDDING
+from tuiapp.core.plan.distill import TEACHER_NAME, TEACHER_SHARED_EMBEDDING, served_teacher
 from tuiapp.core.plan.estimate import teacher_config
 from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.metrics import JsonlWriter
@@ -125,7 +125,10 @@ def ensure_tiny_teacher(cache_dir: Path | str | None = None) -> Path:
 
 
 def teacher_path(name: str) -> str:
-    """method.teacher as a folder or hub id: a bundled name built, a relative folder made absolute."""
+    """method.teacher as a folder, a hub id or a server's URL: a bundled name built, a relative folder
+    made absolute."""
+    if served_teacher(name):
+        return name
     if name == TEACHER_NAME:
         return str(ensure_tiny_teacher())
     if name == "tiny":
@@ -149,6 +152,11 @@ def load_teacher(path: str, precision: str, trust_remote_code: bool):
 
 
 def _teacher_fingerprint(path: str) -> list:
+    if served_teacher(path):  # the URL and the model the server names (its id and folder)
+        from tuiapp.trainer.methods.served_teacher import served_model
+
+        model = served_model(path)
+        return [path, model["id"], model.get("root")]
     folder = Path(path)
     if not folder.is_dir():
         return [path]
@@ -203,8 +211,9 @@ def cache_entry(recipe: Recipe, teacher_folder: str, datasets: list, precision: 
 
 
 def cached_topk(recipe: Recipe, teacher_folder: str, datasets: list, precision: str, cache_root: Path,
-                target: Path | None = None) -> dict:
-    """compute_topk, once per teacher, datasets and top_k: under the tokenization cache's distill/
+                target: Path | None = None, tokenizer=None) -> dict:
+    """compute_topk (or compute_topk_served for a served teacher, its tokenizer compared with
+    `tokenizer`'s), once per teacher, datasets and top_k: under the tokenization cache's distill/
     (in `target` when the caller has cache_entry's folder already)."""
     from safetensors.torch import load_file, save_file
 
@@ -213,6 +222,11 @@ def cached_topk(recipe: Recipe, teacher_folder: str, datasets: list, precision: 
     table = TOPK_FILE
 
     def build(folder: Path) -> None:
+        if served_teacher(teacher_folder):
+            from tuiapp.trainer.methods.served_teacher import compute_topk_served
+
+            save_file(compute_topk_served(teacher_folder, datasets, method.top_k, tokenizer), str(folder / table))
+            return
         teacher = load_teacher(teacher_folder, precision, recipe.model.trust_remote_code)
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         save_file(compute_topk(teacher, datasets, method.top_k, device), str(folder / table))
@@ -406,7 +420,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
         phases.enter("teacher logits")
         sets = [train_set] + ([eval_set] if eval_set is not None else [])
         entry = cache_entry(recipe, folder, sets, precision, cache_dir())
-        table = cached_topk(recipe, folder, sets, precision, cache_dir(), entry)
+        table = cached_topk(recipe, folder, sets, precision, cache_dir(), entry, tokenizer)
         cache = entry / TOPK_FILE
     train_set = train_set.add_column(ROW, list(range(len(train_set))))
     rows = len(train_set)
@@ -442,6 +456,9 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     trainer.distill = method
     trainer.recorder = recorder
     if method.mode == "online":
+        if served_teacher(folder):
+            raise ValueError("mode 'online' runs the teacher in the ranks: a served teacher is read offline "
+                             "(set method.mode = 'offline')")
         trainer.teacher = load_teacher(folder, precision, recipe.model.trust_remote_code)
     from tuiapp.trainer.loop import optimizers
 
@@ -479,7 +496,8 @@ def heldout_kl(recipe: Recipe, model_folder: str | Path, precision: str = "fp32"
     train_set, eval_set = build_datasets(recipe, tokenizer, cache_dir())
     if eval_set is None:
         raise ValueError("the recipe holds no held-out split (dataset.eval_split)")
-    table = cached_topk(recipe, teacher_path(recipe.method.teacher), [train_set, eval_set], precision, cache_dir())
+    table = cached_topk(recipe, teacher_path(recipe.method.teacher), [train_set, eval_set], precision, cache_dir(),
+                        tokenizer=tokenizer)
     model = AutoModelForCausalLM.from_pretrained(str(model_folder), dtype=torch_dtype(precision),
                                                  trust_remote_code=recipe.model.trust_remote_code).eval()
     kl_sum = agree = tokens = 0.0

@@ -6,10 +6,11 @@ The model loads and answers exactly as `llmtui chat` does (tuiapp.trainer.tools.
 or the adapter on its base, the chat template it trained with, the run's [generate] table as
 defaults), warm for every request. Requests are answered one at a time (one model, one lock).
 
-    GET  /v1/models             the one model, named by --model-id (the run id)
+    GET  /v1/models             the one model, named by --model-id (the run id); `root`: its folder
     POST /v1/chat/completions   {model, messages, stream?, temperature?, top_p?, max_tokens?,
                                  max_completion_tokens?, stop?, frequency_penalty? (ignored)}
                                  stream: server-sent events, chat.completion.chunk, then [DONE]
+    POST /v1/completions        a raw prompt (text or token ids), and vLLM's prompt_logprobs (completions.py)
     GET  /health                {"status": "loading" | "ok"}: 503 while the model loads
 
 With $LLMTUI_SERVE_TOKEN set, every /v1 request needs `Authorization: Bearer TOKEN` (401 otherwise).
@@ -20,6 +21,7 @@ the server (an answer being streamed is cut).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import hmac
 import json
@@ -94,6 +96,7 @@ class Endpoint:
 
     def __init__(self, run_dir: Path, checkpoint: int | None, model_id: str, token: str | None):
         self.run_dir, self.checkpoint, self.model_id, self.token = run_dir, checkpoint, model_id, token
+        self.root = None  # the model's folder, as vLLM's /v1/models names it
         self.loaded = None
         self.recipe = None
         self.created = int(time.time())
@@ -110,6 +113,7 @@ class Endpoint:
         from tuiapp.trainer.tools import inference
 
         target = model_target(self.run_dir, self.checkpoint)
+        self.root = str(target.path)
         self.recipe = inference.frozen_recipe(self.run_dir)
         loaded = inference.load("tuned", target, self.recipe.model.trust_remote_code)
         self.context = context_length(loaded.model, loaded.tokenizer)
@@ -153,7 +157,7 @@ class Endpoint:
 
     def models(self) -> dict:
         return {"object": "list", "data": [{"id": self.model_id, "object": "model", "created": self.created,
-                                            "owned_by": "llmtui"}]}
+                                            "owned_by": "llmtui", "root": self.root}]}
 
     def settings(self, body: dict):
         from tuiapp.core.config.recipe import GenerateSpec
@@ -293,10 +297,13 @@ class ApiHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         try:
-            if self.path.rstrip("/") != "/v1/chat/completions":
-                self._guard()
-                raise ApiError(404, f"no route POST {self.path}", code="not_found")
+            route = self.path.rstrip("/")
             self._guard()
+            if route == "/v1/completions":
+                self._completion(self._json_body())
+                return
+            if route != "/v1/chat/completions":
+                raise ApiError(404, f"no route POST {self.path}", code="not_found")
             self._admitted(self._json_body())
         except ApiError as exc:
             self.close_connection = True  # the rest of a refused body is never read
@@ -319,12 +326,28 @@ class ApiHandler(BaseHTTPRequestHandler):
             raise ApiError(400, "the body must be a JSON object")
         return body
 
+    def _completion(self, body: dict) -> None:
+        from tuiapp.trainer.tools import completions
+
+        request = completions.read_request(body, self.endpoint, ApiError)
+        with self._waiting():
+            with self.endpoint.lock:
+                answer = completions.complete(self.endpoint, request)
+        self._json(200, answer)
+
     def _admitted(self, body: dict) -> None:
         """The request checked and bounded, then answered if fewer than MAX_WAITING wait for the model."""
         endpoint = self.endpoint
         messages, stops = endpoint.check(body)
         asked = body.get("max_completion_tokens", body.get("max_tokens")) is not None
         settings = endpoint.bound(messages, endpoint.settings(body), asked)
+        with self._waiting():
+            self._answer(body, messages, settings, stops)
+
+    @contextlib.contextmanager
+    def _waiting(self):
+        """One more request waiting for the model, or a 503 when MAX_WAITING already are."""
+        endpoint = self.endpoint
         with endpoint.waiting_lock:
             full = endpoint.waiting >= MAX_WAITING
             if not full:
@@ -333,7 +356,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             raise ApiError(503, f"{MAX_WAITING} requests are waiting for the model; retry in a moment",
                            code="server_busy")
         try:
-            self._answer(body, messages, settings, stops)
+            yield
         finally:
             with endpoint.waiting_lock:
                 endpoint.waiting -= 1
