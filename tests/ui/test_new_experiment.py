@@ -36,7 +36,10 @@ async def open_form(pilot):
     await wait_for(pilot, lambda: app.screen.loaded, what="home")
     await pilot.press("n")
     assert isinstance(app.screen, NewExperimentScreen)
-    await wait_for(pilot, lambda: app.screen.last_check is not None and app.screen.filled, what="first check, every section")
+    # the models are found once every section is filled: waited for, so that a test's own
+    # ModelsFound comes after the form's
+    await wait_for(pilot, lambda: app.screen.last_check is not None and app.screen.filled and app.screen.model_names,
+                   what="first check, every section, the models found")
     return app.screen
 
 
@@ -503,8 +506,9 @@ def test_keys_typed_as_the_form_opens_land_in_the_name(tmp_path):
 
 @pytest.mark.slow  # a form filled after a check: ~4 s
 def test_what_comes_before_the_rows_mount_reaches_them(tmp_path, monkeypatch):
-    """The found models, a value set and the check's verdict on it, all before the rows of the
-    model and dataset are mounted: each shows on them once they are."""
+    """A value set and the check's verdict on it, before the rows of the model and dataset are
+    mounted: both show on them once they are; the models are found once the form is whole (with
+    thousands of runs their reading would compete with the fill)."""
     fills = []
     monkeypatch.setattr(NewExperimentScreen, "_fill_later_sections", lambda self, *args: fills.append(args))
 
@@ -514,14 +518,15 @@ def test_what_comes_before_the_rows_mount_reaches_them(tmp_path, monkeypatch):
             await wait_for(pilot, lambda: app.screen.loaded, what="home")
             await pilot.press("n", *"-x")
             form = app.screen
-            await wait_for(pilot, lambda: form.model_names and form.last_check is not None, what="models, first check")
+            await wait_for(pilot, lambda: form.last_check is not None, what="first check")
             assert fills and not form.query("#f-model--name") and not form.query("#f-dataset--max-samples")
+            assert not form.model_names
             form.set_field("dataset.max_samples", "abc")  # not mounted yet: checked as if typed
             await settled(pilot, form)
             assert "dataset.max_samples" in form.last_check.check.error_keys
             monkeypatch.undo()
             form.call_after_refresh(form._fill_later_sections, *fills[0])
-            await wait_for(pilot, lambda: form.filled, what="every section")
+            await wait_for(pilot, lambda: form.filled and form.model_names, what="every section, then the models")
             field = form.query_one("#f-dataset--max-samples")
             assert field.value == "abc" and field.has_class("-invalid")
             assert not form.query_one("#f-dataset--name").has_class("-invalid")
