@@ -66,6 +66,48 @@ def test_varlen_kernel_matches_attention_per_example_on_cuda():
     _check_against_reference("cuda", torch.bfloat16, 3e-2)
 
 
+def _kernel_of(signature: str):
+    """A stand-in for torch's varlen_attn with one release's signature (the kernel itself needs CUDA): the
+    plain reference on (tokens, heads, dim) tensors; without enable_gqa it refuses unequal head counts."""
+    def run(query, key, value, cu_q, cu_k, max_q, max_k, causal, scale, gqa):
+        assert causal and max_q == max_k == max(LENGTHS) and torch.equal(cu_q, cu_k)
+        assert gqa or query.shape[1] == key.shape[1], "this signature has no grouped-query attention"
+        scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+        return _reference(query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), LENGTHS, scale)
+
+    if signature == "2.13":
+        def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
+                        window_size=(-1, -1), enable_gqa=False, seqused_k=None, block_table=None, num_splits=None):
+            return run(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, window_size == (-1, 0), scale,
+                       enable_gqa)
+    elif signature == "2.11":
+        def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
+                        window_size=(-1, -1)):
+            return run(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, window_size == (-1, 0), scale, False)
+    else:
+        def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, return_aux=None):
+            return run(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal, None, False)
+    return varlen_attn
+
+
+@pytest.mark.parametrize("signature", ["2.13", "2.11", "2.10"])
+def test_the_kernel_call_fits_each_torch_releases_signature(monkeypatch, signature):
+    """torch 2.10-2.12's varlen_attn lacks enable_gqa (2.11 on the H200 refused it), 2.10 also scale and
+    window_size: KV heads are repeated, a model's own scale folded into the query, causal said either way."""
+    from torch.nn.attention import varlen as torch_module
+
+    monkeypatch.setattr(torch_module, "varlen_attn", _kernel_of(signature))
+    torch_varlen._varlen_params.cache_clear()
+    try:
+        query, key, value = (t.detach() for t in _qkv())
+        scale = 0.3  # not 1/sqrt(dim): a model's own scaling
+        out = torch_varlen._varlen_call(query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), _cu(),
+                                        max(LENGTHS), scale)
+        assert torch.allclose(out, _reference(query, key, value, LENGTHS, scale), atol=1e-5)
+    finally:
+        torch_varlen._varlen_params.cache_clear()
+
+
 def test_kernel_fits_only_what_it_runs_as_meant():
     assert torch_varlen.kernel_fits(64, torch.bfloat16)
     assert torch_varlen.kernel_fits(256, torch.float16)

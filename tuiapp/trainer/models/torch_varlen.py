@@ -80,13 +80,40 @@ def packed_attention(query, key, value, cu_seq_lens: torch.Tensor, max_length: i
         max_length = int((cu_seq_lens[1:] - cu_seq_lens[:-1]).max())
     if query.is_cuda and available(query.device) and kernel_fits(query.shape[-1], query.dtype, softcap=softcap,
                                                                  window=window, longest=max_length, dropout=dropout):
-        from torch.nn.attention.varlen import varlen_attn
-
         cu = cu_seq_lens.to(device=query.device, dtype=torch.int32)
-        return varlen_attn(query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), cu, cu, max_length,
-                           max_length, scale=scaling, window_size=(-1, 0),
-                           enable_gqa=query.shape[0] != key.shape[0])
+        return _varlen_call(query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), cu, max_length,
+                            scaling)
     return _per_example(query, key, value, cu_seq_lens.tolist(), scaling)
+
+
+@functools.lru_cache(maxsize=1)
+def _varlen_params() -> frozenset[str]:
+    """The keywords this torch's varlen_attn takes: 2.13 has scale, window_size and enable_gqa; earlier
+    releases (2.10-2.11) have is_causal and, in some, scale, and no grouped-query attention."""
+    import inspect
+
+    from torch.nn.attention.varlen import varlen_attn
+
+    return frozenset(inspect.signature(varlen_attn).parameters)
+
+
+def _varlen_call(query, key, value, cu: torch.Tensor, max_length: int, scaling) -> torch.Tensor:
+    """varlen_attn, causal, on (tokens, heads, dim) tensors, on whichever signature this torch has."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = _varlen_params()
+    kwargs: dict = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    if "scale" in params:
+        kwargs["scale"] = scaling
+    elif scaling is not None:  # the default scale is 1/sqrt(dim): fold the model's own into the query
+        query = query * (scaling * query.shape[-1] ** 0.5)
+    if query.shape[1] != key.shape[1]:
+        if "enable_gqa" in params:
+            kwargs["enable_gqa"] = True
+        else:  # grouped-query attention as full heads
+            groups = query.shape[1] // key.shape[1]
+            key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    return varlen_attn(query, key, value, cu, cu, max_length, max_length, **kwargs)
 
 
 def torch_varlen_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
