@@ -139,10 +139,11 @@ def test_cpu_smoke_runs_the_stages_for_real(tmp_path):
     assert results_state() == before
 
 
-def test_one_call_runs_the_stages_in_order_of_value_within_9_minutes(gpu_check):
+def test_one_call_runs_the_stages_in_order_of_value_within_10_minutes(gpu_check):
     assert gpu_check.STAGES == ("mfu", "attention", "methods", "zero", "liger", "fp8", "probe")
     assert set(gpu_check.STAGE_BUDGET_S) == set(gpu_check.STAGES)
-    assert sum(gpu_check.STAGE_BUDGET_S.values()) <= 8 * 60  # a minute for building the models
+    # a device call's limit is 10 minutes: a minute of it for the wheels and building the models
+    assert sum(gpu_check.STAGE_BUDGET_S.values()) <= 9 * 60
 
 
 def test_methods_take_full_batches_and_rl_reward_is_judged_over_quarters(gpu_check, tmp_path):
