@@ -70,6 +70,9 @@ STAGES = ("mfu", "attention", "methods", "zero", "liger", "fp8", "probe")  # in 
 # On the H200 (2026-11-28) a run took 45-90 s, 10-15 of them training: mfu holds its run and the baseline's,
 # attention its three first kernels.
 STAGE_BUDGET_S = {"mfu": 180, "attention": 150, "methods": 100, "zero": 40, "liger": 20, "fp8": 20, "probe": 30}
+# Stages run only when named (--stages mfu,batching,...), each with its budget: batching = the mfu run with every
+# micro batch filled to a token budget (the H200's default-batching run held 45 % of its tokens per step)
+EXTRA_STAGE_BUDGET_S = {"batching": 90}
 WHEELS = ROOT / "gpu-wheels"  # `make gpu-wheels`: liger-kernel, torchao (bitsandbytes) for a box without an index
 OPTIONAL = {"liger_kernel": "liger-kernel", "torchao": "torchao", "bitsandbytes": "bitsandbytes"}
 RATIO_GOAL = 1.5  # llmtui / the plain Trainer script, tokens/s
@@ -699,7 +702,8 @@ class Check:
 
     def run_stage(self, stage: str) -> None:
         """One stage under its time budget; whether it was cut short goes into the report."""
-        budget = STAGE_BUDGET_S[stage] * self.budget_scale if self.budget_scale else None
+        budget = ({**STAGE_BUDGET_S, **EXTRA_STAGE_BUDGET_S}[stage] * self.budget_scale if self.budget_scale
+                  else None)
         started = time.time()
         self.runner.deadline = started + budget if budget else None
         self.runner.budget_s = budget
@@ -930,10 +934,10 @@ class Check:
             self.verdict("mfu", "the plain Trainer baseline trains", base_ok,
                          "" if base_ok else base["log_tail"][-600:])
         params = self.big["parameters"]
-        peak = self.peak_tflops * 1e12 if self.peak_tflops else (peak_flops(self.nvml.name) if self.nvml else None)
+        peak = self._peak_flops()
         ours = run.tokens_per_s(p.mfu_warmup) if (run.ok or run.skipped and run.rows) else None
         theirs = common.throughput(base["rows"], p.mfu_warmup) if base_ok or (base_cut and finite) else None
-        self.mfu_rows = [
+        self.mfu_rows[:0] = [  # before the batching stage's row, when that ran first
             {"what": f"llmtui: packing, {run.extra.get('kernel') or attention}" + (", Liger" if liger else ""),
              "tokens_per_s": ours,
              "mfu": mfu(ours, params, peak), "peak": run.peak, "nvml": run.nvml_peak()},
@@ -945,6 +949,31 @@ class Check:
         if peak is None and p.cuda:
             self.skip("MFU figure", f"no peak bf16 FLOP/s known for {self.nvml.name if self.nvml else '?'}: "
                       "pass --peak-tflops")
+
+    def _peak_flops(self) -> float | None:
+        return self.peak_tflops * 1e12 if self.peak_tflops else (peak_flops(self.nvml.name) if self.nvml else None)
+
+    def stage_batching(self) -> None:
+        """The mfu run with train.batching = "tokens": each micro batch filled to micro_batch x max_seq_len
+        tokens, where the default takes micro_batch examples of whatever length."""
+        p = self.profile
+        liger = p.cuda and has_package("liger_kernel")
+        budget = p.mfu_micro_batch * p.mfu_seq_len
+        recipe = sft_recipe("gpu-check-mfu-tokens", self.big_dir, self.data, p, steps=p.mfu_steps,
+                            seq_len=p.mfu_seq_len, micro_batch=p.mfu_micro_batch, liger=liger)
+        recipe["train"].update(batching="tokens", tokens_per_batch=budget)
+        run = Run("mfu-llmtui-tokens", "batching", recipe)
+        self.runs += self.runner.run_all([run])
+        if run.skipped is None:
+            self.verdict("batching", f"llmtui SFT of the ~1 B model with token batches trains {p.mfu_steps} steps",
+                         run.ok, "; ".join(run.problems))
+        ours = run.tokens_per_s(p.mfu_warmup) if (run.ok or run.skipped and run.rows) else None
+        peak = self._peak_flops()
+        self.mfu_rows.append({"what": f"llmtui: packing, batches of {budget} tokens" + (", Liger" if liger else ""),
+                              "tokens_per_s": ours, "mfu": mfu(ours, self.big["parameters"], peak),
+                              "peak": run.peak, "nvml": run.nvml_peak()})
+        self.info.setdefault("mfu", {"parameters": self.big["parameters"], "peak_flops": peak, "ratio": None,
+                                     "warmup": p.mfu_warmup, "baseline_log": ""})
 
     # ---------------------------------------------------------- checks over every run
 
@@ -1172,7 +1201,8 @@ def _met(ok: bool, value) -> str:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--cpu-smoke", action="store_true", help="run the plumbing on CPU: tiny sizes, 2 steps, fp32")
-    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}")
+    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}; "
+                   f"run only when named: {', '.join(EXTRA_STAGE_BUDGET_S)}")
     p.add_argument("--methods", default="all", help="methods of the methods stage (default: every method.kind)")
     p.add_argument("--out", type=Path, default=None, help="the report (default bench/GPU_RESULTS.md; "
                    "--cpu-smoke: WORK/GPU_RESULTS.md)")
@@ -1200,9 +1230,11 @@ def main(argv=None) -> int:
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     kinds = method_kinds()
     methods = kinds if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
-    bad = [s for s in stages if s not in STAGES] + [m for m in methods if m not in kinds]
+    bad = [s for s in stages if s not in STAGES and s not in EXTRA_STAGE_BUDGET_S] + \
+        [m for m in methods if m not in kinds]
     if bad:
-        print(f"error: unknown stage or method {', '.join(bad)}\n  fix: stages are {', '.join(STAGES)}; "
+        print(f"error: unknown stage or method {', '.join(bad)}\n  fix: stages are {', '.join(STAGES)} "
+              f"(and, named, {', '.join(EXTRA_STAGE_BUDGET_S)}); "
               f"methods are {', '.join(kinds)}", file=sys.stderr)
         return EXIT_BAD_ARGS
     torch_cuda = None

@@ -57,6 +57,20 @@ def test_an_unknown_stage_or_method_is_refused_with_exit_2():
     done = script("--stages", "methods,warp", "--methods", "sft,lorra", env={"LLMTUI_FORCE_CPU": "1"})
     assert done.returncode == 2
     assert "warp" in done.stderr and "lorra" in done.stderr and "fix:" in done.stderr
+    assert "batching" in done.stderr  # the stage that runs only when named is offered too
+
+
+def test_the_batching_stage_runs_only_when_named_and_fills_each_micro_batch(gpu_check, tmp_path):
+    assert "batching" not in gpu_check.STAGES and "batching" in gpu_check.EXTRA_STAGE_BUDGET_S
+    assert script("--stages", "mfu,batching", env={"LLMTUI_FORCE_CPU": "1"}).returncode == 0  # accepted
+    import tomli_w
+
+    p = gpu_check.GPU
+    recipe = gpu_check.sft_recipe("x", Path("tiny"), tmp_path / "d.jsonl", p)
+    recipe["train"].update(batching="tokens", tokens_per_batch=p.mfu_micro_batch * p.mfu_seq_len)
+    (tmp_path / "r.toml").write_text(tomli_w.dumps(recipe))
+    train = load_recipe(tmp_path / "r.toml").train  # what stage_batching writes is a valid recipe
+    assert train.batching == "tokens" and train.packing is True
 
 
 def test_every_method_of_the_schema_is_checked_from_its_preset(gpu_check, tmp_path):
