@@ -103,6 +103,25 @@ def test_join_dry_run_takes_master_and_port_from_node_0(capsys, tmp_path, starte
     assert "--no_ssh --node_rank 1 --master_addr 127.0.0.1 --master_port 29544" in out
 
 
+def test_a_node_joining_while_node_0_still_records_its_nodes_waits_for_them(capsys, tmp_path):
+    """run.json exists from the moment node 0 makes the folder, before its node count and port: a node that
+    read it then took 0 nodes and left, and node 0 waited for it (CI: two nodes on one machine hung)."""
+    import threading
+
+    recipe = load_recipe(RECIPE, ["train.max_steps=5"])
+    run = RunStore(tmp_path).create(recipe, run_id="shared")  # status created, no node fields yet
+    late = threading.Timer(1.5, lambda: run.update(nnodes=2, master_addr="127.0.0.1", master_port=29545,
+                                                   node_mode="nodes"))
+    late.start()
+    try:
+        code, out, err = run_cli(capsys, tmp_path, "--set", "train.max_steps=5", "--node-rank", "1",
+                                 "--run-id", "shared", "--dry-run")
+    finally:
+        late.cancel()
+    assert code == 0, err
+    assert "--no_ssh --node_rank 1 --master_addr 127.0.0.1 --master_port 29545" in out
+
+
 def test_node0_run_id_must_be_new(capsys, tmp_path, started):
     code, _, err = run_cli(capsys, tmp_path, "--set", "train.max_steps=5", "--node-rank", "0", "--nnodes", "2",
                            "--master-addr", "127.0.0.1", "--master-port", str(cluster.DEFAULT_PORT + 77),

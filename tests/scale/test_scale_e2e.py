@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -48,7 +49,18 @@ def test_two_nodes_on_one_machine_share_one_run(runs_dir):
     common = [*SHORT, "--set", "launch.zero_stage=2", "--master-addr", "127.0.0.1", "--run-id", "two-nodes"]
     node0 = spawn(runs_dir, *common, "--node-rank", "0", "--nnodes", "2", "--master-port", port)
     node1 = spawn(runs_dir, *common, "--node-rank", "1")
-    out0, _ = node0.communicate(timeout=400)
+    deadline = time.monotonic() + 400
+    while node0.poll() is None and time.monotonic() < deadline:
+        if node1.poll() not in (None, 0):  # node 1 gave up: node 0 would wait for it until the deadline
+            node0.kill()
+            pytest.fail(f"node 1 left with {node1.returncode}: {node1.communicate()[0]}")
+        time.sleep(0.5)
+    if node0.poll() is None:
+        node0.kill()
+        node1.kill()
+        pytest.fail(f"node 0 still running after 400 s\nnode 0: {node0.communicate()[0]}\n"
+                    f"node 1: {node1.communicate()[0]}")
+    out0, _ = node0.communicate()
     out1, _ = node1.communicate(timeout=120)
     run_dir = runs_dir / "two-nodes"
     assert node0.returncode == 0, out0 + (run_dir / "stdout.log").read_text()[-3000:]

@@ -206,15 +206,16 @@ def launch(plan: LaunchPlan, store: RunStore, say: Say = _quiet) -> Run:
     run = store.create(plan.recipe, recipe_file=options.recipe_file, run_id=options.run_id, model_ref=plan.model_ref,
                        lock=plan.mode != "slurm")
     try:
+        if plan.mode == "nodes":  # first: the other nodes wait for these before they join
+            node_plan = plan.launch.plan
+            run.update(node_mode="nodes", nnodes=node_plan.nnodes, master_addr=node_plan.master_addr,
+                       master_port=plan.launch.port, strategy=plan.recipe.launch.strategy,
+                       world_size=node_plan.world_size, nodes=node_plan.nodes())
         record_provenance(run, plan, say)
         if plan.mode == "slurm":
             return _submit_slurm(run, plan, say)
         say(f"run {run.id} in {run.path}")
         if plan.mode == "nodes":
-            node_plan = plan.launch.plan
-            run.update(node_mode="nodes", nnodes=node_plan.nnodes, master_addr=node_plan.master_addr,
-                       master_port=plan.launch.port, strategy=plan.recipe.launch.strategy,
-                       world_size=node_plan.world_size, nodes=node_plan.nodes())
             say(f"node 0 of {node_plan.nnodes}, world size {node_plan.world_size}")
             say("start the other nodes with: " + cluster.join_command(
                 options.recipe_file or "RECIPE", run.id, node_plan, options.runs_dir, options.overrides))
@@ -337,11 +338,22 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
     return keys
 
 
+def _node_zero_ready(path: Path) -> bool:
+    """Node 0 has created the run and recorded its nodes and port (run.json exists from the moment the
+    folder is made, before them: a node reading it then would take no port and no node count), or
+    the run has gone past `created`, when the checks after this say what is wrong with it."""
+    folder = RunDir(path)
+    if not folder.record.is_file() or not folder.recipe_toml.is_file():
+        return False
+    run = Run(path).load()
+    return run.record.node_mode == "nodes" or run.status != "created"
+
+
 def _wait_for_run(store: RunStore, run_id: str, timeout_s: float, say: Say) -> Run:
     path = Path(store.root) / run_id
     deadline = time.monotonic() + timeout_s
     said = False
-    while not RunDir(path).record.is_file() or not RunDir(path).recipe_toml.is_file():
+    while not _node_zero_ready(path):
         if time.monotonic() > deadline:
             raise RunError(message=f"run '{run_id}' did not appear in {store.root} within {timeout_s:.0f}s",
                            fix="start node 0 first with the same --run-id, and put the runs folder on "
