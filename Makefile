@@ -56,10 +56,11 @@ gpu-check: install
 	$(BIN)/python bench/gpu_check.py $(ARGS)
 
 # The GPU check's optional packages (liger-kernel, torchao, bitsandbytes while under 60 MiB) as wheels in
-# gpu-wheels/, for a GPU box without a package index: gpu_check installs them from there (docs/gpu.md)
+# gpu-wheels/, for a GPU box without a package index: gpu_check installs them from there (docs/gpu.md).
+# BASE=1: first what a box with only a CUDA torch lacks (transformers, DeepSpeed, ...): bench/gpu_box.sh runs it
 GPU_PY ?= 3.12
 gpu-wheels:
-	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) tools/wheelhouse.py gpu gpu-wheels --python $(GPU_PY)
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) tools/wheelhouse.py gpu gpu-wheels --python $(GPU_PY) $(if $(BASE),--base)
 
 # Offline install (README "Offline install"): every wheel for a target into $(WHEELS), then on the
 # server without an index: make install-offline WHEELS=DIR. PY/PLATFORM/EXTRAS/TORCH_INDEX pick the target.

@@ -46,6 +46,16 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_ARGS = 0, 1, 2
 # each kept only while the folder stays under GPU_WHEELS_MIB (what a device run carries)
 GPU_WHEELS = (("liger", "liger-kernel"), ("fp8", "torchao"), ("qlora", "bitsandbytes==0.50.2"))
 GPU_WHEELS_MIB = 60
+# `make gpu-wheels BASE=1`: what a GPU box whose Python has a CUDA torch and nothing else of llmtui's lacks (the
+# lent H200's image: torch 2.11, no index), first; names without a pin in pyproject.toml are theirs as installed
+# there on 2026-11-28. bench/gpu_box.sh installs them into a folder of their own and runs the check with it.
+GPU_BASE = ("transformers", "huggingface_hub", "tokenizers", "peft", "datasets", "trl", "deepspeed", "pydantic",
+            "tomli-w", "orjson", "textual", "math-verify", "pydantic-core==2.50.4", "annotated-types==0.8.0",
+            "typing-inspection==0.4.5", "typing-extensions==4.16.0", "httpx2==2.16.2", "httpcore2==2.16.2",
+            "truststore==0.10.5", "anyio==4.16.0", "idna==3.20", "click==8.5.1", "hf-xet==1.8.0",
+            "fsspec==2026.9.0", "dill==0.4.1", "multiprocess==0.70.19", "hjson==3.1.0", "platformdirs==4.14.8",
+            "mdit-py-plugins==0.7.0", "linkify-it-py==2.2.0", "uc-micro-py==2.0.0", "latex2sympy2_extended==1.11.0",
+            "antlr4-python3-runtime==4.13.2")
 
 
 class BadArgs(ValueError):
@@ -202,6 +212,7 @@ def main(argv=None) -> int:
     g.add_argument("--python", default="3.12", help="the GPU box's Python (default %(default)s)")
     g.add_argument("--platform", default="manylinux_2_28_x86_64")
     g.add_argument("--print", action="store_true", help="print the commands, run nothing")
+    g.add_argument("--base", action="store_true", help="first the packages a box with only torch lacks (GPU_BASE)")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -251,7 +262,16 @@ def gpu_wheel_pins() -> list[str]:
     return out
 
 
+def gpu_base_pins() -> list[str]:
+    """GPU_BASE with pyproject.toml's pins for llmtui's own dependencies."""
+    pinned = {normalize(r.split("==")[0]): r for r in project()["dependencies"] if "==" in r}
+    return [name if "==" in name else pinned.get(normalize(name), name) for name in GPU_BASE]
+
+
 def gpu_wheel_command(dest: Path, requirement: str, python: str, platform: str) -> list[str]:
+    if normalize(requirement.split("==")[0]) in SDIST_ONLY:  # pure Python, published as source: built here
+        return [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                "--wheel-dir", str(dest), requirement]
     return [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
             "--python-version", python, *[a for tag in platform_tags(platform) for a in ("--platform", tag)],
             "--dest", str(dest), requirement]
@@ -262,7 +282,7 @@ def _gpu(args) -> int:
     import shutil
     import tempfile
 
-    pins = gpu_wheel_pins()
+    pins = (gpu_base_pins() if args.base else []) + gpu_wheel_pins()
     if args.print:
         print("\n".join(" ".join(gpu_wheel_command(args.dir, p, args.python, args.platform)) for p in pins))
         return EXIT_OK
@@ -270,7 +290,8 @@ def _gpu(args) -> int:
     limit = GPU_WHEELS_MIB * 2**20
     for requirement in pins:
         with tempfile.TemporaryDirectory() as tmp:
-            if run([gpu_wheel_command(Path(tmp), requirement, args.python, args.platform)]) != EXIT_OK:
+            if run([gpu_wheel_command(Path(tmp), requirement, args.python, args.platform)],
+                   env={**os.environ, "DS_BUILD_OPS": "0"}) != EXIT_OK:
                 print(f"gpu-wheels: {requirement}: no wheel downloaded (see pip above); left out", file=sys.stderr)
                 continue
             used = sum(w.stat().st_size for w in args.dir.glob("*.whl"))
