@@ -242,3 +242,17 @@ def test_events_are_named_in_the_events_vocabulary():
     assert not found, "\n".join(found)
     assert events.KINDS - set(events.OUTCOMES) - written == set(), "kinds nobody writes"
     assert set(events.OUTCOMES) <= events.KINDS
+
+
+LONGEST_FUNCTION = 60  # lines, decorators excluded: a longer one is split into named steps
+
+
+def test_no_function_in_tuiapp_is_longer_than_a_screen():
+    long = []
+    for path in sorted((ROOT / "tuiapp").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, f"functions over {LONGEST_FUNCTION} lines (split them into named steps):\n" + "\n".join(long)

@@ -409,23 +409,14 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     from tuiapp.trainer.dataset.data import make_collator
     from tuiapp.trainer.loop.callbacks import EvalSamples, RunRecorder
     from tuiapp.trainer.loop.early_stop import early_stopping
-    from tuiapp.trainer.models.model import apply_method, cache_dir, load_model, model_plan, model_profile
+    from tuiapp.trainer.models.model import apply_method, load_model, model_plan, model_profile
 
     method = recipe.method
     student = recipe.model_copy(update={"method": weights_method(method)})  # loaded as sft, or with its adapter
     tokenizer.padding_side = "right"  # the teacher's rows line up from each example's first token
     folder = teacher_path(method.teacher)
-    table = cache = None
-    if method.mode == "offline":
-        phases.enter("teacher logits")
-        sets = [train_set] + ([eval_set] if eval_set is not None else [])
-        entry = cache_entry(recipe, folder, sets, precision, cache_dir())
-        table = cached_topk(recipe, folder, sets, precision, cache_dir(), entry, tokenizer)
-        cache = entry / TOPK_FILE
-    train_set = train_set.add_column(ROW, list(range(len(train_set))))
-    rows = len(train_set)
-    if eval_set is not None:
-        eval_set = eval_set.add_column(ROW, list(range(rows, rows + len(eval_set))))
+    table, cache = _offline_table(recipe, folder, train_set, eval_set, precision, tokenizer)
+    train_set, eval_set = _numbered_rows(train_set, eval_set)
     phases.enter("loading model")
     plan = model_plan(student, model_path, precision)
     if _is_main():
@@ -465,13 +456,40 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     optimizers.install(trainer, recipe)
     trainer.step_agreement = stopper
     if _is_main():
-        with JsonlWriter(RunDir(run_dir).events) as events:
-            events.write({"time": time.time(), "event": ev.DISTILL, "teacher": folder, "mode": method.mode,
-                          "top_k": method.top_k if method.mode == "offline" else None,
-                          # offline: the cache file, its size and the tokens it covers (the estimate's disk row)
-                          **({"cache": str(cache), "cache_bytes": cache.stat().st_size,
-                              "cache_tokens": int(table["offsets"][-1])} if cache is not None else {})})
+        _record_teacher(run_dir, method, folder, table, cache)
     return trainer, recorder
+
+
+def _offline_table(recipe: Recipe, folder: str, train_set, eval_set, precision: str, tokenizer):
+    """Offline mode: the teacher's top-k table over both sets (computed once, then cached) and its file;
+    (None, None) online."""
+    if recipe.method.mode != "offline":
+        return None, None
+    from tuiapp.trainer.models.model import cache_dir
+
+    phases.enter("teacher logits")
+    sets = [train_set] + ([eval_set] if eval_set is not None else [])
+    entry = cache_entry(recipe, folder, sets, precision, cache_dir())
+    return cached_topk(recipe, folder, sets, precision, cache_dir(), entry, tokenizer), entry / TOPK_FILE
+
+
+def _numbered_rows(train_set, eval_set):
+    """Each example's row in the teacher's table: train rows first, then eval rows."""
+    train_set = train_set.add_column(ROW, list(range(len(train_set))))
+    rows = len(train_set)
+    if eval_set is not None:
+        eval_set = eval_set.add_column(ROW, list(range(rows, rows + len(eval_set))))
+    return train_set, eval_set
+
+
+def _record_teacher(run_dir: Path, method, folder: str, table, cache: Path | None) -> None:
+    """The distill event: the teacher, its mode and, offline, the cache file, its size and the tokens it
+    covers (the estimate's disk row)."""
+    with JsonlWriter(RunDir(run_dir).events) as events:
+        events.write({"time": time.time(), "event": ev.DISTILL, "teacher": folder, "mode": method.mode,
+                      "top_k": method.top_k if method.mode == "offline" else None,
+                      **({"cache": str(cache), "cache_bytes": cache.stat().st_size,
+                          "cache_tokens": int(table["offsets"][-1])} if cache is not None else {})})
 
 
 # ---- measuring a model against the teacher
