@@ -20,6 +20,10 @@ import pytest
 
 from tuiapp.core.plan.launcher import torch_extensions_dir
 
+# pytest keeps its rewritten test modules' bytecode only where bytecode may be written: under
+# PYTHONDONTWRITEBYTECODE=1 it would rewrite all ~200 test modules on every run (~4 s of the fast tier)
+sys.dont_write_bytecode = False
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")

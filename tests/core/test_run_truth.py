@@ -52,19 +52,24 @@ def test_lock_is_held_while_a_holder_lives_and_free_after(tmp_path):
 
 
 def test_a_brief_check_never_makes_a_start_fail(tmp_path):
+    """Starts (acquire) keep succeeding while another process checks the lock (held) in a tight loop."""
     path = rundir.lock_path(tmp_path)
     os.close(runlock.acquire(path))
     checker = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from tuiapp.core.machine import runlock\n"
-        "end = time.time() + 2\n"
-        "while time.time() < end: runlock.held(sys.argv[1])\n"), str(path)])
+        "import sys; from tuiapp.core.machine import runlock\n"
+        "runlock.held(sys.argv[1]); print('checking', flush=True)\n"
+        "while True: runlock.held(sys.argv[1])\n"), str(path)], stdout=subprocess.PIPE, text=True)
     try:
-        for _ in range(20):
+        assert checker.stdout.readline().strip() == "checking"
+        starts, end = 0, time.monotonic() + 0.5
+        while time.monotonic() < end:
             fd = runlock.acquire(path)
             assert fd is not None
             os.close(fd)
+            starts += 1
+        assert checker.poll() is None and starts >= 20  # every start overlapped the checking loop
     finally:
-        checker.wait()
+        _kill(checker)
 
 
 def test_a_live_lock_keeps_the_run_active_and_a_dead_one_fails_it(tmp_path):
