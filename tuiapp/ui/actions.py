@@ -28,6 +28,7 @@ class FormReport:
     finding_errors: int = 0  # preflight findings of level error
     on_cpu: bool = False  # no CUDA on this machine: the estimate speaks of CPU ranks
     memory_bytes: int = 0  # the verdict's figure: RAM per CPU rank, or the total per GPU (0: no estimate)
+    dry: str = ""  # the dry step's cached verdict in a word (door.dry_step_state); "" while the recipe has errors
 
 
 @functools.lru_cache(maxsize=1)
@@ -52,6 +53,9 @@ def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Pat
 
         store = RunStore(runs_root)
         findings = door.recipe_findings(check.recipe, store, base_dir)
+        if not door.has_errors(findings):  # a cached dry step verdict is one file read; ctrl+g runs one
+            report.dry, dry_findings = door.dry_step_state(check.recipe, store, base_dir, run=False)
+            findings += dry_findings
         report.findings = door.format_findings(findings)
         report.has_errors = door.has_errors(findings)
         report.finding_errors = sum(f.level == "error" for f in findings)
@@ -68,6 +72,15 @@ def check_form(values: dict[str, str], kind: str, runs_root: Path, base_dir: Pat
     except Exception as exc:
         report.findings = f"checks failed: {exc!r}"
     return report
+
+
+def dry_step(recipe: Recipe, runs_root: Path, base_dir: Path) -> tuple[str, str]:
+    """One real step of the recipe's method on a shrunken copy of its model, as `llmtui run` takes
+    before launch (a child process; seconds to a minute), its verdict cached: (state, findings text)."""
+    from tuiapp.core.prelaunch import door
+
+    state, findings = door.dry_step_state(recipe, RunStore(runs_root), base_dir, run=True)
+    return state, door.format_findings(findings)
 
 
 def launch(recipe: Recipe, runs_root: Path, base_dir: Path, recipe_file: str | None = None) -> str:

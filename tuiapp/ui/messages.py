@@ -134,6 +134,15 @@ class RecipeChecked(Message):
     finding_errors: int = 0  # preflight findings of level error (the Checks pane counts them)
     on_cpu: bool = False  # no CUDA here: the ranks are CPU processes
     memory_bytes: int = 0  # RAM per CPU rank, or the total per GPU, as the estimate has it (0: none)
+    dry: str = ""  # the dry step's cached verdict in a word (core.prelaunch.door.dry_step_state)
+
+
+@dataclass(eq=False)
+class DryStepped(Message):
+    """The form's dry step (ctrl+g) ended: its verdict in a word and its findings."""
+
+    state: str
+    findings_text: str
 
 
 @dataclass(eq=False)

@@ -46,8 +46,8 @@ from tuiapp.core.prelaunch import (
 )
 from tuiapp.core.store.runs import RunStore
 
-__all__ = ["ClusterAsk", "Context", "MACHINE_RULES", "RECIPE_RULES", "Rule", "all_findings", "estimate_report", "format_findings",
-           "has_errors", "join_findings", "machine_findings", "recipe_findings", "resolve_recipe"]
+__all__ = ["ClusterAsk", "Context", "MACHINE_RULES", "RECIPE_RULES", "Rule", "all_findings", "dry_step_state", "estimate_report",
+           "format_findings", "has_errors", "join_findings", "machine_findings", "recipe_findings", "resolve_recipe"]
 
 _UNREAD = object()
 
@@ -340,6 +340,25 @@ def machine_findings(recipe: Recipe, store: RunStore, base_dir: Path, **given) -
     if isinstance(ctx, Finding):
         return [ctx]
     return _run(MACHINE_RULES, ctx)
+
+
+def dry_step_state(recipe: Recipe, store: RunStore, base_dir: Path, *, run: bool) -> tuple[str, list[Finding]]:
+    """The dry step of a recipe whose recipe phase passed (the form: its cached verdict as it is
+    checked, a fresh one on demand): (state, findings). state: 'off' (LLMTUI_DRY_STEP=0), 'n/a'
+    (the model is not here, or is an adapter), or dry_step.state_of the verdict; run=False only
+    reads the cache."""
+    if not dry_step.enabled():
+        return "off", []
+    try:
+        resolved, _ = resolve_recipe(recipe, store)
+    except UserError:
+        return "n/a", []
+    if not dry_step.applies(resolved, base_dir):
+        return "n/a", []
+    answer = dry_step.verdict(resolved, base_dir) if run else dry_step.cached_verdict(resolved, base_dir)
+    profile = architecture.profile_of(resolved, base_dir)
+    label = profile.label if profile is not None else resolved.model.name
+    return dry_step.state_of(answer), dry_step.findings_of(answer, resolved, label)
 
 
 def all_findings(recipe: Recipe, store: RunStore, base_dir: Path, *, cluster: ClusterAsk | None = None,

@@ -119,18 +119,35 @@ def verdict(recipe: Recipe, base_dir: Path) -> dict | None:
     return verdicts([recipe], base_dir)[0]
 
 
+def _cached(recipe: Recipe, base_dir: Path) -> tuple[Path | None, dict | None]:
+    """(the verdict's cache file, the cached verdict); (None, None) where the step does not apply."""
+    config = _config_bytes(recipe, base_dir)
+    if config is None:
+        return None, None
+    path = cache_file(cache_key(recipe, config))
+    try:
+        return path, {**json.loads(path.read_text(encoding="utf-8")), "cached": True}
+    except (OSError, ValueError):
+        return path, None
+
+
+def applies(recipe: Recipe, base_dir: Path) -> bool:
+    """The step can run for the recipe: its model's config is here (or it is the bundled model)."""
+    return _config_bytes(recipe, base_dir) is not None
+
+
+def cached_verdict(recipe: Recipe, base_dir: Path) -> dict | None:
+    """The recipe's verdict if the cache holds one (one file read, no child process); else None."""
+    return _cached(recipe, base_dir)[1]
+
+
 def verdicts(recipes: list[Recipe], base_dir: Path) -> list[dict | None]:
     """Each recipe's verdict: from the cache, else from one child process for all the others."""
     out: list[dict | None] = [None] * len(recipes)
     missing: list[tuple[int, Path]] = []
     for index, recipe in enumerate(recipes):
-        config = _config_bytes(recipe, base_dir)
-        if config is None:
-            continue
-        path = cache_file(cache_key(recipe, config))
-        try:
-            out[index] = {**json.loads(path.read_text(encoding="utf-8")), "cached": True}
-        except (OSError, ValueError):
+        path, out[index] = _cached(recipe, base_dir)
+        if path is not None and out[index] is None:
             missing.append((index, path))
     if not missing:
         return out
@@ -190,6 +207,18 @@ def findings_of(answer: dict | None, recipe: Recipe, label: str) -> list[Finding
     return [Finding("error", answer.get("key") or "method.kind",
                     f"{kind} on {label} failed its dry step (one training step on a shrunken copy of the model, "
                     f"before launch): {answer['error']}", fix)]
+
+
+def state_of(answer: dict | None) -> str:
+    """A verdict in a word: 'passed', 'failed', 'skipped', 'no verdict' (timed out or crashed), or
+    'not run' (no verdict yet)."""
+    if answer is None:
+        return "not run"
+    if answer.get("skipped"):
+        return "skipped"
+    if answer.get("transient"):
+        return "no verdict"
+    return "passed" if answer.get("ok") else "failed"
 
 
 def dry_findings(recipe: Recipe, base_dir: Path, label: str | None = None) -> list[Finding]:

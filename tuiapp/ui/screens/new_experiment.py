@@ -37,7 +37,7 @@ from tuiapp.ui.candidates import (
     recipe_choices,
 )
 from tuiapp.ui.footer_keys import footer_by_priority, plural
-from tuiapp.ui.messages import ActionFailed, DatasetInspected, ModelsFound, RecipeChecked, RunLaunched
+from tuiapp.ui.messages import ActionFailed, DatasetInspected, DryStepped, ModelsFound, RecipeChecked, RunLaunched
 from tuiapp.ui.preview import dataset_preview, read_trainer_view, rl_dataset_info, trainer_view_text
 from tuiapp.ui.widgets.example_images import ExampleImages
 from tuiapp.ui.widgets.form import FieldRow, FieldSelect, FormSection, being_removed, field_help, read_value, set_value
@@ -76,11 +76,13 @@ class NewExperimentScreen(Screen):
         Binding("ctrl+o", "open_recipe", "Open", tooltip="Open a recipe of recipes/ or a preset (fuzzy search) "
                 "into the form"),
         Binding("o", "open_recipe", "Open", show=False),  # where focus is not typing text (a choice, a tab)
+        Binding("ctrl+g", "dry_step", "Dry step", tooltip="One real training step on a shrunken copy of the model, "
+                "as launch takes first (a child process; its verdict is cached)"),
         Binding("ctrl+t", "toggle_side", "Checks", tooltip="Show the checks, estimate, TOML and data panes"),
         Binding("ctrl+n", "next_tab", "Next tab", tooltip="Next of checks / estimate / TOML / data"),
         Binding("escape", "back", "Back", tooltip="Back to the previous screen (asks first when there are edits)"),
     ]
-    FOOTER_PRIORITY = ["save", "launch", "open_recipe", "back", "help", "toggle_side", "next_tab"]
+    FOOTER_PRIORITY = ["save", "launch", "open_recipe", "back", "help", "dry_step", "toggle_side", "next_tab"]
     AUTO_FOCUS = "#f-name"  # not the first focusable (the form's scroll): its focus restyled every field in it
 
     def __init__(self, recipe: Recipe | None = None, title: str = "New experiment") -> None:
@@ -92,6 +94,7 @@ class NewExperimentScreen(Screen):
         self.last_check: RecipeChecked | None = None
         self.saved_path: Path | None = None
         self.launching = False
+        self.dry_running = False  # ctrl+g's dry step is running
         self.sub_title = title
         self.model_names: list[str] = []
         self.pristine: tuple[str, dict[str, str]] | None = None  # the form as opened or last saved
@@ -351,7 +354,7 @@ class NewExperimentScreen(Screen):
         report = actions.check_form(values, kind, config.runs_root, config.base_dir)
         self.post_message(RecipeChecked(generation, report.check, report.findings, report.has_errors, report.estimate,
                                         finding_errors=report.finding_errors, on_cpu=report.on_cpu,
-                                        memory_bytes=report.memory_bytes))
+                                        memory_bytes=report.memory_bytes, dry=report.dry))
 
     def on_recipe_checked(self, message: RecipeChecked) -> None:
         self._check_running = False
@@ -394,8 +397,50 @@ class NewExperimentScreen(Screen):
                 # a mixture holds out AUTO_EVAL_SPLIT of each source that set no eval_split of its own
                 share = AUTO_EVAL_SPLIT if dataset.sources else dataset.eval_split
                 held = f" · {share:.0%} held out for eval" + (" per source" if dataset.sources else "")
-            verdict.update(f"✓ valid{memory}{held} — ctrl+s save, ctrl+r launch")
+            verdict.update(f"✓ valid{memory}{held}{self._dry_note(message.dry)} — ctrl+s save, ctrl+r launch")
         verdict.set_class(message.has_errors, "-error")
+
+    def _dry_note(self, state: str) -> str:
+        if self.dry_running:
+            return " · dry step running…"
+        return {"passed": " · dry step passed", "not run": " · ctrl+g dry step",
+                "no verdict": " · dry step gave no verdict (ctrl+g again)"}.get(state, "")
+
+    # ------------------------------------------------------------ the dry step (ctrl+g)
+
+    def action_dry_step(self) -> None:
+        if self.dry_running:
+            return
+        recipe = self._valid_recipe()
+        if recipe is None:
+            return
+        state = self.last_check.dry if self.last_check is not None else ""
+        if state in ("off", "n/a"):
+            self.notify("the dry step is off (LLMTUI_DRY_STEP=0)" if state == "off" else
+                        "no dry step for this model: its config is not here (an adapter, or not downloaded yet)",
+                        severity="warning")
+            return
+        self.dry_running = True
+        self.notify("dry step: one training step on a shrunken copy of the model…")
+        self.schedule_check(now=True)  # the verdict line says it runs
+        self.run_dry_step(recipe)
+
+    @work(thread=True, exclusive=True, group="dry")
+    @reports_errors("dry step")
+    def run_dry_step(self, recipe: Recipe) -> None:
+        config = self.app.config
+        self.post_message(DryStepped(*actions.dry_step(recipe, config.runs_root, config.base_dir)))
+
+    def on_dry_stepped(self, message: DryStepped) -> None:
+        self.dry_running = False
+        if self.taken_down:
+            return
+        if message.state == "failed":
+            self.notify(message.findings_text, title="The dry step failed", severity="error")
+            self.query_one("#ne-side", TabbedContent).active = "tab-checks"
+        else:
+            self.notify(f"dry step: {message.state}" + (f"\n{message.findings_text}" if message.findings_text else ""))
+        self.schedule_check(now=True)  # the cached verdict, read by the check
 
     def schedule_dataset(self, now: bool = False) -> None:
         if self._data_timer is not None:
@@ -605,6 +650,9 @@ class NewExperimentScreen(Screen):
 
     def on_action_failed(self, message: ActionFailed) -> None:
         """A refused launch (its findings) goes in the checks pane too; the app notifies it."""
+        if message.action == "dry step":
+            self.dry_running = False
+            self.schedule_check(now=True)
         if message.action == "launch":
             self.launching = False
             self.query_one("#ne-checks", Static).update(message.text)
