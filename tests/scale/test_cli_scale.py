@@ -110,7 +110,7 @@ def test_a_node_joining_while_node_0_still_records_its_nodes_waits_for_them(caps
 
     recipe = load_recipe(RECIPE, ["train.max_steps=5"])
     run = RunStore(tmp_path).create(recipe, run_id="shared")  # status created, no node fields yet
-    late = threading.Timer(1.5, lambda: run.update(nnodes=2, master_addr="127.0.0.1", master_port=29545,
+    late = threading.Timer(0.7, lambda: run.update(nnodes=2, master_addr="127.0.0.1", master_port=29545,
                                                    node_mode="nodes"))
     late.start()
     try:
