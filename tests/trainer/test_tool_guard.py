@@ -6,6 +6,9 @@ environments compute and look up offline. Real functions, a real run folder, TRL
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -55,13 +58,34 @@ def test_a_raising_hanging_or_garbage_tool_gives_an_error_turn_then_fails_the_ru
     assert tools[1](seconds=0.01) == "late" and guard.calls == 5
     errors = [json.loads(line) for line in (tmp_path / TOOL_ERRORS_FILE).read_text().splitlines()]
     assert [e["kind"] for e in errors] == ["raised", "timeout", "garbage"]
-    assert errors[0]["at"].endswith("test_tool_guard.py:25")  # the line that raised
+    assert errors[0]["at"].endswith("test_tool_guard.py:28")  # the line that raised
     assert tools[0](a=1, b=0).startswith("error:")
     with pytest.raises(ToolError) as failed:
         guard.check()
-    assert "tool divide" in str(failed.value) and "test_tool_guard.py:25" in str(failed.value)
+    assert "tool divide" in str(failed.value) and "test_tool_guard.py:28" in str(failed.value)
     assert "past method.tool_error_limit (3)" in str(failed.value)
     assert guard.cut("x" * 100) == "x" * 16 + "…"  # 4 tokens ~ 16 characters without a tokenizer
+
+
+HUNG_TOOL_THEN_EXIT = textwrap.dedent("""
+    import time
+    from tuiapp.trainer.methods.tool_guard import Guard
+
+    def hang() -> str:
+        \"\"\"Never return.\"\"\"
+        time.sleep(3600)
+
+    print(Guard(timeout_s=0.3, output_tokens=8, limit=1).wrap(hang)(), flush=True)
+""")
+
+
+def test_a_tool_that_hangs_forever_does_not_keep_the_process_alive_after_its_timeout():
+    # a rank that returns from main (no os._exit) must not wait on the hung call's thread at exit
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", HUNG_TOOL_THEN_EXIT], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "error: did not return within 0.3s"
+    assert time.monotonic() - started < 10
 
 
 def test_the_built_in_environments_compute_and_look_up_offline_through_the_guard(tmp_path):

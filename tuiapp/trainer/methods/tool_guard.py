@@ -4,11 +4,14 @@ or returns garbage ends with an error turn (`error: ...`, what the model reads) 
 folder's tool_errors.jsonl, and the run goes on. Past `limit` such calls the guard holds a fatal message
 naming the tool and its file:line, which the trainer raises after the step's generation (TRL catches
 what a tool raises, so the run cannot be failed from inside the call).
+
+Each call runs in its own daemon thread that is never joined: a tool that hangs forever is left behind
+and cannot hold the rank's exit (concurrent.futures joins its workers at interpreter exit) nor the
+calls after it (a pool's workers would be used up).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import inspect
 import json
@@ -43,6 +46,31 @@ def _raised_at(exc: BaseException, func) -> str:
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else where(func)
 
 
+class _Outcome:
+    """What one tool call ended with, set by its daemon thread."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value = None
+        self.error: BaseException | None = None
+
+
+def _call_detached(func, args: tuple, kwargs: dict, timeout_s: float) -> _Outcome | None:
+    """func(*args, **kwargs) in a daemon thread nobody joins; None when it did not end within timeout_s."""
+    outcome = _Outcome()
+
+    def run() -> None:
+        try:
+            outcome.value = func(*args, **kwargs)
+        except BaseException as exc:  # handed to the caller, as a future would
+            outcome.error = exc
+        finally:
+            outcome.done.set()
+
+    threading.Thread(target=run, name="llmtui-tool", daemon=True).start()
+    return outcome if outcome.done.wait(timeout_s) else None
+
+
 class Guard:
     """One run's tool calls: the clock, the budget, the error count and its limit."""
 
@@ -58,7 +86,6 @@ class Guard:
         self.fatal: str | None = None
         self.step: int | str = "?"
         self._lock = threading.Lock()
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="llmtui-tool")
 
     def cut(self, text: str) -> str:
         """The result within output_tokens tokens (characters x 4 without a tokenizer), '…' marking a cut."""
@@ -87,11 +114,13 @@ class Guard:
         """The tool's result as text, or an error turn."""
         with self._lock:
             self.calls += 1
-        future = self._pool.submit(func, *args, **kwargs)
-        try:
-            value = future.result(timeout=self.timeout_s)
-        except concurrent.futures.TimeoutError:
+        outcome = _call_detached(func, args, kwargs, self.timeout_s)
+        if outcome is None:  # the thread stays behind, a daemon: it cannot hold the process
             return self._record(name, func, "timeout", f"did not return within {self.timeout_s:g}s", where(func))
+        try:
+            if outcome.error is not None:
+                raise outcome.error
+            value = outcome.value
         except Exception as exc:  # the tool's own error: the rollout reads it, the run goes on
             return self._record(name, func, "raised", f"raised {type(exc).__name__}: {exc}", _raised_at(exc, func))
         text = tool_output(value)
