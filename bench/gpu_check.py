@@ -304,6 +304,8 @@ def method_recipe(kind: str, model: Path, profile: Profile, data: Path | None = 
     data["model"] = {"name": str(model)}
     data["method"].pop("hidden_size", None)
     data["method"].pop("num_layers", None)
+    if kind == "distill":  # the preset's run: teacher is not on a fresh box; the student, as its own
+        data["method"]["teacher"] = str(model)  # teacher, shares its tokenizer (the KL starts near 0)
     data["dataset"]["eval_split"] = 0.0
     data["train"].update(max_steps=profile.steps, precision=profile.precision, eval_steps=0, save_steps=0,
                          sample_prompts=[], learning_rate=1e-4, logging_steps=1)

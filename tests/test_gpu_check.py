@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from tuiapp.core.config.recipe import load_recipe
+from tuiapp.core.prelaunch import door
+from tuiapp.core.store.runs import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.py"
@@ -90,6 +92,11 @@ def test_every_method_of_the_schema_is_checked_from_its_preset(gpu_check, tmp_pa
         assert recipe.dataset.eval_split == 0.0 and recipe.train.eval_steps == 0
     qlora = load_recipe(tmp_path / "qlora.toml").method
     assert qlora.quant_type == "nf4" and qlora.double_quant
+    # distill: a teacher a fresh GPU box has (the check's model itself), not the preset's earlier run
+    distill = load_recipe(tmp_path / "distill.toml")
+    assert not distill.method.teacher.startswith("run:") and distill.method.teacher == distill.model.name
+    findings = door.recipe_findings(distill, RunStore(tmp_path / "runs"), base_dir=ROOT)
+    assert not door.has_errors(findings), door.format_findings(findings)
 
 
 def test_the_stage_recipes_are_valid(gpu_check, tmp_path):
