@@ -8,7 +8,7 @@ import pytest
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.config.recipe import recipe_from_dict
 from tuiapp.core.plan import long_context
-from tuiapp.core.prelaunch import door
+from tuiapp.core.prelaunch import distill_checks, door
 from tuiapp.core.run_folder import sequence_line
 from tuiapp.core.store.runs import RunStore
 
@@ -40,28 +40,43 @@ def test_methods_with_virtual_tokens_are_refused(kind):
     assert "lora" in finding.fix
 
 
-@pytest.mark.parametrize("kind", ["dpo", "kto", "orpo"])
-def test_preference_methods_are_refused_with_the_fix(kind):
-    found = errors(long_context.rules(recipe(kind, dataset={"name": "demo:preference"})))
-    assert any("scores whole sequences" in f.message and "sequence_parallel = 1" in f.fix for f in found)
+@pytest.mark.parametrize(("kind", "data"), [
+    ("dpo", "demo:prefs"), ("simpo", "demo:prefs"), ("cpo", "demo:prefs"), ("orpo", "demo:prefs"),
+    ("kto", "demo:feedback"), ("reward", "demo:prefs"), ("grpo", "demo:arith"), ("rloo", "demo:arith"),
+])
+def test_preference_and_rl_methods_are_refused_with_the_fix(kind, data):
+    found = errors(long_context.rules(recipe(kind, dataset={"name": data})), "train.sequence_parallel")
+    (finding,) = [f for f in found if "scores whole sequences" in f.message]
+    assert f"method '{kind}'" in finding.message and "sequence_parallel = 1" in finding.fix
 
 
 def test_ranks_must_be_a_multiple_of_the_degree():
-    (finding,) = errors(long_context.rules(recipe(launch={"gpus": 3})))
+    (finding,) = errors(long_context.rules(recipe(launch={"gpus": 3})), "train.sequence_parallel")
     assert "3 rank(s) do not form groups of 2" in finding.message and "multiple of 2" in finding.fix
     assert errors(long_context.rules(recipe(train={"sequence_parallel": 4}, launch={"gpus": 2})))
     assert not errors(long_context.rules(recipe(launch={"gpus": 4})))  # 2 groups, data-parallel
 
 
-@pytest.mark.parametrize(("train", "launch", "model", "key"), [
-    ({"batching": "tokens"}, {}, {}, "train.sequence_parallel"),
-    ({"micro_batch": "auto"}, {}, {}, "train.micro_batch"),
-    ({}, {"strategy": "fsdp"}, {}, "train.sequence_parallel"),
-    ({}, {}, {"attn_implementation": "eager"}, "model.attn_implementation"),
+MIXTURE = {"sources": [{"name": "demo:facts"}, {"name": "demo:chat"}]}
+
+
+@pytest.mark.parametrize(("setting", "key", "says"), [
+    ({"train": {"batching": "tokens"}}, "train.sequence_parallel", "token-budget batches"),
+    ({"train": {"micro_batch": "auto"}}, "train.micro_batch", "probes one rank alone"),
+    ({"launch": {"strategy": "fsdp"}}, "train.sequence_parallel", "not strategy 'fsdp'"),
+    ({"model": {"attn_implementation": "eager"}}, "model.attn_implementation", "eager attention"),
+    ({"dataset": MIXTURE}, "train.sequence_parallel", "dataset mixture"),
 ])
-def test_features_that_cannot_run_under_it_are_refused(train, launch, model, key):
-    found = errors(long_context.rules(recipe(train=train, launch=launch, model=model)), key)
-    assert found and found[0].fix
+def test_features_that_cannot_run_under_it_are_refused(setting, key, says):
+    (finding,) = errors(long_context.rules(recipe(**setting)), key)
+    assert says in finding.message and finding.fix
+
+
+def test_distillation_is_refused_under_it():
+    distill = {"kind": "distill", "teacher": "tiny-teacher", "mode": "online"}  # online: no teacher cache to size
+    (finding,) = errors(distill_checks.findings(recipe(distill)), "train.sequence_parallel")
+    assert "whole sequences' logits" in finding.message and finding.fix == "set train.sequence_parallel = 1"
+    assert not errors(distill_checks.findings(recipe(distill, train={"sequence_parallel": 1})))
 
 
 def test_a_length_not_divisible_is_padded_and_said_so():
@@ -77,6 +92,7 @@ def test_heads_and_kv_heads_must_divide():
     found = errors(long_context.config_rules(r, LLAMA))
     assert any("4 attention heads do not divide by 3" in f.message for f in found)
     assert any("2 key/value heads" in f.message for f in found)
+    assert len(found) == 2 and all(f.key == "train.sequence_parallel" and "divisor" in f.fix for f in found)
     r4 = recipe(train={"sequence_parallel": 4}, launch={"gpus": 4})
     assert not errors(long_context.config_rules(r4, LLAMA))  # 2 KV heads replicated to 4
 
