@@ -57,7 +57,24 @@ def test_the_estimate_counts_the_teachers_weights():
     distill = estimate.estimate_recipe(_recipe("tiny-teacher"), config, 1, cuda=False)
     teacher = estimate.count_parameters(estimate.teacher_config("tiny-teacher")) * 4  # fp32 on the CPU
     assert teacher > estimate.count_parameters(config) * 4
-    assert distill.memory.reference - sft.memory.reference == teacher
+    # offline (the default): the teacher is loaded alone for its top-k pass and freed before the student loads
+    assert distill.memory.reference == sft.memory.reference and distill.memory.teacher_pass == teacher
+    assert distill.memory.total == max(distill.memory.training, teacher)
+    assert "teacher" in estimate.format_estimate(distill) and distill.to_json()["memory"]["teacher_pass"] == teacher
+    # online: beside the student at every step
+    online = estimate.estimate_recipe(_recipe("tiny-teacher", 'mode = "online"'), config, 1, cuda=False)
+    assert online.memory.reference - sft.memory.reference == teacher and online.memory.teacher_pass == 0
+    assert online.memory.total == online.memory.training > distill.memory.training
+
+
+def test_an_offline_teacher_larger_than_the_training_is_the_peak():
+    tiny = dict(estimate.TINY_CONFIG, num_hidden_layers=1, hidden_size=32, intermediate_size=64,
+                num_attention_heads=2, num_key_value_heads=2)  # a student far smaller than its teacher
+    extra = '[method.adapter]\nkind = "lora"\n[train]\nmax_seq_len = 16\nmicro_batch = 1'
+    lora = estimate.estimate_recipe(_recipe("tiny-teacher", extra), tiny, 1, cuda=False)
+    assert lora.memory.teacher_pass > lora.memory.training
+    assert lora.memory.total == lora.memory.teacher_pass
+    assert "(the teacher's pass)" in estimate.format_estimate(lora)
 
 
 def test_a_teacher_from_an_earlier_run_is_resolved_and_checked(tmp_path):

@@ -404,6 +404,7 @@ class MemoryBreakdown:
     activations: int = 0
     cpu_offload_total: int = 0
     reference: int = 0  # frozen reference model of DPO/KTO with full weights (sharded by ZeRO-3)
+    teacher_pass: int = 0  # distill offline: the teacher's weights, alone, for its top-k pass before training
 
     @property
     def model_states(self) -> int:
@@ -411,11 +412,17 @@ class MemoryBreakdown:
         return self.params + self.grads + self.optimizer
 
     @property
-    def total(self) -> int:
+    def training(self) -> int:
         return self.model_states + self.buffers + self.activations + self.reference
 
+    @property
+    def total(self) -> int:
+        """The peak: training, or an offline teacher's pass before it when that is larger."""
+        return max(self.training, self.teacher_pass)
+
     def to_json(self) -> dict:
-        return {**dataclasses.asdict(self), "model_states": self.model_states, "total": self.total}
+        return {**dataclasses.asdict(self), "model_states": self.model_states, "training": self.training,
+                "total": self.total}
 
 
 def _half(precision: str) -> bool:
@@ -666,9 +673,12 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         reference, reference_cpu = reference_bytes(base, knobs.zero_stage, world, knobs.offload_params, precision)
         states = dataclasses.replace(states, reference=reference,
                                      cpu_offload_total=states.cpu_offload_total + reference_cpu * per_node)
-    if knobs.method.kind == "distill":  # the frozen teacher: one more copy of its weights (teacher_parameters)
-        teacher, _ = reference_bytes(teacher_parameters(knobs.method.teacher), 0, 1, "none", precision)  # whole, each rank
-        states = dataclasses.replace(states, reference=states.reference + teacher)
+    if knobs.method.kind == "distill":  # the frozen teacher's weights (teacher_parameters), whole in a rank
+        teacher, _ = reference_bytes(teacher_parameters(knobs.method.teacher), 0, 1, "none", precision)
+        if knobs.method.mode == "online":  # beside the student at every step
+            states = dataclasses.replace(states, reference=states.reference + teacher)
+        else:  # offline: loaded for the top-k pass and freed before the student loads
+            states = dataclasses.replace(states, teacher_pass=teacher)
     rows = knobs.micro_batch
     if recipe.train.batching == "tokens":  # a micro batch is a token budget, packed in rows of seq tokens
         rows = -(-tokens_per_batch(recipe) // recipe.train.max_seq_len)
@@ -976,7 +986,9 @@ def format_estimate(est: Estimate) -> str:
     rows.append(states)
     for name in ("buffers", "activations") + (("reference",) if m.reference else ()):
         rows.append(f"  {name:<12} {getattr(m, name) / unit:>6.1f}")
-    total = f"  {'total':<12} {m.total / unit:>6.1f}"
+    if m.teacher_pass:
+        rows.append(f"  {'teacher':<12} {m.teacher_pass / unit:>6.1f}  alone, before training (its top-k pass)")
+    total = f"  {'total':<12} {m.total / unit:>6.1f}" + ("  (the teacher's pass)" if m.teacher_pass > m.training else "")
     if est.gpu_memory_bytes:
         total += f"  of {est.gpu_memory_bytes / GB:.1f} GB: {'fits' if est.fits else 'does NOT fit'}"
     rows.append(total)
