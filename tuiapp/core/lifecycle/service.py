@@ -528,8 +528,10 @@ def resume(run: Run, options: LaunchOptions | None = None, say: Say = _quiet) ->
         return _resume_slurm(run, say)
     if mode == "nodes":
         return _resume_node(run, options, say)
-    # a supervisor holds the lock exclusively: refused at once (acquire waits out only readers' brief checks)
-    fd = None if runlock.held(run.dir.lock()) else runlock.acquire(run.dir.lock())
+    # a live run's supervisor holds the lock: refused at once; otherwise acquire waits out readers' brief
+    # checks and a supervisor that has recorded its end and is exiting
+    live = run.status in ("starting", "running") and runlock.held(run.dir.lock())
+    fd = None if live else runlock.acquire(run.dir.lock())
     if fd is None:
         raise RunError(message=f"{run.id} is already running: its supervisor holds the run (pid {run.record.pid})",
                        fix=f"follow it with `llmtui show {run.id}`, or stop it first with `llmtui stop {run.id}`")

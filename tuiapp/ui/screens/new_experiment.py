@@ -82,7 +82,7 @@ class NewExperimentScreen(Screen):
         Binding("ctrl+n", "next_tab", "Next tab", tooltip="Next of checks / estimate / TOML / data"),
         Binding("escape", "back", "Back", tooltip="Back to the previous screen (asks first when there are edits)"),
     ]
-    FOOTER_PRIORITY = ["save", "launch", "open_recipe", "back", "help", "dry_step", "toggle_side", "next_tab"]
+    FOOTER_PRIORITY = ["save", "launch", "open_recipe", "back", "help", "toggle_side", "next_tab", "dry_step"]
     AUTO_FOCUS = "#f-name"  # not the first focusable (the form's scroll): its focus restyled every field in it
 
     def __init__(self, recipe: Recipe | None = None, title: str = "New experiment") -> None:
