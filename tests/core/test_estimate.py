@@ -375,6 +375,7 @@ method_strategy = st.sampled_from(METHOD_KINDS)
     vocab=st.integers(2, 200_000),
     gpu_mem=st.one_of(st.none(), st.integers(1, 200 * 10**9)),
 )
+@pytest.mark.slow  # over ~1.5 s on 2 cores
 def test_estimate_never_raises_and_is_monotone(kind, stage, offload_opt, offload_params, precision,
                                                micro_batch, seq, checkpointing, gpus, nodes,
                                                hidden_heads, layers, vocab, gpu_mem):

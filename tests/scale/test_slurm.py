@@ -132,6 +132,7 @@ def wait_state(job: str, done, timeout: float = 60) -> slurm.JobState | None:
     raise AssertionError(f"job {job} stayed {state}")
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 cores
 @needs_cluster
 def test_real_job_that_fails_marks_the_run_failed(tmp_path):
     run = RunStore(tmp_path).create(recipe_from_dict({"method": {"kind": "lora"}}))

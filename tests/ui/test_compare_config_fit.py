@@ -35,6 +35,7 @@ async def open_config(pilot, root) -> CompareScreen:
     return screen
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 cores
 @pytest.mark.parametrize("size", [(120, 36), (80, 24)], ids=["120x36", "80x24"])
 def test_config_columns_fit_the_pane_and_the_full_value_shows_below(runs_root, tmp_path, size):
     async def scenario():

@@ -82,6 +82,7 @@ def test_sort_by_keys_and_header_click(runs_root, tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 cores
 def test_mark_two_runs_and_compare_shows_differing_keys(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path)

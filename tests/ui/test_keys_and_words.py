@@ -90,6 +90,7 @@ def test_7_opens_the_rewards_pane_of_a_preference_run(tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 cores
 def test_the_history_scrolls_sideways_by_whole_columns(runs_root, tmp_path):
     async def scenario():
         app = test_app(runs_root, tmp_path, live=False)

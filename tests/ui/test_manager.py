@@ -396,6 +396,7 @@ def test_help_lists_the_manager_keys(runs_root, tmp_path):
 # ---------------------------------------------------------------- the bell
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 cores
 def test_bell_and_toast_when_a_run_ends_fails_or_hangs_and_when_a_sweep_ends(tmp_path):
     root = tmp_path / "runs"
     store = RunStore(root)
