@@ -397,7 +397,8 @@ class NewExperimentScreen(Screen):
                 # a mixture holds out AUTO_EVAL_SPLIT of each source that set no eval_split of its own
                 share = AUTO_EVAL_SPLIT if dataset.sources else dataset.eval_split
                 held = f" · {share:.0%} held out for eval" + (" per source" if dataset.sources else "")
-            verdict.update(f"✓ valid{memory}{held}{self._dry_note(message.dry)} — ctrl+s save, ctrl+r launch")
+            dry = self._dry_note(message.dry)  # with it the line would wrap at 80 columns: the footer has the keys
+            verdict.update(f"✓ valid{memory}{held}{dry}" + ("" if dry else " — ctrl+s save, ctrl+r launch"))
         verdict.set_class(message.has_errors, "-error")
 
     def _dry_note(self, state: str) -> str:
