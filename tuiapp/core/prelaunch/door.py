@@ -266,8 +266,13 @@ def dry_run_step(ctx: Context) -> list[Finding]:
     """One real step on a shrunken copy of the model (cached), when nothing before found an error."""
     if has_errors(ctx.findings):
         return []
-    profile = architecture.profile_of(ctx.recipe, ctx.base_dir)
-    return dry_step.dry_findings(ctx.recipe, ctx.base_dir, profile.label if profile is not None else None)
+    return dry_step.dry_findings(ctx.recipe, ctx.base_dir, _model_label(ctx.recipe, ctx.base_dir))
+
+
+def _model_label(recipe: Recipe, base_dir: Path) -> str:
+    """The model as findings name it: its architecture's label, else model.name."""
+    profile = architecture.profile_of(recipe, base_dir)
+    return profile.label if profile is not None else recipe.model.name
 
 
 def hosts_and_ports(ctx: Context) -> list[Finding]:
@@ -353,12 +358,15 @@ def dry_step_state(recipe: Recipe, store: RunStore, base_dir: Path, *, run: bool
         resolved, _ = resolve_recipe(recipe, store)
     except UserError:
         return "n/a", []
-    if not dry_step.applies(resolved, base_dir):
+    if run:
+        answer = dry_step.verdict(resolved, base_dir)
+        applies = answer is not None
+    else:
+        path, answer = dry_step.cached(resolved, base_dir)
+        applies = path is not None
+    if not applies:
         return "n/a", []
-    answer = dry_step.verdict(resolved, base_dir) if run else dry_step.cached_verdict(resolved, base_dir)
-    profile = architecture.profile_of(resolved, base_dir)
-    label = profile.label if profile is not None else resolved.model.name
-    return dry_step.state_of(answer), dry_step.findings_of(answer, resolved, label)
+    return dry_step.state_of(answer), dry_step.findings_of(answer, resolved, _model_label(resolved, base_dir))
 
 
 def all_findings(recipe: Recipe, store: RunStore, base_dir: Path, *, cluster: ClusterAsk | None = None,

@@ -119,8 +119,9 @@ def verdict(recipe: Recipe, base_dir: Path) -> dict | None:
     return verdicts([recipe], base_dir)[0]
 
 
-def _cached(recipe: Recipe, base_dir: Path) -> tuple[Path | None, dict | None]:
-    """(the verdict's cache file, the cached verdict); (None, None) where the step does not apply."""
+def cached(recipe: Recipe, base_dir: Path) -> tuple[Path | None, dict | None]:
+    """(the verdict's cache file, the cached verdict or None): one file read, no child process;
+    (None, None) where the step does not apply (the model's config is not here)."""
     config = _config_bytes(recipe, base_dir)
     if config is None:
         return None, None
@@ -131,22 +132,12 @@ def _cached(recipe: Recipe, base_dir: Path) -> tuple[Path | None, dict | None]:
         return path, None
 
 
-def applies(recipe: Recipe, base_dir: Path) -> bool:
-    """The step can run for the recipe: its model's config is here (or it is the bundled model)."""
-    return _config_bytes(recipe, base_dir) is not None
-
-
-def cached_verdict(recipe: Recipe, base_dir: Path) -> dict | None:
-    """The recipe's verdict if the cache holds one (one file read, no child process); else None."""
-    return _cached(recipe, base_dir)[1]
-
-
 def verdicts(recipes: list[Recipe], base_dir: Path) -> list[dict | None]:
     """Each recipe's verdict: from the cache, else from one child process for all the others."""
     out: list[dict | None] = [None] * len(recipes)
     missing: list[tuple[int, Path]] = []
     for index, recipe in enumerate(recipes):
-        path, out[index] = _cached(recipe, base_dir)
+        path, out[index] = cached(recipe, base_dir)
         if path is not None and out[index] is None:
             missing.append((index, path))
     if not missing:
