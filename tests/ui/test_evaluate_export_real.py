@@ -69,7 +69,8 @@ def test_evaluate_from_the_history_shows_the_scores_and_fills_the_eval_column(ru
             for label in ("loss", "perplexity", "ROUGE-L", "base"):
                 assert label in result
             assert f"saved {saved['path']}" in result
-            assert "perplexity" in screen_text(app)  # inside the 80x24 frame
+            # inside the 80x24 frame, once the result's layout has been painted
+            await wait_for(pilot, lambda: "perplexity" in screen_text(app), what="the scores on screen")
             await pilot.press("escape")
             await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen), what="back home")
             row = home.model.rows[run_id]
