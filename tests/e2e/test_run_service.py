@@ -195,8 +195,11 @@ def test_a_rank_error_is_the_reason_everywhere(runs_dir, tmp_path_factory):
     assert recorded - raised < 30  # generous here; bench measures the latency
 
 
-def test_a_rank_paused_before_step_one_is_flagged_and_diagnosed(runs_dir):
+def test_a_rank_paused_before_step_one_is_flagged_and_diagnosed(runs_dir, monkeypatch):
     env_timeout = "12"
+    # a rank held in start-up (rank 0 may be waiting in C code to join rank 1) ends only by SIGKILL after
+    # the supervisor's grace (60 s by default): a short one ends the stop at the end soon after the request
+    monkeypatch.setenv("LLMTUI_STOP_GRACE_S", "2")
     llmtui("run", "recipes/tiny-sft.toml", *LONG, "--set", "launch.gpus=2", "--set",
            f"launch.startup_timeout_s={env_timeout}", "--detach", runs_dir=runs_dir, check=True)
     run_dir = only_run(runs_dir)
@@ -223,7 +226,7 @@ def test_a_rank_paused_before_step_one_is_flagged_and_diagnosed(runs_dir):
         assert "Thread" in rank0 or "Current thread" in rank0  # rank 0's Python stack
     finally:
         os.kill(record["pid"], signal.SIGCONT)
-    assert llmtui("stop", run_dir.name, "--grace", "10", runs_dir=runs_dir, timeout=120).returncode == 0
+    assert llmtui("stop", run_dir.name, "--grace", "2", runs_dir=runs_dir, timeout=120).returncode == 0
     assert not group_processes(run_info(run_dir)["pgid"])
 
 
