@@ -78,6 +78,10 @@ def test_the_trait_helpers_equal_the_old_comparisons():
         assert methods.trains_on_text(kind) == (kind == "pretrain")
         assert methods.is_trl(kind) == (kind in OLD["PREFERENCE_KINDS"] | OLD["RL_KINDS"])
         assert methods.mergeable(kind) == (kind not in OLD["UNMERGEABLE"])
+        assert methods.has_magnitudes(kind) == (kind == "dora")
+        assert methods.adapts_experts(kind) == (kind == "lora")
+        assert methods.is_distill(kind) == (kind == "distill")
+        assert methods.virtual_at(kind) == {"prefix": "past", "prompt": "input", "ptuning": "input"}.get(kind, "none")
     assert kinds(checkpointing=False) == {"prefix"}
     assert kinds(from_config=True) == {"pretrain"}
     assert {k: methods.peft_of(k) for k in ("adapter", "ia3", "llama-adapter")} == {
@@ -117,3 +121,36 @@ def test_ordered_and_serving_sets_are_unchanged():
     assert methods.VLLM_ADAPTER_KINDS == {"lora", "qlora", "dpo", "simpo", "cpo", "orpo", "kto"}  # cli/serve.py
     assert methods.VISION_KINDS == ("sft", "lora", "qlora", "dora", "dpo")  # the table's order
     assert methods.PIPELINE_KINDS == ("pretrain", "sft")
+
+
+def _kind_comparisons(path: Path) -> list[str]:
+    """`x.kind == 'lora'`, `kind in ('sft', 'pretrain')`, `.get('method') != 'reward'`: a method kind
+    compared by its name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Compare):
+            continue
+        left = node.left
+        named = (isinstance(left, ast.Name) and left.id == "kind") or \
+            (isinstance(left, ast.Attribute) and left.attr == "kind") or \
+            (isinstance(left, ast.Call) and getattr(left.func, "attr", "") == "get" and left.args and
+             getattr(left.args[0], "value", None) in ("method", "weights")) or \
+            (isinstance(left, ast.Call) and getattr(left.func, "id", "") == "getattr" and len(left.args) > 1 and
+             getattr(left.args[1], "value", None) == "kind")
+        for right in node.comparators:
+            values = [getattr(e, "value", None) for e in right.elts] if isinstance(right, (ast.Tuple, ast.Set, ast.List)) else \
+                [getattr(right, "value", None)]
+            if named and values and all(isinstance(v, str) and v in METHODS for v in values):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_method_kinds_are_compared_by_name_only_in_the_methods_own_modules():
+    """Elsewhere a kind is asked for its traits (core/common/methods.py), so a new kind needs no edits
+    there; the methods' own modules (trainer/methods/) tell their kinds apart."""
+    found = []
+    for path in sorted((ROOT / "tuiapp").rglob("*.py")):
+        if path.parent.name == "methods" or path == ROOT / "tuiapp/core/common/methods.py":
+            continue
+        found += _kind_comparisons(path)
+    assert not found, f"ask core/common/methods.py for a trait instead: {found}"

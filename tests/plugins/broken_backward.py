@@ -3,10 +3,10 @@ LoRA's models raise in their first backward, as a method broken by a library upg
 step before launch must catch it with this message."""
 
 from tuiapp.trainer import run
-from tuiapp.trainer.models import model
+from tuiapp.trainer.methods import adapters
 
 MESSAGE = "lora's backward is broken on purpose (tests.plugins.broken_backward)"
-_apply_method = model.apply_method
+_apply_method = adapters.apply_method
 
 
 def _raise(module, grad_input, grad_output):
@@ -20,4 +20,4 @@ def apply_method(base, recipe, tokenizer_path):
     return wrapped
 
 
-model.apply_method = run.apply_method = apply_method
+adapters.apply_method = run.apply_method = apply_method

@@ -37,7 +37,8 @@ def _train(kind: str, tiny_model: Path, out: Path) -> tuple[list[float], int]:
 
     from tuiapp.trainer.dataset.data import build_datasets, make_collator
     from tuiapp.trainer.loop import optimizers
-    from tuiapp.trainer.models.model import apply_method, cache_dir, load_model, load_tokenizer
+    from tuiapp.trainer.methods.adapters import apply_method
+    from tuiapp.trainer.models.model import cache_dir, load_model, load_tokenizer
     from tuiapp.trainer.run import RunTrainer, _training_args
 
     recipe = _recipe(kind)

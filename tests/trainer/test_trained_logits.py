@@ -9,8 +9,9 @@ from transformers import DataCollatorForSeq2Seq, TrainingArguments
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.trainer.dataset.data import build_datasets, make_collator
 from tuiapp.trainer.loop import trained_logits
+from tuiapp.trainer.methods.adapters import apply_method
 from tuiapp.trainer.models import varlen
-from tuiapp.trainer.models.model import apply_method, load_model, load_tokenizer
+from tuiapp.trainer.models.model import load_model, load_tokenizer
 from tuiapp.trainer.run import RunTrainer
 
 

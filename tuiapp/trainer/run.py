@@ -35,11 +35,11 @@ from tuiapp.trainer.loop import checkpoints, cpu_dropout, optimizers, strategies
 from tuiapp.trainer.loop import resume as resume_edges
 from tuiapp.trainer.loop.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.loop.early_stop import early_stopping
+from tuiapp.trainer.methods.adapters import apply_method
 from tuiapp.trainer.models import bottleneck, long_context, varlen, vision
 from tuiapp.trainer.models.bundled import resolve_model_path
 from tuiapp.trainer.models.model import (
     FINAL_INFO,
-    apply_method,
     attn_implementation,
     cache_dir,
     keep_sentencepiece,

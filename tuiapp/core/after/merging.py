@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from tuiapp.core.common.errors import UserError
-from tuiapp.core.common.methods import MERGE_ADAPTER_KINDS, MERGE_FULL_KINDS
+from tuiapp.core.common.methods import MERGE_ADAPTER_KINDS, MERGE_FULL_KINDS, from_config, is_reward_model
 from tuiapp.core.prelaunch.model_check import require_base
 from tuiapp.core.store.runs import Run
 
@@ -65,29 +65,29 @@ def plan_merge(runs: list[Run], method: str, weights: list[float] | None, densit
     described = ", ".join(f"{run.id}: {info.get('weights', info.get('method'))}" for run, info in zip(runs, infos,
                                                                                                        strict=True))
     if kinds <= MERGE_ADAPTER_KINDS:  # peft's weighted adapters combine LoRA's A and B
-        kind, methods = "adapter", ADAPTER_METHODS
+        form, methods = "adapter", ADAPTER_METHODS
     elif kinds <= MERGE_FULL_KINDS:
-        kind, methods = "full", FULL_METHODS
+        form, methods = "full", FULL_METHODS
     else:
         raise UserError(message=f"these runs cannot be merged ({described})",
                         fix="merge LoRA adapters with each other, or runs that trained every weight (sft, pretrain) "
                         "with each other")
     if method not in methods:
-        raise UserError(message=f"--method {method} is not a merge of {'LoRA adapters' if kind == 'adapter' else 'full weights'}",
+        raise UserError(message=f"--method {method} is not a merge of {'LoRA adapters' if form == 'adapter' else 'full weights'}",
                         fix=f"use one of {', '.join(methods)}")
-    if any(info.get("method") == "reward" for info in infos):
+    if any(is_reward_model(info.get("method")) for info in infos):
         raise UserError(message="reward models (a score head on the base) are not merged",
                         fix="merge runs whose models generate (sft, the adapter methods, dpo, ...)")
     bases = {str(info.get("base_model")) for info in infos}
     if len(bases) != 1:
         raise UserError(message=f"the runs start from different base models ({', '.join(sorted(bases))})",
                         fix="merge runs fine-tuned from the same base model")
-    if kind == "adapter" or method != "linear":  # adapters merge on their base; ties/dare take changes from it
+    if form == "adapter" or method != "linear":  # adapters merge on their base; ties/dare take changes from it
         require_base(", ".join(run.id for run in runs), next(iter(bases)), "the merge loads")
-    if kind == "full" and method != "linear" and kinds & {"pretrain"}:
+    if form == "full" and method != "linear" and any(map(from_config, kinds)):
         raise UserError(message=f"--method {method} merges the changes from the base, and a pretrain run has no "
                         "base it changed", fix="use --method linear for pretrain runs")
-    if kind == "adapter" and method != "cat" and len({_adapter_shape(run) for run in runs}) != 1:
+    if form == "adapter" and method != "cat" and len({_adapter_shape(run) for run in runs}) != 1:
         shapes = ", ".join(f"{run.id}: rank {_adapter_shape(run)[0]}" for run in runs)
         raise UserError(message=f"--method {method} combines adapters of one rank and the same target modules ({shapes})",
                         fix="use --method cat (concatenates them), or merge adapters trained with the same rank "
@@ -98,5 +98,5 @@ def plan_merge(runs: list[Run], method: str, weights: list[float] | None, densit
                         fix=f"give one positive weight per run, e.g. --weights {','.join(['0.5'] * len(runs))}")
     if method in NEEDS_DENSITY and not 0 < density <= 1:
         raise UserError(message=f"--density {density} is out of range", fix="use a fraction in (0, 1], e.g. 0.5")
-    return MergePlan(method=method, kind=kind, weights=weights, density=density, seed=seed, base_model=bases.pop(),
+    return MergePlan(method=method, kind=form, weights=weights, density=density, seed=seed, base_model=bases.pop(),
                      finals=[str(run.final_path) for run in runs], run_ids=[run.id for run in runs], info=infos[0])

@@ -34,6 +34,10 @@ run merges as its weights' kind: final_info's `weights`)."""
 
 RecordKind = Literal["text", "chat", "pairs", "unpaired", "prompts"]
 
+VirtualAt = Literal["none", "input", "past"]
+"""Where learned virtual tokens go: none, before the input (prompt, ptuning: the sequence grows by
+them), or as each layer's past keys and values (prefix: the input keeps its length)."""
+
 
 @dataclass(frozen=True)
 class MethodTraits:
@@ -68,6 +72,12 @@ class MethodTraits:
     """Builds the model from its config with fresh weights (pretrain): no weights to load or check."""
     head: Literal["lm", "score"] = "lm"
     """What the trained model outputs: next-token logits, or one score per sequence (reward models)."""
+    virtual_at: VirtualAt = "none"
+    magnitudes: bool = False
+    """DoRA: a magnitude vector per adapted linear beside the low-rank pair (peft's use_dora)."""
+    adapts_experts: bool = False
+    """Can adapt a mixture-of-experts model's fused expert weights (peft's ParamWrapper: plain LoRA,
+    dropout 0)."""
 
 
 def _full(record_kind: RecordKind, *, pipeline: bool = True, vision: bool = False) -> MethodTraits:
@@ -98,12 +108,13 @@ def _rl() -> MethodTraits:
 METHODS: dict[str, MethodTraits] = {
     "pretrain": replace(_full("text"), from_config=True),
     "sft": _full("chat", vision=True),
-    "lora": _adapter("lora", merge_form="weighted_adapter", vision=True),
+    "lora": replace(_adapter("lora", merge_form="weighted_adapter", vision=True), adapts_experts=True),
     "qlora": replace(_adapter("lora", merge_form="weighted_adapter", vision=True), quantized=True),
-    "dora": _adapter("lora", vision=True),
-    "prefix": replace(_adapter("virtual_tokens", packs=False, mergeable=False), checkpointing=False),
-    "prompt": _adapter("virtual_tokens", packs=False, mergeable=False),
-    "ptuning": _adapter("virtual_tokens", packs=False, mergeable=False),
+    "dora": replace(_adapter("lora", vision=True), magnitudes=True),
+    "prefix": replace(_adapter("virtual_tokens", packs=False, mergeable=False), checkpointing=False,
+                      virtual_at="past"),
+    "prompt": replace(_adapter("virtual_tokens", packs=False, mergeable=False), virtual_at="input"),
+    "ptuning": replace(_adapter("virtual_tokens", packs=False, mergeable=False), virtual_at="input"),
     "ia3": _adapter("ia3"),
     "adapter": _adapter("bottleneck"),
     "llama-adapter": _adapter("llama_adapter", packs=False, mergeable=False),
@@ -139,9 +150,14 @@ def kinds(**wanted) -> frozenset[str]:
     return frozenset(k for k, t in METHODS.items() if all(getattr(t, name) == value for name, value in wanted.items()))
 
 
+def _row(kind: str | None) -> MethodTraits | None:
+    """A kind's row, None for a kind that is not in the table (an old run's record, a blank)."""
+    return METHODS.get(str(kind or ""))
+
+
 def family(kind: str | None) -> str | None:
     """A kind's family, None for a kind that is not in the table (an old run's record, a blank)."""
-    row = METHODS.get(str(kind or ""))
+    row = _row(kind)
     return row.family if row is not None else None
 
 
@@ -172,46 +188,66 @@ def is_full(kind: str | None) -> bool:
 
 def is_lora(kind: str | None) -> bool:
     """lora, qlora, dora: low-rank pairs on linears (peft's LoraConfig)."""
-    row = METHODS.get(str(kind or ""))
+    row = _row(kind)
     return row is not None and row.peft == "lora"
 
 
 def is_virtual_tokens(kind: str | None) -> bool:
-    row = METHODS.get(str(kind or ""))
+    row = _row(kind)
     return row is not None and row.peft == "virtual_tokens"
 
 
 def trains_on_text(kind: str | None) -> bool:
     """Plain text in whole blocks (pretrain), not chats, pairs or prompts."""
-    row = METHODS.get(str(kind or ""))
+    row = _row(kind)
     return row is not None and row.record_kind == "text"
 
 
 def peft_of(kind: str | None) -> str | None:
     """A kind's adapter form (Peft), None for a kind that is not in the table."""
-    row = METHODS.get(str(kind or ""))
+    row = _row(kind)
     return row.peft if row is not None else None
 
 
 def from_config(kind: str | None) -> bool:
-    row = METHODS.get(str(kind or ""))
+    row = _row(kind)
     return row is not None and row.from_config
 
 
 def is_quantized(kind: str | None) -> bool:
-    row = METHODS.get(str(kind or ""))
+    row = _row(kind)
     return row is not None and row.quantized
 
 
 def is_reward_model(kind: str | None) -> bool:
     """Trains a sequence classifier (one score per sequence), not a language model."""
-    row = METHODS.get(str(kind or ""))
+    row = _row(kind)
     return row is not None and row.head == "score"
+
+
+def is_distill(kind: str | None) -> bool:
+    return family(kind) == "distill"
+
+
+def virtual_at(kind: str | None) -> str:
+    """Where the kind's virtual tokens go (VirtualAt); 'none' for a kind that is not in the table."""
+    row = _row(kind)
+    return row.virtual_at if row is not None else "none"
+
+
+def has_magnitudes(kind: str | None) -> bool:
+    row = _row(kind)
+    return row is not None and row.magnitudes
+
+
+def adapts_experts(kind: str | None) -> bool:
+    row = _row(kind)
+    return row is not None and row.adapts_experts
 
 
 def mergeable(kind: str | None) -> bool:
     """False for the adapters that do not fold into the base (virtual tokens, llama-adapter)."""
-    row = METHODS.get(str(kind or ""))
+    row = _row(kind)
     return row is None or row.mergeable
 
 

@@ -4,6 +4,8 @@ estimate.teacher_parameters counts a teacher for the memory estimate (one extra 
 
 from __future__ import annotations
 
+from tuiapp.core.common.methods import is_distill
+
 TEACHER_NAME = "tiny-teacher"
 BUNDLED_TEACHERS = ("tiny", TEACHER_NAME)
 # a teacher behind an OpenAI-compatible server (`llmtui serve`, vLLM): method.teacher = its /v1 URL;
@@ -72,7 +74,7 @@ def teacher_cache_size(recipe, base_dir=None) -> dict | None:
     from tuiapp.core.data import datasets
 
     method = recipe.method
-    if method.kind != "distill" or method.mode != "offline" or recipe.dataset.streaming:
+    if not is_distill(method.kind) or method.mode != "offline" or recipe.dataset.streaming:
         return None
     try:
         source = datasets.resolve_source(recipe.dataset, base_dir)

@@ -28,7 +28,18 @@ from pathlib import Path
 from typing import Any
 
 from tuiapp.core.common.errors import RecipeError
-from tuiapp.core.common.methods import METHODS, is_full, is_lora, is_quantized, is_rl, is_trl
+from tuiapp.core.common.methods import (
+    METHODS,
+    from_config,
+    has_magnitudes,
+    is_distill,
+    is_full,
+    is_lora,
+    is_quantized,
+    is_rl,
+    is_trl,
+    virtual_at,
+)
 from tuiapp.core.config import optimizer
 from tuiapp.core.config.recipe import (
     METHOD_MODELS,
@@ -243,7 +254,7 @@ def largest_layer_params(config: dict) -> int:
 
 def apply_method_overrides(config: dict, method) -> dict:
     """The config the trainer builds: pretrain may override hidden size and layer count."""
-    if getattr(method, "kind", None) != "pretrain" or not (method.hidden_size or method.num_layers):
+    if not from_config(getattr(method, "kind", None)) or not (method.hidden_size or method.num_layers):
         return config
     config = dict(config)
     config.pop(PROFILE_COUNTS, None)  # counted for the config as it was
@@ -285,58 +296,68 @@ def _ia3_vectors(shape: ModelShape, model_type: str, targets) -> int:
     return sum(l.in_features if l.name in feedforward else l.out_features for l in chosen)
 
 
-def trainable_parameters(config: dict, method) -> int:
-    """Trainable parameters of `method` (a recipe method model or a kind name) on this config.
+def _lora_parameters(shape: ModelShape, config: dict, method) -> int:
+    chosen = targeted_linears(config, method.target_modules)
+    per_block = sum(method.rank * (l.in_features + l.out_features) for l in chosen)
+    if has_magnitudes(method.kind):
+        per_block += sum(l.out_features for l in chosen)
+    return shape.layers * per_block
 
-    pretrain, sft     every parameter.
-    lora, qlora       r * (in + out) per targeted linear per block (A: r x in, B: out x r).
-    dora              lora + a magnitude vector of `out` per targeted linear.
-    prefix            per peft: virtual * layers * 2 * d with d = kv_heads * head_dim; with
-                      projection: virtual * d + (d*e + e) + (e * layers*2*d + layers*2*d).
-    prompt            virtual * hidden.
-    ptuning           virtual * hidden + encoder. MLP: (h*e+e) + (e*e+e) + (e*h+h);
-                      LSTM (2 bidirectional layers, then 2e -> 2e -> h MLP).
-    ia3               one vector per targeted module (in_features for the MLP output, else out).
-    adapter           per block: down h*m + m, up m*h + h.
-    llama-adapter     per adapted top layer: adapter_len * hidden prompt + 1 gate.
-    """
+
+def _prefix_parameters(shape: ModelShape, config: dict, method) -> int:
+    d = shape.kv_heads * shape.head_dim if "num_key_value_heads" in config else shape.hidden
+    out = shape.layers * 2 * d
+    if not method.projection:
+        return method.virtual_tokens * out
+    e = method.encoder_hidden_size
+    return method.virtual_tokens * d + (d * e + e) + (e * out + out)
+
+
+def _ptuning_parameters(shape: ModelShape, config: dict, method) -> int:
+    h, e = shape.hidden, method.encoder_hidden_size
+    if method.encoder_type == "MLP":
+        encoder = (h * e + e) + (e * e + e) + (e * h + h)
+    else:
+        lstm = 2 * (4 * e * (h + e) + 8 * e) + 2 * (4 * e * (2 * e + e) + 8 * e)
+        encoder = lstm + (2 * e * 2 * e + 2 * e) + (2 * e * h + h)
+    return method.virtual_tokens * h + encoder
+
+
+ADAPTER_PARAMETERS = {
+    "lora": _lora_parameters,
+    "qlora": _lora_parameters,
+    "dora": _lora_parameters,
+    "prefix": _prefix_parameters,
+    "prompt": lambda shape, config, method: method.virtual_tokens * shape.hidden,
+    "ptuning": _ptuning_parameters,
+    "ia3": lambda shape, config, method: shape.layers * _ia3_vectors(shape, str(config.get("model_type", "")),
+                                                                     method.target_modules),
+    "adapter": lambda shape, config, method: shape.layers * (2 * shape.hidden * method.bottleneck_size
+                                                             + method.bottleneck_size + shape.hidden),
+    "llama-adapter": lambda shape, config, method: min(method.adapter_layers, shape.layers)
+    * (method.adapter_len * shape.hidden + 1),
+}
+"""Trainable parameters of each adapter kind (tests/core/test_estimate.py checks them against peft):
+
+lora, qlora       r * (in + out) per targeted linear per block (A: r x in, B: out x r).
+dora              lora + a magnitude vector of `out` per targeted linear.
+prefix            per peft: virtual * layers * 2 * d with d = kv_heads * head_dim; with
+                  projection: virtual * d + (d*e + e) + (e * layers*2*d + layers*2*d).
+prompt            virtual * hidden.
+ptuning           virtual * hidden + encoder. MLP: (h*e+e) + (e*e+e) + (e*h+h);
+                  LSTM (2 bidirectional layers, then 2e -> 2e -> h MLP).
+ia3               one vector per targeted module (in_features for the MLP output, else out).
+adapter           per block: down h*m + m, up m*h + h.
+llama-adapter     per adapted top layer: adapter_len * hidden prompt + 1 gate."""
+
+
+def trainable_parameters(config: dict, method) -> int:
+    """Trainable parameters of `method` (a recipe method model or a kind name) on this config: every
+    parameter when every weight trains, else the adapter's (ADAPTER_PARAMETERS)."""
     method = _as_method(method)
-    kind = method.kind
-    if is_full(kind):
+    if is_full(method.kind):
         return count_parameters(apply_method_overrides(config, method))
-    shape = model_shape(config)
-    h, layers = shape.hidden, shape.layers
-    if is_lora(kind):
-        chosen = targeted_linears(config, method.target_modules)
-        per_block = sum(method.rank * (l.in_features + l.out_features) for l in chosen)
-        if kind == "dora":
-            per_block += sum(l.out_features for l in chosen)
-        return layers * per_block
-    if kind == "prefix":
-        d = shape.kv_heads * shape.head_dim if "num_key_value_heads" in config else h
-        out = layers * 2 * d
-        if not method.projection:
-            return method.virtual_tokens * out
-        e = method.encoder_hidden_size
-        return method.virtual_tokens * d + (d * e + e) + (e * out + out)
-    if kind == "prompt":
-        return method.virtual_tokens * h
-    if kind == "ptuning":
-        e = method.encoder_hidden_size
-        if method.encoder_type == "MLP":
-            encoder = (h * e + e) + (e * e + e) + (e * h + h)
-        else:
-            lstm = 2 * (4 * e * (h + e) + 8 * e) + 2 * (4 * e * (2 * e + e) + 8 * e)
-            encoder = lstm + (2 * e * 2 * e + 2 * e) + (2 * e * h + h)
-        return method.virtual_tokens * h + encoder
-    if kind == "ia3":
-        return layers * _ia3_vectors(shape, str(config.get("model_type", "")), method.target_modules)
-    if kind == "adapter":
-        m = method.bottleneck_size
-        return layers * (h * m + m + m * h + h)
-    if kind == "llama-adapter":
-        return min(method.adapter_layers, layers) * (method.adapter_len * h + 1)
-    raise ValueError(f"unknown method kind {kind!r}")
+    return ADAPTER_PARAMETERS[method.kind](model_shape(config), config, method)
 
 
 # ---------------------------------------------------------------- optimizer state
@@ -375,7 +396,7 @@ def trainable_shapes(config: dict, method) -> list[tuple[tuple[int, ...], str, s
             for linear in targeted_linears(config, method.target_modules):
                 out.append(((method.rank, linear.in_features), "hidden", linear.name + ".lora_A"))
                 out.append(((linear.out_features, method.rank), "hidden", linear.name + ".lora_B"))
-                if method.kind == "dora":
+                if has_magnitudes(method.kind):
                     out.append(((linear.out_features,), "other", linear.name + ".magnitude"))
         return out
     return None
@@ -663,7 +684,7 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         reduce_bucket=shape.hidden * shape.hidden,  # reduce_bucket_size 'auto' as the Trainer fills it
         optimizer_state=optimizer_state_bytes(config, recipe, method, trainable, knobs.zero_stage),
     )
-    seq = recipe.train.max_seq_len + (method.virtual_tokens if method.kind in ("prompt", "ptuning") else 0)
+    seq = recipe.train.max_seq_len + (method.virtual_tokens if virtual_at(method.kind) == "input" else 0)
     # preference batches hold two sequences per example: chosen + rejected (KTO: answer + KL answer)
     row = METHODS[knobs.method.kind]
     sequences = row.sequences
@@ -673,7 +694,7 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         reference, reference_cpu = reference_bytes(base, knobs.zero_stage, world, knobs.offload_params, precision)
         states = dataclasses.replace(states, reference=reference,
                                      cpu_offload_total=states.cpu_offload_total + reference_cpu * per_node)
-    if knobs.method.kind == "distill":  # the frozen teacher's weights (teacher_parameters), whole in a rank
+    if is_distill(knobs.method.kind):  # the frozen teacher's weights (teacher_parameters), whole in a rank
         teacher, _ = reference_bytes(teacher_parameters(knobs.method.teacher), 0, 1, "none", precision)
         if knobs.method.mode == "online":  # beside the student at every step
             states = dataclasses.replace(states, reference=states.reference + teacher)

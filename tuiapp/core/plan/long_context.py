@@ -7,7 +7,7 @@ The trainer side is tuiapp/trainer/models/long_context.py; docs/parallelism.md, 
 from __future__ import annotations
 
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.methods import METHODS, family, is_trl, trains_on_text
+from tuiapp.core.common.methods import METHODS, is_distill, is_trl, trains_on_text
 from tuiapp.core.config.recipe import Recipe, packing_enabled
 
 SP_KEY = "train.sequence_parallel"
@@ -133,7 +133,7 @@ def _tiled_loss_rules(recipe: Recipe, strategy: str) -> list[Finding]:
     if not train.tiled_loss:
         return []
     why = None
-    if is_trl(kind) or family(kind) == "distill":
+    if is_trl(kind) or is_distill(kind):
         why = f"'{kind}' computes its own loss from the model's logits (TRL's trainer or the teacher's KL)"
     elif strategy == "pipeline":
         why = "the pipeline's last stage computes the loss on its own"

@@ -21,7 +21,7 @@ from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.built_folder import cache_root
 from tuiapp.core.common.errors import RecipeError
 from tuiapp.core.common.findings import Finding
-from tuiapp.core.common.methods import is_lora, is_reward_model, peft_of, trains_on_text
+from tuiapp.core.common.methods import adapts_experts, is_lora, is_reward_model, peft_of, trains_on_text, virtual_at
 from tuiapp.core.config.recipe import CHAT_TEMPLATES, Recipe, packing_enabled
 from tuiapp.core.run_folder import events as ev
 
@@ -303,7 +303,7 @@ def _adapter_targets(profile: ModelProfile, method, key: str) -> tuple[list[str]
                                    f"in fused tensors, which peft adapts only with dropout 0: LoRA goes on the "
                                    f"attention{' and dense MLP' if set(profile.roles.get('mlp', [])) - renamed else ''} "
                                    f"linears ({', '.join(dense)}){also}", f"set {key}.dropout = 0 to adapt the experts too")]
-        if experts and method.kind != "lora":
+        if experts and not adapts_experts(method.kind):
             return dense, [Finding("info", f"{key}.target_modules", f"{method.kind} cannot adapt the fused expert "
                                    f"weights of {profile.label}: it goes on {', '.join(dense)}{also}",
                                    "use kind = 'lora' to adapt the experts too")]
@@ -315,7 +315,7 @@ def _adapter_targets(profile: ModelProfile, method, key: str) -> tuple[list[str]
                                  f"{profile.label} (its linears: {', '.join(sorted(known))})",
                                  f"set {key}.target_modules to some of those, or 'all-linear'")]
     onto_experts = [t for t in targets if t in _expert_names(profile) or any(t == e.split(".")[-1] for e in experts)]
-    if experts and onto_experts and (method.dropout > 0 or method.kind != "lora"):
+    if experts and onto_experts and (method.dropout > 0 or not adapts_experts(method.kind)):
         why = "dropout" if method.dropout > 0 else method.kind
         return targets, [Finding("error", f"{key}.target_modules", f"{', '.join(onto_experts)} on {profile.label} "
                                  f"adapt its fused expert weights, which peft cannot do with {why}",
@@ -331,7 +331,7 @@ def prefix_findings(profile: ModelProfile, recipe: Recipe) -> list[Finding]:
     """Prefix tuning hands each layer a learned past of one key/value shape, sized as peft reads the
     config: attention whose keys and values come from a latent (MLA), or with other key/value heads
     than peft counts (Falcon's multi-query, named its own way), cannot take it."""
-    if recipe.method.kind != "prefix":
+    if virtual_at(recipe.method.kind) != "past":
         return []
     kv = profile.data.get("kv") or {}
     fix = "use method.kind = 'prompt' or 'ptuning' (virtual tokens at the input), or 'lora'"

@@ -11,6 +11,7 @@ from pathlib import Path
 from tuiapp.core.common.built_folder import cache_root
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.findings import Finding
+from tuiapp.core.common.methods import is_distill
 from tuiapp.core.common.openai_http import EndpointError, request_json
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
 from tuiapp.core.plan.distill import (
@@ -31,7 +32,7 @@ KEY = "method.teacher"
 def findings(recipe: Recipe, base_dir: Path | None = None) -> list[Finding]:
     """[] for any other method."""
     method = recipe.method
-    if method.kind != "distill":
+    if not is_distill(method.kind):
         return []
     out = _setup_rules(recipe)
     teacher = method.teacher
@@ -117,7 +118,7 @@ def resolve_teacher(recipe: Recipe, store) -> Recipe:
     """A `run:NAME` teacher -> the final folder of the latest succeeded run named NAME (frozen so
     into the run's recipe, as model.name's); an error naming method.teacher when there is none."""
     method = recipe.method
-    if method.kind != "distill" or not method.teacher.startswith("run:"):
+    if not is_distill(method.kind) or not method.teacher.startswith("run:"):
         return recipe
     try:
         path = store.resolve_model(method.teacher)

@@ -409,7 +409,8 @@ def build_trainer(recipe: Recipe, run_dir: Path, model_path: str, precision: str
     from tuiapp.trainer.dataset.data import make_collator
     from tuiapp.trainer.loop.callbacks import EvalSamples, RunRecorder
     from tuiapp.trainer.loop.early_stop import early_stopping
-    from tuiapp.trainer.models.model import apply_method, load_model, model_plan, model_profile
+    from tuiapp.trainer.methods.adapters import apply_method
+    from tuiapp.trainer.models.model import load_model, model_plan, model_profile
 
     method = recipe.method
     student = recipe.model_copy(update={"method": weights_method(method)})  # loaded as sft, or with its adapter

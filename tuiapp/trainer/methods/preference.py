@@ -21,8 +21,9 @@ from tuiapp.core.common.methods import METHODS, is_lora, is_quantized, is_reward
 from tuiapp.core.config.recipe import Recipe, weights_method
 from tuiapp.core.run_folder import events as ev
 from tuiapp.trainer.dataset.data import IGNORE
+from tuiapp.trainer.methods.adapters import lora_config
 from tuiapp.trainer.models import bottleneck
-from tuiapp.trainer.models.model import load_model, lora_config, model_plan, torch_dtype
+from tuiapp.trainer.models.model import load_model, model_plan, torch_dtype
 
 PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 FEEDBACK_COLUMNS = ("prompt_ids", "completion_ids", "label")

@@ -30,8 +30,9 @@ from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
 from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer.methods import reward_clock
+from tuiapp.trainer.methods.adapters import lora_config
 from tuiapp.trainer.methods.environments import import_user_file
-from tuiapp.trainer.models.model import load_model, lora_config
+from tuiapp.trainer.models.model import load_model
 
 TRL_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
 

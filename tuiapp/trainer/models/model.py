@@ -12,7 +12,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from tuiapp.core.common.errors import RecipeError
-from tuiapp.core.common.methods import from_config, is_full, is_lora, is_quantized, mergeable, trains_on_text
+from tuiapp.core.common.methods import from_config, is_full, is_lora, is_quantized, mergeable, peft_of, trains_on_text
 from tuiapp.core.config.recipe import Recipe
 from tuiapp.core.plan.estimate import adapter_base
 from tuiapp.core.plan.model_profile import ModelPlan, ModelProfile, plan_model, raise_for_errors
@@ -87,7 +87,7 @@ def model_plan(recipe: Recipe, path: str, precision: str = "fp32") -> ModelPlan:
     on what preflight refuses (a recipe launched without preflight)."""
     profile_ = model_profile(path, recipe.model.trust_remote_code)
     if profile_ is None:
-        ia3 = recipe.method.target_modules if recipe.method.kind == "ia3" and \
+        ia3 = recipe.method.target_modules if peft_of(recipe.method.kind) == "ia3" and \
             recipe.method.target_modules != "auto" else None
         adapter = recipe.method if is_lora(recipe.method.kind) else \
             getattr(recipe.method, "adapter", None)
@@ -204,74 +204,6 @@ def _moe_settings(recipe: Recipe) -> dict:
     if recipe.model.router_aux_loss_coef is not None:
         out["config"] = {"output_router_logits": True, "router_aux_loss_coef": recipe.model.router_aux_loss_coef}
     return out
-
-
-def apply_method(model, recipe: Recipe, tokenizer_path: str):
-    """Wrap the model for the recipe's method; returns the model to train."""
-    method = recipe.method
-    kind = method.kind
-    if kind in ("pretrain", "sft"):
-        return model
-    if kind == "adapter":
-        return bottleneck.add_bottleneck_adapters(model, method.bottleneck_size, method.dropout)
-    import peft
-
-    task = peft.TaskType.CAUSAL_LM
-    if kind in ("lora", "qlora", "dora"):
-        if kind == "qlora":
-            model = peft.prepare_model_for_kbit_training(
-                model, use_gradient_checkpointing=recipe.train.gradient_checkpointing
-            )
-        config = lora_config(method, targets=model_plan(recipe, tokenizer_path).lora_targets)
-    elif kind == "prefix":
-        config = peft.PrefixTuningConfig(
-            task_type=task,
-            num_virtual_tokens=method.virtual_tokens,
-            prefix_projection=method.projection,
-            encoder_hidden_size=method.encoder_hidden_size,
-        )
-    elif kind == "prompt":
-        extra = {}
-        if method.init_text:
-            extra = dict(
-                prompt_tuning_init=peft.PromptTuningInit.TEXT,
-                prompt_tuning_init_text=method.init_text,
-                tokenizer_name_or_path=tokenizer_path,
-            )
-        config = peft.PromptTuningConfig(task_type=task, num_virtual_tokens=method.virtual_tokens, **extra)
-    elif kind == "ptuning":
-        config = peft.PromptEncoderConfig(
-            task_type=task,
-            num_virtual_tokens=method.virtual_tokens,
-            encoder_reparameterization_type=method.encoder_type,
-            encoder_hidden_size=method.encoder_hidden_size,
-        )
-    elif kind == "ia3":
-        plan = model_plan(recipe, tokenizer_path)
-        config = peft.IA3Config(task_type=task, target_modules=plan.ia3_targets,
-                                feedforward_modules=plan.ia3_feedforward)
-    elif kind == "llama-adapter":
-        layers = min(method.adapter_layers, model.config.num_hidden_layers)
-        config = peft.AdaptionPromptConfig(task_type=task, adapter_len=method.adapter_len, adapter_layers=layers)
-    else:  # pragma: no cover - the schema admits no other kind
-        raise ValueError(kind)
-    return peft.get_peft_model(model, config)
-
-
-def lora_config(method, task: str = "CAUSAL_LM", targets: list[str] | str | None = None):
-    """peft's LoraConfig of a lora/qlora/dora method model (also a preference method's adapter);
-    `targets` as the model plan chose them (method.target_modules unless the architecture needs others)."""
-    import peft
-
-    return peft.LoraConfig(
-        task_type=getattr(peft.TaskType, task),
-        r=method.rank,
-        lora_alpha=method.alpha,
-        lora_dropout=method.dropout,
-        target_modules=method.target_modules if targets is None else targets,
-        use_dora=method.kind == "dora",
-    )
-
 
 
 def count_parameters(model) -> tuple[int, int]:

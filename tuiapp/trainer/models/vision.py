@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 from tuiapp.core.common.built_folder import build_once
-from tuiapp.core.common.methods import is_full, is_quantized
+from tuiapp.core.common.methods import has_magnitudes, is_full, is_quantized
 from tuiapp.core.data.images import IMAGE_PLACEHOLDER
 from tuiapp.core.data.tiny_vlm import TEXT_SHAPE, TINY_VLMS, VISION_SHAPE
 from tuiapp.core.plan import vision_plan
@@ -277,7 +277,7 @@ def apply_vision_method(model, recipe, lm_head: bool = True):
             param.requires_grad_(False)
     targets, whole = adapter_modules(model, method.target_modules, trained, lm_head)
     config = peft.LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
-                             target_modules=targets, modules_to_save=whole or None, use_dora=method.kind == "dora",
+                             target_modules=targets, modules_to_save=whole or None, use_dora=has_magnitudes(method.kind),
                              task_type=peft.TaskType.CAUSAL_LM)
     return peft.get_peft_model(model, config)
 

@@ -119,11 +119,11 @@ def shrunk_model(path: str, folder: Path, trust_remote_code: bool) -> Path:
 
 def skip_reason(recipe, model_path: str) -> str | None:
     """Why a dry step does not apply to this recipe (None: it does)."""
-    from tuiapp.core.common.methods import family, is_quantized, is_rl
+    from tuiapp.core.common.methods import is_distill, is_quantized, is_rl
 
     if is_rl(recipe.method.kind):
         return f"{recipe.method.kind} generates completions while it trains: the dry step does not run it"
-    if family(recipe.method.kind) == "distill":  # a shrunken student would still load the whole teacher
+    if is_distill(recipe.method.kind):  # a shrunken student would still load the whole teacher
         return "distill runs a full teacher beside the student: the dry step does not run it"
     if is_quantized(recipe.method.kind):
         import torch

@@ -73,7 +73,7 @@ def vocabulary_sources(final: Path) -> list[Path]:
 def answers_as_adapter(final: Path) -> bool:
     """An adapter whose merge can be checked by its answers (a reward model scores, it does not answer)."""
     info = final_info(final)
-    return info.get("weights", info.get("method", "sft")) not in ("pretrain", "sft") and info.get("method") != "reward"
+    return not is_full(info.get("weights", info.get("method", "sft"))) and not is_reward_model(info.get("method"))
 
 
 def merged_parity(final: Path, out: Path, prompts: list[str], system: str, cast_to: str | None = None):

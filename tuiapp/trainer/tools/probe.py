@@ -28,8 +28,9 @@ from tuiapp.core.common import trainer_tools
 from tuiapp.core.config.recipe import Recipe, parse_recipe
 from tuiapp.core.plan.probe import ROWS_FILE
 from tuiapp.trainer.loop import optimizers, strategies
+from tuiapp.trainer.methods.adapters import apply_method
 from tuiapp.trainer.models.bundled import resolve_model_path
-from tuiapp.trainer.models.model import apply_method, cache_dir, load_model, load_tokenizer
+from tuiapp.trainer.models.model import cache_dir, load_model, load_tokenizer
 from tuiapp.trainer.run import resolve_precision, training_kwargs
 
 

@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static, Tabs
 from textual.worker import get_current_worker
 
-from tuiapp.core.common.methods import is_preference, is_rl
+from tuiapp.core.common.methods import is_distill, is_preference, is_rl
 from tuiapp.core.run_folder.metrics import source_tokens_text
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_number
 from tuiapp.core.run_folder.rundata import needs_columns, numpy_module
@@ -199,7 +199,7 @@ class CompareScreen(PaneDeckActions, Screen):
         methods = self._methods()
         self.preference, self.online_rl = any(map(is_preference, methods)), any(map(is_rl, methods))
         self.benchmarked = self._benchmarked()
-        self.distilled = "distill" in methods  # a KL-to-teacher chart
+        self.distilled = any(map(is_distill, methods))  # a KL-to-teacher chart
         panes = [Pane(title, CompareChart(title.lower(), id=f"cmp-chart-{chart_id(key)}"), id=f"cmp-{chart_id(key)}")
                  for key, (title, _) in self.chart_metrics().items()]
         with Horizontal(id="cmp-body"):
