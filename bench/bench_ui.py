@@ -10,6 +10,11 @@
 - side by side with an older checkout (--before DIR), each in a fresh process: process start ->
   the history's first rows with 10,000 runs, and the compare load (first open, next open)
 
+Issue 43's round, on one machine in one run (the first launch, compare of long runs without columns,
+the form at 0 and 10,000 runs, idle CPU with 10,000 runs):
+
+    .venv/bin/python bench/bench_ui.py --only quickstart --only compare --only form --only idle
+
 Synthetic run folders (a template made by RunStore.create, copied with its own run.json and a
 short metrics.jsonl) in a temporary folder, removed at the end. Under ~3 minutes.
 """
@@ -545,6 +550,7 @@ def fmt(seconds: float) -> str:
 
 
 SIDE_BY_SIDE = ("start", "compare", "history", "form", "runview", "idle")
+FIRST_LAUNCH = "quickstart"  # bench_first_launch.py's cold `llmtui run recipes/quickstart.toml`: only when asked
 
 
 def side_by_side(tmp: Path, before: Path | None, quick: bool, only: list[str] | None = None) -> list[str]:
@@ -554,6 +560,12 @@ def side_by_side(tmp: Path, before: Path | None, quick: bool, only: list[str] | 
     count, points = (1000, 10_000) if quick else (10_000, 100_000)
     trees = [("now", here)] + ([("before", before)] if before else [])
     only = only or list(SIDE_BY_SIDE)
+    first_launch = []
+    if FIRST_LAUNCH in only:  # first: on a machine as quiet as the rest of the round
+        import bench_first_launch
+
+        runs = [bench_first_launch.bench_quickstart(tmp, cold_ops) for cold_ops in (False, True)]
+        first_launch = ["", *bench_first_launch.markdown(runs)]
     for _, code in trees:
         compile_bytecode(code)
     head = "| benchmark (fresh process each; median, min-max) | " + " | ".join(name for name, _ in trees) + " |"
@@ -592,7 +604,7 @@ def side_by_side(tmp: Path, before: Path | None, quick: bool, only: list[str] | 
         idle = {name: bench_idle(tmp, code, runs=runs) for name, code in trees}
         lines.append(f"| idle CPU of the history with {runs:,} runs (share of one core, 20 s windows) | "
                      + " | ".join(" / ".join(f"{v:.1%}" for v in idle[n]) for n, _ in trees) + " |")
-    return lines
+    return lines + first_launch
 
 
 def spread(values: list[float]) -> str:
@@ -641,7 +653,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
     parser.add_argument("--before", type=Path, help="an older checkout (git worktree or git archive) to compare start-up and the compare load with")
     parser.add_argument("--side-by-side", action="store_true", help="only the start-up and compare-load comparison")
-    parser.add_argument("--only", action="append", choices=SIDE_BY_SIDE,
+    parser.add_argument("--only", action="append", choices=(*SIDE_BY_SIDE, FIRST_LAUNCH),
                         help="only this side-by-side benchmark (repeatable)")
     args = parser.parse_args()
     asyncio.run(main(args.quick, args.before, args.side_by_side, args.only))

@@ -55,3 +55,32 @@ def test_pyproject_has_an_spdx_license_and_a_setuptools_that_reads_it_without_a_
         data = read_configuration(ROOT / "pyproject.toml")
     assert data["project"]["license"] == "Apache-2.0"
     assert any(r.replace(" ", "").startswith("setuptools>=77") for r in data["build-system"]["requires"])
+
+
+def test_the_checks_before_launch_say_so_with_a_clock_then_end_their_line():
+    import time
+
+    from tuiapp.cli.run import CHECKING, waiting_clock
+
+    out = Terminal()
+    with waiting_clock(CHECKING, out):
+        time.sleep(1.3)  # one redraw after the first second
+    text = out.getvalue()
+    assert text.startswith(f"\r\033[K{CHECKING} 0:00\r\033[K{CHECKING} 0:01") and text.endswith("\n")
+
+
+def test_llmtui_run_names_its_checks_before_their_findings(tmp_path, llmtui_cache):
+    """Through the real command in a pipe: the checking line, then preflight's verdict (a dry run)."""
+    import subprocess
+    import sys
+
+    from tuiapp.cli.run import CHECKING
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('name = "r"\n[model]\nname = "tiny"\n[dataset]\nname = "demo:facts"\n[method]\nkind = "sft"\n'
+                      '[train]\nmax_steps = 1\n[launch]\ngpus = 1\n')
+    done = subprocess.run([sys.executable, "-m", "tuiapp.cli", "run", "--dry-run", str(recipe)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"{CHECKING} 0:00" and "preflight: ok" in lines[1:], done.stderr

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from tuiapp.cli import manage, numbers, scale
@@ -60,7 +62,8 @@ def plan_or_exit(recipe, store, base: Path, options, dry_run: bool) -> tuple[ser
     (SLURM's closing line goes to stderr, its stdout being the sbatch script). The plan to launch, or
     None and the exit code when nothing is to be launched."""
     try:
-        plan = service.plan_launch(recipe, store, base, options)
+        with waiting_clock(CHECKING, sys.stderr):
+            plan = service.plan_launch(recipe, store, base, options)
     except service.LaunchRefused as exc:
         print(exc, file=sys.stderr)
         return None, EXIT_BAD_INPUT
@@ -122,6 +125,32 @@ class PhaseClock:
     def say(self, *args, **kwargs) -> None:
         self.end_line()
         print(*args, file=self.out, **{k: v for k, v in kwargs.items() if k != "file"})
+
+
+CHECKING = "checking: recipe, data, model, this machine, the dry step"
+
+
+@contextmanager
+def waiting_clock(label: str, out):
+    """A wait of the CLI's own (the checks before launch) as a phase line with its clock: redrawn each
+    second on a terminal, repeated every PHASE_REPEAT_S elsewhere; ended before the block's output."""
+    clock, started, done = PhaseClock(out), time.monotonic(), threading.Event()
+
+    def tick() -> None:
+        clock.show(f"{label} {fmt_clock(0)}", True, started)
+        while not done.wait(0.2):
+            now = time.monotonic()
+            if clock.due(now):
+                clock.show(f"{label} {fmt_clock(now - started)}", False, now)
+
+    ticker = threading.Thread(target=tick, name="waiting-clock", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        clock.end_line()
 
 
 def follow(run, store) -> int:
