@@ -286,3 +286,119 @@ def test_compare_title_puts_the_loading_count_first_so_120_columns_show_it(runs_
             assert line.strip().startswith("loading 1/3 runs… · 3 runs by step")
 
     asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------- 5: the history's idle polls
+
+
+def test_the_history_polls_a_share_of_its_finished_runs_in_turn(tmp_path):
+    """With thousands of finished runs each poll stats a bounded share of them (every one in turn),
+    not all of them every 2 s (12-19 % of a core idle with 5,000 runs)."""
+    import os
+
+    from ui_fixtures import synthetic_run
+
+    from tuiapp.ui.history import POLL_SHARE, HistoryLoader, Rotation
+
+    rotation = Rotation()
+    many = list(range(10_000))
+    shares = [rotation.take(many) for _ in range(10_000 // POLL_SHARE)]
+    assert POLL_SHARE <= 1000 and all(len(share) == POLL_SHARE for share in shares)
+    assert sorted(i for share in shares for i in share) == many  # each run once in ten polls
+    assert Rotation(3).take([1, 2]) == [1, 2]  # a short list is taken whole
+
+    root = tmp_path / "runs"
+    runs = [synthetic_run(root, f"done-{i}", index=i, steps=4, eval_every=0, samples=False) for i in range(7)]
+    loader = HistoryLoader(root)
+    for batch in loader.load_infos(loader.scan(), 10):
+        for row in batch:
+            loader.summarize(row)
+    assert not loader.active and loader.poll() == []
+    loader.rotation = Rotation(3)
+    later = runs[0].path.stat().st_mtime + 60
+    for run in runs:  # each run.json rewritten (a resume, a tag from the CLI)
+        os.utime(run.path / "run.json", (later, later))
+    seen = []
+    for _ in range(3):
+        changed = loader.poll()
+        assert len(changed) <= 3, [row.id for row in changed]  # a share per poll
+        seen += [row.id for row in changed]
+    assert sorted(seen) == sorted(run.path.name for run in runs)  # each one within 7/3 polls
+
+
+# ---------------------------------------------------------------- 2: n -> the form, its models from the history
+
+
+def test_the_forms_run_models_come_from_the_history_rows():
+    from tuiapp.ui.candidates import model_candidates, run_models_of
+
+    assert run_models_of([]) == []
+    assert model_candidates(None, [], [])[1:] == []  # the rows given: no run folder is read (no store)
+
+
+@pytest.mark.slow  # a form filled: ~4 s on 2 busy cores
+def test_n_opens_the_form_before_it_looks_for_models_then_lists_the_historys_runs(runs_root, tmp_path):
+    """The run:NAME models are looked for once the form is whole, from the history's rows (with
+    5,000 runs every run.json was read again as the form opened: 2.5-3.2 s to take keys)."""
+    from ui_fixtures import REAL_IDS
+
+    (runs_root / REAL_IDS["baseline"] / "final").mkdir()
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            await pilot.press("n")
+            await wait_for(pilot, lambda: isinstance(app.screen, NewExperimentScreen), what="the form")
+            form = app.screen
+            await pilot.press(*"abc")
+            looked = []  # the models' worker (which reads the run folders) while the sections mount
+            while not form.filled:
+                looked += [w.name for w in app.workers if w.node is form and w.group == "models"]
+                looked += ["names"] if form.model_names else []
+                await pilot.pause(0.01)
+            assert not looked, looked  # started once the form is whole, not as it opens
+            assert form.query_one("#f-name").value.endswith("abc")
+            await wait_for(pilot, lambda: form.model_names, timeout=30, what="the models")
+            runs = [name for name in form.model_names if name.startswith("run:")]
+            assert runs == ["run:baseline"], form.model_names  # succeeded with a final model
+
+    asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------- 12: the chat's title and input at 80 columns
+
+
+def test_the_chat_title_is_one_line_and_the_input_hint_fits_80_columns(runs_root, tmp_path):
+    from textual.widgets import Input
+    from ui_fixtures import REAL_IDS
+
+    from tuiapp.core.config.recipe import GenerateSpec
+    from tuiapp.ui.screens.chat import INPUT_HINTS, ChatScreen, input_hint
+
+    event = {"event": "ready", "target": {"label": "final", "step": 40, "kind": "full", "method": "sft",
+                                          "base": "/models/tiny-base"},
+             "settings": {**GenerateSpec().model_dump(), "system": "You answer in one short sentence."}}
+
+    async def scenario():
+        app = test_app(runs_root, tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.screen.loaded, what="home")
+            app.open_chat(REAL_IDS["sft"])
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen.failed, what="no final")
+            screen = app.screen
+            screen.failed = None  # as if its server had loaded: the server's ready event
+            screen.post_message(ChatScreen.Ready(event))
+            await wait_for(pilot, lambda: screen.ready, what="ready")
+            await pilot.pause()
+            lines = screen_text(app).splitlines()
+            title = next(i for i, line in enumerate(lines) if line.lstrip().startswith("sft · final (step 40)"))
+            assert lines[title].rstrip().endswith("…") and len(lines[title].rstrip()) <= 80
+            assert lines[title + 1].lstrip().startswith("╭")  # the column's border: no second title line
+            field = screen.query_one("#chat-input", Input)
+            assert field.placeholder == input_hint(80) and field.placeholder != INPUT_HINTS[0]
+            assert field.placeholder in screen_text(app)  # whole, inside the input's box
+            await pilot.resize_terminal(160, 36)
+            await wait_for(pilot, lambda: field.placeholder == INPUT_HINTS[0], what="the whole hint when wide")
+
+    asyncio.run(scenario())
