@@ -17,6 +17,7 @@ from ui_fixtures import screen_text, test_app, wait_for
 from tuiapp.core.config.recipe import LoraMethod, Recipe, TrainSpec
 from tuiapp.core.lifecycle import service
 from tuiapp.core.machine.procs import group_processes
+from tuiapp.core.prelaunch.door import CHECKING_LINE
 from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.metrics import read_jsonl
@@ -73,6 +74,8 @@ def test_launch_a_tiny_cpu_run_from_the_app(tmp_path):
                 form.set_field(key, value)
             await pilot.pause(0.4)
             await pilot.press("ctrl+r")
+            # the checks before launch say so, with their clock, until the run view opens
+            assert str(form.query_one("#ne-verdict").render()).startswith(f"{CHECKING_LINE} 0:0")
             launched = lambda: isinstance(app.screen, RunViewScreen)  # noqa: E731
             await wait_for(pilot, lambda: launched() or not form.launching, timeout=60, what="the launch")
             assert launched(), [n.message for n in app._notifications]  # refused: say why

@@ -127,7 +127,7 @@ class PhaseClock:
         print(*args, file=self.out, **{k: v for k, v in kwargs.items() if k != "file"})
 
 
-CHECKING = "checking: recipe, data, model, this machine, the dry step"
+CHECKING = door.CHECKING_LINE
 
 
 @contextmanager

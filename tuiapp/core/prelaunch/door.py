@@ -176,6 +176,9 @@ def model_architecture(ctx: Context) -> list[Finding]:
     return architecture.model_profile_findings(ctx.recipe, ctx.base_dir)
 
 
+CHECKING_LINE = "checking: recipe, data, model, this machine, the dry step"
+"""What a front end shows, with its clock, while a launch's checks run (the CLI's phase line, the form's verdict)."""
+
 RECIPE_RULES: list[Rule] = [
     cross_field,
     preference_rules,

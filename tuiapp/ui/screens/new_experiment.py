@@ -94,6 +94,7 @@ class NewExperimentScreen(Screen):
         self.last_check: RecipeChecked | None = None
         self.saved_path: Path | None = None
         self.launching = False
+        self._launch_clock: tuple[float, Timer] | None = None  # the launch's start and its verdict-line timer
         self.dry_running = False  # ctrl+g's dry step is running
         self.sub_title = title
         self.model_names: list[str] = []
@@ -500,7 +501,7 @@ class NewExperimentScreen(Screen):
         self.query_one("#ne-examples", ExampleImages).show(self.kind, None)
         self._view_started = time.monotonic()
         if self._view_clock is None:  # the wait's clock (a vision model's processor takes a minute or more)
-            self._view_clock = self.set_interval(1.0, self._tick_trainer_view)
+            self._view_clock = self.set_interval(1000.0, self._tick_trainer_view)
         self._view_clock.resume()
         self.read_trainer_view(toml, self.kind)
 
@@ -639,8 +640,24 @@ class NewExperimentScreen(Screen):
         recipe = self._valid_recipe()
         if recipe is not None:
             self.launching = True
-            self.notify(f"checking and launching {recipe.name}…")
+            self._launch_clock = (time.monotonic(), self.set_interval(1.0, self._show_launching))
+            self._show_launching()
             self.launch(recipe)
+
+    def _show_launching(self) -> None:
+        """The verdict line while the launch's checks run (its dry step may take a minute): what, and for how long."""
+        from tuiapp.core.prelaunch.door import CHECKING_LINE  # here: the form opens without the checks' modules
+        from tuiapp.core.run_folder.runstate import fmt_clock
+
+        if self.launching and self._launch_clock is not None:
+            seconds = time.monotonic() - self._launch_clock[0]
+            self.query_one("#ne-verdict", Static).update(f"{CHECKING_LINE} {fmt_clock(seconds)}")
+
+    def _launch_ended(self) -> None:
+        self.launching = False
+        if self._launch_clock is not None:
+            self._launch_clock[1].stop()
+            self._launch_clock = None
 
     @work(thread=True, exclusive=True, group="launch")
     @reports_errors("launch")
@@ -655,11 +672,15 @@ class NewExperimentScreen(Screen):
             self.dry_running = False
             self.schedule_check(now=True)
         if message.action == "launch":
-            self.launching = False
+            self._launch_ended()
             self.query_one("#ne-checks", Static).update(message.text)
+            first = message.text.strip().splitlines()[0] if message.text.strip() else "see the checks pane"
+            verdict = self.query_one("#ne-verdict", Static)
+            verdict.update(f"✗ launch refused: {first}")
+            verdict.set_class(True, "-error")
 
     def on_run_launched(self, message: RunLaunched) -> None:
-        self.launching = False
+        self._launch_ended()
         self.app.open_run(message.run_id, replace=True)
 
     def action_toggle_side(self) -> None:
