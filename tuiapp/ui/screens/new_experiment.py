@@ -501,7 +501,7 @@ class NewExperimentScreen(Screen):
         self.query_one("#ne-examples", ExampleImages).show(self.kind, None)
         self._view_started = time.monotonic()
         if self._view_clock is None:  # the wait's clock (a vision model's processor takes a minute or more)
-            self._view_clock = self.set_interval(1000.0, self._tick_trainer_view)
+            self._view_clock = self.set_interval(1.0, self._tick_trainer_view)
         self._view_clock.resume()
         self.read_trainer_view(toml, self.kind)
 
