@@ -402,3 +402,30 @@ def test_the_chat_title_is_one_line_and_the_input_hint_fits_80_columns(runs_root
             await wait_for(pilot, lambda: field.placeholder == INPUT_HINTS[0], what="the whole hint when wide")
 
     asyncio.run(scenario())
+
+
+@pytest.mark.slow  # tokenizes in a child process (torch import): ~10 s on 2 busy cores
+def test_the_data_tab_shows_the_wait_for_the_trainers_view_ticking(tmp_path):
+    """The data tab's wait for the trainer's view (a VLM's processor: a minute or more) shows a
+    clock that moves on screen, then the examples replace it."""
+    import re
+
+    from textual.widgets import TabbedContent
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_recipe_form(pilot, RECIPES / "tiny-sft.toml")
+            await pilot.press("ctrl+t")  # the side panel at 80 columns
+            screen.query_one("#ne-side", TabbedContent).active = "tab-data"
+            clocks = set()
+
+            def seen() -> bool:
+                text = text_of(screen, "#ne-trainer-view")
+                clocks.update(re.findall(r"tokenizing the first examples… (\d+:\d\d)", text))
+                return "— example 1" in text
+
+            await wait_for(pilot, seen, timeout=120, what="the examples")
+            assert len(clocks) >= 2 and "0:01" in clocks, clocks  # it ticked while it waited
+
+    asyncio.run(scenario())
