@@ -168,7 +168,10 @@ def test_export_dialog_at_80x24_names_the_run_keeps_its_keys_and_speaks_of_its_f
             assert any("esc closes" in line for line in lines)  # the dialog's own keys stay on screen
             assert "Export sft" in "".join(lines)
             assert "▄" not in lines[-1] and "▀" not in lines[0]  # the dialog leaves the top and bottom lines
-            assert all(line.rstrip()[-1:] in ("█", "") for line in lines)  # no table digit beside the border
+            # the history behind stays in place: its header on the first line, its footer on the last
+            # (a padded modal screen drew it one line down, its footer and status line gone)
+            assert "llmtui" in lines[0] and "Quit" in lines[-1], (lines[0], lines[-1])
+            assert all(line.rstrip()[-1:] == "█" for line in lines[1:-1])  # no table digit beside the border
 
     asyncio.run(scenario())
 

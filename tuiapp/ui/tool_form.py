@@ -27,9 +27,11 @@ class ToolFormScreen(ModalScreen[bool]):
     `#tool-keys` Statics, and say how a request is read, planned, run and shown."""
 
     DEFAULT_CSS = """
-    ToolFormScreen { align: center middle; padding: 1 0; }
+    /* the box, not the screen, keeps the top and bottom lines free: a padded modal screen drew the
+       screen behind it one line down (its footer and status line gone) */
+    ToolFormScreen { align: center middle; }
     #tool-box {
-        width: 80; max-width: 100%; height: auto; max-height: 100%;
+        width: 80; max-width: 100%; height: auto; max-height: 100%; margin: 1 0;
         border: thick $primary; background: $surface; padding: 0 1;
     }
     #tool-title { text-style: bold; margin-bottom: 1; }
