@@ -5,12 +5,14 @@ from the base; and what cannot be merged is refused before any work, leaving no 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.after_runs import lora_run, sft_run
 from tests.e2e.helpers import run_info
 
 pytestmark = pytest.mark.slow
@@ -32,12 +34,18 @@ def trained(runs_dir: Path, preset: str, *extra: str) -> str:
     return next(p for p in runs_dir.iterdir() if p not in before and not p.name.startswith(".")).name
 
 
+def copied(runs_dir: Path, source: Path) -> str:
+    """A finished run of the session (tests/after_runs.py) copied into this test's runs folder."""
+    shutil.copytree(source, runs_dir / source.name)
+    return source.name
+
+
 def visible(runs_dir: Path) -> set[str]:
     return {p.name for p in runs_dir.iterdir()}
 
 
-def test_two_lora_runs_merge_into_a_run_that_eval_and_chat_take(runs_dir):
-    a = trained(runs_dir, "tiny-lora", "--set", "train.seed=1")
+def test_two_lora_runs_merge_into_a_run_that_eval_and_chat_take(runs_dir, tmp_path_factory):
+    a = copied(runs_dir, lora_run(tmp_path_factory))  # tiny-lora, 6 steps
     b = trained(runs_dir, "tiny-lora", "--set", "train.seed=2", "--set", "train.learning_rate=5e-3")
     done = llmtui(runs_dir, "merge", a, b, "--name", "facts-merged", "--weights", "0.7,0.3")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -60,10 +68,10 @@ def test_two_lora_runs_merge_into_a_run_that_eval_and_chat_take(runs_dir):
     assert document["target"]["label"] == "final" and document["answers"]["tuned"]["tokens"] > 0
 
 
-def test_full_weight_runs_merge_with_ties_and_bad_merges_are_refused_before_any_work(runs_dir):
-    a = trained(runs_dir, "tiny-sft", "--set", "train.seed=1")
+def test_full_weight_runs_merge_with_ties_and_bad_merges_are_refused_before_any_work(runs_dir, tmp_path_factory):
+    a = copied(runs_dir, sft_run(tmp_path_factory))  # tiny-sft, 60 steps
     b = trained(runs_dir, "tiny-sft", "--set", "train.seed=2")
-    lora = trained(runs_dir, "tiny-lora")
+    lora = copied(runs_dir, lora_run(tmp_path_factory))
     before = visible(runs_dir)
     for args, words in (
         ([a, lora], ["cannot be merged", "LoRA adapters with each other"]),
