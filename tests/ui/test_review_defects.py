@@ -372,7 +372,7 @@ def test_n_opens_the_form_before_it_looks_for_models_then_lists_the_historys_run
 # ---------------------------------------------------------------- 12: the chat's title and input at 80 columns
 
 
-def test_the_chat_title_is_one_line_and_the_input_hint_fits_80_columns(runs_root, tmp_path):
+def test_the_chat_title_is_one_line_and_the_input_hint_and_keys_fit_80_columns(runs_root, tmp_path):
     from textual.widgets import Input
     from ui_fixtures import REAL_IDS
 
@@ -401,6 +401,8 @@ def test_the_chat_title_is_one_line_and_the_input_hint_fits_80_columns(runs_root
             field = screen.query_one("#chat-input", Input)
             assert field.placeholder == input_hint(80) and field.placeholder != INPUT_HINTS[0]
             assert field.placeholder in screen_text(app)  # whole, inside the input's box
+            footer = lines[-1].rstrip()  # whole keys, esc first: it was cut off, a stray 'H' after the palette
+            assert footer.endswith("^p palette") and "esc Back" in footer, footer
             await pilot.resize_terminal(160, 36)
             await wait_for(pilot, lambda: field.placeholder == INPUT_HINTS[0], what="the whole hint when wide")
 

@@ -25,6 +25,7 @@ from tuiapp.core.after.chat import ChatSession, check_image, image_label, parse_
 from tuiapp.core.common.errors import UserError
 from tuiapp.core.store import meta
 from tuiapp.core.store.runs import Run
+from tuiapp.ui.footer_keys import footer_by_priority
 from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.key_footer import KeyFooter
 
@@ -119,6 +120,8 @@ class ChatScreen(Screen):
                 "and saved in the first run's judge/ folder"),
         Binding("escape", "back", "Back", tooltip="Close the chat (the model server ends)"),
     ]
+    # the keys the footer keeps when not all fit (at 80 columns esc Back was cut, a stray letter after it)
+    FOOTER_PRIORITY = ["back", "help", "toggle_base", "settings", "reset", "single_turn", "judge_pair"]
 
     class Ready(Message):
         """The inference server(s) loaded the model(s): the run's ready event (and the other run's)."""
@@ -279,7 +282,12 @@ class ChatScreen(Screen):
         """The settings the next answer uses: the run's [generate] table with the user's changes."""
         return {**self.defaults, **(self.session.overrides if self.session else {})}
 
+    @property
+    def active_bindings(self):
+        return footer_by_priority(self.app, super().active_bindings, self.FOOTER_PRIORITY, self.size.width)
+
     def on_resize(self) -> None:
+        self.refresh_bindings()
         field = self.query("#chat-input")
         if self.ready and not self.failed and field:
             field.first(Input).placeholder = input_hint(self.size.width)
