@@ -125,9 +125,12 @@ def kill_group(run_dir: Path) -> None:
     if info.get("pgid"):
         try:
             os.killpg(info["pgid"], signal.SIGKILL)
-            time.sleep(0.5)
         except (ProcessLookupError, PermissionError):
             pass
+        else:  # until the killed processes are gone (a group of zombies only waits to be reaped)
+            deadline = time.monotonic() + 5
+            while group_pids(info["pgid"]) and time.monotonic() < deadline:
+                time.sleep(0.02)
     shm.reclaim(info.get("master_port"))  # a SIGKILLed supervisor could not free its ranks' buffers
 
 
