@@ -190,3 +190,20 @@ def test_a_real_runs_columns_hold_every_row_it_wrote(tmp_path_factory):
     assert reader.offset == metrics.stat().st_size
     same(data, parsed(metrics))
     assert len(data.loss) >= 30 and data.eval_records
+
+
+def test_an_rl_runs_reward_means_have_series_in_rows_and_in_columns(tmp_path):
+    """grpo/rloo log each reward's mean (rewards/NAME/mean): RunData keeps a series per reward, row
+    by row, in bulk and through the columns, so a long run's task reward is charted and summarised."""
+    run = tmp_path / "run"
+    rl_rows = [{"step": s, "loss": 0.1, "reward": 1.0, "rewards/format/mean": 1.0, "rewards/answer/mean": s / 100}
+               for s in range(1, 301)]
+    with MetricsWriter(run, every_rows=50, every_s=3600) as writer:
+        write(writer, rl_rows)
+    single = RunData()
+    for row in rl_rows:
+        single.extend([row])  # row by row (the bulk path takes > 32 rows at once)
+    for data in (parsed(run / "metrics.jsonl"), read_run_data(run / "metrics.jsonl")[0], single):
+        assert list(data.series["rewards/answer/mean"].ys) == [s / 100 for s in range(1, 301)]
+        assert list(data.series["rewards/format/mean"].ys) == [1.0] * 300
+    assert "series:rewards/answer/mean:y" in columns.load(columns.columns_path(run), run / "metrics.jsonl")[1]

@@ -11,7 +11,7 @@ import pytest
 from textual.widgets import DataTable
 from ui_fixtures import FIXED_NOW, real_rows, screen_text, test_app, wait_for
 
-from tuiapp.core.run_folder.metrics import JsonlWriter
+from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
 from tuiapp.core.store.runs import Run, RunStore
 from tuiapp.ui.comparing import default_x_range, ema, nice_ticks, robust_limits, sample_rows, tick_label, value_at
 from tuiapp.ui.screens.compare import CompareScreen
@@ -265,29 +265,46 @@ def test_grad_norm_and_eval_curves(tmp_path):
     asyncio.run(scenario())
 
 
-def test_online_rl_runs_get_a_reward_chart(tmp_path):
-    """An online RL run among the compared ones adds the reward chart (total reward per step); runs of
-    other methods alone do not get it."""
+def test_online_rl_runs_get_task_and_total_reward_charts(tmp_path):
+    """An online RL run among the compared ones adds two charts: the task's reward (its answer reward,
+    or the one marked primary) and the weighted total, which a format reward can lift alone; a run
+    without an answer reward charts its total in both. Runs of other methods alone get neither."""
     from rl_fixtures import rl_run
     from ui_fixtures import synthetic_run
 
     root = tmp_path / "runs"
-    rl_run(root, "grpo-a", steps=6, rewards=[0.1, 0.2, 0.4, 0.6, 0.8, 0.9])
+    graded = rl_run(root, "grpo-a", steps=6, rewards=[0.1, 0.2, 0.4, 0.6, 0.8, 0.9])
     rl_run(root, "rloo-b", method="rloo", steps=4, index=1, rewards=[0.0, 0.1, 0.1, 0.3])
     synthetic_run(root, "plain", index=2, steps=5)
+    loaded = Run(graded.path).load()
+    recipe = dict(loaded.record.recipe)
+    recipe["method"] = {**recipe["method"], "rewards": [{"kind": "format", "pattern": "x"},
+                                                        {"kind": "answer", "column": "answer"}]}
+    loaded.record.set(recipe=recipe)
+    loaded.save()
+    rows = read_jsonl(graded.metrics_path)  # the answer reward apart from the format one
+    graded.metrics_path.unlink()
+    with JsonlWriter(graded.metrics_path) as writer:
+        for row in rows:
+            writer.write({**row, "rewards/answer/mean": row["step"] / 100})
 
     async def scenario():
         app = test_app(root, tmp_path, live=False)
         async with app.run_test(size=(120, 36)) as pilot:
             screen = await open_compare(pilot, root, ["grpo-a", "rloo-b"])
-            chart = screen.query_one("#cmp-chart-reward", CompareChart)
-            await wait_for(pilot, lambda: len(chart.lines) == 2)
-            assert [list(line.ys) for line in chart.lines] == [[0.1, 0.2, 0.4, 0.6, 0.8, 0.9], [0.0, 0.1, 0.1, 0.3]]
-            assert "Reward" in screen.chart_metrics()["reward"][0]
+            total = screen.query_one("#cmp-chart-reward", CompareChart)
+            task = screen.query_one("#cmp-chart-task-reward", CompareChart)
+            await wait_for(pilot, lambda: len(total.lines) == 2 and len(task.lines) == 2)
+            assert [list(line.ys) for line in total.lines] == [[0.1, 0.2, 0.4, 0.6, 0.8, 0.9], [0.0, 0.1, 0.1, 0.3]]
+            assert [list(line.ys) for line in task.lines] == [[0.01, 0.02, 0.03, 0.04, 0.05, 0.06],
+                                                              [0.0, 0.1, 0.1, 0.3]]  # rloo-b: no answer reward
+            titles = {key: title for key, (title, _) in screen.chart_metrics().items()}
+            assert titles["task_reward"] == "Task reward" and titles["reward"] == "Total reward"
         app = test_app(root, tmp_path, live=False)
         async with app.run_test(size=(120, 36)) as pilot:
             screen = await open_compare(pilot, root, ["plain"])
-            assert "reward" not in screen.chart_metrics() and not screen.query("#cmp-chart-reward")
+            assert not {"reward", "task_reward"} & set(screen.chart_metrics())
+            assert not screen.query("#cmp-chart-reward") and not screen.query("#cmp-chart-task-reward")
 
     asyncio.run(scenario())
 

@@ -26,6 +26,7 @@ from tuiapp.core.store.runs import Run
 from tuiapp.ui.downsample import numpy_module
 from tuiapp.ui.groups import compare_labels
 from tuiapp.ui.history import RunRow, bench_summary, row_from_record
+from tuiapp.ui.primary_reward import TOTAL_KEY
 
 # metric id -> (title, where it lives)
 METRICS = {
@@ -41,7 +42,9 @@ PREFERENCE_CHARTS = {
     "rewards/accuracies": ("Reward accuracy", "train"),
 }
 # online RL runs (grpo, rloo): the reward curve, shown when a compared run is one
-RL_CHARTS = {"reward": ("Reward", "train")}
+RL_CHARTS = {"task_reward": ("Task reward", "train"), "reward": ("Total reward", "train")}
+"""The task's reward (primary_reward: the reward marked primary, else the answer reward) beside the weighted
+total, which a format reward a degenerate completion satisfies can lift alone."""
 # distill runs: the KL to the teacher, shown when a compared run is one
 DISTILL_CHARTS = {"kl": ("KL to teacher", "train")}
 # runs with [[eval.benchmarks]]: the first task's main metric at each evaluation (bench/<task>/<metric>)
@@ -78,6 +81,9 @@ class CompareRun:
         """A metric's series by step."""
         if metric == "bench":
             return bench_series(self.data)
+        if metric == "task_reward":
+            task = self.data.series.get(self.row.reward_key)  # the history's choice (primary_reward)
+            return task if task is not None else self.data.series[TOTAL_KEY]
         return self.data.eval_loss if metric == "eval_loss" else self.data.series[metric]
 
 

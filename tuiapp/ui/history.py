@@ -257,7 +257,7 @@ def with_run_data(row: RunRow, data: RunData) -> RunRow:
         eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
         best_accuracy=best.get("best_accuracy"),
         best_margin=best.get("best_margin"),
-        # a long run's columns keep the total only (rundata.TRAIN_SERIES): the task's reward when there
+        # the task's reward (its rewards/NAME/mean series), the total for a run that logged no such key
         reward=recent_mean(data.series.get(row.reward_key, data.series[TOTAL_KEY]).ys) if is_rl(row.method) else None,
         tokens_per_s=_upper_median(data.series["tokens_per_s"].ys),
         peak_mem=max(peaks) * 1e9 if peaks else None,

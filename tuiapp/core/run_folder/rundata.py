@@ -111,6 +111,7 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+REWARD_MEAN_PREFIX = "rewards/"  # grpo/rloo: each reward's mean per step is rewards/NAME/mean
 TRAIN_SERIES = ("loss", "lr", "tokens_per_s", "grad_norm", "samples_per_s", *PREFERENCE_METRICS, *RL_METRICS)
 
 
@@ -149,6 +150,15 @@ class RunData:
             elif record.get("split", "train") == "train" and "step" in record:
                 self._train(record)
 
+    def _add_reward_series(self, rows: list[dict]) -> None:
+        """An online RL run's reward means (rewards/NAME/mean) get series of their own: the task's
+        reward is charted and summarised, not only the total (TRL logs the same keys every step,
+        so a batch's first and last rows name them)."""
+        for row in rows:
+            for key in row:
+                if key.startswith(REWARD_MEAN_PREFIX) and key.endswith("/mean") and key not in self.series:
+                    self.series[key] = Series()
+
     def _extend_columns(self, records: list[dict]) -> bool:
         """Many rows at once, a column per metric (a whole metrics.jsonl of 100,000 rows in
         ~0.1 s). Only when the train steps are integers that only grow (no resume to cut back
@@ -164,6 +174,7 @@ class RunData:
         if steps and self.steps and steps[0] <= self.steps[-1]:
             return False
         self.records += len(records)
+        self._add_reward_series(train[:1] + train[-1:])
         self.steps.extend(steps)
         self.tokens.extend(_column(train, "tokens"))
         self.times.extend(_column(train, "time"))
@@ -196,6 +207,8 @@ class RunData:
             return
         if self.steps and step <= self.steps[-1]:
             self._cut(step)
+        if "reward" in row:
+            self._add_reward_series([row])
         self.steps.append(step)
         self.tokens.append(_float_or_nan(row.get("tokens")))
         self.times.append(_float_or_nan(row.get("time")))
@@ -365,6 +378,10 @@ def _load_columns(metrics_path: Path, path: Path) -> tuple[RunData, JsonlReader]
         _fill(data.eval_loss, arrays["eval:x"], arrays["eval:y"])
         for key, series in data.series.items():
             _fill(series, arrays.get(f"series:{key}:x", array("d")), arrays.get(f"series:{key}:y", array("d")))
+        for name in arrays:  # the series a run added as it went (its reward means)
+            key = name[len("series:") : -2]
+            if name.startswith("series:") and name.endswith(":x") and key not in data.series:
+                data.series[key] = _fill(Series(), arrays[name], arrays[f"series:{key}:y"])
         for name in arrays:
             if name.startswith("memory:") and name.endswith(":x"):
                 rank = name[len("memory:") : -2]
