@@ -26,6 +26,7 @@ from tuiapp.core.store import queue
 from tuiapp.core.store.runs import RunStore
 
 OUTCOME_EXIT = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_INTERRUPTED}
+FOLLOW_S = 0.2  # how often `llmtui run` looks at the run it follows (a look reads a few files: ~0.1 ms)
 
 
 def _say(line: str) -> None:
@@ -169,7 +170,7 @@ def follow(run, store) -> int:
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         while not follower.step():
-            time.sleep(0.5)
+            time.sleep(FOLLOW_S)
     finally:
         follower.clock.end_line()
         signal.signal(signal.SIGINT, previous)
