@@ -16,6 +16,7 @@ from tuiapp.core.store.runs import Run, RunStore
 from tuiapp.ui.comparing import default_x_range, ema, nice_ticks, robust_limits, sample_rows, tick_label, value_at
 from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.widgets.charts import CompareChart
+from tuiapp.ui.widgets.pane_deck import tab_labels
 
 SIZES = [(80, 24), (120, 36)]
 SIZE_IDS = ["80x24", "120x36"]
@@ -307,6 +308,42 @@ def test_online_rl_runs_get_task_and_total_reward_charts(tmp_path):
             assert not screen.query("#cmp-chart-reward") and not screen.query("#cmp-chart-task-reward")
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)])
+def test_every_tab_stays_on_screen_with_its_key_and_p_reaches_the_tenth_pane(tmp_path, size):
+    """Ten panes (two RL runs) do not fit their titles in the tab row: each tab keeps its number (the
+    tenth, which has no digit, an ellipsis), the current one its title; p reaches the tenth (Samples)."""
+    from rl_fixtures import rl_run
+
+    root = tmp_path / "runs"
+    rl_run(root, "grpo-a", steps=6)
+    rl_run(root, "rloo-b", method="rloo", steps=4, index=1)
+
+    async def scenario():
+        app = test_app(root, tmp_path, live=False)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_compare(pilot, root, ["grpo-a", "rloo-b"])
+            await pilot.press("1")
+            await pilot.pause(0.2)
+            row = next(line for line in screen_text(app).splitlines() if " 1 Loss " in line)
+            assert all(f" {key} " in row or row.rstrip().endswith(f" {key}") for key in [*"23456789", "…"]), row
+            await pilot.press("9", "p")
+            await pilot.pause(0.2)
+            assert screen.query_one("PaneDeck").active_id == "cmp-samples-pane"
+            assert " Samples " in next(line for line in screen_text(app).splitlines() if " 1 " in line)
+
+    asyncio.run(scenario())
+
+
+def test_tab_labels_keep_the_active_title_and_the_first_ones_that_fit():
+    titles = ["Loss", "Eval loss", "Learning rate", "Tokens/s", "Grad norm", "Task reward", "Total reward",
+              "Config", "Summary", "Samples"]
+    assert tab_labels(titles[:3], 0, 80) == ["1 Loss", "2 Eval loss", "3 Learning rate"]
+    narrow = tab_labels(titles, 6, 60)
+    assert narrow[:2] == ["1 Loss", "2 Eval loss"] and narrow[6] == "7 Total reward" and narrow[9] == "…"
+    assert narrow[2:6] == ["3", "4", "5", "6"] and sum(len(label) + 2 for label in narrow) <= 60
+    assert tab_labels(titles, 9, 200)[9] == "Samples"  # no digit for the tenth
 
 
 # ------------------------------------------------------------------ pure helpers

@@ -202,6 +202,7 @@ def test_the_key_tables_of_docs_tui_name_the_pane_keys_the_screens_bind():
     for screen in (CompareScreen, RunViewScreen):
         digits = sorted(int(b.key) for b in screen.BINDINGS if b.key.isdigit() and b.action.startswith("pane("))
         assert f"| `1`-`{digits[-1]}`" in docs, (screen.__name__, digits[-1])
+    assert "`1`-`6`" not in docs  # the six panes of an older app
     assert "\n7. **Generations**" not in docs  # one numbered pane 7 (Markdown renumbered a second to 8)
 
 

@@ -65,7 +65,7 @@ from tuiapp.ui.messages import ColumnsProgress, CompareLoaded, MetricsAppended, 
 from tuiapp.ui.widgets.charts import CompareChart, Line, View
 from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.key_footer import KeyFooter
-from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
+from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions, pane_bindings
 
 CURSOR_STEPS = 60  # left/right move the cursor by 1/60 of the range shown (shift: 1/10)
 
@@ -162,7 +162,7 @@ class CompareScreen(PaneDeckActions, Screen):
         Binding("p", "next_pane", "Pane", tooltip="Next pane (1-9 pick one)"),
         Binding("z", "zoom", "Full", tooltip="Maximize the current pane, or restore"),
         Binding("escape", "back", "Back", tooltip="Back to the history"),
-        *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 10)],
+        *pane_bindings(9),
     ]
 
     def __init__(self, run_ids: list[str]) -> None:

@@ -59,7 +59,7 @@ from tuiapp.ui.widgets.generations import GenerationsView
 from tuiapp.ui.widgets.header import AppHeader
 from tuiapp.ui.widgets.key_footer import KeyFooter
 from tuiapp.ui.widgets.log_tail import LogTail
-from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions
+from tuiapp.ui.widgets.pane_deck import Pane, PaneDeck, PaneDeckActions, pane_bindings
 from tuiapp.ui.worker_errors import reports_errors
 
 RESUMABLE = ("stopped", "failed")
@@ -109,7 +109,7 @@ class RunViewScreen(RunMetaActions, PaneDeckActions, Screen):
         Binding("z", "zoom", "Zoom", tooltip="Maximize the current pane, or restore"),
         Binding("escape", "back", "Back", tooltip="Back to the history"),
         *META_BINDINGS,
-        *[Binding(str(i), f"pane({i - 1})", f"Pane {i}", show=False) for i in range(1, 8)],  # 7: Rewards, Generations
+        *pane_bindings(7),  # 7: Rewards, Generations
     ]
     _sequence_text: str | None = None  # the sequence-parallel line of the Speed pane (sequence_line.show_lines)
 

@@ -5,10 +5,37 @@ the layout in app.tcss."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Container, Vertical
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Tab, Tabs
+
+TAB_PADDING = 2  # Textual's Tab: one column each side of its label
+
+
+def pane_key(index: int) -> str:
+    """The digit that shows a deck's pane (1-9); a tenth has none (`p` reaches it)."""
+    return str(index + 1) if index < 9 else ""
+
+
+def pane_bindings(count: int) -> list[Binding]:
+    """The digit keys of a deck of `count` panes."""
+    return [Binding(pane_key(i), f"pane({i})", f"Pane {pane_key(i)}", show=False) for i in range(min(count, 9))]
+
+
+def tab_labels(titles: list[str], active: int, width: int) -> list[str]:
+    """Each tab's label in `width` columns: 'N Title' where all fit; else the active tab and the first
+    ones keep their titles while they fit and the rest show only their key ('…' for one without)."""
+    full = [f"{pane_key(i)} {title}".strip() for i, title in enumerate(titles)]
+    shown = [label if i == active else (pane_key(i) or "…") for i, label in enumerate(full)]
+    room = width - sum(len(label) + TAB_PADDING for label in shown)
+    for index, label in enumerate(full):  # titles back in order while they fit
+        grows = len(label) - len(shown[index])
+        if grows > room:
+            break
+        shown[index], room = label, room - grows
+    return shown
 
 
 class Pane(Vertical):
@@ -41,12 +68,30 @@ class PaneDeck(Vertical):
         self.active_id = panes[0].id if panes else ""
 
     def compose(self) -> ComposeResult:
-        yield Tabs(*[Tab(f"{i + 1} {p.title}", id=f"tab-{p.id}") for i, p in enumerate(self.panes)], id="deck-tabs")
+        yield Tabs(*[Tab(f"{pane_key(i)} {p.title}".strip(), id=f"tab-{p.id}") for i, p in enumerate(self.panes)],
+                   id="deck-tabs")
         with Container(id="deck-body"):
             yield from self.panes
 
     def on_mount(self) -> None:
         self.activate(self.active_id)
+
+    def on_resize(self) -> None:
+        self.fit_tabs()
+
+    def fit_tabs(self) -> None:
+        """Every tab stays on screen (tab_labels): a tab scrolled out of sight gave no sign of itself."""
+        found = self.query("#deck-tabs")
+        if not found or not self.size.width:
+            return
+        ids = [p.id for p in self.panes]
+        active = ids.index(self.active_id) if self.active_id in ids else 0
+        shown = tab_labels([p.title for p in self.panes], active, self.size.width)
+        tabs = found.first(Tabs)
+        for label, pane in zip(shown, self.panes, strict=True):
+            tab = tabs.query_one(f"#tab-{pane.id}", Tab)
+            if str(tab.label) != label:
+                tab.label = label
 
     def activate(self, pane_id: str) -> None:
         changed = pane_id != self.active_id
@@ -61,6 +106,7 @@ class PaneDeck(Vertical):
         tabs = found.first(Tabs)
         if tabs.active != f"tab-{pane_id}":
             tabs.active = f"tab-{pane_id}"
+        self.fit_tabs()
 
     def activate_index(self, index: int) -> None:
         if 0 <= index < len(self.panes):
