@@ -16,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from tests.after_runs import sft_run
 from tests.e2e.helpers import ROOT, group_pids, llmtui, only_run, run_info, train_steps, wait_for
 from tuiapp.core.config.recipe import parse_recipe
 from tuiapp.core.lifecycle import service
@@ -230,9 +231,9 @@ def test_a_rank_paused_before_step_one_is_flagged_and_diagnosed(runs_dir, monkey
     assert not group_processes(run_info(run_dir)["pgid"])
 
 
-def test_doctor_of_a_run_with_no_live_rank_is_a_clear_error(runs_dir):
-    result = llmtui("run", "recipes/tiny-sft.toml", "--set", "train.max_steps=2", runs_dir=runs_dir, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_doctor_of_a_run_with_no_live_rank_is_a_clear_error(runs_dir, tmp_path_factory):
+    finished = sft_run(tmp_path_factory)  # the session's finished tiny SFT run (tests/after_runs.py)
+    shutil.copytree(finished, runs_dir / finished.name)
     run_dir = only_run(runs_dir)
     report = llmtui("doctor", run_dir.name, runs_dir=runs_dir)
     assert report.returncode == 2 and "no live rank" in report.stderr and "Traceback" not in report.stderr
