@@ -39,7 +39,16 @@ def test_a_run_without_a_final_model_names_what_is_missing(runs):
     with pytest.raises(RunError) as caught:
         model_target(runs / CRASHED)
     assert "has no final model (failed)" in caught.value.message
-    assert "resume" in caught.value.fix
+    assert f"llmtui resume {CRASHED}" in caught.value.fix and "wait" not in caught.value.fix
+
+
+def test_a_succeeded_run_whose_final_model_is_gone_is_not_told_to_wait(runs):
+    assert not (runs / SFT / "final").exists() and not (runs / SFT / "checkpoints").exists()  # the fixture's state
+    with pytest.raises(RunError) as caught:
+        model_target(runs / SFT)
+    assert "has no final model (succeeded)" in caught.value.message
+    assert "final/ folder is gone" in caught.value.fix and f"llmtui reproduce {SFT}" in caught.value.fix
+    assert "wait" not in caught.value.fix
 
 
 def test_a_checkpoint_that_does_not_exist_lists_those_that_do(runs):

@@ -199,6 +199,9 @@ async def _refusal(app, run_id: str) -> None:
         await wait_for(pilot, lambda: screen.failed, timeout=20, what="the refusal")
         assert "has no final model" in screen.failed and "--checkpoint 60" in screen.failed
         assert screen.session is None or not screen.session.alive
+        # the error and its fix stay in the chat's body (a toast went after 15 s, over the input)
+        await wait_for(pilot, lambda: "--checkpoint 60" in screen_text(app), what="the fix on screen")
+        assert not list(app._notifications)
 
 
 SCRIPT = textwrap.dedent("""

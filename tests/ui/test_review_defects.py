@@ -97,6 +97,32 @@ def test_ctrl_o_on_an_unedited_form_opens_the_choice_without_asking(tmp_path):
     asyncio.run(scenario())
 
 
+# ---------------------------------------------------------------- the form's labels are whole
+
+
+@pytest.mark.slow  # a form with every section filled
+def test_every_field_label_shows_its_whole_name_at_80x24(tmp_path):
+    """The labels longer than the label column (max_position_embeddings, early_stopping_*,
+    vllm_gpu_memory_utilization...) were cut with an ellipsis: each shows whole."""
+    from textual.widgets import Label
+
+    from tuiapp.ui.widgets.form import LABEL_WIDTH, FieldRow
+
+    async def scenario():
+        app = test_app(tmp_path / "runs", tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_recipe_form(pilot, RECIPES / "tiny-grpo.toml")
+            rows = list(screen.query(FieldRow))
+            long = [row for row in rows if len(row.spec.name) > LABEL_WIDTH]
+            assert {"vllm_gpu_memory_utilization", "max_position_embeddings"} <= {row.spec.name for row in long}
+            for row in rows:
+                label = row.query_one(Label)
+                assert label.outer_size.width > len(row.spec.name) or (
+                    len(row.spec.name) <= LABEL_WIDTH and label.outer_size.width == LABEL_WIDTH), row.spec.name
+
+    asyncio.run(scenario())
+
+
 # ---------------------------------------------------------------- 14: the history's reward of a GRPO run
 
 

@@ -19,6 +19,7 @@ from tests.after_runs import sft_run
 from tests.e2e.helpers import llmtui
 from tuiapp.core.plan import launcher
 from tuiapp.core.store import queue, served
+from tuiapp.core.store.runs import Run
 from tuiapp.ui.screens.confirm import ConfirmScreen
 from tuiapp.ui.screens.home import HomeScreen
 from tuiapp.ui.screens.report import ReportScreen
@@ -74,7 +75,8 @@ def test_x_in_the_served_list_asks_before_it_stops_a_model(runs_root, tmp_path, 
             await wait_for(pilot, lambda: isinstance(app.screen, ServedScreen) and app.screen.models, what="the list")
             await pilot.press("x")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
-            assert f"Stop serving {SFT_FIXTURE}?" in screen_text(app)
+            name = Run(runs_root / SFT_FIXTURE).load().record.name
+            assert name != SFT_FIXTURE and f"Stop serving {name}?" in screen_text(app)  # as the list names it
             await pilot.press("n")
             await pilot.pause(0.3)
             assert isinstance(app.screen, ServedScreen) and not app.screen.stopping

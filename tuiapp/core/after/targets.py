@@ -16,7 +16,7 @@ import tomllib
 
 from tuiapp.core.common.errors import RunError
 from tuiapp.core.prelaunch.model_check import FINAL_INFO, adapter_kind, folder_problems, require_base
-from tuiapp.core.run_folder.rundir import CHECKPOINT_STATE_JSON, RunDir, read_record
+from tuiapp.core.run_folder.rundir import ACTIVE, CHECKPOINT_STATE_JSON, RunDir, read_record
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 NO_CHAT = {"reward"}  # a reward model scores answers; it has no language-model head
@@ -96,6 +96,15 @@ def base_of(run_dir: Path) -> str:
     return names[0] if names else "tiny"
 
 
+def _no_final_fix(status: str, run_id: str) -> str:
+    """What to do about a run without final/ and without checkpoints, by where it stands."""
+    if status in ACTIVE:
+        return f"wait for it to succeed (`llmtui show {run_id}` follows it)"
+    if status == "succeeded":  # it had one: the folder was deleted or moved since
+        return f"its final/ folder is gone (deleted or moved): put it back, or train it again (`llmtui reproduce {run_id}`)"
+    return f"resume it (`llmtui resume {run_id}`), or train it again (`llmtui reproduce {run_id}`)"
+
+
 def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "chat") -> Target:
     """The run's final model, or its checkpoint `checkpoint`; RunError names what is missing."""
     run_dir = Path(run_dir)
@@ -111,7 +120,7 @@ def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "c
             status = record.status or "unknown"
             saved = checkpoints(run_dir)
             fix = (f"use --checkpoint {saved[-1]} (saved: {', '.join(map(str, saved))})" if saved
-                   else "wait for it to succeed, or resume it (`llmtui resume RUN`)")
+                   else _no_final_fix(status, run_id))
             raise RunError(message=f"{run_id} has no final model ({status})", fix=fix)
         step = _read_json(folder / FINAL_INFO).get("step")
     else:

@@ -60,6 +60,7 @@ class ChatColumn(VerticalScroll):
     ChatColumn .chat-user { color: $accent; margin-top: 1; }
     ChatColumn .chat-answer { color: $text; }
     ChatColumn .chat-note { color: $text-muted; }
+    ChatColumn .chat-failed { color: $error; }
     """
 
     def __init__(self, model: str, **kwargs) -> None:
@@ -325,9 +326,11 @@ class ChatScreen(Screen):
     def on_chat_screen_failed(self, message: Failed) -> None:
         self.failed = message.text
         self.busy = False
-        self.query_one("#chat-title", Static).update(f"✗ {message.text}")
+        first = message.text.strip().splitlines()[0] if message.text.strip() else "the chat could not start"
+        self.query_one("#chat-title", Static).update(f"✗ {first}")
+        # the whole error with its fix, where the answers would be (a toast went after 15 s, over the input)
+        self.column("tuned").say(f"✗ {message.text.strip()}", "chat-note chat-failed")
         self.query_one("#chat-input", Input).placeholder = "the model server is not running (esc: back)"
-        self.notify(message.text, title="Chat", severity="error", markup=False, timeout=15)
 
     def on_chat_screen_streamed(self, message: Streamed) -> None:
         event, column = message.event, self.column(message.model)

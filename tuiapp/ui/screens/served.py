@@ -50,6 +50,7 @@ class ServedScreen(ModalScreen[None]):
         super().__init__()
         self.runs_root = Path(runs_root)
         self.models: list[served.Served] = []
+        self.names: dict[str, str] = {}  # run id -> the name the list shows
         self.stopping: set[str] = set()
 
     def compose(self) -> ComposeResult:
@@ -78,7 +79,7 @@ class ServedScreen(ModalScreen[None]):
         self.post_message(ServedListed(models, names))
 
     def on_served_listed(self, message: ServedListed) -> None:
-        self.models = message.models
+        self.models, self.names = message.models, message.names
         table = self.query_one(DataTable)
         cursor = table.cursor_row
         table.clear()
@@ -110,8 +111,9 @@ class ServedScreen(ModalScreen[None]):
             self.query_one("#served-status", Static).update(f"stopping {model.run_id}…")
             self.stop_served(model)
 
-        self.app.confirm(f"Stop serving {model.run_id}?", f"{model.url} stops answering; `llmtui serve` starts it "
-                         "again", stop)
+        name = self.names.get(model.run_id, model.run_id)  # as the list shows it
+        self.app.confirm(f"Stop serving {name}?", f"{model.url} ({model.run_id}) stops answering; `llmtui serve` "
+                         "starts it again", stop)
 
     @work(thread=True, group="served-stop")
     @reports_errors("stop")

@@ -74,12 +74,15 @@ def field_widget(spec: FieldSpec, text: str) -> Widget:
     return widget
 
 
+LABEL_WIDTH = 22
+
+
 class FieldRow(Horizontal):
-    DEFAULT_CSS = """
-    FieldRow { height: auto; }
-    FieldRow > Label { width: 22; }
-    FieldRow > .field-input { width: 1fr; }
-    FieldRow > .field-pick { width: 14; }
+    DEFAULT_CSS = f"""
+    FieldRow {{ height: auto; }}
+    FieldRow > Label {{ width: {LABEL_WIDTH}; }}
+    FieldRow > .field-input {{ width: 1fr; }}
+    FieldRow > .field-pick {{ width: 14; }}
     """
 
     def __init__(self, spec: FieldSpec, text: str, extra: Widget | None = None) -> None:
@@ -91,6 +94,8 @@ class FieldRow(Horizontal):
     def compose(self) -> ComposeResult:
         label = Label(self.spec.name, classes="field-label")
         label.tooltip = self.spec.description
+        if len(self.spec.name) > LABEL_WIDTH:  # the whole name (max_position_embeddings was cut), its input narrower
+            label.styles.width = len(self.spec.name) + 1
         yield label
         yield field_widget(self.spec, self.text)
         if self.extra is not None:
