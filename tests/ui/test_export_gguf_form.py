@@ -90,6 +90,7 @@ def test_gguf_fields_show_the_tools_or_their_refusal_before_starting(runs_root, 
             await wait_for(pilot, lambda: not form.running and "no convert_hf_to_gguf.py" in _text(form, "#tool-error"),
                            what="the refusal at start")
             assert not out.exists()
+            assert not form.query_one("#export-gguf-check").display  # said once: the GGUF line gave way to it
 
             # parity off, no folder, an Ollama name: the request says so; the line is core's
             form.query_one("#export-llama-cpp", Input).value = ""

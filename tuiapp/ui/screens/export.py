@@ -23,7 +23,7 @@ from tuiapp.core.common.errors import UserError
 from tuiapp.core.prelaunch.model_check import adapter_kind
 from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.core.store.runs import Run
-from tuiapp.ui.messages import ExportToolsChecked
+from tuiapp.ui.messages import ExportToolsChecked, ToolFinished
 from tuiapp.ui.tool_form import ToolFormScreen
 
 FILES_SHOWN = 8
@@ -101,6 +101,7 @@ class ExportScreen(ToolFormScreen):
             yield from self.tool_lines()
 
     _checks = 0  # the GGUF fields' checks started; only the latest one's answer is shown
+    _gguf_refusal: str | None = None  # the GGUF line's refusal as shown
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -148,6 +149,13 @@ class ExportScreen(ToolFormScreen):
             return  # a check of fields changed since: its answer is stale
         self.show("#export-gguf-check", message.text)
         self.query_one("#export-gguf-check", Static).set_class(message.refused, "-refused")
+        self._gguf_refusal = message.text if message.refused else None
+
+    def on_tool_finished(self, message: ToolFinished) -> None:
+        """A launch refused for what the GGUF line already says: said once, in the form's error line."""
+        if message.error and self._gguf_refusal == f"✗ {message.error}":
+            self.show("#export-gguf-check", "")
+            self._gguf_refusal = None
 
     def plan(self, request: exporting.ExportRequest) -> exporting.ExportPlan:
         return exporting.plan(Run(self.run_path).load(), request)
