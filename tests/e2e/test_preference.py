@@ -132,13 +132,25 @@ def _source(method: str, source: str) -> list[str]:
     return ["--set", f'dataset.name="{SHARED_DATA / name}"', "--set", "dataset.max_samples=64"]
 
 
+_preset_runs: dict[tuple[str, str], tuple] = {}
+
+
+def preset_run(method: str, source: str, tmp_path_factory) -> tuple:
+    """(the `llmtui run` result, the run folder) of a preset's short run, trained once per session: the
+    TUI test below compares the ORPO one with the DPO preset's run."""
+    if (method, source) not in _preset_runs:
+        runs = tmp_path_factory.mktemp(f"preset-{method}-{source}")
+        result = llmtui("run", f"recipes/tiny-{method}.toml", *SHORT, *_source(method, source), runs_dir=runs)
+        _preset_runs[method, source] = result, only_run(runs)
+    return _preset_runs[method, source]
+
+
 @pytest.mark.parametrize("source", ["demo", "shared"])
 @pytest.mark.parametrize("method", METHODS)
-def test_preset_trains_through_deepspeed(method, source, tmp_path):
+def test_preset_trains_through_deepspeed(method, source, tmp_path, tmp_path_factory):
     if source == "shared" and not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is absent")
-    result = llmtui("run", f"recipes/tiny-{method}.toml", *SHORT, *_source(method, source), runs_dir=tmp_path)
-    run_dir = only_run(tmp_path)
+    result, run_dir = preset_run(method, source, tmp_path_factory)
     assert result.returncode == 0, ran(result, run_dir)
     assert run_info(run_dir)["status"] == "succeeded"
     assert train_steps(run_dir) == [1, 2, 3]
@@ -154,7 +166,7 @@ def test_preset_trains_through_deepspeed(method, source, tmp_path):
     assert info["method"] == method
     if source == "demo" and info["weights"] in ("lora", "dora"):  # the adapter merges into its base
         merged = tmp_path / "merged"
-        done = llmtui("export", run_dir.name, "--out", str(merged), "--merge", runs_dir=tmp_path)
+        done = llmtui("export", run_dir.name, "--out", str(merged), "--merge", runs_dir=run_dir.parent)
         assert done.returncode == 0, done.stderr
         assert not (merged / "adapter_config.json").exists() and (merged / "config.json").exists()
         import torch
@@ -313,7 +325,7 @@ def test_kto_on_the_shared_pairs_is_refused_naming_the_file(tmp_path):
 # ---------------------------------------------------------------- the TUI on real preference runs
 
 
-def test_tui_shows_rewards_history_column_and_compare(dpo_runs, tmp_path):
+def test_tui_shows_rewards_history_column_and_compare(dpo_runs, tmp_path, tmp_path_factory):
     from tests.ui.ui_fixtures import screen_text, test_app
     from tests.ui.ui_fixtures import wait_for as ui_wait
     from tuiapp.ui.screens.compare import CompareScreen
@@ -325,9 +337,10 @@ def test_tui_shows_rewards_history_column_and_compare(dpo_runs, tmp_path):
     root = tmp_path / "runs"
     shutil.copytree(dpo_runs, root)
     dpo_id = only_run(dpo_runs).name
-    other = llmtui("run", "recipes/tiny-orpo.toml", *SHORT, runs_dir=root)
+    other, orpo = preset_run("orpo", "demo", tmp_path_factory)  # tiny-orpo, SHORT
     assert other.returncode == 0, other.stdout[-2000:]
-    orpo_id = next(p.name for p in root.iterdir() if p.is_dir() and p.name != dpo_id and not p.name.startswith("."))
+    shutil.copytree(orpo, root / orpo.name)
+    orpo_id = orpo.name
 
     async def scenario():
         app = test_app(root, tmp_path, clock=__import__("time").time)
