@@ -498,6 +498,48 @@ class Guard:
                 return b"".join(parts)
 
 
+def http_protocol():
+    """uvicorn's h11 protocol, saying why a request is malformed: its 400 names h11's reason (`bad
+    Content-Length` for a negative or non-numeric one), and a client that half-closes before the
+    body its Content-Length announced is answered 400 (`received N bytes, expected M`) instead of
+    being dropped. The body is never read past what arrived, nor past the cap (Guard)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Reasons:
+        def __init__(self, conn, protocol):
+            self._conn, self._protocol = conn, protocol
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+        def next_event(self):
+            try:
+                return self._conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                self._protocol.reason = str(exc)
+                raise
+
+    class Protocol(H11Protocol):
+        reason = ""
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.conn = Reasons(self.conn, self)
+
+        def send_400_response(self, msg: str) -> None:
+            super().send_400_response(f"{msg} {self.reason}" if self.reason else msg)
+
+        def eof_received(self):
+            if self.cycle is not None and not self.cycle.response_complete and self.conn.their_state is h11.SEND_BODY:
+                self.conn.receive_data(b"")  # the body ended early: h11 says so, handle_events answers 400
+                self.handle_events()
+                return True
+            return None
+
+    return Protocol
+
+
 def _listen(host: str, port: int) -> socket.socket:
     """The port taken before the model loads (a second server on it fails at once)."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
@@ -534,7 +576,7 @@ def main(argv=None) -> int:
         def handle_exit(self, sig, frame):  # SIGTERM/SIGINT end the server; the process then exits 0
             self.should_exit = True
 
-    server = Server(uvicorn.Config(build_app(endpoint), log_level="warning", access_log=False, http="h11",
+    server = Server(uvicorn.Config(build_app(endpoint), log_level="warning", access_log=False, http=http_protocol(),
                                    ws="none", lifespan="on", backlog=BACKLOG, limit_concurrency=2 * MAX_WAITING,
                                    timeout_graceful_shutdown=GRACE_S))
     print(f"listening on {args.host}:{args.port}; loading the model of {args.run_dir.name}...", flush=True)
