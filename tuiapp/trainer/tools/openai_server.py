@@ -24,11 +24,13 @@ What llmtui adds sits around that app:
 The port is taken before the model loads, so a second server on it fails at once; SIGTERM ends the
 server (an answer being streamed is cut after a short grace).
 
-Continuous batching (transformers' paged attention) is not used: it runs here, on CPU and with a
-peft model, but in transformers 5.23 its sampling settings are the first request's for every later
-one (CBGenerateManager.init_cb) and it has no stop strings, so a greedy request after a sampled one
-would be answered sampled. The regular path answers each request with its own settings, one
-generation at a time on the engine's inference thread.
+Continuous batching (transformers' paged attention) is not used. It runs here, on CPU and with a
+peft model (the tiny model with a LoRA adapter answered through init_continuous_batching), but in
+transformers 5.23 the server's CBGenerateManager builds the batch from the first request's generation
+config (init_cb) and hands later requests only max_new_tokens and eos_token_id: greedy or sampled,
+temperature, top_p and repetition_penalty would be the first request's for every later one, and
+stop strings are not supported. The regular path answers each request with its own settings, one
+generation at a time on the engine's inference thread (GenerateManager), so no lock of ours is needed.
 """
 
 from __future__ import annotations
@@ -316,8 +318,8 @@ def build_app(endpoint: Endpoint):
                             yield self._build_chunk_sse(ident, content=text, model=endpoint.model_id)
                         if cut.hit:
                             streamer.cancel()
-                    rest = cut.flush()
-                    if rest and not first:
+                    rest = cut.flush().lstrip() if first else cut.flush()
+                    if rest:
                         yield self._build_chunk_sse(ident, content=rest, model=endpoint.model_id)
                     done = streamer.total_tokens
                     usage = CompletionUsage(prompt_tokens=prompt, completion_tokens=done, total_tokens=prompt + done)
