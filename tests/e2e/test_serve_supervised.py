@@ -48,7 +48,7 @@ def test_queue_claim_doctor_and_the_claim_gone_when_stopped_or_dead(run):
     report = llmtui("doctor", run.name, runs_dir=root, timeout=120)
     assert report.returncode == 0, report.stderr
     assert f"served model (transformers)  pid {record['pid']}  serving on http://localhost:{port}/v1" in report.stdout
-    assert "Thread" in report.stdout and "serve_forever" in report.stdout  # its Python stack, by py-spy
+    assert "Thread" in report.stdout and "uvicorn/server.py" in report.stdout  # its Python stack, by py-spy
     status = json.loads(llmtui("serve", run.name, "--status", "--json", runs_dir=root).stdout)
     assert status["state"] == "serving" and status["gpus"] == []
 

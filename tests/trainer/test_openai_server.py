@@ -52,3 +52,47 @@ def test_a_stop_that_is_not_text_is_a_400_not_a_500():
             endpoint.check({"model": "run-1", "messages": messages, "stop": stop})
         assert caught.value.status == 400 and caught.value.body()["error"]["param"] == "stop"
     assert endpoint.check({"model": "run-1", "messages": messages, "stop": None})[1] == []
+
+
+def _guarded(monkeypatch, token=None, loaded=True, **limits):
+    from starlette.testclient import TestClient
+
+    from tuiapp.trainer.tools import openai_server
+
+    for name, value in limits.items():
+        monkeypatch.setattr(openai_server, name, value)
+    seen = []
+
+    async def app(scope, receive, send):  # stands for transformers' app: echoes the body it is handed
+        message = await receive()
+        seen.append(message["body"])
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": message["body"]})
+
+    endpoint = Endpoint(Path("runs/x"), None, "run-1", token=token)
+    endpoint.loaded = object() if loaded else None
+    return TestClient(openai_server.Guard(app, endpoint)), seen
+
+
+def test_the_guard_in_front_of_transformers_app(monkeypatch):
+    client, seen = _guarded(monkeypatch, token="secret-token", MAX_BODY=64)
+    refused = client.post("/v1/chat/completions", content=b"{}")
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+    auth = {"Authorization": "Bearer secret-token"}
+    assert client.post("/v1/chat/completions", content=b'{"a": 1}', headers=auth).text == '{"a": 1}'
+    bad = client.post("/v1/chat/completions", content=b"{not json", headers=auth)
+    assert bad.status_code == 400 and "not JSON" in bad.json()["error"]["message"]
+    assert client.post("/v1/chat/completions", content=b"[1]", headers=auth).status_code == 400
+    big = client.post("/v1/chat/completions", content=b'{"a": "' + b"x" * 100 + b'"}', headers=auth)
+    assert big.status_code == 413
+    assert seen == [b'{"a": 1}']  # only the good body reached the app
+    assert client.get("/health").status_code == 200  # no token asked
+
+
+def test_the_guard_answers_503_while_loading_and_when_full(monkeypatch):
+    client, _ = _guarded(monkeypatch, loaded=False)
+    loading = client.post("/v1/chat/completions", content=b"{}")
+    assert loading.status_code == 503 and loading.json()["error"]["code"] == "model_loading"
+    client, seen = _guarded(monkeypatch, MAX_WAITING=0)
+    busy = client.post("/v1/chat/completions", content=b"{}")
+    assert busy.status_code == 503 and busy.json()["error"]["code"] == "server_busy" and seen == []

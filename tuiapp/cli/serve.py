@@ -1,6 +1,6 @@
 """`llmtui serve`: a run's model behind an OpenAI-compatible endpoint, started detached and
 supervised like a run (tuiapp.core.store.served: the record, the state, stop). The server itself is
-tuiapp.trainer.tools.openai_server (transformers), or vLLM's when asked for and present; this process
+tuiapp.trainer.tools.openai_server (transformers' own server), or vLLM's when asked for and present; this process
 never imports torch."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""`POST /v1/completions` of `llmtui serve` (openai_server): a raw prompt (text or token ids) continued
-without a chat template, and, as vLLM's server gives them, the prompt's own log-probabilities.
+"""`POST /v1/completions` of `llmtui serve` (openai_server, in place of transformers' own route): a raw
+prompt (text or token ids) continued without a chat template, and, as vLLM's server gives them, the
+prompt's own log-probabilities.
 
     {model, prompt: str | [int], max_tokens? (16; 0 = score only), temperature?, top_p?, echo?,
      prompt_logprobs?: k}
@@ -90,7 +91,7 @@ def prompt_logprobs(model, tokenizer, ids: list[int], k: int) -> list[dict | Non
 
 
 def complete(endpoint, request: dict) -> dict:
-    """The text_completion answer (the model lock held by the caller)."""
+    """The text_completion answer (run on the engine's inference thread, between its generations)."""
     loaded = endpoint.loaded
     model, tokenizer, ids = loaded.model, loaded.tokenizer, request["ids"]
     scored = prompt_logprobs(model, tokenizer, ids, request["prompt_logprobs"]) \

@@ -1,0 +1,176 @@
+"""transformers' OpenAI-compatible server (transformers.cli.serving) with a run's model, for
+`llmtui serve` (openai_server puts its guard in front and runs it on uvicorn).
+
+transformers' app answers `POST /v1/chat/completions` through RunChat, its chat handler with the
+run's prompt, settings and bounds, and every generation runs on its engine (GenerationState: one
+inference thread for the model, requests queued to it). RunModels is its model manager holding one
+model, the run's, loaded by openai_server.Endpoint as `llmtui chat` loads it. The other routes are
+llmtui's: /v1/completions with prompt_logprobs, /v1/models, /health."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from openai.types.completion_usage import CompletionUsage
+from starlette.exceptions import HTTPException
+from transformers.cli.serving import ModelManager, build_server
+from transformers.cli.serving.chat_completion import ChatCompletionHandler
+from transformers.cli.serving.utils import GenerationState, _StreamError
+
+from tuiapp.core.common.errors import UserError
+from tuiapp.trainer.tools.serve_requests import ApiError, Endpoint, StopFilter
+
+
+class RunModels(ModelManager):
+    """transformers' model manager holding one model, the run's (never unloaded)."""
+
+    def __init__(self, endpoint: Endpoint, generation: GenerationState):
+        super().__init__(device="cpu", model_timeout=-1)
+        self.endpoint, self.generation = endpoint, generation
+        self.force_model = endpoint.model_id
+
+    def load_model_and_processor(self, model_id_and_revision, progress_callback=None, tqdm_class=None,
+                                 gguf_file=None):
+        if self.endpoint.loaded is None:
+            raise ApiError(503, "the model is still loading; retry in a moment", code="model_loading")
+        return self.endpoint.loaded.model, self.endpoint.loaded.tokenizer
+
+    def shutdown(self) -> None:
+        self.generation.shutdown()
+
+
+class RunChat(ChatCompletionHandler):
+    """/v1/chat/completions: the run's prompt, settings and bounds, answered by the engine."""
+
+    def __init__(self, models: RunModels, generation: GenerationState, endpoint: Endpoint):
+        super().__init__(models, generation)
+        self.endpoint = endpoint
+
+    async def handle_request(self, body: dict, request_id: str):
+        endpoint = self.endpoint
+        messages, stops = endpoint.check(body)
+        asked = body.get("max_completion_tokens", body.get("max_tokens")) is not None
+        settings, ids = endpoint.bound(messages, endpoint.settings(body), asked)
+        model, tokenizer = self.model_manager.load_model_and_processor(endpoint.model_id)
+        manager = self.generation_state.get_manager(endpoint.model_id, use_cb=False)
+        inputs = endpoint.inputs(messages, settings, ids)
+        config = endpoint.generation_config(settings, stops)
+        ident = f"chatcmpl-{request_id}"
+        if body.get("stream"):
+            return self._stream(ident, manager, (model, tokenizer), inputs, config, stops)
+        text, prompt, new = await manager.generate_non_streaming(model, tokenizer, inputs, config, ident)
+        cut = StopFilter(stops)
+        content = (cut.feed(text) + cut.flush()).strip()
+        ended = len(new) and int(new[-1]) in endpoint.stop_ids
+        finish = "stop" if cut.hit or ended or len(new) < config.max_new_tokens else "length"
+        usage = CompletionUsage(prompt_tokens=prompt, completion_tokens=len(new), total_tokens=prompt + len(new))
+        return JSONResponse(self._build_completion(ident, content, endpoint.model_id, finish, usage=usage))
+
+    def _stream(self, ident, manager, pair, inputs, config, stops) -> StreamingResponse:
+        """Server-sent chat.completion.chunk events, the stop strings cut, then [DONE]."""
+        queue, streamer = manager.generate_streaming(*pair, inputs, config, request_id=ident)
+        prompt, name = int(inputs["input_ids"].shape[-1]), self.endpoint.model_id
+
+        async def events():
+            cut, first = StopFilter(stops), True
+            try:
+                yield self._build_chunk_sse(ident, role="assistant", content="", model=name)
+                while (item := await queue.get()) is not None:
+                    if isinstance(item, _StreamError):
+                        yield f"data: {json.dumps({'error': {'message': item.msg, 'type': 'server_error'}})}\n\n"
+                        return
+                    text = cut.feed(str(item))
+                    if first:  # the answer without its leading whitespace, as the non-streamed one
+                        text = text.lstrip()
+                        first = not text
+                    if text:
+                        yield self._build_chunk_sse(ident, content=text, model=name)
+                    if cut.hit:
+                        streamer.cancel()
+                rest = cut.flush().lstrip() if first else cut.flush()
+                if rest:
+                    yield self._build_chunk_sse(ident, content=rest, model=name)
+                done = streamer.total_tokens
+                usage = CompletionUsage(prompt_tokens=prompt, completion_tokens=done, total_tokens=prompt + done)
+                finish = "stop" if cut.hit or done < config.max_new_tokens else "length"
+                yield self._build_chunk_sse(ident, finish_reason=finish, model=name, usage=usage)
+                yield "data: [DONE]\n\n"
+            except (GeneratorExit, asyncio.CancelledError):  # the client left: the generation ends too
+                streamer.cancel()
+                raise
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _errors(app) -> None:
+    """Every refusal in OpenAI's error shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request, exc):
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(UserError)
+    async def _user_error(_request, exc):
+        return JSONResponse(ApiError(400, str(exc), "context_length_exceeded", "messages").body(), status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request, exc):
+        message = exc.detail if exc.status_code != 404 else f"no route {request.method} {request.url.path}"
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request_error")
+        return JSONResponse(ApiError(exc.status_code, str(message), code).body(), status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request, exc):
+        return JSONResponse(ApiError(400, f"the body is not valid: {exc.errors()[:1]}").body(), status_code=400)
+
+    @app.exception_handler(Exception)
+    async def _failed(_request, exc):  # a failure inside generation: the client hears it, the server goes on
+        return JSONResponse(ApiError(500, f"{type(exc).__name__}: {exc}", code="server_error").body(),
+                            status_code=500)
+
+
+def _routes(app, endpoint: Endpoint, generation: GenerationState) -> None:
+    """llmtui's routes, as plain Starlette routes (FastAPI would read their annotations)."""
+
+    async def health(_request):
+        ready = endpoint.loaded is not None
+        return JSONResponse({"status": "ok" if ready else "loading", "model": endpoint.model_id},
+                            status_code=200 if ready else 503)
+
+    async def list_models(_request):
+        return JSONResponse(endpoint.models())
+
+    async def one_model(request):
+        if request.path_params["model_id"] != endpoint.model_id:
+            raise ApiError(404, f"The model '{request.path_params['model_id']}' does not exist",
+                           code="model_not_found", param="model")
+        return JSONResponse(endpoint.models()["data"][0])
+
+    async def text_completions(request):
+        from tuiapp.trainer.tools import completions
+
+        asked = completions.read_request(json.loads(await request.body()), endpoint, ApiError)
+        manager = generation.get_manager(endpoint.model_id, use_cb=False)  # the chat's inference thread
+        return JSONResponse(await manager.async_submit(completions.complete, endpoint, asked))
+
+    app.add_route("/health", health, methods=["GET"])
+    app.add_route("/v1/models", list_models, methods=["GET"])
+    app.add_route("/v1/models/{model_id:path}", one_model, methods=["GET"])
+    app.add_route("/v1/completions", text_completions, methods=["POST"])
+
+
+def build_app(endpoint: Endpoint):
+    """transformers' FastAPI app with the run's model and llmtui's routes."""
+    generation = GenerationState(continuous_batching=False)  # why not: openai_server's docstring
+    models = RunModels(endpoint, generation)
+    app = build_server(models, RunChat(models, generation, endpoint), None, None, None, None, generation)
+    # transformers' other routes are not this server's: /v1/models lists the hub cache, /health knows no
+    # loading, /v1/completions takes no token ids nor prompt_logprobs, /load_model and /reset would load
+    # any model or drop the run's; /v1/responses, /v1/systemone and audio have no handler here
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) == "/v1/chat/completions"]
+    _errors(app)
+    _routes(app, endpoint, generation)
+    return app
