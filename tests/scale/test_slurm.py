@@ -25,7 +25,8 @@ def cluster_up() -> bool:
     if not shutil.which("sbatch") or not shutil.which("sinfo"):
         return False
     try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10).stdout
+        # a live controller answers at once; a stopped one makes sinfo retry for ~9 s (each pytest start)
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=5).stdout
     except (OSError, subprocess.TimeoutExpired):
         return False
     return any(state.strip().rstrip("*") in ("idle", "mixed", "allocated") for state in out.split())
