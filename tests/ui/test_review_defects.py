@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -354,6 +355,17 @@ def test_the_history_polls_a_share_of_its_finished_runs_in_turn(tmp_path):
         assert len(changed) <= 3, [row.id for row in changed]  # a share per poll
         seen += [row.id for row in changed]
     assert sorted(seen) == sorted(run.path.name for run in runs)  # each one within 7/3 polls
+
+    # new run folders: the runs folder is listed again only when its mtime moved (or moved < 1 s ago)
+    listings = []
+    run_names = loader.store.run_names
+    loader.store.run_names = lambda: listings.append(1) or run_names()  # counts the real listings
+    past = time.time() - 30
+    os.utime(root, (past, past))
+    assert loader.scan() == [] and loader.scan() == [] and loader.scan() == []
+    assert len(listings) == 1  # listed once; then its unchanged mtime says nothing is new
+    fresh = synthetic_run(root, "fresh", index=9, steps=2, eval_every=0, samples=False)
+    assert loader.scan() == [fresh.path.name] and len(listings) == 2  # a new folder moved the mtime
 
 
 # ---------------------------------------------------------------- 2: n -> the form, its models from the history

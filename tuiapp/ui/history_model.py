@@ -62,10 +62,15 @@ class HistoryModel:
         self.groups: dict[str, GroupRow] = {}  # every sweep of the rows (built with `visible`)
         self.accepted_count = 0  # runs that pass the filters (folded ones included)
         self._visible: list[RunRow | GroupRow] | None = None
+        self.active: set[str] = set()  # ids of the runs whose status is ACTIVE: kept as rows change
 
     def add(self, rows: list[RunRow]) -> None:
         for row in rows:
             self.rows[row.id] = row
+            if row.status in ACTIVE:
+                self.active.add(row.id)
+            else:
+                self.active.discard(row.id)
         self._visible = None
 
     def update(self, rows: list[RunRow]) -> None:
@@ -74,6 +79,7 @@ class HistoryModel:
     def remove(self, run_ids: list[str]) -> None:
         for run_id in run_ids:
             self.rows.pop(run_id, None)
+            self.active.discard(run_id)
             if run_id in self.marked:
                 self.marked.remove(run_id)
         self._visible = None

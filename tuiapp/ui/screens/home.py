@@ -12,6 +12,7 @@ import importlib
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -68,6 +69,18 @@ def warm_up_form() -> None:
     them on the UI thread, nor its check's thread beside the form's first frames."""
     for module in ("tuiapp.ui.screens.new_experiment", "tuiapp.core.prelaunch.door"):
         importlib.import_module(module)
+
+
+WAKE_S = 0.2  # a polling worker looks whether it was cancelled this often while it waits
+SIDE_POLLS = 2  # evaluations/exports and servers made from a shell: looked for every 2nd poll (4 s)
+
+
+def wait_a_poll(worker, seconds: float) -> None:
+    """A polling worker's wait between polls, in slices: cancelled, it ends within WAKE_S (each wake
+    takes the GIL from the UI: 0.05 s slices in three workers were 60 wakes a second)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not worker.is_cancelled:
+        time.sleep(WAKE_S)
 
 
 class HomeScreen(HistoryManageActions, Screen):
@@ -177,9 +190,7 @@ class HomeScreen(HistoryManageActions, Screen):
         warm_up_charts()
         warm_up_form()
         while config.live and not worker.is_cancelled:
-            deadline = time.monotonic() + config.history_poll_s
-            while time.monotonic() < deadline and not worker.is_cancelled:
-                time.sleep(0.05)
+            wait_a_poll(worker, config.history_poll_s)
             fresh = [r for batch in loader.load_infos(loader.scan(), config.batch_size) for r in batch]
             if fresh:
                 self.post_message(RunsLoaded(fresh, done=True))
@@ -204,18 +215,15 @@ class HomeScreen(HistoryManageActions, Screen):
         rotation = Rotation()  # finished runs: a share per poll, in turn (active ones every poll)
         while not worker.is_cancelled:
             if self.summarized:  # after the first load: it read every run's latest eval itself
-                try:
-                    rows = list(self.model.rows.values())
+                try:  # ids copied at C speed; rows looked up only for the share polled
+                    ids, active = list(self.model.rows), set(self.model.active)
                 except RuntimeError:  # the rows changed while copied: next time
-                    rows = []
-                runs = [(row.id, row.path) for row in rows if row.status in ACTIVE]
-                runs += rotation.take([(row.id, row.path) for row in rows if row.status not in ACTIVE])
-                found = watch.poll(runs)
+                    ids, active = [], set()
+                share = [run_id for run_id in rotation.take(ids) if run_id not in active]
+                found = watch.poll(self._paths([*active, *share]))
                 if found:
                     self.post_message(AfterTrainingRead(found))
-            deadline = time.monotonic() + config.history_poll_s
-            while time.monotonic() < deadline and not worker.is_cancelled:
-                time.sleep(0.05)
+            wait_a_poll(worker, SIDE_POLLS * config.history_poll_s)
 
     @work(thread=True, exclusive=True, group="served")
     def watch_served(self, once: bool = False) -> None:
@@ -229,13 +237,15 @@ class HomeScreen(HistoryManageActions, Screen):
         whole = False  # every run looked at once, all of them read
         while not worker.is_cancelled:
             try:
-                paths = [row.path for row in list(self.model.rows.values())] if self.model else []
+                ids = list(self.model.rows) if self.model else []
             except RuntimeError:  # the rows changed while copied: next time
-                paths = None
-            if paths is not None:
-                if whole and not once:
-                    paths = [path for path in paths if path.name in records] + rotation.take(paths)
+                ids = None
+            if ids is not None:
+                if whole and not once:  # those served, and a share of the rest in turn
+                    paths = [path for _, path in self._paths([i for i in records if i in self.model.rows]
+                                                             + rotation.take(ids))]
                 else:
+                    paths = [path for _, path in self._paths(ids)]
                     whole = self.loaded
                     records = {}
                 live = served.live_records(paths)
@@ -249,9 +259,12 @@ class HomeScreen(HistoryManageActions, Screen):
                     self.post_message(ServingChanged(found))
                 if once and self.loaded:
                     return
-            deadline = time.monotonic() + config.history_poll_s
-            while time.monotonic() < deadline and not worker.is_cancelled:
-                time.sleep(0.05)
+            wait_a_poll(worker, SIDE_POLLS * config.history_poll_s)
+
+    def _paths(self, run_ids) -> list[tuple[str, Path]]:
+        """(id, folder) of those of `run_ids` still in the history."""
+        rows = self.model.rows
+        return [(run_id, row.path) for run_id in run_ids if (row := rows.get(run_id)) is not None]
 
     def on_serving_changed(self, message: ServingChanged) -> None:
         self.query_one(RunsTable).set_serving(message.serving)
@@ -448,7 +461,7 @@ class HomeScreen(HistoryManageActions, Screen):
         self.query_one("#home-status", Static).update(" · ".join(parts))
 
     def _tick(self) -> None:
-        if self.model and any(r.status in ACTIVE for r in self.model.rows.values()):
+        if self.model and self.model.active:
             self.query_one(RunsTable).refresh()  # durations, start-up clocks and stall flags move
             self._show_detail()
 
