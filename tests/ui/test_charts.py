@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 from ui_fixtures import screen_text, synthetic_run, test_app, wait_for
@@ -85,7 +86,10 @@ def test_compare_shows_as_many_charts_as_stay_readable_and_pages_to_the_others(r
             loss = screen.query_one("#cmp-chart-loss", CompareChart)
             assert loss.size.height >= 10  # eight charts at once left each plot 2 rows high at 120x36
             if per_page < len(screen.query_one(PaneDeck).panes):
-                assert per_page == 1 or "7 Summary" in screen_text(app)  # the tabs say what else there is
+                if per_page > 1:  # the tabs say what else there is: every pane's key on the tab row
+                    row = next(line for line in screen_text(app).splitlines() if " 1 Loss " in line)
+                    keys = range(2, len(screen.query_one(PaneDeck).panes) + 1)
+                    assert all(re.search(rf"(?<!\d){key}(?!\d)", row) for key in keys), row
                 await pilot.press("7")
                 await pilot.pause(0.2)
                 assert "Summary" in shown(screen) and "Loss" not in shown(screen)  # its page
