@@ -242,8 +242,7 @@ class HomeScreen(HistoryManageActions, Screen):
                 ids = None
             if ids is not None:
                 if whole and not once:  # those served, and a share of the rest in turn
-                    paths = [path for _, path in self._paths([i for i in records if i in self.model.rows]
-                                                             + rotation.take(ids))]
+                    paths = [path for _, path in self._paths([*records, *rotation.take(ids)])]
                 else:
                     paths = [path for _, path in self._paths(ids)]
                     whole = self.loaded
