@@ -223,6 +223,7 @@ def test_packed_batch_has_the_same_loss_as_separate_examples(tmp_path, tiny_path
     assert abs(packed - loss_one_by_one(model, features)) < 1e-4
 
 
+@pytest.mark.slow  # over 1.5 s on 2 quiet cores
 def test_packed_rows_have_the_same_loss_as_separate_examples(tmp_path, tiny_path, tokenizer):
     packed_recipe = recipe("demo:chat", packing=True)
     train, _ = build_datasets(packed_recipe, tokenizer, tmp_path)
@@ -238,6 +239,7 @@ def test_packed_rows_have_the_same_loss_as_separate_examples(tmp_path, tiny_path
     assert abs(packed - loss_one_by_one(model, features)) < 1e-4
 
 
+@pytest.mark.slow  # over 1.5 s on 2 quiet cores
 def test_training_model_keeps_packed_examples_apart(tmp_path, tiny_path, tokenizer, monkeypatch):
     """load_model's model, in training mode and called as the Trainer calls it (no use_cache
     argument): a flattened row runs sdpa once per example and layer, without a mask (the varlen

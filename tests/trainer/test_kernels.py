@@ -114,6 +114,7 @@ def test_torch_extensions_dir_is_per_environment_unless_set(tmp_path):
     assert torch_extensions_dir({**env, "TORCH_EXTENSIONS_DIR": "/x"}) == "/x"
 
 
+@pytest.mark.slow  # over 1.5 s on 2 quiet cores
 @pytest.mark.tiny
 def test_sdpa_and_eager_attention_give_the_same_losses(llmtui_cache):
     """Three AdamW steps on packed rows (position ids restart per example) from the same seed. Both

@@ -49,6 +49,7 @@ def loss_and_grads(model, batch):
     return out, grads
 
 
+@pytest.mark.slow  # over 1.5 s on 2 quiet cores
 @pytest.mark.parametrize("layout", ["packed", "padded"])
 def test_the_loss_and_gradients_match_the_full_logits(lora_setup, tiny_model, layout):
     recipe, tokenizer, train_set = lora_setup

@@ -310,7 +310,7 @@ def test_online_rl_runs_get_task_and_total_reward_charts(tmp_path):
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("size", [(80, 24), (120, 36)])
+@pytest.mark.parametrize("size", [(80, 24), pytest.param((120, 36), marks=SLOW)])
 def test_every_tab_stays_on_screen_with_its_key_and_p_reaches_the_tenth_pane(tmp_path, size):
     """Ten panes (two RL runs) do not fit their titles in the tab row: each tab keeps its number (the
     tenth, which has no digit, an ellipsis), the current one its title; p reaches the tenth (Samples)."""
