@@ -6,13 +6,18 @@ from pathlib import Path
 import pytest
 
 from tuiapp.core.config.recipe import parse_recipe
+from tuiapp.core.machine.gpus import cuda_available
 from tuiapp.core.plan import estimate
 
-RUNS_HERE = ("adamw", "muon", "adafactor", "schedule_free_adamw", "lion")  # the others need CUDA
+RUNS_HERE = ("adamw", "muon", "adafactor", "schedule_free_adamw", "lion")
+CUDA_ONLY = ("adamw_8bit", "galore", "apollo")  # refused before launch without CUDA (test_refused_...)
 STEPS = 8
 
 
-def _recipe(kind: str):
+def _recipe(kind: str, cuda: bool = False):
+    # on a GPU: one process under the ddp strategy (galore and apollo refuse DeepSpeed's flat
+    # partitions), fp32 weights, so the optimizer's state is all the estimate's optimizer row holds
+    launch = 'strategy = "ddp"\n' if cuda else ""
     return parse_recipe(f"""
 [dataset]
 name = "demo:text"
@@ -26,12 +31,13 @@ learning_rate = 3e-3
 max_seq_len = 32
 warmup_ratio = 0.0
 scheduler = "constant"
+precision = "fp32"
 [launch]
 gpus = 1
-""", "optim.toml")
+{launch}""", "optim.toml")
 
 
-def _train(kind: str, tiny_model: Path, out: Path) -> tuple[list[float], int]:
+def _train(kind: str, tiny_model: Path, out: Path, cuda: bool = False) -> tuple[list[float], int]:
     import transformers
     from transformers import TrainerCallback
 
@@ -41,7 +47,7 @@ def _train(kind: str, tiny_model: Path, out: Path) -> tuple[list[float], int]:
     from tuiapp.trainer.models.model import cache_dir, load_model, load_tokenizer
     from tuiapp.trainer.run import RunTrainer, _training_args
 
-    recipe = _recipe(kind)
+    recipe = _recipe(kind, cuda)
     tokenizer = load_tokenizer(str(tiny_model), False, recipe)
     train_set, _ = build_datasets(recipe, tokenizer, cache_dir())
     transformers.set_seed(0)
@@ -77,6 +83,37 @@ def test_optimizer_trains_and_its_state_is_estimated(kind, trained):
     assert last < first * 0.9, (kind, losses)
     predicted = estimate.estimate_recipe(_recipe(kind), dict(estimate.TINY_CONFIG), 1, cuda=False).memory.optimizer
     assert abs(predicted - measured) <= 0.05 * measured, (kind, predicted, measured)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not cuda_available(), reason="adamw_8bit, galore and apollo run on CUDA only")
+@pytest.mark.parametrize("kind", CUDA_ONLY)
+def test_cuda_optimizer_trains_and_its_state_is_estimated(kind, tiny_model, tmp_path):
+    """The same on a GPU for the kinds that need one (with their packages: llmtui[qlora], [galore],
+    [apollo]): the loss falls and the estimate's optimizer bytes are the state's within 5 %."""
+    losses, measured = _train(kind, tiny_model, tmp_path, cuda=True)
+    assert len(losses) >= STEPS // 2
+    first, last = sum(losses[:2]) / 2, sum(losses[-2:]) / 2
+    assert last < first * 0.9, (kind, losses)
+    predicted = estimate.estimate_recipe(_recipe(kind, True), dict(estimate.TINY_CONFIG), 1, cuda=True).memory.optimizer
+    assert abs(predicted - measured) <= 0.05 * measured, (kind, predicted, measured)
+
+
+def test_state_bytes_counts_each_tensor_once_and_what_a_projector_holds():
+    import torch
+
+    from tuiapp.trainer.loop.optimizers import state_bytes
+
+    class Projector:  # as GaLore's: the projection matrix on an object in the state
+        def __init__(self):
+            self.ortho_matrix, self.rank = torch.zeros(16, 4), 4
+
+    shared = torch.zeros(256)  # as bitsandbytes' quantization map, one tensor in every parameter's state
+    a, b = torch.nn.Parameter(torch.zeros(8, 16)), torch.nn.Parameter(torch.zeros(16))
+    optimizer = torch.optim.SGD([a, b], lr=0.1)
+    optimizer.state[a] = {"exp_avg": torch.zeros(8, 4), "qmap": shared, "projector": Projector(), "step": 3}
+    optimizer.state[b] = {"exp_avg": torch.zeros(16, dtype=torch.uint8), "qmap": shared}
+    assert state_bytes(optimizer) == 4 * 32 + 4 * 256 + 4 * 64 + 16
 
 
 # ---------------------------------------------------------------- fast: schema, estimate, refusals
@@ -202,3 +239,22 @@ def test_muon_part_steps_as_torchs_muon_and_the_rest_as_adamw():
     assert (ours[0] - ref[0]).abs().mean() < 0.02 * step  # torch runs Newton-Schulz in bf16, ours in fp32 here
     assert torch.allclose(ours[1], ref[1])
     assert set(optimizer.state[ours[0]]) == {"momentum_buffer"}
+
+
+def test_describe_names_the_optimizer_under_its_wrappers():
+    import torch
+
+    from tuiapp.trainer.loop.optimizers import describe
+
+    class Wrapper:  # as DeepSpeed's ZeRO optimizer: not a torch optimizer, its param_groups are the inner's
+        def __init__(self, inner):
+            self.optimizer, self.param_groups = inner, inner.param_groups
+
+    weight = torch.nn.Parameter(torch.zeros(4, 4))
+    inner = torch.optim.AdamW([weight])
+    weight.grad = torch.ones(4, 4)
+    inner.step()
+    described = describe(Wrapper(inner))
+    assert described["optimizer"] == "torch.optim.adamw.AdamW" and described["optimizer_wrappers"] == ["Wrapper"]
+    assert described["optimizer_state_bytes"] == 2 * 4 * 16 + 4  # exp_avg, exp_avg_sq and the step count
+    assert describe(object()) == {}

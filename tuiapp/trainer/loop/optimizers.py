@@ -233,9 +233,11 @@ def describe(optimizer) -> dict:
     """What steps the weights, for the run's first_step event: the class that owns the state (its
     module and name), the wrappers around it, outermost first, and this rank's state bytes."""
     chain = _chain(optimizer)
+    if not chain:
+        return {}
     inner = chain[-1]
     return {"optimizer": f"{type(inner).__module__}.{type(inner).__qualname__}",
-            "optimizer_wrappers": [type(o).__qualname__ for o in chain[:-1]],
+            "optimizer_wrappers": [type(o).__name__ for o in chain[:-1]],
             "optimizer_state_bytes": state_bytes(inner)}
 
 
@@ -260,7 +262,7 @@ def state_bytes(optimizer) -> int:
     each parameter's state tensors, and those an object in it holds (GaLore's projector keeps its
     projection matrix so), a tensor two parameters share counted once (bitsandbytes hands every
     parameter the same quantization map)."""
-    inner = _chain(optimizer)[-1]
+    inner = (_chain(optimizer) or [optimizer])[-1]
     seen: set[tuple[int, int]] = set()
     total = 0
 
@@ -271,7 +273,7 @@ def state_bytes(optimizer) -> int:
             seen.add(key)
             total += value.numel() * value.element_size()
 
-    for state in inner.state.values():
+    for state in getattr(inner, "state", {}).values():
         for value in state.values():
             if torch.is_tensor(value):
                 count(value)
