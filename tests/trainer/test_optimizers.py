@@ -151,6 +151,7 @@ def test_state_bytes_per_parameter():
     assert state_bytes("adafactor", [matrix, vector]) == 4 * (64 + 32) + 4 * 32
     assert state_bytes("adafactor", [matrix], flattened=True) == 4 * 64 * 32
     assert state_bytes("adamw_8bit", [((256, 256), "hidden", "x")]) == 2 * (65536 + 4 * 256)
+    assert state_bytes("adamw_8bit", [((256, 256), "embedding", "embed_tokens")]) == 8 * 65536  # 32-bit states
 
 
 def test_estimate_counts_the_optimizer_and_the_fp32_master():
