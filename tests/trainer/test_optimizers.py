@@ -212,6 +212,15 @@ def test_trainer_arguments_of_each_kind():
     assert galore["optim_target_modules"] == ["attn", "mlp"]
     assert optimizers.deepspeed_section(_with("[train]\noptimizer = \"muon\"\n"))["type"] == "muon"
     assert optimizers.deepspeed_section(_with("")) is None
+    from tuiapp.trainer.loop.ds_config import deepspeed_config
+
+    zero3 = _with("[train]\noptimizer = \"muon\"\n[launch]\nzero_stage = 3\n")
+    config = optimizers.deepspeed_config(zero3, deepspeed_config(zero3))  # stage 3 refuses Muon with reduce-scatter
+    assert config["optimizer"]["type"] == "muon" and config["zero_optimization"]["reduce_scatter"] is False
+    zero2 = _with("[train]\noptimizer = \"muon\"\n[launch]\nzero_stage = 2\n")
+    assert "reduce_scatter" not in optimizers.deepspeed_config(zero2, deepspeed_config(zero2))["zero_optimization"]
+    adamw = _with("[launch]\nzero_stage = 3\n")
+    assert optimizers.deepspeed_config(adamw, deepspeed_config(adamw)) == deepspeed_config(adamw)
 
 
 def test_muon_part_steps_as_torchs_muon_and_the_rest_as_adamw():
@@ -259,3 +268,17 @@ def test_describe_names_the_optimizer_under_its_wrappers():
     assert described["optimizer"] == "torch.optim.adamw.AdamW" and described["optimizer_wrappers"] == ["Wrapper"]
     assert described["optimizer_state_bytes"] == 2 * 4 * 16 + 4  # exp_avg, exp_avg_sq and the step count
     assert describe(object()) == {}
+
+
+def test_the_logged_rate_is_adamws_when_muon_steps_part_of_the_weights():
+    import torch
+
+    from tuiapp.trainer.loop.optimizers import logged_lr
+
+    muon, adam = torch.nn.Parameter(torch.zeros(4, 4)), torch.nn.Parameter(torch.zeros(4))
+    optimizer = torch.optim.SGD([{"params": [muon], "lr": 0.02, "use_muon": True},  # DeepSpeed's order: Muon first
+                                 {"params": [adam], "lr": 0.003, "use_muon": False}], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    assert logged_lr(optimizer, scheduler, 0.01) == pytest.approx(0.0015)
+    plain = torch.optim.SGD([adam], lr=0.003)
+    assert logged_lr(plain, None, 0.003) == 0.003
