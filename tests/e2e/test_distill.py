@@ -12,7 +12,11 @@
 - a served teacher: the teacher run behind `llmtui serve`, method.teacher its /v1 URL: checked before
   launch, its top-k read through /v1/completions' prompt_logprobs equal to the local teacher's cache.
 - mode 'online' with on-policy batches (lmbda > 0) and the SFT run's final model as the teacher
-  (method.teacher = 'run:NAME'): it succeeds and its rows count the batches the student answered."""
+  (method.teacher = 'run:NAME'): it succeeds and its rows count the batches the student answered.
+- a LoRA student ([method.adapter] kind 'lora' on the tiny model the teacher was trained from): only
+  the adapter trains, and its held-out KL to the teacher falls.
+- 2 CPU ranks at ZeRO-3 (the student sharded, the teacher's top-k computed under the ranks into its
+  own cache entry): the run trains and its KL falls."""
 
 import json
 from pathlib import Path
@@ -53,8 +57,8 @@ def _recipe_with_method(path: Path, name: str, method: str, train: dict | None =
     return path
 
 
-def _run(runs: Path, recipe: Path, name: str) -> Path:
-    result = llmtui("run", str(recipe), runs_dir=runs, timeout=300)
+def _run(runs: Path, recipe: Path, name: str, *sets: str) -> Path:
+    result = llmtui("run", str(recipe), *(f"--set={s}" for s in sets), runs_dir=runs, timeout=300)
     found = [p for p in runs.iterdir() if p.is_dir() and p.name.split("-", 2)[-1].rsplit("-", 1)[0] == name]
     assert len(found) == 1, result.stdout[-2000:] + result.stderr[-2000:]
     run_dir = found[0]
@@ -209,3 +213,59 @@ def test_a_served_teacher_gives_the_local_teachers_top_k_and_distils(runs):
 
     refused = llmtui("run", str(recipe), runs_dir=runs["runs"], timeout=120)  # the server is gone now
     assert refused.returncode != 0 and f"{url} did not answer" in refused.stdout + refused.stderr
+
+
+
+def test_a_lora_student_trains_only_its_adapter(runs):
+    """The tiny model (the teacher's own start) with a LoRA adapter learns from the teacher: the run's
+    trained parameters are exactly the adapter's tensors, final/ holds the adapter alone, and the
+    held-out KL to the teacher falls (measured on the base and on base + adapter)."""
+    import math
+
+    from safetensors import safe_open
+
+    from tuiapp.core.config.recipe import load_recipe
+    from tuiapp.trainer.methods.distill import heldout_kl
+    from tuiapp.trainer.models.bundled import resolve_model_path
+
+    method = 'kind = "distill"\nteacher = "run:tiny-distill-teacher"\nmode = "offline"\ntop_k = 32\n' \
+             '[method.adapter]\nkind = "lora"\nrank = 8'
+    recipe = _recipe_with_method(runs["root"] / "lora.toml", "tiny-distill-lora", method, {"max_steps": 12})
+    recipe.write_text(recipe.read_text().replace('name = "tiny-student"', 'name = "tiny"'))
+    run_dir = _run(runs["runs"], recipe, "tiny-distill-lora")
+    started = next(e for e in _events(run_dir) if e.get("event") == "started")
+    final = run_dir / "final"
+    assert (final / "adapter_config.json").exists() and not (final / "model.safetensors").exists()
+    with safe_open(final / "adapter_model.safetensors", "pt") as adapter:
+        shapes = {name: adapter.get_slice(name).get_shape() for name in adapter.keys()}  # noqa: SIM118
+    assert shapes and all("lora_A" in name or "lora_B" in name for name in shapes), shapes
+    adapter_numel = sum(math.prod(shape) for shape in shapes.values())
+    assert started["trainable_params"] == adapter_numel < started["params"] // 10, (started, adapter_numel)
+    train = [r for r in metrics(run_dir) if r.get("split", "train") == "train" and "loss" in r]
+    kl = [r["kl"] for r in train]
+    assert len(kl) == 12 and sum(kl[6:]) < sum(kl[:6]), kl
+    frozen = load_recipe(run_dir / "recipe.toml")  # method.teacher: the teacher run's final model
+    base, tuned = heldout_kl(frozen, resolve_model_path("tiny")), heldout_kl(frozen, final)
+    print(f"LoRA student's held-out KL to the teacher: base {base['kl']:.3f}, with the adapter {tuned['kl']:.3f}")
+    assert base["tokens"] == tuned["tokens"] > 0
+    assert tuned["kl"] < 0.9 * base["kl"] and tuned["top1_agree"] > base["top1_agree"], (base, tuned)
+
+
+def test_two_ranks_zero3_distillation_trains(runs):
+    """The preset on 2 CPU ranks at ZeRO-3 with top_k 16: a cache entry of its own, computed under the
+    two ranks; the run trains and its KL to the teacher falls by more than half."""
+    method = 'kind = "distill"\nteacher = "run:tiny-distill-teacher"\nmode = "offline"\ntop_k = 16'
+    recipe = _recipe_with_method(runs["root"] / "zero3.toml", "tiny-distill-zero3", method,
+                                 {"max_steps": 12, "eval_steps": 0})
+    run_dir = _run(runs["runs"], recipe, "tiny-distill-zero3", "launch.gpus=2", "launch.zero_stage=3")
+    assert run_info(run_dir)["ranks"] == 2
+    events = _events(run_dir)
+    started = next(e for e in events if e.get("event") == "started")
+    first = next(e for e in events if e.get("event") == "first_step")
+    assert started["world_size"] == 2 and first["optimizer_wrappers"][-1] == "DeepSpeedZeroOptimizer_Stage3", first
+    distill = next(e for e in events if e.get("event") == "distill")
+    single = next(e for e in _events(runs["distill"]) if e.get("event") == "distill")
+    assert distill["top_k"] == 16 and distill["cache"] != single["cache"] and Path(distill["cache"]).exists()
+    train = [r for r in metrics(run_dir) if r.get("split", "train") == "train" and "loss" in r]
+    kl = [r["kl"] for r in train]
+    assert len(kl) == 12 and sum(kl[-3:]) < 0.5 * sum(kl[:3]), kl

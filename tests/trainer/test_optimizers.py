@@ -6,13 +6,18 @@ from pathlib import Path
 import pytest
 
 from tuiapp.core.config.recipe import parse_recipe
+from tuiapp.core.machine.gpus import cuda_available
 from tuiapp.core.plan import estimate
 
-RUNS_HERE = ("adamw", "muon", "adafactor", "schedule_free_adamw", "lion")  # the others need CUDA
+RUNS_HERE = ("adamw", "muon", "adafactor", "schedule_free_adamw", "lion")
+CUDA_ONLY = ("adamw_8bit", "galore", "apollo")  # refused before launch without CUDA (test_refused_...)
 STEPS = 8
 
 
-def _recipe(kind: str):
+def _recipe(kind: str, cuda: bool = False):
+    # on a GPU: one process under the ddp strategy (galore and apollo refuse DeepSpeed's flat
+    # partitions), fp32 weights, so the optimizer's state is all the estimate's optimizer row holds
+    launch = 'strategy = "ddp"\n' if cuda else ""
     return parse_recipe(f"""
 [dataset]
 name = "demo:text"
@@ -26,12 +31,13 @@ learning_rate = 3e-3
 max_seq_len = 32
 warmup_ratio = 0.0
 scheduler = "constant"
+precision = "fp32"
 [launch]
 gpus = 1
-""", "optim.toml")
+{launch}""", "optim.toml")
 
 
-def _train(kind: str, tiny_model: Path, out: Path) -> tuple[list[float], int]:
+def _train(kind: str, tiny_model: Path, out: Path, cuda: bool = False) -> tuple[list[float], int]:
     import transformers
     from transformers import TrainerCallback
 
@@ -41,7 +47,7 @@ def _train(kind: str, tiny_model: Path, out: Path) -> tuple[list[float], int]:
     from tuiapp.trainer.models.model import cache_dir, load_model, load_tokenizer
     from tuiapp.trainer.run import RunTrainer, _training_args
 
-    recipe = _recipe(kind)
+    recipe = _recipe(kind, cuda)
     tokenizer = load_tokenizer(str(tiny_model), False, recipe)
     train_set, _ = build_datasets(recipe, tokenizer, cache_dir())
     transformers.set_seed(0)
@@ -79,6 +85,37 @@ def test_optimizer_trains_and_its_state_is_estimated(kind, trained):
     assert abs(predicted - measured) <= 0.05 * measured, (kind, predicted, measured)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not cuda_available(), reason="adamw_8bit, galore and apollo run on CUDA only")
+@pytest.mark.parametrize("kind", CUDA_ONLY)
+def test_cuda_optimizer_trains_and_its_state_is_estimated(kind, tiny_model, tmp_path):
+    """The same on a GPU for the kinds that need one (with their packages: llmtui[qlora], [galore],
+    [apollo]): the loss falls and the estimate's optimizer bytes are the state's within 5 %."""
+    losses, measured = _train(kind, tiny_model, tmp_path, cuda=True)
+    assert len(losses) >= STEPS // 2
+    first, last = sum(losses[:2]) / 2, sum(losses[-2:]) / 2
+    assert last < first * 0.9, (kind, losses)
+    predicted = estimate.estimate_recipe(_recipe(kind, True), dict(estimate.TINY_CONFIG), 1, cuda=True).memory.optimizer
+    assert abs(predicted - measured) <= 0.05 * measured, (kind, predicted, measured)
+
+
+def test_state_bytes_counts_each_tensor_once_and_what_a_projector_holds():
+    import torch
+
+    from tuiapp.trainer.loop.optimizers import state_bytes
+
+    class Projector:  # as GaLore's: the projection matrix on an object in the state
+        def __init__(self):
+            self.ortho_matrix, self.rank = torch.zeros(16, 4), 4
+
+    shared = torch.zeros(256)  # as bitsandbytes' quantization map, one tensor in every parameter's state
+    a, b = torch.nn.Parameter(torch.zeros(8, 16)), torch.nn.Parameter(torch.zeros(16))
+    optimizer = torch.optim.SGD([a, b], lr=0.1)
+    optimizer.state[a] = {"exp_avg": torch.zeros(8, 4), "qmap": shared, "projector": Projector(), "step": 3}
+    optimizer.state[b] = {"exp_avg": torch.zeros(16, dtype=torch.uint8), "qmap": shared}
+    assert state_bytes(optimizer) == 4 * 32 + 4 * 256 + 4 * 64 + 16
+
+
 # ---------------------------------------------------------------- fast: schema, estimate, refusals
 
 
@@ -114,6 +151,7 @@ def test_state_bytes_per_parameter():
     assert state_bytes("adafactor", [matrix, vector]) == 4 * (64 + 32) + 4 * 32
     assert state_bytes("adafactor", [matrix], flattened=True) == 4 * 64 * 32
     assert state_bytes("adamw_8bit", [((256, 256), "hidden", "x")]) == 2 * (65536 + 4 * 256)
+    assert state_bytes("adamw_8bit", [((256, 256), "embedding", "embed_tokens")]) == 8 * 65536  # 32-bit states
 
 
 def test_estimate_counts_the_optimizer_and_the_fp32_master():
@@ -174,6 +212,15 @@ def test_trainer_arguments_of_each_kind():
     assert galore["optim_target_modules"] == ["attn", "mlp"]
     assert optimizers.deepspeed_section(_with("[train]\noptimizer = \"muon\"\n"))["type"] == "muon"
     assert optimizers.deepspeed_section(_with("")) is None
+    from tuiapp.trainer.loop.ds_config import deepspeed_config
+
+    zero3 = _with("[train]\noptimizer = \"muon\"\n[launch]\nzero_stage = 3\n")
+    config = optimizers.deepspeed_config(zero3, deepspeed_config(zero3))  # stage 3 refuses Muon with reduce-scatter
+    assert config["optimizer"]["type"] == "muon" and config["zero_optimization"]["reduce_scatter"] is False
+    zero2 = _with("[train]\noptimizer = \"muon\"\n[launch]\nzero_stage = 2\n")
+    assert "reduce_scatter" not in optimizers.deepspeed_config(zero2, deepspeed_config(zero2))["zero_optimization"]
+    adamw = _with("[launch]\nzero_stage = 3\n")
+    assert optimizers.deepspeed_config(adamw, deepspeed_config(adamw)) == deepspeed_config(adamw)
 
 
 def test_muon_part_steps_as_torchs_muon_and_the_rest_as_adamw():
@@ -202,3 +249,36 @@ def test_muon_part_steps_as_torchs_muon_and_the_rest_as_adamw():
     assert (ours[0] - ref[0]).abs().mean() < 0.02 * step  # torch runs Newton-Schulz in bf16, ours in fp32 here
     assert torch.allclose(ours[1], ref[1])
     assert set(optimizer.state[ours[0]]) == {"momentum_buffer"}
+
+
+def test_describe_names_the_optimizer_under_its_wrappers():
+    import torch
+
+    from tuiapp.trainer.loop.optimizers import describe
+
+    class Wrapper:  # as DeepSpeed's ZeRO optimizer: not a torch optimizer, its param_groups are the inner's
+        def __init__(self, inner):
+            self.optimizer, self.param_groups = inner, inner.param_groups
+
+    weight = torch.nn.Parameter(torch.zeros(4, 4))
+    inner = torch.optim.AdamW([weight])
+    weight.grad = torch.ones(4, 4)
+    inner.step()
+    described = describe(Wrapper(inner))
+    assert described["optimizer"] == "torch.optim.adamw.AdamW" and described["optimizer_wrappers"] == ["Wrapper"]
+    assert described["optimizer_state_bytes"] == 2 * 4 * 16 + 4  # exp_avg, exp_avg_sq and the step count
+    assert describe(object()) == {}
+
+
+def test_the_logged_rate_is_adamws_when_muon_steps_part_of_the_weights():
+    import torch
+
+    from tuiapp.trainer.loop.optimizers import logged_lr
+
+    muon, adam = torch.nn.Parameter(torch.zeros(4, 4)), torch.nn.Parameter(torch.zeros(4))
+    optimizer = torch.optim.SGD([{"params": [muon], "lr": 0.02, "use_muon": True},  # DeepSpeed's order: Muon first
+                                 {"params": [adam], "lr": 0.003, "use_muon": False}], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    assert logged_lr(optimizer, scheduler, 0.01) == pytest.approx(0.0015)
+    plain = torch.optim.SGD([adam], lr=0.003)
+    assert logged_lr(plain, None, 0.003) == 0.003

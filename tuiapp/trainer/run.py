@@ -105,6 +105,11 @@ class RunTrainerMixin:
             keep_deepspeed_grad_norm(model)
         return super().training_step(model, *args, **kwargs)
 
+    def _get_learning_rate(self):
+        """The logged `lr`: AdamW's rate where Muon steps part of the weights (DeepSpeed's Muon puts
+        its own, scaled group first), so a Muon run's lr column reads the same under every engine."""
+        return optimizers.logged_lr(self.optimizer, self.lr_scheduler, super()._get_learning_rate())
+
     def _track_num_input_tokens(self, inputs):
         """Non-padding tokens counted on this rank without a collective or a host sync, handed to
         the step agreement (GracefulStop), which sums the ranks' counts on the all_reduce it makes
@@ -207,8 +212,8 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
     """TrainingArguments of a run as keywords (TRL's configs take the same ones, and more)."""
     train = recipe.train
     extra = strategies.training_kwargs(recipe, run_dir=run_dir)  # deepspeed config, or FSDP/DDP settings
-    if "deepspeed" in extra and optimizers.deepspeed_section(recipe):  # muon: DeepSpeed's ZeRO-aware Muon
-        extra["deepspeed"] = {**extra["deepspeed"], "optimizer": optimizers.deepspeed_section(recipe)}
+    if "deepspeed" in extra:  # muon: DeepSpeed's ZeRO-aware Muon
+        extra["deepspeed"] = optimizers.deepspeed_config(recipe, extra["deepspeed"])
     extra.update(optimizers.training_kwargs(recipe))  # train.optimizer: optim name, betas, eps
     if recipe.dataset.streaming:
         extra["accelerator_config"] = {**extra.get("accelerator_config", {}), **streaming.accelerator_config()}

@@ -112,8 +112,9 @@ def state_bytes(spec: OptimizerSpec | str, params: Iterable[tuple[tuple[int, ...
             total += 2 * FP32 * n
         elif kind == "lion":
             total += FP32 * n
-        elif kind == "adamw_8bit":
-            total += 2 * (n + FP32 * -(-n // BNB_BLOCK)) if n >= BNB_MIN_8BIT else 2 * FP32 * n
+        elif kind == "adamw_8bit":  # the Trainer keeps the embeddings' (nn.Embedding's) states in 32 bits
+            eight_bit = n >= BNB_MIN_8BIT and role != "embedding"
+            total += 2 * (n + FP32 * -(-n // BNB_BLOCK)) if eight_bit else 2 * FP32 * n
         elif kind == "muon":
             total += FP32 * n if (role == "hidden" and len(shape) == 2) else 2 * FP32 * n
         elif kind == "adafactor":

@@ -30,6 +30,7 @@ from tuiapp.core.run_folder.metrics import (
 from tuiapp.core.run_folder.rundata import MetricsWriter
 from tuiapp.core.run_folder.rundir import RunDir
 from tuiapp.trainer import phases
+from tuiapp.trainer.loop.optimizers import describe
 from tuiapp.trainer.loop.resume import pause_at
 
 
@@ -385,14 +386,15 @@ class RunRecorder(TrainerCallback):
         memory = {**self._others, f"rank{self.rank}": self._memory}
         return dict(sorted(memory.items(), key=lambda item: int(item[0][4:])))
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
         if self._held:
             self._write_rows(state)
         if not getattr(self, "_first", False):
             self._first = True
             phases.enter("training")
-            if self.events is not None:
-                self.events.write({"event": ev.FIRST_STEP, "step": state.global_step})
+            if self.events is not None:  # with what stepped the weights: its class, wrappers and state bytes
+                stepped = describe(optimizer) if optimizer is not None else {}
+                self.events.write({"event": ev.FIRST_STEP, "step": state.global_step, **stepped})
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = dict(logs or {})

@@ -56,6 +56,21 @@ def deepspeed_section(recipe: Recipe) -> dict | None:
                                       "momentum": spec.momentum}}
 
 
+def deepspeed_config(recipe: Recipe, config: dict) -> dict:
+    """The run's DeepSpeed config with the optimizer's part: for muon, DeepSpeed's Muon as its
+    `optimizer` section, and under ZeRO-3 no reduce-scatter of the gradients (DeepSpeed's stage 3
+    refuses Muon with it: Muon orthogonalizes each whole gradient, not a scattered piece)."""
+    section = deepspeed_section(recipe)
+    if section is None:
+        return config
+    config = {**config, "optimizer": section}
+    zero = dict(config.get("zero_optimization") or {})
+    if zero.get("stage") == 3:
+        zero["reduce_scatter"] = False
+        config["zero_optimization"] = zero
+    return config
+
+
 # ---------------------------------------------------------------- muon
 
 
@@ -203,12 +218,67 @@ def _deepspeed_muon_lr(trainer, spec: OptimizerSpec) -> None:
     section["params"]["muon_lr"] = trainer.args.learning_rate * spec.lr_scale * 0.2 * math.sqrt(hidden)
 
 
+def _chain(optimizer) -> list:
+    """An optimizer and the ones it wraps, outermost first (accelerate's wrapper, DeepSpeed's ZeRO
+    optimizer: each holds the next as `.optimizer`); the last owns the state."""
+    chain = []
+    while optimizer is not None and all(optimizer is not seen for seen in chain) \
+            and hasattr(optimizer, "param_groups"):
+        chain.append(optimizer)
+        optimizer = getattr(optimizer, "optimizer", None)
+    return chain
+
+
+def describe(optimizer) -> dict:
+    """What steps the weights, for the run's first_step event: the class that owns the state (its
+    module and name), the wrappers around it, outermost first, and this rank's state bytes."""
+    chain = _chain(optimizer)
+    if not chain:
+        return {}
+    inner = chain[-1]
+    return {"optimizer": f"{type(inner).__module__}.{type(inner).__qualname__}",
+            "optimizer_wrappers": [type(o).__name__ for o in chain[:-1]],
+            "optimizer_state_bytes": state_bytes(inner)}
+
+
+def logged_lr(optimizer, scheduler, lr: float) -> float:
+    """The rate of the first group Muon does not step (AdamW's), when groups are marked `use_muon`;
+    else `lr` (the Trainer's: the first group's)."""
+    groups = getattr(optimizer, "param_groups", None) or []
+    if not any(group.get("use_muon") for group in groups):
+        return lr
+    try:
+        rates = scheduler.get_last_lr()
+    except (AttributeError, AssertionError):  # no scheduler yet, or it has not stepped
+        rates = [group["lr"] for group in groups]
+    for group, rate in zip(groups, rates, strict=False):
+        if not group.get("use_muon"):
+            return float(rate.item() if torch.is_tensor(rate) else rate)
+    return lr
+
+
 def state_bytes(optimizer) -> int:
-    """Bytes of every tensor in an optimizer's state (what the estimate predicts)."""
-    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+    """Bytes of every tensor in an optimizer's state (what the estimate predicts), under its wrappers:
+    each parameter's state tensors, and those an object in it holds (GaLore's projector keeps its
+    projection matrix so), a tensor two parameters share counted once (bitsandbytes hands every
+    parameter the same quantization map)."""
+    inner = (_chain(optimizer) or [optimizer])[-1]
+    seen: set[tuple[int, int]] = set()
     total = 0
-    for state in inner.state.values():
+
+    def count(value) -> None:
+        nonlocal total
+        key = (value.data_ptr(), value.numel() * value.element_size())
+        if key not in seen:
+            seen.add(key)
+            total += value.numel() * value.element_size()
+
+    for state in getattr(inner, "state", {}).values():
         for value in state.values():
             if torch.is_tensor(value):
-                total += value.numel() * value.element_size()
+                count(value)
+            elif hasattr(value, "__dict__"):  # a projector object
+                for held in vars(value).values():
+                    if torch.is_tensor(held):
+                        count(held)
     return total
