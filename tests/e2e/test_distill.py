@@ -19,6 +19,7 @@
   own cache entry): the run trains and its KL falls."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -269,3 +270,23 @@ def test_two_ranks_zero3_distillation_trains(runs):
     train = [r for r in metrics(run_dir) if r.get("split", "train") == "train" and "loss" in r]
     kl = [r["kl"] for r in train]
     assert len(kl) == 12 and sum(kl[-3:]) < 0.5 * sum(kl[:3]), kl
+
+
+def test_a_teacher_with_another_tokenizer_is_refused_by_llmtui_run_before_anything_exists(tmp_path, tiny_model):
+    """Through the CLI: the tiny model's own weights as the teacher, its tokenizer with two tokens'
+    ids swapped, exits 2 naming method.teacher and the token; no run folder is made."""
+    teacher = tmp_path / "other-teacher"
+    shutil.copytree(tiny_model, teacher)
+    tokenizer = json.loads((teacher / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[100:102]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (teacher / "tokenizer.json").write_text(json.dumps(tokenizer))
+    recipe = _recipe_with_method(tmp_path / "mismatch.toml", "mismatch",
+                                 f'kind = "distill"\nteacher = "{teacher}"\nmode = "offline"')
+    runs = tmp_path / "runs"
+    result = llmtui("run", str(recipe), runs_dir=runs, timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 2, out
+    assert "method.teacher" in out and "lacks weights" not in out and repr(first) in out, out
+    assert not (runs.exists() and [p for p in runs.iterdir() if not p.name.startswith(".")]), out

@@ -25,7 +25,6 @@ from tuiapp.core.plan.distill import (
 from tuiapp.core.plan.estimate import TINY_CONFIG, teacher_config
 from tuiapp.core.prelaunch import model_check
 
-SAMPLED_TOKENS = 64  # tokens whose ids are compared between the two tokenizers (spread over the ids)
 KEY = "method.teacher"
 
 
@@ -208,7 +207,7 @@ def _side(name: str, base_dir: Path | None, config: dict | None) -> tuple[str, i
 def vocabulary_findings(student: str, teacher: str, teacher_cfg: dict | None,
                         base_dir: Path | None = None) -> list[Finding]:
     """An error naming method.teacher when the two tokenizers differ: another embedding size, another
-    vocabulary size, or a sampled token with another id."""
+    vocabulary size, or any token with another id (every token is compared: two dicts)."""
     if student in (*BUNDLED_TEACHERS, STUDENT_NAME) and teacher in BUNDLED_TEACHERS:
         return []  # one tokenizer by construction
     s_name, s_size, s_vocab = _side(student, base_dir, None)
@@ -225,10 +224,10 @@ def vocabulary_findings(student: str, teacher: str, teacher_cfg: dict | None,
     if len(s_vocab) != len(t_vocab):
         return [Finding("error", KEY, f"the teacher's tokenizer ({t_name}) has {len(t_vocab)} tokens, the "
                         f"student's ({s_name}) {len(s_vocab)}", fix)]
-    by_id = sorted(s_vocab.items(), key=lambda item: item[1])
-    stride = max(1, len(by_id) // SAMPLED_TOKENS)
-    for token, index in by_id[::stride]:
-        if t_vocab.get(token) != index:
-            return [Finding("error", KEY, f"the teacher's tokenizer ({t_name}) gives the token {token!r} the id "
-                            f"{t_vocab.get(token)}, the student's ({s_name}) {index}: not the same tokenizer", fix)]
+    differ = sorted((index, token) for token, index in s_vocab.items() if t_vocab.get(token) != index)
+    if differ:
+        index, token = differ[0]
+        return [Finding("error", KEY, f"the teacher's tokenizer ({t_name}) gives the token {token!r} the id "
+                        f"{t_vocab.get(token)}, the student's ({s_name}) {index} ({len(differ)} tokens differ): "
+                        "not the same tokenizer", fix)]
     return []
