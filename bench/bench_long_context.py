@@ -5,9 +5,10 @@ against the same sequence on one rank, and what the estimate predicts for both.
 
 Both runs are recipes/tiny-long-context.toml (pretraining blocks of demo:text) at --seq tokens, RoPE
 stretched to them, tiled MLP off (one CPU rank at ZeRO-0 cannot run it); the degree-2 run on 2 ranks, the degree-1 run on 1. The measured figure is the
-peak resident memory of each rank's process over the run (metrics.jsonl, mem.rankN.peak); the
-prediction is `llmtui estimate`'s RAM per rank on CPU (the rank's runtime plus the model states and
-activations of the estimate). Prints a Markdown table for bench/RESULTS.md.
+peak resident memory of each rank's process over the run (ranks/memory-N.json, written at each rank's
+end, and metrics.jsonl's mem.rankN.peak); the prediction is `llmtui estimate`'s RAM per rank on CPU (the
+rank's runtime, the model states and activations of the estimate, and what glibc's heap keeps of the
+activations). Prints a Markdown table for bench/RESULTS.md.
 """
 
 from __future__ import annotations
