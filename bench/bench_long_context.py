@@ -5,9 +5,10 @@ against the same sequence on one rank, and what the estimate predicts for both.
 
 Both runs are recipes/tiny-long-context.toml (pretraining blocks of demo:text) at --seq tokens, RoPE
 stretched to them, tiled MLP off (one CPU rank at ZeRO-0 cannot run it); the degree-2 run on 2 ranks, the degree-1 run on 1. The measured figure is the
-peak resident memory of each rank's process over the run (metrics.jsonl, mem.rankN.peak); the
-prediction is `llmtui estimate`'s RAM per rank on CPU (the rank's runtime plus the model states and
-activations of the estimate). Prints a Markdown table for bench/RESULTS.md.
+peak resident memory of each rank's process over the run (ranks/memory-N.json, written at each rank's
+end, and metrics.jsonl's mem.rankN.peak); the prediction is `llmtui estimate`'s RAM per rank on CPU (the
+rank's runtime, the model states and activations of the estimate, and what glibc's heap keeps of the
+activations). Prints a Markdown table for bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -37,13 +38,18 @@ def overrides(seq: int, degree: int, steps: int) -> list[str]:
 def run(seq: int, degree: int, steps: int, runs: Path) -> dict:
     cmd = [sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(runs), "run", "recipes/tiny-long-context.toml",
            *overrides(seq, degree, steps)]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=os.environ)
+    # no dry step: it trains the recipe's first 8 samples at 256 tokens, fewer than one block of demo:text
+    env = {**os.environ, "LLMTUI_DRY_STEP": "0"}
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "loss" in r]
     if result.returncode != 0 or not rows:
         raise SystemExit(result.stdout[-3000:] + result.stderr[-3000:])
     peaks = {rank: max(r["mem"][rank]["peak"] for r in rows if rank in r.get("mem", {})) for rank in rows[-1]["mem"]}
+    for path in (run_dir / "ranks").glob("memory-*.json"):  # each rank's peak at its end (the rows lag it)
+        rank = "rank" + path.stem.split("-")[1]
+        peaks[rank] = max(peaks.get(rank, 0), json.loads(path.read_text())["peak"])
     return {"peaks": peaks, "loss": [round(r["loss"], 4) for r in rows], "tokens_per_s": rows[-1].get("tokens_per_s")}
 
 

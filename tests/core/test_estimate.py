@@ -265,7 +265,7 @@ def test_gradient_checkpointing_lowers_activations():
     # Korthikanti: s*b*h*(34 + 5*a*s/h) per layer when attention scores are stored
     s, b, h, a, layers = 2048, 4, 4096, 32, 32
     eager = activation_bytes(checkpointing=False, fused_attention=False, **shape)
-    logits = s * b * 32000 * 10
+    logits = s * b * 32000 * 12  # three fp32 copies at the loss's backward
     assert eager == layers * s * b * h * (34 + 5 * a * s // h) + logits
     recipe = _recipe(model={"name": "meta-llama/Llama-3.2-1B"}, method={"kind": "sft"})
     on = _recipe(model={"name": "meta-llama/Llama-3.2-1B"}, method={"kind": "sft"},

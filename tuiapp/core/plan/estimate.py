@@ -61,11 +61,24 @@ USABLE_FRACTION = 0.9
 # 4-bit storage per weight: 4 bits + the blockwise fp32 absmax (0.5 bit per weight at block size
 # 64), or 0.127 bit when the constants are quantized again (double quantization, QLoRA paper).
 QLORA_BYTES = {True: 4.127 / 8, False: 4.5 / 8}
-# Host memory of a rank beyond its model (bench/RESULTS.md, "Data at any size", tiny model): torch,
-# transformers, datasets and DeepSpeed imported (a warm rank's peak, its data memory-mapped); what
-# tokenizing in the rank adds while a dataset is first cached (805-890 MB cold against 480 warm); what
-# each tokenizing worker process adds (a fork of the rank) for a corpus of 20,000+ documents.
-RANK_RUNTIME_BYTES = 480 * 10**6
+# Host memory of a rank beyond its model: torch, transformers, datasets and DeepSpeed imported, its data
+# memory-mapped, what its first step sets up once (a warm rank's peak on the tiny model at 256 tokens,
+# less its model states and activations: 565-575 MB at 1 and 2 CPU ranks, bench/RESULTS.md section 7;
+# 480 MB in "Data at any size" with the libraries of then); what tokenizing in the rank adds while a
+# dataset is first cached (805-890 MB cold against 480 warm, "Data at any size"); what each tokenizing
+# worker process adds (a fork of the rank) for a corpus of 20,000+ documents.
+RANK_RUNTIME_BYTES = 570 * 10**6
+# A CPU rank's activations cost more resident memory than their bytes: glibc's malloc, once it frees a
+# block it had mmapped (a tensor of 128 KB+), raises its mmap threshold to that size (up to 32 MB), so
+# the activations come from its heap from then on, and the heap keeps what is freed. Freed and made
+# again each step in other sizes and orders, they fragment it: a rank's resident peak is its live
+# tensors' peak plus this share of its activations. Measured (bench/RESULTS.md section 7, the tiny
+# model, 3 steps): 0.44 of the live activations in one process at 4,096 and 8,192 tokens
+# (torch.profiler's allocations against VmHWM); in the ranks, against the same run with
+# MALLOC_MMAP_THRESHOLD_ fixed (which keeps nothing), 0.3 of the estimate's activations at degree 1
+# and 0.5-0.6 at degree 2 (8,192 tokens). Host memory only: a GPU's activations are the CUDA caching
+# allocator's, which USABLE_FRACTION leaves room for.
+CPU_HEAP_RETAINED = 0.4
 TOKENIZING_BYTES = 400 * 10**6
 TOKENIZE_WORKER_BYTES = 600 * 10**6
 TOKENIZE_WORKERS_MAX = 8  # tuiapp.trainer.dataset.tokenize_cache.MAX_WORKERS
@@ -527,6 +540,15 @@ def offload_gpu_buffers(zero_stage: int, reduce_bucket: int, largest_param: int,
     return bucket + 2 * largest_param * value
 
 
+# The logits' share of the activation peak, which comes at the start of the loss's backward: the
+# cross-entropy's log-softmax output (fp32, saved for the backward), the NLL's gradient of it and the
+# log-softmax's gradient, the logits' own (s*b*vocab each, fp32 in every training dtype: transformers'
+# causal LM loss upcasts). The logits themselves (and a 16-bit run's fp32 upcast) are gone by then: the
+# Trainer keeps the loss only, and nothing saves them for the backward. torch.profiler's memory timeline
+# of the tiny model's step (fp32 and bf16, CPU) shows these three logits-sized tensors live at the peak.
+LOSS_BYTES_PER_LOGIT = 12
+
+
 def activation_bytes(
     *,
     seq_len: int,
@@ -547,9 +569,9 @@ def activation_bytes(
     (SDPA/flash, transformers' default) does not store them, so it is dropped then.
     With gradient checkpointing only each layer's input is kept (2*s*b*h bytes per layer) plus
     one layer's full activations while it is recomputed. fp32 doubles everything.
-    The logits for the loss are added: s*b*vocab in the training dtype plus an fp32 upcast and
-    its log-softmax (10 bytes per logit in 16-bit, 8 in fp32); a fused linear cross-entropy
-    (Liger) computes the loss chunk by chunk and never holds them (`fused_loss`).
+    The logits for the loss are added: LOSS_BYTES_PER_LOGIT for each of the s*b*vocab logits, the
+    three fp32 copies the loss's backward holds; a fused linear cross-entropy (Liger) computes the
+    loss chunk by chunk and never holds them (`fused_loss`).
     """
     sbh = seq_len * micro_batch * hidden
     scale = bytes_per_value / 2
@@ -559,7 +581,7 @@ def activation_bytes(
         body = layers * 2 * sbh * scale + full_layer
     else:
         body = layers * full_layer
-    logits = 0 if fused_loss else seq_len * micro_batch * vocab * (bytes_per_value + 4 + (4 if bytes_per_value < 4 else 0))
+    logits = 0 if fused_loss else seq_len * micro_batch * vocab * LOSS_BYTES_PER_LOGIT
     return int(body + logits)
 
 
@@ -842,7 +864,7 @@ def estimate_recipe(
         world_size=world, micro_batch_auto=train.micro_batch == "auto", kernels=kernels_text(recipe),
         active_params=_active_params(model_config, recipe), generation_share=share,
         server_gpus=server_gpu_count(recipe), cpu=not cuda and nodes == 1,  # several nodes: GPUs elsewhere
-        ram_per_rank=RANK_RUNTIME_BYTES + (memory.total if not cuda else 0),
+        ram_per_rank=RANK_RUNTIME_BYTES + (cpu_rank_memory(memory) if not cuda else 0),
         ram_first_tokenizing=0 if recipe.dataset.streaming else TOKENIZING_BYTES,
         streaming=bool(recipe.dataset.streaming),
         server_share=memory_share(recipe.method) if server_gpu_count(recipe) else 0.0,
@@ -850,6 +872,12 @@ def estimate_recipe(
         longest=_longest(model_config, recipe, knobs, world, n_gpus, precision, gpu_memory_bytes, share),
         teacher_cache=_teacher_cache(recipe),
     )
+
+
+def cpu_rank_memory(memory: MemoryBreakdown) -> int:
+    """What a CPU rank's training holds in host memory beyond its runtime: the model states and the
+    activations, and what glibc's heap keeps of the activations freed (CPU_HEAP_RETAINED)."""
+    return memory.total + int(CPU_HEAP_RETAINED * memory.activations)
 
 
 def _teacher_cache(recipe: Recipe) -> dict | None:

@@ -499,6 +499,7 @@ class RunRecorder(TrainerCallback):
             self.events.write({"event": ev.CHECKPOINT, "step": state.global_step})
 
     def on_train_end(self, args, state, control, **kwargs):
+        self._rank_memory(force=True)  # each rank's file ends with its peak over the whole run (rows lag it)
         if self._is_writer(state):
             self._flush(state)  # the agreement settled in its own on_train_end, called first
             if self.metrics is not None:
