@@ -54,3 +54,19 @@ def test_a_shrunken_copy_takes_a_forward_and_backward(model_type):
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     assert torch.isfinite(loss) and model.get_input_embeddings().weight.grad is not None
+
+
+def test_a_pretraining_step_recipe_fills_a_block_of_its_own_text(tmp_path, tiny_model):
+    """demo:text's paragraphs are ~30 tokens: 8 of them did not fill one 256-token block, and the dry
+    step refused a valid long-context pretraining recipe ('no training blocks'); it takes 64 now."""
+    from transformers import AutoTokenizer
+
+    from tuiapp.core.config.recipe import recipe_from_dict
+    from tuiapp.trainer.dataset.data import build_datasets
+
+    data = {"name": "x", "model": {"name": "tiny"}, "dataset": {"name": "demo:text"},
+            "method": {"kind": "pretrain"}, "train": {"max_steps": 20, "max_seq_len": 4096}}
+    step = recipe_from_dict(step_recipe(data, tiny_model))
+    assert step.dataset.max_samples == 64 and step.train.max_seq_len == 256
+    train, _ = build_datasets(step, AutoTokenizer.from_pretrained(tiny_model), tmp_path / "cache")
+    assert len(train) >= 1 and len(train[0]["input_ids"]) == 256

@@ -430,7 +430,8 @@ def _build(spec: DatasetSpec, recipe: Recipe, tokenizer, base_dir, key: str, scr
         what = "blocks: the corpus is shorter than one" if is_pretrain(recipe) else "examples with a trained token"
         raise DatasetError(message=f"no training {what} of max_seq_len={recipe.train.max_seq_len}",
                            file=spec.name, key="train.max_seq_len",
-                           fix="raise train.max_seq_len or use more data")
+                           fix=("lower train.max_seq_len or use more text" if is_pretrain(recipe)
+                                else "raise train.max_seq_len or use more data"))
     info = {"source": spec.name, "format": spec.format, "method": recipe.method.kind,
             "max_seq_len": recipe.train.max_seq_len, "tokenizer": getattr(tokenizer, "name_or_path", ""),
             "documents": len(records), "bytes": size}

@@ -29,10 +29,12 @@ from pathlib import Path
 
 import tomllib
 
+from tuiapp.core.common.methods import trains_on_text
 from tuiapp.core.run_folder.rundir import RunDir
 
 PLUGINS_ENV = "LLMTUI_TRAINER_PLUGINS"
 STEP_SAMPLES, STEP_SEQ_LEN = 8, 256
+STEP_TEXT_SAMPLES = 64  # pretraining packs records into blocks: 8 short paragraphs may not fill one of 256
 # a model at most this wide and deep is kept as it is (the tiny presets, the zoo)
 SMALL_HIDDEN, SMALL_LAYERS = 256, 4
 _WIDTH = {"hidden": 64, "heads": 4, "head_dim": 16, "intermediate": 128, "moe_intermediate": 32}
@@ -151,10 +153,11 @@ def step_recipe(data: dict, model_folder: Path) -> dict:
     data["name"] = "dry-step"
     data["model"] = {**data.get("model", {}), "name": str(model_folder)}
     dataset = data.setdefault("dataset", {})
-    dataset["max_samples"] = min(int(dataset.get("max_samples") or STEP_SAMPLES), STEP_SAMPLES)
+    samples = STEP_TEXT_SAMPLES if trains_on_text((data.get("method") or {}).get("kind", "lora")) else STEP_SAMPLES
+    dataset["max_samples"] = min(int(dataset.get("max_samples") or samples), samples)
     dataset["eval_split"] = 0
     for source in dataset.get("sources") or []:
-        source["max_samples"] = min(int(source.get("max_samples") or STEP_SAMPLES), STEP_SAMPLES)
+        source["max_samples"] = min(int(source.get("max_samples") or samples), samples)
         source["eval_split"] = 0
     train = data.setdefault("train", {})
     micro = train.get("micro_batch", 2)
