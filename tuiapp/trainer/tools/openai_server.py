@@ -1,12 +1,18 @@
 """An OpenAI-compatible endpoint for a run's model (`llmtui serve`, transformers backend), on
 transformers' own server (transformers.cli.serving: FastAPI + uvicorn, its generation engine).
 
-    python -m tuiapp.trainer.tools.openai_server RUN_DIR --port P [--host H] [--model-id ID] [--checkpoint N]
+    python -m tuiapp.trainer.tools.openai_server RUN_DIR [RUN_DIR...] --port P [--host H] [--model-id ID]
+                                                [--checkpoint N]
 
 transformers' app answers `POST /v1/chat/completions` through its handler classes and runs every
 generation on its engine (GenerationState: one inference thread per model, requests queued to it).
 What llmtui adds sits around that app:
 
+- several runs' peft adapters of one base (RUN_DIR...): the base loaded once with each run's adapter
+  on it (serve_requests.Models, inference.load_adapters), each run a model of /v1/models named by its
+  run id, a request's `model` picking it (an unknown one: 404 naming those served). peft's active
+  adapter is global to the model, so every run's generations go to one engine thread (serve_app.ENGINE)
+  and each switches to its adapter there, right before it generates: never two at once, never mixed;
 - the run -> model (serve_app): RunModels, transformers' ModelManager holding one model, the run's,
   loaded exactly as `llmtui chat` loads it (serve_requests.Endpoint, tuiapp.trainer.tools.inference:
   the full model or the adapter on its base); RunChat, transformers' chat handler, prompts it through
@@ -45,7 +51,7 @@ import time
 
 from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.errors import UserError
-from tuiapp.trainer.tools.serve_requests import ApiError, Endpoint, StopFilter  # noqa: F401 (StopFilter: the server's)
+from tuiapp.trainer.tools.serve_requests import ApiError, Endpoint, Models, StopFilter  # noqa: F401 (StopFilter: the server's)
 
 TOKEN_ENV = "LLMTUI_SERVE_TOKEN"  # tuiapp.core.store.served.TOKEN_ENV
 MAX_BODY = 8 * 1024 * 1024
@@ -65,7 +71,7 @@ class Guard:
     """ASGI middleware in front of transformers' app: the token, loading, the body bound by the bytes
     read, JSON that parses, admission (MAX_WAITING), and one log line per request."""
 
-    def __init__(self, app, endpoint: Endpoint):
+    def __init__(self, app, endpoint: Endpoint | Models):
         self.app, self.endpoint = app, endpoint
         self.waiting = 0  # requests in the server (one event loop: no lock)
 
@@ -216,14 +222,17 @@ def main(argv=None) -> int:
     from pathlib import Path
 
     parser = argparse.ArgumentParser(prog=trainer_tools.prog("openai_server"))
-    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("run_dirs", type=Path, nargs="+", help="one run, or several runs' adapters on one base")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="localhost")
-    parser.add_argument("--model-id", default=None, help="the model's name for clients (default: the run id)")
+    parser.add_argument("--model-id", default=None, help="one run's name for clients (default: the run id)")
     parser.add_argument("--checkpoint", type=int, default=None)
     args = parser.parse_args(argv)
+    if len(args.run_dirs) > 1 and (args.model_id or args.checkpoint is not None):
+        parser.error("--model-id and --checkpoint are for one run (several are named by their run ids)")
     token = os.environ.pop(TOKEN_ENV, None) or None  # not inherited by anything this process starts
-    endpoint = Endpoint(args.run_dir, args.checkpoint, args.model_id or args.run_dir.name, token)
+    models = Models([Endpoint(d, args.checkpoint, args.model_id or d.name, token) for d in args.run_dirs])
+    names = ", ".join(d.name for d in args.run_dirs)
     try:
         sock = _listen(args.host, args.port)
     except OSError as exc:
@@ -237,19 +246,19 @@ def main(argv=None) -> int:
 
     from tuiapp.trainer.tools.serve_app import build_app
 
-    server = Server(uvicorn.Config(Guard(build_app(endpoint), endpoint), log_level="warning", access_log=False, http=http_protocol(),
+    server = Server(uvicorn.Config(Guard(build_app(models), models), log_level="warning", access_log=False, http=http_protocol(),
                                    ws="none", lifespan="on", backlog=BACKLOG, limit_concurrency=2 * MAX_WAITING,
                                    timeout_graceful_shutdown=GRACE_S))
-    print(f"listening on {args.host}:{args.port}; loading the model of {args.run_dir.name}...", flush=True)
+    print(f"listening on {args.host}:{args.port}; loading the model of {names}...", flush=True)
 
     def load() -> None:
         try:
-            endpoint.load()
+            models.load()
         except Exception as exc:
             message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
             print(f"error: the model could not be loaded: {message}", file=sys.stderr, flush=True)
             os._exit(2)
-        print(f"serving {endpoint.model_id} ({endpoint.loaded.label}, loaded in {endpoint.loaded.load_s:.1f}s) on "
+        print(f"serving {', '.join(models.ids)} ({models.label}, loaded in {models.loaded.load_s:.1f}s) on "
               f"http://{args.host}:{args.port}/v1" + (" (token required)" if token else ""), flush=True)
 
     threading.Thread(target=load, name="load", daemon=True).start()
