@@ -37,6 +37,10 @@ def add_commands(add) -> None:
     p.add_argument("--checkpoint", type=numbers.count(), default=None, metavar="N", help="checkpoint-N instead of final/")
     p.add_argument("--backend", choices=served.BACKENDS, default="auto",
                    help="transformers, or vllm (CUDA + the vllm package); auto: vllm when both are here")
+    p.add_argument("--continuous-batching", action="store_true",
+                   help="transformers backend: answer concurrent requests in one batch (transformers' continuous "
+                        "batching); every request gets the run's [generate] sampling settings (another temperature "
+                        "is refused) and /v1/completions is off. vLLM always batches")
     p.add_argument("--no-wait", action="store_true", help="return once started, before the model has loaded")
     p.add_argument("--stop", action="store_true", help="stop the run's server")
     p.add_argument("--status", action="store_true", help="the run's server (or every served model) and its state")
@@ -71,12 +75,29 @@ def _argv(backend: str, runs: list, targets: list, args) -> list[str]:
     if backend == "transformers":
         if len(runs) > 1:
             return served.server_argv([r.path for r in runs], args.port, args.host, None)
-        return served.server_argv(runs[0].path, args.port, args.host, runs[0].id, args.checkpoint)
+        argv = served.server_argv(runs[0].path, args.port, args.host, runs[0].id, args.checkpoint)
+        return argv + (["--continuous-batching"] if args.continuous_batching else [])
     target = targets[0]
     if target.kind == "full":
         return served.vllm_argv(target.path, args.port, args.host, runs[0].id)
     return served.vllm_argv(target.base, args.port, args.host, runs[0].id,
                             adapters={r.id: t.path for r, t in zip(runs, targets, strict=True)})
+
+
+def _check_batching(runs: list) -> None:
+    """--continuous-batching: one run, whose [generate] settings the batch can keep (see
+    tuiapp.trainer.tools.openai_server: transformers 5.23's batch has one sampling setting and no
+    repetition penalty)."""
+    from tuiapp.core.config.frozen import frozen_recipe
+
+    if len(runs) > 1:
+        raise UserError(message="--continuous-batching serves one run: a batch runs one adapter at a time",
+                        fix="serve the runs together without --continuous-batching, or each run alone with it")
+    penalty = frozen_recipe(runs[0].path).generate.repetition_penalty
+    if penalty != 1.0:
+        raise UserError(message=f"{runs[0].id}'s [generate] repetition_penalty is {penalty}, and transformers' "
+                                "continuous batching drops the repetition penalty",
+                        fix=f"serve it without --continuous-batching: llmtui serve {runs[0].id}")
 
 
 def start(runs: list, args, token: str | None) -> dict:
@@ -85,6 +106,8 @@ def start(runs: list, args, token: str | None) -> dict:
         raise UserError(message="--checkpoint picks one run's checkpoint, and several runs are named",
                         fix="serve their final models together, or that checkpoint alone: "
                             f"llmtui serve {runs[0].id} --checkpoint {args.checkpoint}")
+    if args.continuous_batching:
+        _check_batching(runs)
     targets = [model_target(run.path, args.checkpoint, purpose="be served") for run in runs]
     if len(runs) > 1:
         check_shared_base(targets)
@@ -119,7 +142,7 @@ def start(runs: list, args, token: str | None) -> dict:
     record = {"pid": proc.pid, "pgid": proc.pid, "create_time": created, "host": args.host, "port": args.port,
               "backend": backend, "model": run.id, "target": targets[0].label, "argv": argv, "auth": bool(token),
               "started": time.time(), "log": str(log), "gpus": devices, "runs": [r.id for r in runs],
-              "claim": served.claim_id(run.path)}
+              "claim": served.claim_id(run.path), "batching": bool(args.continuous_batching and backend == "transformers")}
     for other, target in zip(runs[1:], targets[1:], strict=True):  # the same server, as each run's own record
         served.write_record(other.path, {**record, "model": other.id, "target": target.label})
     served.write_record(run.path, record)
@@ -144,6 +167,7 @@ def _status_line(run_dir: Path, record: dict) -> str:
     auth = "  token required" if record.get("auth") else ""
     others = [r for r in record.get("runs") or [] if r != run_dir.name]
     auth += f"  with {', '.join(others)} (one base)" if others else ""
+    auth += "  continuous batching" if record.get("batching") else ""
     return f"{run_dir.name}: {now}" + (f"  {where}{extra}{auth}" if now in (served.LOADING, served.SERVING) else "")
 
 
@@ -151,7 +175,7 @@ def _status_document(run_dir: Path, record: dict) -> dict:
     now = served.state(record)
     return {"run": run_dir.name, "state": now, "url": served.url_of(record) if record else None,
             **{k: record.get(k) for k in ("pid", "host", "port", "backend", "model", "target", "auth", "started",
-                                          "stopped_at", "log", "gpus")},
+                                          "stopped_at", "log", "gpus", "batching")},
             "runs": record.get("runs") or ([run_dir.name] if record else [])}
 
 

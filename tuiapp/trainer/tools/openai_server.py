@@ -30,13 +30,22 @@ What llmtui adds sits around that app:
 The port is taken before the model loads, so a second server on it fails at once; SIGTERM ends the
 server (an answer being streamed is cut after a short grace).
 
-Continuous batching (transformers' paged attention) is not used. It runs here, on CPU and with a
-peft model (the tiny model with a LoRA adapter answered through init_continuous_batching), but in
-transformers 5.23 the server's CBGenerateManager builds the batch from the first request's generation
-config (init_cb) and hands later requests only max_new_tokens and eos_token_id: greedy or sampled,
-temperature, top_p and repetition_penalty would be the first request's for every later one, and
-stop strings are not supported. The regular path answers each request with its own settings, one
-generation at a time on the engine's inference thread (GenerateManager), so no lock of ours is needed.
+Continuous batching (--continuous-batching: transformers' CBGenerateManager, paged attention, every
+request in one batch that admits new ones between decoding steps) is honest about what transformers
+5.23 does. Its manager starts the batch once with one GenerationConfig (init_cb) and hands each later
+request only max_new_tokens and eos_token_id, so sampling cannot differ per request (its per_request_processors reach temperature, top_p and top_k
+only when the batch was started sampling with each of them set, and greedy or sampled stays the
+batch's do_sample, so a greedy request after sampled ones would still be sampled): the batch starts
+with the run's [generate] settings (serve_app.start_batching, once the model is loaded), and a request
+asking for another temperature (or top_p, when sampling) is answered 400 naming the parameter and the
+fix (restart without --continuous-batching). It has no stop strings: llmtui cuts them from the text
+and cancels the request at the first one. Refused at start: several runs (one batch, one active
+adapter), a vision-language model (text prompts only), a run whose repetition_penalty is not 1 (the
+batch's logits processors drop it). /v1/completions is refused on such a server (400): it would run
+outside the batch, on the model the batch is using. The paged cache is bounded (serve_app.batching_config):
+left to itself on CPU, transformers sizes it from the machine's free memory.
+Without the flag, each request gets its own settings, one generation at a time on the engine's
+inference thread (GenerateManager), so no lock of ours is needed.
 """
 
 from __future__ import annotations
@@ -227,9 +236,12 @@ def main(argv=None) -> int:
     parser.add_argument("--host", default="localhost")
     parser.add_argument("--model-id", default=None, help="one run's name for clients (default: the run id)")
     parser.add_argument("--checkpoint", type=int, default=None)
+    parser.add_argument("--continuous-batching", action="store_true",
+                        help="one batch for every request, with the run's [generate] settings (one run)")
     args = parser.parse_args(argv)
-    if len(args.run_dirs) > 1 and (args.model_id or args.checkpoint is not None):
-        parser.error("--model-id and --checkpoint are for one run (several are named by their run ids)")
+    if len(args.run_dirs) > 1 and (args.model_id or args.checkpoint is not None or args.continuous_batching):
+        parser.error("--model-id, --checkpoint and --continuous-batching are for one run (several are named by their "
+                     "run ids, and one batch cannot hold two adapters)")
     token = os.environ.pop(TOKEN_ENV, None) or None  # not inherited by anything this process starts
     models = Models([Endpoint(d, args.checkpoint, args.model_id or d.name, token) for d in args.run_dirs])
     names = ", ".join(d.name for d in args.run_dirs)
@@ -246,7 +258,7 @@ def main(argv=None) -> int:
 
     from tuiapp.trainer.tools.serve_app import build_app
 
-    server = Server(uvicorn.Config(Guard(build_app(models), models), log_level="warning", access_log=False, http=http_protocol(),
+    server = Server(uvicorn.Config(Guard(build_app(models, args.continuous_batching), models), log_level="warning", access_log=False, http=http_protocol(),
                                    ws="none", lifespan="on", backlog=BACKLOG, limit_concurrency=2 * MAX_WAITING,
                                    timeout_graceful_shutdown=GRACE_S))
     print(f"listening on {args.host}:{args.port}; loading the model of {names}...", flush=True)

@@ -180,6 +180,21 @@ class Endpoint:
         stops = [s for s in stops if s]
         return clean, stops
 
+    def check_batched(self, body: dict) -> None:
+        """With continuous batching (transformers 5.23) every request in the batch is sampled with the
+        settings the batch was started with, the run's [generate] table: a request asking for another
+        temperature (or top_p, when it samples) is refused, never answered with the wrong one."""
+        fixed = self.recipe.generate
+        for key, value, mine in (("temperature", body.get("temperature"), fixed.temperature),
+                                 ("top_p", body.get("top_p"), fixed.top_p)):
+            if key == "top_p" and fixed.temperature == 0:
+                continue  # greedy: top_p plays no part, as on the server without batching
+            if value is not None and not (isinstance(value, (int, float)) and float(value) == float(mine)):
+                raise ApiError(400, f"{key} {value} differs from this server's {mine} (the run's [generate] "
+                               f"{key}): with --continuous-batching every request is answered with the settings the "
+                               f"batch started with; omit {key}, or restart the server without "
+                               "--continuous-batching to choose it per request", param=key)
+
     def generation_config(self, settings, stops: list[str]):
         """The run's generation settings as the engine's GenerationConfig (as `llmtui chat` answers)."""
         from tuiapp.trainer.tools import inference
@@ -218,6 +233,7 @@ class Models:
         self.endpoints = {e.model_id: e for e in endpoints}
         self.first = endpoints[0]
         self.token = self.first.token
+        self.prepare = None  # called once the models are loaded, before they answer (serve_app's batching)
         self.loaded = None  # the first run's Loaded, once every run's model is ready (the guard's "loading")
 
     def authorized(self, header: str | None) -> bool:
@@ -241,6 +257,8 @@ class Models:
     def load(self) -> None:
         if len(self.endpoints) == 1:
             self.first.load()
+            if self.prepare is not None:
+                self.prepare()
             self.loaded = self.first.loaded
             return
         from tuiapp.core.after.targets import model_target
