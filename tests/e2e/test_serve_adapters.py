@@ -124,6 +124,8 @@ def test_two_lora_runs_on_one_base_answer_each_as_alone(two_loras):
     listed = {m.run_id: m for m in served.served_models([a, b])}
     assert listed[a.name].shared == (b.name,) and listed[b.name].shared == (a.name,)
     assert list(served.queue_claims(a.parent)) == [a.name]
+    listed = llmtui("queue", runs_dir=a.parent)
+    assert f"served by `llmtui serve`: {a.name} with {b.name} (one server) (no GPU, no CPU slot)" in listed.stdout
 
     # stopping either stops the one server: both records read stopped, the claim is gone
     stopped = llmtui("serve", b.name, "--stop", runs_dir=a.parent)
