@@ -3,9 +3,11 @@ served run's model for short answers; latency p50/p99, completion tokens per sec
 the server's RSS before and after, and how long a 7 MB prompt takes to be refused.
 
     python bench/bench_serve.py RUN [--runs-dir runs] [--clients 50,200] [--requests 1000] [--max-tokens 8]
+                                    [--continuous-batching]
 
 RUN is a finished run (id or prefix); the script starts `llmtui serve` on a free port, runs each client
-count in turn (`--requests` requests in all per count), and stops the server. Prints a Markdown table
+count in turn (`--requests` requests in all per count), and stops the server. --continuous-batching
+serves with transformers' continuous batching (`llmtui serve --continuous-batching`). Prints a Markdown table
 (pasted into bench/RESULTS.md by hand: bench/run.py does not run this one).
 """
 
@@ -112,12 +114,14 @@ def main() -> int:
     parser.add_argument("--clients", default="50,200")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--continuous-batching", action="store_true")
     args = parser.parse_args()
     run = RunStore(args.runs_dir).get(args.run)
     port = free_port()
     cli = [sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(run.path.parent), "serve", run.id]
     env = {**os.environ, served.TOKEN_ENV: ""}
-    subprocess.run([*cli, "--port", str(port)], check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    batching = ["--continuous-batching"] if args.continuous_batching else []
+    subprocess.run([*cli, "--port", str(port), *batching], check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/v1"
     try:
         server = psutil.Process(served.read_record(run.path)["pid"])
@@ -134,7 +138,8 @@ def main() -> int:
         subprocess.run([*cli, "--stop"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
     print(f"server RSS before {rss_before / 2**20:.0f} MB, after {rss_after / 2**20:.0f} MB "
           f"({100 * (rss_after - rss_before) / rss_before:+.1f}%) over {args.requests * len(rows)} requests; "
-          f"a 7 MB prompt answered {huge_status} in {huge_s * 1000:.0f} ms; load average {os.getloadavg()[0]:.2f}")
+          f"a 7 MB prompt answered {huge_status} in {huge_s * 1000:.0f} ms; load average {os.getloadavg()[0]:.2f}"
+          + ("; continuous batching" if args.continuous_batching else ""))
     print()
     print("| clients | requests | ok | errors | p50 | p99 | tokens/s | requests/s | server RSS |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -52,6 +52,16 @@ def lora_run(tmp_path_factory) -> Path:
     return _made["lora"]
 
 
+def lora_run_b(tmp_path_factory) -> Path:
+    """A second LoRA adapter on the tiny model, as lora_run but another seed: the same base, other
+    answers (`llmtui serve` of several adapters on one base)."""
+    if "lora-b" not in _made:
+        root = tmp_path_factory.mktemp("after-lora-b")
+        _made["lora-b"] = _train(root, "recipes/tiny-lora.toml", [
+            "train.max_steps=6", "train.save_steps=0", "train.eval_steps=0", "train.seed=1", "name=tiny-lora-b"])
+    return _made["lora-b"]
+
+
 VLM_STEPS, VLM_LR = 200, 5e-3  # demo:shapes learned on CPU: 35% held-out exact match (400 steps: 34%), the base 0%
 
 

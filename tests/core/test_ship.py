@@ -3,6 +3,7 @@ server commands, and the parity comparison."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -79,9 +80,39 @@ def test_vllm_is_refused_with_the_reason_when_it_cannot_run(monkeypatch):
 
     full = Target("r", "/r/final", "final", "full", "sft", "tiny")
     monkeypatch.setenv("LLMTUI_FORCE_CPU", "1")
-    assert serve._backend("auto", full) == "transformers"
+    assert serve._backend("auto", [full]) == "transformers"
     with pytest.raises(UserError, match="--backend vllm: "):
-        serve._backend("vllm", full)
+        serve._backend("vllm", [full])
+
+
+def test_several_adapters_share_one_server_only_on_one_base(tmp_path):
+    """`llmtui serve A B`: the transformers server names each run's folder; vLLM gets each adapter as a
+    LoRA module; a full model, llmtui's bottleneck adapter, another base or another adapter type is refused."""
+    from tuiapp.core.after.targets import Target, check_shared_base
+
+    argv = served.server_argv([tmp_path / "a", tmp_path / "b"], 8001, "localhost", None, python="py")
+    assert argv == ["py", "-m", "tuiapp.trainer.tools.openai_server", str(tmp_path / "a"), str(tmp_path / "b"),
+                    "--port", "8001", "--host", "localhost"]
+    lora = served.vllm_argv("/base", 9, "localhost", "a", adapters={"a": "/a/final", "b": "/b/final"}, python="py")
+    assert lora[-8:] == ["--model", "/base", "--enable-lora", "--max-loras", "2", "--lora-modules", "a=/a/final",
+                         "b=/b/final"]
+
+    def adapter(name, base="tiny", peft_type="LORA", kind="peft"):
+        folder = tmp_path / name / "final"
+        folder.mkdir(parents=True)
+        (folder / "adapter_config.json").write_text(json.dumps({"peft_type": peft_type}))
+        return Target(str(tmp_path / name), str(folder), "final", kind, "lora", base)
+
+    a, b = adapter("a"), adapter("b")
+    check_shared_base([a, b])
+    for other, message in ((Target(str(tmp_path / "c"), "/c/final", "final", "full", "sft", "tiny"), "is a full model"),
+                           (adapter("d", kind="bottleneck"), "bottleneck adapter"),
+                           (adapter("e", base=str(tmp_path)), "one server holds one base model"),
+                           (adapter("f", peft_type="IA3"), "adapters of one type"),
+                           (a, "named twice")):
+        with pytest.raises(UserError, match=message) as caught:
+            check_shared_base([a, other])
+        assert message == "named twice" or "llmtui serve a --port 8001" in caught.value.fix
 
 
 def _answer(ids, text=""):

@@ -96,3 +96,39 @@ def test_the_guard_answers_503_while_loading_and_when_full(monkeypatch):
     client, seen = _guarded(monkeypatch, MAX_WAITING=0)
     busy = client.post("/v1/chat/completions", content=b"{}")
     assert busy.status_code == 503 and busy.json()["error"]["code"] == "server_busy" and seen == []
+
+
+def test_a_batched_request_may_not_change_the_batch_s_sampling():
+    """--continuous-batching: the batch samples with the run's [generate]; a request asking otherwise is a 400."""
+    from types import SimpleNamespace
+
+    from tuiapp.core.config.recipe import GenerateSpec
+
+    endpoint = Endpoint(Path("runs/x"), None, "run-1", token=None)
+    endpoint.recipe = SimpleNamespace(generate=GenerateSpec(temperature=0.0))
+    for same in ({}, {"temperature": 0}, {"temperature": 0.0, "top_p": 0.5}):  # greedy: top_p plays no part
+        endpoint.check_batched(same)
+    with pytest.raises(ApiError) as caught:
+        endpoint.check_batched({"temperature": 0.7})
+    assert caught.value.status == 400 and caught.value.param == "temperature"
+    assert "without --continuous-batching" in caught.value.message
+    endpoint.recipe = SimpleNamespace(generate=GenerateSpec(temperature=0.8, top_p=0.9))
+    endpoint.check_batched({"temperature": 0.8, "top_p": 0.9})
+    for bad, param in (({"top_p": 1.0}, "top_p"), ({"temperature": 0}, "temperature"), ({"temperature": "hot"},
+                                                                                         "temperature")):
+        with pytest.raises(ApiError) as caught:
+            endpoint.check_batched(bad)
+        assert caught.value.param == param
+
+
+def test_several_runs_share_one_server_by_model_id():
+    from tuiapp.trainer.tools.serve_requests import Models
+
+    models = Models([Endpoint(Path("runs/a"), None, "a", token="secret-token"), Endpoint(Path("runs/b"), None, "b",
+                                                                                          token="secret-token")])
+    assert models.get("b").model_id == "b" and models.ids == ["a", "b"]
+    assert models.authorized("Bearer secret-token") and not models.authorized(None)
+    with pytest.raises(ApiError) as caught:
+        models.get("c")
+    assert caught.value.status == 404 and "'a', 'b'" in caught.value.message
+    assert [m["id"] for m in models.models()["data"]] == ["a", "b"]

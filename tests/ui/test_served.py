@@ -149,3 +149,13 @@ async def _real_flow(app, run_dir, port: int) -> None:
         await pilot.press("escape")
         await wait_for(pilot, lambda: not app.screen.query_one(RunsTable).serving, timeout=20,
                        what="the marker to go")
+
+
+def test_a_row_says_when_its_server_holds_several_runs():
+    from pathlib import Path
+
+    from tuiapp.ui.screens.served import rows_of
+
+    one = served.Served("a", Path("runs/a"), "http://localhost:8001/v1", "serving", "transformers")
+    shared = served.Served("b", Path("runs/b"), "http://localhost:8002/v1", "serving", "transformers", shared=("c",))
+    assert [row[3] for row in rows_of([one, shared], {})] == ["transformers", "transformers · one base, 2 runs"]

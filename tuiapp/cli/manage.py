@@ -68,7 +68,9 @@ def cmd_queue(args) -> int:
               f"{fmt_duration(row['waited_s']):>8}")
     for run_id, claim in sorted(served.queue_claims(store.root).items()):  # what they hold, queued runs wait for
         held = f"GPU {','.join(map(str, claim['devices']))}" if claim.get("devices") else "no GPU, no CPU slot"
-        print(f"served by `llmtui serve`: {run_id} ({held})")
+        others = [r for r in served.read_record(store.root / run_id).get("runs") or [] if r != run_id]
+        print(f"served by `llmtui serve`: {run_id}" + (f" with {', '.join(others)} (one server)" if others else "")
+              + f" ({held})")
     return EXIT_OK
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import tomllib
 
-from tuiapp.core.common.errors import RunError
-from tuiapp.core.prelaunch.model_check import FINAL_INFO, adapter_kind, folder_problems, require_base
+from tuiapp.core.common.errors import RunError, UserError
+from tuiapp.core.prelaunch.model_check import FINAL_INFO, PEFT_CONFIG, adapter_kind, folder_problems, require_base
 from tuiapp.core.run_folder.rundir import ACTIVE, CHECKPOINT_STATE_JSON, RunDir, read_record
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -141,3 +141,38 @@ def model_target(run_dir: Path, checkpoint: int | None = None, purpose: str = "c
         require_base(run_id, base, "its adapter applies to")
     return Target(str(run_dir), str(folder), label, kind, method, base, step)
 
+
+def check_shared_base(targets: list) -> None:
+    """Several runs served together must be peft adapters of one kind on one base (the base is
+    loaded once, each adapter on it): a full model, llmtui's bottleneck adapter, two bases or two
+    adapter types are refused before anything starts, naming the run and the fix."""
+    apart = "serve them separately, each on its own port: " + "; ".join(
+        f"llmtui serve {Path(t.run_dir).name} --port {8001 + i}" for i, t in enumerate(targets))
+    names = [Path(t.run_dir).name for t in targets]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(message=f"{twice[0]} is named twice", fix="name each run once")
+    for target in targets:
+        if target.kind != "peft":
+            what = "a full model" if target.kind == "full" else f"a {target.kind} adapter (llmtui's own, not peft's)"
+            raise UserError(message=f"{Path(target.run_dir).name} ({target.method}) is {what}: several runs are served "
+                                    "together only as peft adapters (LoRA...) of one base model", fix=apart)
+
+    def base_key(base: str) -> str:
+        return str(Path(base).resolve()) if Path(base).is_dir() else base
+
+    def peft_type(target) -> str:
+        try:
+            return str(json.loads((Path(target.path) / PEFT_CONFIG).read_text(encoding="utf-8")).get("peft_type"))
+        except (OSError, ValueError, AttributeError):
+            return "?"
+
+    first = targets[0]
+    for target in targets[1:]:
+        if base_key(target.base) != base_key(first.base):
+            raise UserError(message=f"{Path(first.run_dir).name} trained on {first.base} and {Path(target.run_dir).name} "
+                                    f"on {target.base}: one server holds one base model", fix=apart)
+        if peft_type(target) != peft_type(first):
+            raise UserError(message=f"{Path(first.run_dir).name} is a {peft_type(first)} adapter and "
+                                    f"{Path(target.run_dir).name} a {peft_type(target)} one: one server holds "
+                                    "adapters of one type", fix=apart)

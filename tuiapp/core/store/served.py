@@ -20,6 +20,12 @@ transformers backend answers on the CPU (tuiapp.trainer.tools.inference loads th
 no GPU (CUDA is hidden from it) and no CPU slot: a served model is idle between requests, and
 counting it as a slot would hold every queued CPU run (1 slot by default) for as long as it is
 served.
+
+Several runs on one server (`llmtui serve RUN_A RUN_B`: peft adapters of one base, the base loaded
+once): each run's serve.json holds the same server (pid, process group, port) with `runs`, every
+run it serves, and `model`, the run's own model id; so `--status`, the TUI's list and doctor read
+each run as served, and stopping any of them stops the one server and marks each run's record
+stopped. The queue claim is one, the first run's (`claim`: its name in .queue/claims/).
 """
 
 from __future__ import annotations
@@ -127,6 +133,20 @@ def live_records(run_dirs: Iterable[Path]) -> dict[str, dict]:
     return out
 
 
+def siblings(run_dir: Path, record: dict) -> list[Path]:
+    """The other runs the same server serves (several adapters on one base), whose records still
+    name this server (a later server of theirs is theirs alone)."""
+    run_dir = Path(run_dir)
+    out = []
+    for name in record.get("runs") or []:
+        other = run_dir.parent / str(name)
+        if other != run_dir:
+            theirs = read_record(other)
+            if theirs.get("pid") == record.get("pid") and theirs.get("create_time") == record.get("create_time"):
+                out.append(other)
+    return out
+
+
 @dataclass(frozen=True)
 class Served:
     """A served model as the TUI's list and `llmtui serve --status` show it."""
@@ -139,6 +159,7 @@ class Served:
     pid: int | None = None
     gpus: list[int] = field(default_factory=list)
     auth: bool = False
+    shared: tuple[str, ...] = ()  # the other runs this server serves (adapters of one base)
 
 
 def served_models(run_dirs: Iterable[Path]) -> list[Served]:
@@ -147,15 +168,17 @@ def served_models(run_dirs: Iterable[Path]) -> list[Served]:
     for run_dir in run_dirs:
         record = live_records([run_dir]).get(Path(run_dir).name)
         if record is not None:
-            out.append(Served(Path(run_dir).name, Path(run_dir), url_of(record), state(record),
+            name = Path(run_dir).name
+            out.append(Served(name, Path(run_dir), url_of(record), state(record),
                               str(record.get("backend") or "?"), record.get("pid"), list(record.get("gpus") or []),
-                              bool(record.get("auth"))))
+                              bool(record.get("auth")), tuple(r for r in record.get("runs") or [] if r != name)))
     return out
 
 
 def log_tail(run_dir: Path, lines: int = 12) -> str:
+    """The server's log (several runs on one server: the first run's serve.log, as the record names it)."""
     try:
-        text = log_path(run_dir).read_text(encoding="utf-8", errors="replace")
+        text = Path(read_record(run_dir).get("log") or log_path(run_dir)).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
@@ -219,23 +242,31 @@ def check_not_served(run_dir: Path) -> None:
                        fix=f"use that endpoint, or stop it first: llmtui serve {Path(run_dir).name} --stop")
 
 
-def server_argv(run_dir: Path, port: int, host: str, model_id: str, checkpoint: int | None = None,
+def server_argv(run_dir: Path | list[Path], port: int, host: str, model_id: str | None, checkpoint: int | None = None,
                 python: str | None = None) -> list[str]:
-    """The transformers server (the openai_server trainer tool)."""
-    argv = trainer_tools.argv("openai_server", [str(run_dir), "--port", str(port), "--host", host,
-                                                "--model-id", model_id], python)
+    """The transformers server (the openai_server trainer tool): one run, or several runs' adapters
+    on their one base (each named by its run id)."""
+    dirs = [str(d) for d in run_dir] if isinstance(run_dir, list) else [str(run_dir)]
+    argv = trainer_tools.argv("openai_server", [*dirs, "--port", str(port), "--host", host]
+                              + (["--model-id", model_id] if model_id and len(dirs) == 1 else []), python)
     if checkpoint is not None:
         argv += ["--checkpoint", str(checkpoint)]
     return argv
 
 
 def vllm_argv(model_path: str, port: int, host: str, model_id: str, adapter: str | None = None,
-              python: str | None = None) -> list[str]:
-    """vLLM's OpenAI server on a full model, or on the base with the run's LoRA adapter (the
-    token reaches it as $VLLM_API_KEY, never on the command line)."""
+              python: str | None = None, adapters: dict[str, str] | None = None) -> list[str]:
+    """vLLM's OpenAI server on a full model, or on the base with the run's LoRA adapter, or with
+    several runs' (`adapters`: model id -> adapter folder; vLLM's --lora-modules, each a model of
+    /v1/models, a request's `model` picking it). The token reaches it as $VLLM_API_KEY, never on
+    the command line."""
     argv = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", host, "--port", str(port)]
     if adapter:
-        return argv + ["--model", model_path, "--enable-lora", "--lora-modules", f"{model_id}={adapter}"]
+        adapters = {model_id: adapter}
+    if adapters:
+        several = ["--max-loras", str(len(adapters))] if len(adapters) > 1 else []  # vLLM's default: 1 per batch
+        return argv + ["--model", model_path, "--enable-lora", *several,
+                       "--lora-modules", *(f"{name}={path}" for name, path in adapters.items())]
     return argv + ["--model", model_path, "--served-model-name", model_id]
 
 
@@ -317,5 +348,10 @@ def stop(run_dir: Path, grace_s: float = STOP_GRACE_S) -> bool:
                 time.sleep(0.1)
     gone = not alive(record) and not group_processes(pgid)
     if gone:
-        queue.release(Path(run_dir).parent, claim_id(run_dir))
+        queue.release(Path(run_dir).parent, record.get("claim") or claim_id(run_dir))
+        if signalled:
+            for other in siblings(run_dir, record):  # the runs served with it: stopped too
+                theirs = read_record(other)
+                theirs["stopped_at"] = record["stopped_at"]
+                write_record(other, theirs)
     return gone

@@ -120,6 +120,33 @@ def load(name: str, target: Target, trust: bool = False) -> Loaded:
     return Loaded(name, label, model, tokenizer, time.perf_counter() - started, processor)
 
 
+def load_adapters(targets: list[Target], names: list[str], trust: bool = False) -> list[Loaded]:
+    """Several runs' peft adapters on their one base (`llmtui serve RUN_A RUN_B`), the base loaded
+    once: one PeftModel holding each run's adapter under its name in `names` (the first active;
+    PeftModel.set_adapter picks another), and each run's own tokenizer and processor. The caller
+    has checked that they share the base and are peft adapters of one kind
+    (tuiapp.core.after.targets.check_shared_base)."""
+    from peft import PeftModel
+
+    started = time.perf_counter()
+    base, _ = load_base(targets[0].base, trust)
+    model = PeftModel.from_pretrained(base, targets[0].path, adapter_name=names[0])
+    for target, name in zip(targets[1:], names[1:], strict=True):
+        model.load_adapter(target.path, adapter_name=name)
+    model.set_adapter(names[0])
+    model.eval()
+    cpu_threads(model)
+    out = []
+    for target in targets:
+        tokenizer = load_tokenizer(target.path, trust)
+        processor = _processor(target.path, target.base, trust)
+        if processor is not None:
+            vision.apply_max_pixels(processor, _max_pixels(target))
+            tokenizer = processor.tokenizer
+        out.append(Loaded("tuned", target.label, model, tokenizer, time.perf_counter() - started, processor))
+    return out
+
+
 # ---------------------------------------------------------------- prompting
 
 

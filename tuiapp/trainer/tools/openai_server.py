@@ -1,12 +1,18 @@
 """An OpenAI-compatible endpoint for a run's model (`llmtui serve`, transformers backend), on
 transformers' own server (transformers.cli.serving: FastAPI + uvicorn, its generation engine).
 
-    python -m tuiapp.trainer.tools.openai_server RUN_DIR --port P [--host H] [--model-id ID] [--checkpoint N]
+    python -m tuiapp.trainer.tools.openai_server RUN_DIR [RUN_DIR...] --port P [--host H] [--model-id ID]
+                                                [--checkpoint N]
 
 transformers' app answers `POST /v1/chat/completions` through its handler classes and runs every
 generation on its engine (GenerationState: one inference thread per model, requests queued to it).
 What llmtui adds sits around that app:
 
+- several runs' peft adapters of one base (RUN_DIR...): the base loaded once with each run's adapter
+  on it (serve_requests.Models, inference.load_adapters), each run a model of /v1/models named by its
+  run id, a request's `model` picking it (an unknown one: 404 naming those served). peft's active
+  adapter is global to the model, so every run's generations go to one engine thread (serve_app.ENGINE)
+  and each switches to its adapter there, right before it generates: never two at once, never mixed;
 - the run -> model (serve_app): RunModels, transformers' ModelManager holding one model, the run's,
   loaded exactly as `llmtui chat` loads it (serve_requests.Endpoint, tuiapp.trainer.tools.inference:
   the full model or the adapter on its base); RunChat, transformers' chat handler, prompts it through
@@ -24,13 +30,22 @@ What llmtui adds sits around that app:
 The port is taken before the model loads, so a second server on it fails at once; SIGTERM ends the
 server (an answer being streamed is cut after a short grace).
 
-Continuous batching (transformers' paged attention) is not used. It runs here, on CPU and with a
-peft model (the tiny model with a LoRA adapter answered through init_continuous_batching), but in
-transformers 5.23 the server's CBGenerateManager builds the batch from the first request's generation
-config (init_cb) and hands later requests only max_new_tokens and eos_token_id: greedy or sampled,
-temperature, top_p and repetition_penalty would be the first request's for every later one, and
-stop strings are not supported. The regular path answers each request with its own settings, one
-generation at a time on the engine's inference thread (GenerateManager), so no lock of ours is needed.
+Continuous batching (--continuous-batching: transformers' CBGenerateManager, paged attention, every
+request in one batch that admits new ones between decoding steps) is honest about what transformers
+5.23 does. Its manager starts the batch once with one GenerationConfig (init_cb) and hands each later
+request only max_new_tokens and eos_token_id, so sampling cannot differ per request (its per_request_processors reach temperature, top_p and top_k
+only when the batch was started sampling with each of them set, and greedy or sampled stays the
+batch's do_sample, so a greedy request after sampled ones would still be sampled): the batch starts
+with the run's [generate] settings (serve_app.start_batching, once the model is loaded), and a request
+asking for another temperature (or top_p, when sampling) is answered 400 naming the parameter and the
+fix (restart without --continuous-batching). It has no stop strings: llmtui cuts them from the text
+and cancels the request at the first one. Refused at start: several runs (one batch, one active
+adapter), a vision-language model (text prompts only), a run whose repetition_penalty is not 1 (the
+batch's logits processors drop it). /v1/completions is refused on such a server (400): it would run
+outside the batch, on the model the batch is using. The paged cache is bounded (serve_app.batching_config):
+left to itself on CPU, transformers sizes it from the machine's free memory.
+Without the flag, each request gets its own settings, one generation at a time on the engine's
+inference thread (GenerateManager), so no lock of ours is needed.
 """
 
 from __future__ import annotations
@@ -45,7 +60,7 @@ import time
 
 from tuiapp.core.common import trainer_tools
 from tuiapp.core.common.errors import UserError
-from tuiapp.trainer.tools.serve_requests import ApiError, Endpoint, StopFilter  # noqa: F401 (StopFilter: the server's)
+from tuiapp.trainer.tools.serve_requests import ApiError, Endpoint, Models, StopFilter  # noqa: F401 (StopFilter: the server's)
 
 TOKEN_ENV = "LLMTUI_SERVE_TOKEN"  # tuiapp.core.store.served.TOKEN_ENV
 MAX_BODY = 8 * 1024 * 1024
@@ -65,7 +80,7 @@ class Guard:
     """ASGI middleware in front of transformers' app: the token, loading, the body bound by the bytes
     read, JSON that parses, admission (MAX_WAITING), and one log line per request."""
 
-    def __init__(self, app, endpoint: Endpoint):
+    def __init__(self, app, endpoint: Endpoint | Models):
         self.app, self.endpoint = app, endpoint
         self.waiting = 0  # requests in the server (one event loop: no lock)
 
@@ -216,14 +231,20 @@ def main(argv=None) -> int:
     from pathlib import Path
 
     parser = argparse.ArgumentParser(prog=trainer_tools.prog("openai_server"))
-    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("run_dirs", type=Path, nargs="+", help="one run, or several runs' adapters on one base")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="localhost")
-    parser.add_argument("--model-id", default=None, help="the model's name for clients (default: the run id)")
+    parser.add_argument("--model-id", default=None, help="one run's name for clients (default: the run id)")
     parser.add_argument("--checkpoint", type=int, default=None)
+    parser.add_argument("--continuous-batching", action="store_true",
+                        help="one batch for every request, with the run's [generate] settings (one run)")
     args = parser.parse_args(argv)
+    if len(args.run_dirs) > 1 and (args.model_id or args.checkpoint is not None or args.continuous_batching):
+        parser.error("--model-id, --checkpoint and --continuous-batching are for one run (several are named by their "
+                     "run ids, and one batch cannot hold two adapters)")
     token = os.environ.pop(TOKEN_ENV, None) or None  # not inherited by anything this process starts
-    endpoint = Endpoint(args.run_dir, args.checkpoint, args.model_id or args.run_dir.name, token)
+    models = Models([Endpoint(d, args.checkpoint, args.model_id or d.name, token) for d in args.run_dirs])
+    names = ", ".join(d.name for d in args.run_dirs)
     try:
         sock = _listen(args.host, args.port)
     except OSError as exc:
@@ -237,19 +258,19 @@ def main(argv=None) -> int:
 
     from tuiapp.trainer.tools.serve_app import build_app
 
-    server = Server(uvicorn.Config(Guard(build_app(endpoint), endpoint), log_level="warning", access_log=False, http=http_protocol(),
+    server = Server(uvicorn.Config(Guard(build_app(models, args.continuous_batching), models), log_level="warning", access_log=False, http=http_protocol(),
                                    ws="none", lifespan="on", backlog=BACKLOG, limit_concurrency=2 * MAX_WAITING,
                                    timeout_graceful_shutdown=GRACE_S))
-    print(f"listening on {args.host}:{args.port}; loading the model of {args.run_dir.name}...", flush=True)
+    print(f"listening on {args.host}:{args.port}; loading the model of {names}...", flush=True)
 
     def load() -> None:
         try:
-            endpoint.load()
+            models.load()
         except Exception as exc:
             message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
             print(f"error: the model could not be loaded: {message}", file=sys.stderr, flush=True)
             os._exit(2)
-        print(f"serving {endpoint.model_id} ({endpoint.loaded.label}, loaded in {endpoint.loaded.load_s:.1f}s) on "
+        print(f"serving {', '.join(models.ids)} ({models.label}, loaded in {models.loaded.load_s:.1f}s) on "
               f"http://{args.host}:{args.port}/v1" + (" (token required)" if token else ""), flush=True)
 
     threading.Thread(target=load, name="load", daemon=True).start()

@@ -67,15 +67,21 @@ class Endpoint:
         self.context = DEFAULT_CONTEXT
         self.token_bytes = 1  # the longest token's UTF-8 bytes: prompt bytes / it ≤ its tokens
         self.stop_ids: list[int] = []
+        self.adapter: str | None = None  # its adapter's name in a model shared with other runs (Models)
 
     def load(self) -> None:
         from tuiapp.core.after.targets import model_target
         from tuiapp.trainer.tools import inference
 
         target = model_target(self.run_dir, self.checkpoint)
-        self.root = str(target.path)
         self.recipe = inference.frozen_recipe(self.run_dir)
-        loaded = inference.load("tuned", target, self.recipe.model.trust_remote_code)
+        self.ready(target, inference.load("tuned", target, self.recipe.model.trust_remote_code))
+
+    def ready(self, target, loaded) -> None:
+        """The run's loaded model (its own, or the base it shares with other runs' adapters)."""
+        from tuiapp.trainer.tools import inference
+
+        self.root = str(target.path)
         self.context = context_length(loaded.model, loaded.tokenizer)
         self.token_bytes = max((len(t.encode()) for t in loaded.tokenizer.get_vocab()), default=1) or 1
         self.counter = copy.deepcopy(loaded.tokenizer)
@@ -112,15 +118,25 @@ class Endpoint:
             settings = settings.model_copy(update={"max_new_tokens": room})
         return settings, ids
 
+    def activate(self) -> None:
+        """Its adapter made the shared model's active one. peft's active adapter is global to the
+        model: call only on the thread every generation runs on (the engine's inference thread),
+        right before generating, so no other run's request comes between."""
+        if self.adapter is not None:
+            self.loaded.model.set_adapter(self.adapter)
+
     def authorized(self, header: str | None) -> bool:
         if not self.token:
             return True
         scheme, _, given = (header or "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
+    def card(self) -> dict:
+        return {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "llmtui",
+                "root": self.root}
+
     def models(self) -> dict:
-        return {"object": "list", "data": [{"id": self.model_id, "object": "model", "created": self.created,
-                                            "owned_by": "llmtui", "root": self.root}]}
+        return {"object": "list", "data": [self.card()]}
 
     def settings(self, body: dict):
         from tuiapp.core.config.recipe import GenerateSpec
@@ -164,6 +180,21 @@ class Endpoint:
         stops = [s for s in stops if s]
         return clean, stops
 
+    def check_batched(self, body: dict) -> None:
+        """With continuous batching (transformers 5.23) every request in the batch is sampled with the
+        settings the batch was started with, the run's [generate] table: a request asking for another
+        temperature (or top_p, when it samples) is refused, never answered with the wrong one."""
+        fixed = self.recipe.generate
+        for key, value, mine in (("temperature", body.get("temperature"), fixed.temperature),
+                                 ("top_p", body.get("top_p"), fixed.top_p)):
+            if key == "top_p" and fixed.temperature == 0:
+                continue  # greedy: top_p plays no part, as on the server without batching
+            if value is not None and not (isinstance(value, (int, float)) and float(value) == float(mine)):
+                raise ApiError(400, f"{key} {value} differs from this server's {mine} (the run's [generate] "
+                               f"{key}): with --continuous-batching every request is answered with the settings the "
+                               f"batch started with; omit {key}, or restart the server without "
+                               "--continuous-batching to choose it per request", param=key)
+
     def generation_config(self, settings, stops: list[str]):
         """The run's generation settings as the engine's GenerationConfig (as `llmtui chat` answers)."""
         from tuiapp.trainer.tools import inference
@@ -190,6 +221,65 @@ class Endpoint:
             enc = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
         device = next(loaded.model.parameters()).device
         return {k: v.to(device) for k, v in enc.items()}
+
+
+class Models:
+    """The runs one server answers for: one run's model, or several runs' adapters on their one
+    base, loaded once (a PeftModel holding each run's adapter under its own name, a0, a1, ...), each
+    run's tokenizer, chat template, [generate] defaults and context its own. A request's `model`
+    picks the run (Endpoint); an unknown one is a 404 naming those served."""
+
+    def __init__(self, endpoints: list[Endpoint]):
+        self.endpoints = {e.model_id: e for e in endpoints}
+        self.first = endpoints[0]
+        self.token = self.first.token
+        self.prepare = None  # called once the models are loaded, before they answer (serve_app's batching)
+        self.loaded = None  # the first run's Loaded, once every run's model is ready (the guard's "loading")
+
+    def authorized(self, header: str | None) -> bool:
+        return self.first.authorized(header)
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.endpoints)
+
+    def get(self, model_id) -> Endpoint:
+        endpoint = self.endpoints.get(model_id) if isinstance(model_id, str) else None
+        if endpoint is None:
+            names = ", ".join(f"'{i}'" for i in self.endpoints)
+            raise ApiError(404, f"The model '{model_id}' does not exist; this server has {names}",
+                           code="model_not_found", param="model")
+        return endpoint
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [e.card() for e in self.endpoints.values()]}
+
+    def load(self) -> None:
+        if len(self.endpoints) == 1:
+            self.first.load()
+            if self.prepare is not None:
+                self.prepare()
+            self.loaded = self.first.loaded
+            return
+        from tuiapp.core.after.targets import model_target
+        from tuiapp.trainer.tools import inference
+
+        endpoints = list(self.endpoints.values())
+        targets = [model_target(e.run_dir, e.checkpoint) for e in endpoints]
+        for endpoint in endpoints:
+            endpoint.recipe = inference.frozen_recipe(endpoint.run_dir)
+        names = [f"a{i}" for i in range(len(endpoints))]
+        shared = inference.load_adapters(targets, names, self.first.recipe.model.trust_remote_code)
+        for endpoint, target, loaded, name in zip(endpoints, targets, shared, names, strict=True):
+            endpoint.adapter = name
+            endpoint.ready(target, loaded)
+        self.loaded = self.first.loaded
+
+    @property
+    def label(self) -> str:
+        if self.loaded is None or len(self.endpoints) == 1:
+            return self.loaded.label if self.loaded else ""
+        return "adapters on one base: " + ", ".join(f"{e.model_id} {e.loaded.label}" for e in self.endpoints.values())
 
 
 def context_length(model, tokenizer) -> int:

@@ -24,9 +24,11 @@ COLUMNS = ("run", "url", "state", "backend")
 
 
 def rows_of(models: list[served.Served], names: dict[str, str]) -> list[tuple[str, str, str, str]]:
-    """The table's rows: run name, URL (with 'token' when one is required), state, backend (and GPUs)."""
+    """The table's rows: run name, URL (with 'token' when one is required), state, backend (and GPUs;
+    'one base, N runs' when the server holds several runs' adapters)."""
     return [(names.get(m.run_id, m.run_id), m.url + ("  (token)" if m.auth else ""), m.state,
-             m.backend + (f" GPU {','.join(map(str, m.gpus))}" if m.gpus else "")) for m in models]
+             m.backend + (f" GPU {','.join(map(str, m.gpus))}" if m.gpus else "")
+             + (f" · one base, {len(m.shared) + 1} runs" if m.shared else "")) for m in models]
 
 
 class ServedScreen(ModalScreen[None]):
@@ -112,8 +114,10 @@ class ServedScreen(ModalScreen[None]):
             self.stop_served(model)
 
         name = self.names.get(model.run_id, model.run_id)  # as the list shows it
-        self.app.confirm(f"Stop serving {name}?", f"{model.url} ({model.run_id}) stops answering; `llmtui serve` "
-                         "starts it again", stop)
+        also = (f"; the same server serves {', '.join(self.names.get(r, r) for r in model.shared)}, which "
+                "stop too") if model.shared else ""
+        self.app.confirm(f"Stop serving {name}?", f"{model.url} ({model.run_id}) stops answering{also}; "
+                         "`llmtui serve` starts it again", stop)
 
     @work(thread=True, group="served-stop")
     @reports_errors("stop")
