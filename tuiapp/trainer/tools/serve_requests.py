@@ -9,6 +9,7 @@ import copy
 import hmac
 import threading
 import time
+from pathlib import Path
 
 DEFAULT_CONTEXT = 2048  # a model whose config names no context length
 
@@ -81,7 +82,7 @@ class Endpoint:
         """The run's loaded model (its own, or the base it shares with other runs' adapters)."""
         from tuiapp.trainer.tools import inference
 
-        self.root = str(target.path)
+        self.root = str(Path(target.path).resolve())  # absolute: a client elsewhere compares it with its own folders
         self.context = context_length(loaded.model, loaded.tokenizer)
         self.token_bytes = max((len(t.encode()) for t in loaded.tokenizer.get_vocab()), default=1) or 1
         self.counter = copy.deepcopy(loaded.tokenizer)
