@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -139,3 +142,21 @@ def kill_runs(runs_dir: Path) -> None:
     for run_dir in runs_dir.iterdir():
         if run_dir.is_dir() and not run_dir.name.startswith("."):
             kill_group(run_dir)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post_json(url: str, body: dict, token: str | None = None, timeout: float = 120) -> tuple[int, dict]:
+    """(HTTP status, JSON answer) of a POST to a served model; an error status is returned, not raised."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {token}"} if token else {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())

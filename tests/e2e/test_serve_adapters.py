@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import socket
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -18,29 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.after_runs import lora_run, lora_run_b, sft_run
-from tests.e2e.helpers import llmtui
+from tests.e2e.helpers import free_port, llmtui, post_json
 from tuiapp.core.machine.gpus import cuda_available
 from tuiapp.core.store import queue, served
 
 pytestmark = pytest.mark.slow
 QUESTION = [{"role": "user", "content": "What is the capital of Japan?"}]
 PROMPTS = ["The capital of France is", "Question: What is the capital of Japan?\nAnswer:"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 @pytest.fixture
@@ -80,7 +63,7 @@ def _own_answers(run) -> dict:
 
 def test_two_lora_runs_on_one_base_answer_each_as_alone(two_loras):
     a, b = two_loras
-    port = _free_port()
+    port = free_port()
     started = llmtui("serve", a.name, b.name, "--port", str(port), runs_dir=a.parent, timeout=300)
     assert started.returncode == 0, started.stdout + started.stderr
     assert f'models "{a.name}", "{b.name}"' in started.stdout
@@ -95,10 +78,10 @@ def test_two_lora_runs_on_one_base_answer_each_as_alone(two_loras):
     def ask(job):
         model, kind, index = job
         if kind == "chat":
-            code, body = _post(f"{base}/chat/completions", {"model": model, "messages": QUESTION, "temperature": 0,
+            code, body = post_json(f"{base}/chat/completions", {"model": model, "messages": QUESTION, "temperature": 0,
                                                              "max_tokens": 12})
             return code, body["choices"][0]["message"]["content"] if code == 200 else body
-        code, body = _post(f"{base}/completions", {"model": model, "prompt": PROMPTS[index], "temperature": 0,
+        code, body = post_json(f"{base}/completions", {"model": model, "prompt": PROMPTS[index], "temperature": 0,
                                                     "max_tokens": 10})
         return code, body["choices"][0]["text"] if code == 200 else body
 
@@ -109,7 +92,7 @@ def test_two_lora_runs_on_one_base_answer_each_as_alone(two_loras):
         expected = own[model]["chat"] if kind == "chat" else own[model]["completions"][index]
         assert code == 200 and text == expected, (model, kind, index, text, expected)
 
-    code, body = _post(f"{base}/chat/completions", {"model": "gpt-4o", "messages": QUESTION})
+    code, body = post_json(f"{base}/chat/completions", {"model": "gpt-4o", "messages": QUESTION})
     assert code == 404 and body["error"]["param"] == "model"
     assert a.name in body["error"]["message"] and b.name in body["error"]["message"]
 
@@ -138,7 +121,7 @@ def test_a_full_run_or_another_base_is_refused_before_anything_starts(two_loras,
     a, b = two_loras
     full = sft_run(tmp_path_factory)
     shutil.copytree(full, a.parent / full.name)
-    refused = llmtui("serve", a.name, full.name, "--port", str(_free_port()), runs_dir=a.parent)
+    refused = llmtui("serve", a.name, full.name, "--port", str(free_port()), runs_dir=a.parent)
     assert refused.returncode == 2 and "is a full model" in refused.stderr, refused.stderr
     assert "serve them separately" in refused.stderr
     # b's adapter recorded on another base (the full run's model folder)
@@ -146,9 +129,9 @@ def test_a_full_run_or_another_base_is_refused_before_anything_starts(two_loras,
     meta = json.loads(info.read_text())
     meta["base_model"] = str(a.parent / full.name / "final")
     info.write_text(json.dumps(meta))
-    other = llmtui("serve", a.name, b.name, "--port", str(_free_port()), runs_dir=a.parent)
+    other = llmtui("serve", a.name, b.name, "--port", str(free_port()), runs_dir=a.parent)
     assert other.returncode == 2 and "one server holds one base model" in other.stderr, other.stderr
-    twice = llmtui("serve", a.name, a.name, "--port", str(_free_port()), runs_dir=a.parent)
+    twice = llmtui("serve", a.name, a.name, "--port", str(free_port()), runs_dir=a.parent)
     assert twice.returncode == 2 and "named twice" in twice.stderr
     checkpoint = llmtui("serve", a.name, b.name, "--checkpoint", "3", runs_dir=a.parent)
     assert checkpoint.returncode == 2 and "--checkpoint" in checkpoint.stderr
@@ -161,7 +144,7 @@ def test_vllm_serves_both_adapters_as_its_lora_modules(two_loras):
     """On CUDA with vllm: one vLLM server, the base with both runs' adapters (--lora-modules), each a
     model of /v1/models answering by its own name."""
     a, b = two_loras
-    port = _free_port()
+    port = free_port()
     started = llmtui("serve", a.name, b.name, "--backend", "vllm", "--port", str(port), runs_dir=a.parent,
                      timeout=900)
     assert started.returncode == 0, started.stdout + started.stderr
@@ -172,7 +155,7 @@ def test_vllm_serves_both_adapters_as_its_lora_modules(two_loras):
     ids = [m["id"] for m in json.loads(urllib.request.urlopen(f"{base}/models", timeout=30).read())["data"]]
     assert a.name in ids and b.name in ids
     for run in (a, b):
-        code, body = _post(f"{base}/completions", {"model": run.name, "prompt": PROMPTS[0], "max_tokens": 4,
+        code, body = post_json(f"{base}/completions", {"model": run.name, "prompt": PROMPTS[0], "max_tokens": 4,
                                                     "temperature": 0})
         assert code == 200 and body["model"] == run.name, body
     assert llmtui("serve", a.name, "--stop", runs_dir=a.parent, timeout=120).returncode == 0

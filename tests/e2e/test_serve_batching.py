@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.e2e.helpers import llmtui
+from tests.e2e.helpers import free_port, llmtui, post_json
 from tuiapp.core.store import served
 
 pytestmark = pytest.mark.slow
@@ -26,22 +25,6 @@ QUESTIONS = ["What is the capital of Japan?", "What is the capital of France?", 
              "What is the largest planet?", "What is the boiling point of water?", "Who painted the Mona Lisa?",
              "What is the capital of Italy?", "How many legs does a spider have?"]
 MAX_TOKENS = 16
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def _streamed(url: str, body: dict) -> dict:
@@ -74,7 +57,7 @@ def _own_answers(run) -> list[str]:
 
 def test_requests_at_once_are_batched_and_answer_as_alone(served_run):
     run = served_run
-    port = _free_port()
+    port = free_port()
     started = llmtui("serve", run.name, "--continuous-batching", "--port", str(port), runs_dir=run.parent,
                      timeout=300)
     assert started.returncode == 0, started.stdout + started.stderr
@@ -86,10 +69,10 @@ def test_requests_at_once_are_batched_and_answer_as_alone(served_run):
     assert len(set(own)) > 1 and all(own)
 
     def ask(question):
-        return _post(chat, {"model": run.name, "messages": [{"role": "user", "content": question}],
+        return post_json(chat, {"model": run.name, "messages": [{"role": "user", "content": question}],
                             "temperature": 0, "max_tokens": MAX_TOKENS})
 
-    _post(chat, {"model": run.name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})  # warm
+    post_json(chat, {"model": run.name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})  # warm
     with ThreadPoolExecutor(len(QUESTIONS)) as pool:
         answers = list(pool.map(ask, QUESTIONS))
     assert [code for code, _ in answers] == [200] * len(QUESTIONS)
@@ -105,16 +88,16 @@ def test_requests_at_once_are_batched_and_answer_as_alone(served_run):
     assert started_together >= len(QUESTIONS) // 2, [(s["first"], s["done"]) for s in streams]  # one batch
 
     # what one batch cannot do per request is refused, naming the fix
-    code, body = _post(chat, {"model": run.name, "messages": [{"role": "user", "content": "Hi"}], "temperature": 0.7})
+    code, body = post_json(chat, {"model": run.name, "messages": [{"role": "user", "content": "Hi"}], "temperature": 0.7})
     assert code == 400 and body["error"]["param"] == "temperature"
     assert "without --continuous-batching" in body["error"]["message"]
-    code, body = _post(f"http://127.0.0.1:{port}/v1/completions", {"model": run.name, "prompt": "The"})
+    code, body = post_json(f"http://127.0.0.1:{port}/v1/completions", {"model": run.name, "prompt": "The"})
     assert code == 400 and "--continuous-batching" in body["error"]["message"]
 
     # stop strings: cut by llmtui, streamed or not
     text = own[0]
     stop = text[2:4]
-    code, cut = _post(chat, {"model": run.name, "messages": [{"role": "user", "content": QUESTIONS[0]}],
+    code, cut = post_json(chat, {"model": run.name, "messages": [{"role": "user", "content": QUESTIONS[0]}],
                              "temperature": 0, "max_tokens": MAX_TOKENS, "stop": [stop]})
     assert code == 200 and cut["choices"][0]["message"]["content"] == text[:text.find(stop)].strip()
     assert cut["choices"][0]["finish_reason"] == "stop"
@@ -128,14 +111,14 @@ def test_what_one_batch_cannot_keep_is_refused_before_anything_starts(served_run
     run = served_run
     other = run.parent / "copy"
     shutil.copytree(run, other)
-    both = llmtui("serve", run.name, "copy", "--continuous-batching", "--port", str(_free_port()),
+    both = llmtui("serve", run.name, "copy", "--continuous-batching", "--port", str(free_port()),
                   runs_dir=run.parent)
     assert both.returncode == 2 and "serves one run" in both.stderr, both.stderr
     recipe = other / "recipe.toml"
     text = recipe.read_text()
     assert "repetition_penalty = 1.0" in text
     recipe.write_text(text.replace("repetition_penalty = 1.0", "repetition_penalty = 1.2"))
-    penalty = llmtui("serve", "copy", "--continuous-batching", "--port", str(_free_port()), runs_dir=run.parent)
+    penalty = llmtui("serve", "copy", "--continuous-batching", "--port", str(free_port()), runs_dir=run.parent)
     assert penalty.returncode == 2 and "repetition_penalty is 1.2" in penalty.stderr, penalty.stderr
     assert "llmtui serve copy" in penalty.stderr
     assert not served.record_path(run).exists() and not served.record_path(other).exists()

@@ -7,23 +7,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import urllib.error
 import urllib.request
 
 import pytest
 
-from tests.e2e.helpers import llmtui
+from tests.e2e.helpers import free_port, llmtui, post_json
 from tuiapp.core.store import served
 
 pytestmark = pytest.mark.slow
 TOKEN = "s3cret-token-for-tests"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -44,21 +37,10 @@ def _serve(run, *args: str, env: dict | None = None):
                 os.environ[key] = value
 
 
-def _post(url: str, body: dict, token: str | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              **({"Authorization": f"Bearer {token}"} if token else {})})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def test_openai_client_streamed_and_not_wrong_token_busy_port_and_stop(run):
     import openai
 
-    port = _free_port()
+    port = free_port()
     started = _serve(run, "--port", str(port), env={served.TOKEN_ENV: TOKEN})
     assert started.returncode == 0, started.stdout + started.stderr
     assert f"serving {run.name} on http://localhost:{port}/v1" in started.stdout
@@ -92,16 +74,16 @@ def test_openai_client_streamed_and_not_wrong_token_busy_port_and_stop(run):
     # a wrong token, no token, an unknown model: refused with OpenAI's error shapes
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"http://localhost:{port}/v1", api_key="wrong-token", max_retries=0).models.list()
-    code, body = _post(f"http://localhost:{port}/v1/chat/completions", {"model": run.name, "messages": messages})
+    code, body = post_json(f"http://localhost:{port}/v1/chat/completions", {"model": run.name, "messages": messages})
     assert code == 401 and body["error"]["code"] == "invalid_api_key"
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-4o", messages=messages)
-    code, body = _post(f"http://localhost:{port}/v1/chat/completions",
+    code, body = post_json(f"http://localhost:{port}/v1/chat/completions",
                        {"model": run.name, "messages": messages, "temperature": 9}, TOKEN)
     assert code == 400 and body["error"]["param"] == "temperature"
 
     # a second server on the same run, or anything on a busy port, is refused before it starts
-    again = _serve(run, "--port", str(_free_port()))
+    again = _serve(run, "--port", str(free_port()))
     assert again.returncode == 2 and "already served" in again.stderr
     other = run.parent / "copy"
     shutil.copytree(run, other)
@@ -110,7 +92,7 @@ def test_openai_client_streamed_and_not_wrong_token_busy_port_and_stop(run):
     assert busy.returncode == 2 and f"cannot listen on localhost:{port}" in busy.stderr
     assert not (other / served.SERVE_JSON).exists()
     # beyond loopback without a token: refused
-    wide = llmtui("serve", "copy", "--host", "0.0.0.0", "--port", str(_free_port()), runs_dir=run.parent)
+    wide = llmtui("serve", "copy", "--host", "0.0.0.0", "--port", str(free_port()), runs_dir=run.parent)
     assert wide.returncode == 2 and "no token is set" in wide.stderr
 
     stopped = _serve(run, "--stop")
@@ -122,20 +104,20 @@ def test_openai_client_streamed_and_not_wrong_token_busy_port_and_stop(run):
 
 
 def test_plain_http_without_token_and_stop_strings(run):
-    port = _free_port()
+    port = free_port()
     started = _serve(run, "--port", str(port), env={served.TOKEN_ENV: ""})
     assert started.returncode == 0, started.stderr
     base = f"http://127.0.0.1:{port}/v1"
     messages = [{"role": "system", "content": "Answer briefly."},
                 {"role": "user", "content": [{"type": "text", "text": "Who are you?"}]}]
-    code, full = _post(f"{base}/chat/completions", {"model": run.name, "messages": messages, "max_tokens": 16,
+    code, full = post_json(f"{base}/chat/completions", {"model": run.name, "messages": messages, "max_tokens": 16,
                                                      "temperature": 0})
     assert code == 200 and full["object"] == "chat.completion", full
     text = full["choices"][0]["message"]["content"]
     assert full["usage"]["total_tokens"] == full["usage"]["prompt_tokens"] + full["usage"]["completion_tokens"]
     if len(text) > 3:  # a stop string cuts the answer where it first appears
         stop = text[2:4]
-        code, cut = _post(f"{base}/chat/completions", {"model": run.name, "messages": messages, "max_tokens": 16,
+        code, cut = post_json(f"{base}/chat/completions", {"model": run.name, "messages": messages, "max_tokens": 16,
                                                         "temperature": 0, "stop": [stop]})
         assert code == 200 and cut["choices"][0]["message"]["content"] == text[:text.find(stop)].strip()
         assert cut["choices"][0]["finish_reason"] == "stop"
@@ -160,7 +142,7 @@ def test_completions_continue_a_raw_prompt_and_give_vllm_s_prompt_logprobs(run):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    port = _free_port()
+    port = free_port()
     started = _serve(run, "--port", str(port), env={served.TOKEN_ENV: ""})
     assert started.returncode == 0, started.stderr
     base = f"http://127.0.0.1:{port}/v1"
@@ -170,7 +152,7 @@ def test_completions_continue_a_raw_prompt_and_give_vllm_s_prompt_logprobs(run):
     tokenizer = AutoTokenizer.from_pretrained(run / "final")
     model = AutoModelForCausalLM.from_pretrained(run / "final").eval()
     ids = tokenizer("The capital of France is", add_special_tokens=False)["input_ids"]
-    code, body = _post(f"{base}/completions", {"model": run.name, "prompt": ids, "max_tokens": 4, "temperature": 0,
+    code, body = post_json(f"{base}/completions", {"model": run.name, "prompt": ids, "max_tokens": 4, "temperature": 0,
                                                "prompt_logprobs": 5})
     assert code == 200 and body["object"] == "text_completion", body
     choice = body["choices"][0]
@@ -193,7 +175,7 @@ def test_completions_continue_a_raw_prompt_and_give_vllm_s_prompt_logprobs(run):
         actual = entries[str(ids[position])]  # the prompt's own token, whatever its rank
         assert actual["rank"] == int((own[position - 1] > own[position - 1, ids[position]]).sum()) + 1
 
-    code, text = _post(f"{base}/completions", {"model": run.name, "prompt": "The capital of France is",
+    code, text = post_json(f"{base}/completions", {"model": run.name, "prompt": "The capital of France is",
                                                "max_tokens": 0, "echo": True, "prompt_logprobs": 1})
     assert code == 200 and text["choices"][0]["text"] == tokenizer.decode(ids)
     assert len(text["choices"][0]["prompt_logprobs"]) == len(ids)
@@ -202,6 +184,6 @@ def test_completions_continue_a_raw_prompt_and_give_vllm_s_prompt_logprobs(run):
                        "stream"), ({"prompt": "a", "prompt_logprobs": -1}, "prompt_logprobs"),
                        ({"prompt": "a", "max_tokens": 10**9}, "max_tokens"), ({"prompt": "a", "temperature": "hot"},
                                                                               "temperature")):
-        code, refused = _post(f"{base}/completions", {"model": run.name, **bad})
+        code, refused = post_json(f"{base}/completions", {"model": run.name, **bad})
         assert code == 400 and refused["error"]["param"] == param, (bad, refused)
     assert served.stop(run)
