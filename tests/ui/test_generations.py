@@ -189,7 +189,7 @@ def test_a_real_grpo_run_in_the_generations_pane_and_the_history(tmp_path, monke
             await pilot.press("7")
             shown = view.query_one(GenerationsView).plain
             assert "step 3 · 3/3 kept · 16 generations · following" in shown
-            assert f"mean total {last['reward']:.2f} · format " in shown and " · answer " in shown
+            assert f"mean total {last['reward']:.2f} · answer " in shown and " · format " in shown
             prompt = next(w["prompt"] for w in written if w["step"] == 3)
             assert "▸ " + prompt[:40] in shown
             await pilot.press("left_square_bracket")
