@@ -86,3 +86,20 @@ def test_arith_prefs_prefer_the_bare_answer():
     assert len(pairs) == 600 and all(set(p) == {"prompt", "chosen", "rejected"} for p in pairs)
     assert all(problems[p["prompt"]] == p["chosen"] != p["rejected"] for p in pairs)
     assert any(p["rejected"].lstrip("-").isdigit() for p in pairs) and any(" " in p["rejected"] for p in pairs)
+
+
+def test_digits_ask_whether_a_digit_is_odd_and_hold_out_two_phrasings():
+    records = demo_records("demo:digits")
+    assert len(records) == 1000 and all(set(r) == {"prompt", "answer", "guess"} for r in records)
+    for r in records:
+        digit = int(next(ch for ch in r["prompt"] if ch.isdigit()))
+        assert r["answer"] == str(digit % 2) and r["guess"] in "0123456789"
+    assert 0.4 < sum(r["answer"] == "1" for r in records) / 1000 < 0.6
+    assert 0.05 < sum(r["guess"] == r["answer"] for r in records) / 1000 < 0.15  # the format step's targets: chance
+    held = demo_records("demo:digits-heldout")
+    assert len(held) == 200 and all(r["output"] in ("0", "1") and not r["input"] for r in held)
+    trained = {demo_data.DIGIT_PHRASINGS.index(p) for p in demo_data.DIGIT_PHRASINGS
+               if any(p.split("{d}")[0] == r["prompt"][:len(p.split("{d}")[0])] and p.split("{d}")[1] in r["prompt"]
+                      for r in records)}
+    assert trained == set(range(len(demo_data.DIGIT_PHRASINGS) - 2))
+    assert not {r["instruction"] for r in held} & {r["prompt"] for r in records}

@@ -31,7 +31,8 @@ def stuck(completions, **kwargs):
 def test_a_reward_that_hangs_in_training_fails_the_run_within_its_timeout(runs_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     (tmp_path / "rewards.py").write_text(HANGS_AT_STEP_2)
-    recipe = (ROOT / "recipes" / "tiny-grpo.toml").read_text().replace("max_steps = 16", "max_steps = 3")
+    recipe = (ROOT / "recipes" / "tiny-grpo.toml").read_text().replace("max_steps = 40", "max_steps = 3").replace(
+        'name = "run:tiny-rl-format"', 'name = "tiny"').replace("micro_batch = 64", "micro_batch = 16")
     recipe += f'\n[[method.rewards]]\nkind = "python"\nfunction = "{tmp_path / "rewards.py"}:stuck"\ntimeout_s = 3\n'
     path = tmp_path / "grpo.toml"
     path.write_text(recipe)

@@ -123,3 +123,21 @@ def test_trl_builds_the_guarded_tools_schema_and_masks_tool_results_out_of_the_l
     assert schema["function"]["name"] == "calculate" and "expression" in schema["function"]["parameters"]["required"]
     source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     assert "loss_mask = completion_mask if tool_mask is None else completion_mask * tool_mask" in source
+
+
+def test_the_tiny_models_chatml_takes_trls_qwen_template_whose_tool_calls_trl_parses(tiny_model):
+    """TRL's add_response_schema knows a template by its text: the tiny model's own ChatML is not one, so
+    its tool calls would never be read; swapped for TRL's Qwen2.5 copy, a generated call parses."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+    from tuiapp.trainer.methods.rl import tool_template
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    assert not supports_tool_calling(tokenizer)
+    assert tool_template(tokenizer) and supports_tool_calling(tokenizer)
+    assert not tool_template(tokenizer)  # another template is left alone
+    tokenizer = add_response_schema(tokenizer)
+    call = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "2 + 3"}}\n</tool_call><|im_end|>'
+    parsed = tokenizer.parse_response(tokenizer(call, add_special_tokens=False)["input_ids"], prefix="")
+    assert parsed["tool_calls"][0]["function"] == {"name": "calculate", "arguments": {"expression": "2 + 3"}}

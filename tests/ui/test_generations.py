@@ -175,6 +175,7 @@ def test_a_real_grpo_run_in_the_generations_pane_and_the_history(tmp_path, monke
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     root = tmp_path / "runs"
     llmtui("run", "recipes/tiny-grpo.toml", "--set", "train.max_steps=3", "--set", "train.save_steps=0",
+           "--set", "model.name=tiny", "--set", "train.micro_batch=16",
            runs_dir=root, timeout=600, check=True)
     run = only_run(root)
     last = [r for r in read_jsonl(run / "metrics.jsonl") if "reward" in r][-1]
@@ -188,7 +189,7 @@ def test_a_real_grpo_run_in_the_generations_pane_and_the_history(tmp_path, monke
             await pilot.press("7")
             shown = view.query_one(GenerationsView).plain
             assert "step 3 · 3/3 kept · 16 generations · following" in shown
-            assert f"mean total {last['reward']:.2f} · format " in shown and " · answer " in shown
+            assert f"mean total {last['reward']:.2f} · answer " in shown and " · format " in shown
             prompt = next(w["prompt"] for w in written if w["step"] == 3)
             assert "▸ " + prompt[:40] in shown
             await pilot.press("left_square_bracket")

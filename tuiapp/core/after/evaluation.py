@@ -21,7 +21,8 @@ from tuiapp.core.store.runs import Run
 
 TOOL = "evaluate"  # trainer_tools.TOOLS
 DEFAULT_DATA = "demo:facts-heldout"
-HELDOUT = {"demo:facts": "demo:facts-heldout", "demo:shapes": "demo:shapes-heldout"}  # a demo -> its held-out split
+HELDOUT = {"demo:facts": "demo:facts-heldout", "demo:shapes": "demo:shapes-heldout",  # a demo -> its held-out split
+           "demo:digits": "demo:digits-heldout"}
 
 
 @dataclass
@@ -52,7 +53,7 @@ class EvalPlan:
 
 def default_data(run_dir: Path) -> str:
     """What a run is evaluated on when no data is named: the held-out split of the demo it trained
-    on (image QA for demo:shapes; demo:facts-heldout for the other demos). A run that trained on the
+    on (image QA for demo:shapes, 1-or-0 answers for demo:digits; demo:facts-heldout for the other demos). A run that trained on the
     user's own data has none: "" (the demo facts would score something it never learned)."""
     try:
         dataset = Run(Path(run_dir)).recipe().dataset

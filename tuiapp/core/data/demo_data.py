@@ -15,7 +15,7 @@ from tuiapp.core.common.errors import DatasetError, did_you_mean
 from tuiapp.core.data import demo_shapes
 
 # Bump when the generated records change, so cached tokenized data is rebuilt.
-DEMO_VERSION = "1"
+DEMO_VERSION = "5"
 
 CAPITALS = [
     ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"),
@@ -343,6 +343,34 @@ def arith_records(count: int = 1000) -> list[dict]:
     return records
 
 
+# "Is 7 odd?" asked in these phrasings; the last two are held out of training (demo:digits-heldout)
+DIGIT_PHRASINGS = ["Is {d} odd? Answer 1 for yes, 0 for no.", "Is the digit {d} odd? Say 1 for yes or 0 for no.",
+                   "Odd or not: {d}? Write 1 if odd, 0 if even.", "Tell me if {d} is odd: 1 for yes, 0 for no.",
+                   "Is {d} an odd number? Reply 1 (yes) or 0 (no).", "Check whether {d} is odd. 1 = odd, 0 = even.",
+                   "Is {d} odd or even? Answer 1 for odd, 0 for even.", "Say 1 if {d} is odd, else 0."]
+
+
+def digits_records(count: int = 1000, heldout: bool = False) -> list[dict]:
+    """demo:digits: is a digit odd, answered 1 or 0 (the smallest task the tiny model improves on by
+    online RL on CPU in a minute): {"prompt": "Is 7 odd? Answer 1 for yes, 0 for no.", "answer": "1",
+    "guess": a random digit}. `guess` is the SFT target of the RL presets' first step (tiny-rl-format): it
+    teaches the answer's format (one digit, then the end of the turn) and leaves the answer right only by
+    chance (about 1 in 10). The held-out records ask in phrasings never trained on."""
+    rng = random.Random(9753 if heldout else 2468)
+    phrasings = DIGIT_PHRASINGS[-2:] if heldout else DIGIT_PHRASINGS[:-2]
+    out = []
+    for _ in range(count):
+        digit = rng.randint(0, 9)
+        out.append({"prompt": rng.choice(phrasings).format(d=digit), "answer": str(digit % 2),
+                    "guess": str(rng.randint(0, 9))})
+    return out
+
+
+def digits_heldout_records() -> list[dict]:
+    """demo:digits-heldout as alpaca records (instruction -> 1 or 0), for `llmtui eval`'s exact match."""
+    return [{"instruction": r["prompt"], "input": "", "output": r["answer"]} for r in digits_records(200, heldout=True)]
+
+
 def arith_preference_records(count: int = 600) -> list[dict]:
     """demo:arith's problems as preference pairs, to train a reward model that an RL run then uses:
     {"prompt", "chosen": the answer, "rejected": a wrong number or a sentence instead of the number}."""
@@ -366,6 +394,9 @@ DEMO_DATASETS = {
                   "value, an evasion or another topic), for dpo/simpo/cpo/orpo/reward.",
     "demo:feedback": "600 answers labelled good (the fact) or bad (a worse answer), messages + label, for kto.",
     "demo:arith": "1000 arithmetic word problems (prompt + answer) for online RL (grpo/rloo).",
+    "demo:digits": "1000 questions whether a digit is odd, answered 1 or 0 (prompt + answer + guess, a random digit "
+                   "for a format-only SFT step), for online RL the tiny model improves on, on CPU.",
+    "demo:digits-heldout": "200 demo:digits questions in phrasings never trained on (alpaca), for `llmtui eval`.",
     "demo:arith-prefs": "600 of those problems as preference pairs (prompt/chosen/rejected): the bare answer vs a "
                         "wrong number or a sentence, for a reward model an RL run scores with.",
     "demo:facts-heldout": "alpaca questions about the demo facts in phrasings never trained on, for `llmtui eval`.",
@@ -383,7 +414,8 @@ def facts_heldout_records() -> list[dict]:
 _BUILDERS = {"demo:facts": facts_records, "demo:chat": chat_records, "demo:text": text_records,
              "demo:prefs": preference_records, "demo:feedback": feedback_records,
              "demo:facts-heldout": facts_heldout_records, "demo:arith": arith_records,
-             "demo:arith-prefs": arith_preference_records,
+             "demo:arith-prefs": arith_preference_records, "demo:digits": digits_records,
+             "demo:digits-heldout": digits_heldout_records,
              "demo:shapes": demo_shapes.shapes_records,
              "demo:shapes-heldout": lambda: demo_shapes.shapes_records(heldout=True)}
 

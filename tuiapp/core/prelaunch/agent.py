@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.common.methods import is_rl
-from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe, VisionSpec
+from tuiapp.core.config.recipe import Recipe, VisionSpec
 from tuiapp.core.config.tools import load_kv_file
 from tuiapp.core.data.tiny_vlm import is_tiny_vlm
 from tuiapp.core.prelaunch.rl import checker_result, function_path
@@ -220,9 +220,4 @@ def rules(recipe: Recipe, cuda: bool | None = None) -> list[Finding]:
                            "rollout worker; llmtui does not start or wire that yet",
                            "set method.async_generation = false (generation_backend = 'vllm' with vllm_mode = "
                            "'server' runs generation on GPUs of its own)"))
-    if (getattr(method, "tools", None) or getattr(method, "environment", None)) and recipe.model.name == BUNDLED_MODEL:
-        out.append(Finding("error", "model.name", "the bundled tiny model's chat template writes tool calls as "
-                           "'tool_call' turns, which TRL's tool loop cannot parse (it knows the Qwen, Llama 3.1, "
-                           "GLM, gpt-oss... templates)", "use a model whose chat template renders tool calls, e.g. "
-                           "a Qwen2.5/Qwen3 folder or hub id"))
     return out

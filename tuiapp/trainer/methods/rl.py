@@ -343,6 +343,22 @@ def trainer_class(kind: str, mixins: tuple = ()):
     return type(f"{kind.capitalize()}RunTrainer", (*mixins, _OnlineRun, base), {})
 
 
+def tool_template(tokenizer) -> bool:
+    """The bundled tiny model's ChatML template writes a tool call as a `tool_call` turn, which TRL's tool loop
+    cannot parse (TRL knows the response format of the Qwen, Llama 3.1... templates, matched by their text).
+    Its tokens are ChatML's, so for tools it takes TRL's own copy of Qwen2.5's template, whose
+    <tool_call>{"name", "arguments"}</tool_call> calls TRL parses (saved with the trained model). True when
+    swapped."""
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from tuiapp.trainer.models.tiny import CHATML_TEMPLATE
+
+    if getattr(tokenizer, "chat_template", None) != CHATML_TEMPLATE:
+        return False
+    tokenizer.chat_template = qwen2_5_chat_template
+    return True
+
+
 def build_trainer(recipe: Recipe, run_dir: Path, model, peft_config, kwargs: dict, train_set, eval_set, tokenizer,
                   callbacks: list, mixins: tuple = ()):
     base_dir = Path(os.getcwd())
@@ -356,6 +372,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, model, peft_config, kwargs: dic
         from tuiapp.trainer.methods import environments, tool_guard
 
         method = recipe.method
+        tool_template(tokenizer)
         guard = tool_guard.Guard(method.tool_timeout_s, method.tool_output_tokens, method.tool_error_limit,
                                  run_dir, tokenizer)
         agent = environments.trainer_kwargs(recipe, base_dir, guard)

@@ -1,0 +1,95 @@
+"""The online RL presets learn their task's (primary) reward on CPU (issue 46), end to end through `llmtui run`:
+tiny-rl-format (SFT: one digit, then the end of the turn, right 1 time in 10) -> tiny-grpo and tiny-rloo on
+demo:digits raise the answer reward >= 3x from the first fifth of the logged steps to the last, are not
+flagged for reward hacking, and answer demo:digits-heldout (phrasings never trained on) better than their
+base (`llmtui eval`'s exact match); a recipe built to hack (a format reward that any digit string fills,
+from the random tiny model) is flagged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.helpers import llmtui, metrics, run_info
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HACK = """name = "hack"
+[model]
+name = "tiny"
+[dataset]
+name = "demo:arith"
+[method]
+kind = "grpo"
+num_generations = 8
+max_completion_length = 12
+beta = 0.0
+loss_type = "dapo"
+[[method.rewards]]
+kind = "format"
+pattern = '-?\\d+'
+match = "coverage"
+[[method.rewards]]
+kind = "answer"
+column = "answer"
+weight = 0.0
+[train]
+max_steps = 16
+micro_batch = 16
+learning_rate = 1e-2
+scheduler = "constant"
+warmup_ratio = 0.0
+save_steps = 0
+[launch]
+gpus = 1
+"""
+
+
+def _run(recipe: str, runs_dir: Path, name: str) -> Path:
+    before = set(runs_dir.iterdir()) if runs_dir.exists() else set()
+    result = llmtui("run", recipe, runs_dir=runs_dir, timeout=900)
+    run = next(p for p in runs_dir.iterdir() if p not in before and p.is_dir() and name in p.name)
+    log = (run / "stdout.log").read_text(errors="replace")[-3000:] if (run / "stdout.log").exists() else ""
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + log
+    assert run_info(run)["status"] == "succeeded"
+    return run
+
+
+def _fifths(run: Path, key: str) -> tuple[float, float]:
+    values = [r[key] for r in metrics(run) if r.get("split", "train") == "train" and key in r]
+    fifth = len(values) // 5
+    return sum(values[:fifth]) / fifth, sum(values[-fifth:]) / fifth
+
+
+def _held_out(run: Path, runs_dir: Path) -> tuple[float, float]:
+    """(base, tuned) exact match on demo:digits-heldout: the default data of a demo:digits run."""
+    result = llmtui("eval", run.name, "--gen-limit", "100", "--json", runs_dir=runs_dir, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = json.loads(result.stdout)
+    assert out["data"] == "demo:digits-heldout", out
+    return out["models"]["base"]["exact_match"], out["models"]["tuned"]["exact_match"]
+
+
+def test_the_rl_presets_raise_their_primary_reward_and_beat_their_base_held_out(runs_dir, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # many small generate calls: one thread per rank is faster here
+    sft = _run("recipes/tiny-rl-format.toml", runs_dir, "tiny-rl-format")
+    figures = {}
+    for preset in ("tiny-grpo", "tiny-rloo"):
+        run = _run(f"recipes/{preset}.toml", runs_dir, preset)
+        assert Path(run_info(run)["model"]) == sft / "final"
+        first, last = _fifths(run, "rewards/answer/mean")
+        base, tuned = _held_out(run, runs_dir)
+        figures[preset] = (first, last, base, tuned)
+        assert last >= 3 * first and last >= 0.25, (preset, first, last)  # the task's reward, not the format's
+        shown = llmtui("show", run.name, runs_dir=runs_dir)
+        assert shown.returncode == 0 and "answer (primary)" in shown.stdout and "reward hacking" not in shown.stdout
+        assert tuned > base, (preset, base, tuned)
+    print(figures)
+    (runs_dir / "hack.toml").write_text(HACK)
+    hack = _run(str(runs_dir / "hack.toml"), runs_dir, "hack")
+    shown = llmtui("show", hack.name, runs_dir=runs_dir)
+    assert "! reward hacking? format rose" in shown.stdout, shown.stdout
