@@ -70,3 +70,30 @@ def test_a_pretraining_step_recipe_fills_a_block_of_its_own_text(tmp_path, tiny_
     assert step.dataset.max_samples == 64 and step.train.max_seq_len == 256
     train, _ = build_datasets(step, AutoTokenizer.from_pretrained(tiny_model), tmp_path / "cache")
     assert len(train) >= 1 and len(train[0]["input_ids"]) == 256
+
+
+@pytest.mark.slow  # one real (shrunken) step in this process
+def test_examples_whose_answers_start_past_the_steps_length_are_not_judged_by_it(tmp_path, tiny_model, monkeypatch):
+    """An SFT recipe of 1,024 tokens whose answers start after ~300 tokens trains as it is; the dry
+    step's 256 tokens cut every answer off, and that was a refusal ('no training examples with a
+    trained token') of a valid recipe. The step says it was skipped instead."""
+    import json
+    import socket
+
+    from tuiapp.trainer.tools.dry import dry_step
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for key, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(key, value)
+    data = tmp_path / "long.jsonl"
+    long_question = " ".join(["the capital of France is Paris"] * 60)
+    data.write_text("".join(json.dumps({"instruction": f"{long_question} {i}", "input": "", "output": "Paris"}) + "\n"
+                            for i in range(8)))
+    recipe = tmp_path / "long.toml"
+    recipe.write_text(f'name = "long"\n[model]\nname = "tiny"\n[dataset]\nname = "{data}"\n'
+                      '[method]\nkind = "sft"\n[train]\nmax_seq_len = 1024\nmax_steps = 2\n')
+    verdict = dry_step(recipe, tmp_path / "work")
+    assert "256 tokens" in verdict.get("skipped", ""), verdict

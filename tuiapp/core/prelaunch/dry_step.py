@@ -28,7 +28,7 @@ from tuiapp.core.common.child_tool import ChildTool
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.config.recipe import BUNDLED_MODEL, Recipe
 
-DRY_VERSION = "2"
+DRY_VERSION = "3"
 TOOL = "dry"  # trainer_tools.TOOLS
 PLUGINS_ENV = "LLMTUI_TRAINER_PLUGINS"  # modules the child imports first (tuiapp.trainer.tools.dry)
 LINE_PREFIX = "llmtui-dry "

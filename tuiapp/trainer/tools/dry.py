@@ -211,6 +211,10 @@ def dry_step(recipe_path: Path, work: Path) -> dict:
         train(run_dir, resume=False)
         out["ok"] = True
     except UserError as exc:
+        if exc.key == "train.max_seq_len" and recipe.train.max_seq_len > STEP_SEQ_LEN:
+            # the step's shorter sequences cut every example's answer off: the recipe's own length is not judged
+            return {**out, "skipped": f"its examples' answers start past the dry step's {STEP_SEQ_LEN} tokens",
+                    "seconds": round(time.monotonic() - started, 2)}
         out.update(ok=False, error=exc.message, key=exc.key, fix=exc.fix or None)
     except BaseException as exc:  # noqa: BLE001 - every failure of the step is the verdict
         out.update(ok=False, error=f"{type(exc).__name__}: {exc}".strip()[:1200],
