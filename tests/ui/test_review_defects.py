@@ -54,10 +54,15 @@ def test_grpo_records_preview_shows_prompts_and_reward_columns_not_a_format_erro
 
 
 @pytest.mark.slow  # tokenizes in a child process (torch import): ~15 s on 2 busy cores
-def test_grpo_trainer_view_shows_each_prompt_with_its_tokens_not_zero_trained(tmp_path):
-    recipe = load_recipe(RECIPES / "tiny-grpo.toml")
-    recipe.model.name = "tiny"  # the preset starts from run:tiny-rl-format, a run this test does not make
-    examples, error = read_trainer_view(recipe.to_toml(), tmp_path)
+def test_grpo_trainer_view_shows_each_prompt_with_its_tokens_not_zero_trained(tmp_path, tmp_path_factory):
+    from tests.after_runs import sft_run
+
+    recipe = load_recipe(RECIPES / "tiny-grpo.toml")  # from run:tiny-rl-format: the form resolves it as the launch does
+    examples, error = read_trainer_view(recipe.to_toml(), tmp_path, runs_root=tmp_path / "no-runs")
+    assert examples is None and "no succeeded run named 'tiny-rl-format'" in error and "fix:" in error
+    run = sft_run(tmp_path_factory)  # the session's finished tiny-sft run stands in for the format step
+    recipe.model.name = "run:tiny-sft"
+    examples, error = read_trainer_view(recipe.to_toml(), tmp_path, runs_root=run.parent)
     assert error is None and examples
     text = trainer_view_text("grpo", examples).plain
     assert "0 tokens, 0 trained" not in text

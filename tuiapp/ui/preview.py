@@ -11,8 +11,11 @@ from pathlib import Path
 from rich.text import Text
 
 from tuiapp.core.common import trainer_tools
+from tuiapp.core.common.errors import UserError
 from tuiapp.core.common.methods import is_rl, trains_on_text
+from tuiapp.core.config.recipe import parse_recipe
 from tuiapp.core.run_folder.rundir import RunDir
+from tuiapp.core.store.runs import RunStore
 
 MAX_FIELD = 300
 
@@ -85,9 +88,15 @@ MASKED_STYLE = "dim"
 
 
 def read_trainer_view(recipe_toml: str, base_dir: Path, show: int = TRAINER_VIEW_SHOW,
-                      timeout_s: float = 180.0) -> tuple[list[dict] | None, str | None]:
+                      timeout_s: float = 180.0, runs_root: Path | None = None) -> tuple[list[dict] | None, str | None]:
     """The first examples as the trainer tokenizes them for this recipe: `llmtui data --json` in a
-    child process (torch and the tokenizer stay out of the UI). (examples, None) or (None, error)."""
+    child process (torch and the tokenizer stay out of the UI). (examples, None) or (None, error).
+    A `run:NAME` model is read from that run's final model in `runs_root`, as the launch resolves it."""
+    if runs_root is not None:
+        try:
+            recipe_toml = _with_run_model(recipe_toml, runs_root)
+        except UserError as exc:
+            return None, exc.message + (f"\n  fix: {exc.fix}" if exc.fix else "")
     with tempfile.TemporaryDirectory(prefix="llmtui-preview-") as folder:
         path = RunDir(folder).recipe_toml
         path.write_text(recipe_toml, encoding="utf-8")
@@ -107,6 +116,14 @@ def read_trainer_view(recipe_toml: str, base_dir: Path, show: int = TRAINER_VIEW
         error = document["error"]
         return None, error.get("message", "error") + (f"\n  fix: {error['fix']}" if error.get("fix") else "")
     return (document if isinstance(document, list) else []), None
+
+
+def _with_run_model(recipe_toml: str, runs_root: Path) -> str:
+    recipe = parse_recipe(recipe_toml, "the form")
+    if not recipe.model.name.startswith("run:"):
+        return recipe_toml
+    recipe.model.name = RunStore(runs_root).resolve_model(recipe.model.name)
+    return recipe.to_toml()
 
 
 def _clip(text: str) -> str:

@@ -515,7 +515,7 @@ class NewExperimentScreen(Screen):
 
     @work(thread=True, exclusive=True, group="trainer-view")
     def read_trainer_view(self, toml: str, kind: str) -> None:
-        examples, error = read_trainer_view(toml, self.app.config.base_dir)
+        examples, error = read_trainer_view(toml, self.app.config.base_dir, runs_root=self.app.config.runs_root)
         self.post_message(TrainerViewRead(toml, kind, examples, error))
 
     def on_trainer_view_read(self, message: TrainerViewRead) -> None:
