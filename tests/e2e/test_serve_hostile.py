@@ -13,8 +13,7 @@ import time
 
 import pytest
 
-from tests.e2e.helpers import llmtui
-from tests.e2e.test_serve_openai import _free_port, _post
+from tests.e2e.helpers import free_port, llmtui, post_json
 from tuiapp.core.store import served
 
 pytestmark = [pytest.mark.slow, pytest.mark.extended]  # `make test-extended`: over the full tier's budget for now
@@ -33,7 +32,7 @@ def _raw(port: int, head: bytes, body: bytes = b"") -> bytes:
 
 def test_hostile_requests_are_400s_and_many_clients_are_answered(served_run):
     run = served_run
-    port = _free_port()
+    port = free_port()
     started = llmtui("serve", run.name, "--port", str(port), runs_dir=run.parent, timeout=300)
     assert started.returncode == 0, started.stdout + started.stderr
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -41,17 +40,17 @@ def test_hostile_requests_are_400s_and_many_clients_are_answered(served_run):
            "temperature": 0}
 
     begun = time.monotonic()
-    code, body = _post(url, {**ask, "messages": [{"role": "user", "content": "word " * 1_400_000}]})  # 7 MB
+    code, body = post_json(url, {**ask, "messages": [{"role": "user", "content": "word " * 1_400_000}]})  # 7 MB
     assert time.monotonic() - begun < 1.0
     assert code == 400 and body["error"]["code"] == "context_length_exceeded", body
     assert "this model reads at most" in body["error"]["message"]
 
-    code, body = _post(url, {**ask, "max_tokens": 32768})  # fits the schema, not the context
+    code, body = post_json(url, {**ask, "max_tokens": 32768})  # fits the schema, not the context
     assert code == 400 and body["error"]["param"] == "max_tokens" and "ask for at most" in body["error"]["message"]
-    code, body = _post(url, {**ask, "messages": [{"role": "user", "content": "hello " * 3000}]})  # by its exact count
+    code, body = post_json(url, {**ask, "messages": [{"role": "user", "content": "hello " * 3000}]})  # by its exact count
     assert code == 400 and body["error"]["code"] == "context_length_exceeded", body
 
-    code, body = _post(url, {**ask, "stop": 5})
+    code, body = post_json(url, {**ask, "stop": 5})
     assert code == 400 and body["error"]["param"] == "stop"
 
     head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
