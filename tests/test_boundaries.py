@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.source_tree import parsed, tuiapp_files
+
 ROOT = Path(__file__).resolve().parents[1]
 
 FORBIDDEN = ["torch", "transformers", "deepspeed", "textual", "peft", "datasets"]
@@ -77,12 +79,12 @@ def test_the_bare_command_is_told_from_subcommands():
 def import_graph() -> dict[str, set[str]]:
     """tuiapp's modules -> the tuiapp modules each imports, imports inside functions included."""
     modules = {}
-    for path in (ROOT / "tuiapp").rglob("*.py"):
+    for path in tuiapp_files():
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
         modules[name.removesuffix(".__init__")] = path
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Import):
                 graph[name] |= {a.name for a in node.names if a.name in modules}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in modules:
@@ -158,10 +160,10 @@ CHAT_PROTOCOL = {"tuiapp/trainer/tools/serve.py", "tuiapp/core/after/chat.py", "
 
 
 def _modules_outside_run_folder():
-    for path in sorted((ROOT / "tuiapp").rglob("*.py")):
+    for path in tuiapp_files():
         rel = path.relative_to(ROOT).as_posix()
         if not rel.startswith("tuiapp/core/run_folder/"):
-            yield rel, ast.parse(path.read_text(encoding="utf-8"), rel)
+            yield rel, parsed(path)
 
 
 def _run_root_names() -> tuple[set[str], set[str]]:
@@ -249,8 +251,8 @@ LONGEST_FUNCTION = 60  # lines, decorators excluded: a longer one is split into 
 
 def test_no_function_in_tuiapp_is_longer_than_a_screen():
     long = []
-    for path in sorted((ROOT / "tuiapp").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for path in tuiapp_files():
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > LONGEST_FUNCTION:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_tree import parsed, tuiapp_files
 from tuiapp.core.common import methods
 from tuiapp.core.common.methods import METHODS, TRAITS, MethodTraits, kinds
 from tuiapp.core.config import recipe
@@ -104,10 +105,10 @@ def test_the_trainer_has_a_builder_for_every_family():
 def test_no_kind_set_is_written_out_outside_the_table():
     """A set or tuple of two or more method kinds, assigned to a name in tuiapp, is the table's job."""
     found = []
-    for path in sorted((ROOT / "tuiapp").rglob("*.py")):
+    for path in tuiapp_files():
         if path.name == "methods.py" and path.parent.name == "common":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Set, ast.Tuple, ast.List)):
                 names = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
                 if len(names) >= 2 and all(n in METHODS for n in names):
@@ -127,7 +128,7 @@ def _kind_comparisons(path: Path) -> list[str]:
     """`x.kind == 'lora'`, `kind in ('sft', 'pretrain')`, `.get('method') != 'reward'`: a method kind
     compared by its name."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if not isinstance(node, ast.Compare):
             continue
         left = node.left
@@ -149,7 +150,7 @@ def test_method_kinds_are_compared_by_name_only_in_the_methods_own_modules():
     """Elsewhere a kind is asked for its traits (core/common/methods.py), so a new kind needs no edits
     there; the methods' own modules (trainer/methods/) tell their kinds apart."""
     found = []
-    for path in sorted((ROOT / "tuiapp").rglob("*.py")):
+    for path in tuiapp_files():
         if path.parent.name == "methods" or path == ROOT / "tuiapp/core/common/methods.py":
             continue
         found += _kind_comparisons(path)

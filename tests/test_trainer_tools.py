@@ -7,6 +7,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+from tests.source_tree import parsed, tuiapp_files
 from tuiapp.core.common import trainer_tools
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,10 +42,10 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 def test_no_dotted_trainer_module_name_outside_the_table():
     found = []
-    for path in sorted((ROOT / "tuiapp").rglob("*.py")):
+    for path in tuiapp_files():
         if path == TABLE:
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         skip = _docstrings(tree)
         for node in ast.walk(tree):
             if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
