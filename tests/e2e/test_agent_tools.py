@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.helpers import kill_group, llmtui, run_info
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extended]  # `make test-extended`: its SFT step alone takes minutes on 2 cores
 
 CALL = json.dumps({"name": "flaky", "arguments": {"x": 1}})
 
