@@ -94,7 +94,8 @@ def test_history_and_compare_read_long_runs_without_columns_in_worker_processes(
             exact.extend(read_jsonl(runs[0].metrics_path))
             assert list(screen.runs[0].data.loss.ys) == list(exact.loss.ys)
             assert all(columns.columns_cache(run.path).exists() for run in runs)  # made by the processes
-            assert "loading" not in screen_text(app).splitlines()[1]
+            # the title drops its loading state on the next repaint after the last run loads (not at once)
+            await wait_for(pilot, lambda: "loading" not in screen_text(app).splitlines()[1], what="the loaded title")
 
     import asyncio
 
