@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from tests.e2e.helpers import llmtui, metrics
+from tuiapp.core.data.demo_data import DEMO_VERSION
 from tuiapp.ui.comparing import config_rows, load_compare_run
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,7 @@ def test_provenance_show_compare_and_reproduce(runs_dir, tmp_path_factory):
     (original,) = [p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
     made = json.loads((original / "provenance.json").read_text())
     assert made["overrides"] == SETS and made["recipe"]["train"]["max_steps"] == 4
-    assert made["data"] == [{"source": "demo:facts", "demo_version": "1"}] and made["seed"] == 42
+    assert made["data"] == [{"source": "demo:facts", "demo_version": DEMO_VERSION}] and made["seed"] == 42
 
     shown = llmtui("show", original.name, runs_dir=runs_dir, check=True).stdout
     assert f"transformers {made['packages']['transformers']}" in shown and "seed        42" in shown
