@@ -26,7 +26,7 @@ quickstart: install
 # the seed; rerun one order with --randomly-seed=N). `pytest` alone runs the fast tier only.
 # llama-cpp-python (the GGUF export's parity check) compiles llama.cpp: tools/gguf_setup.py builds it at
 # the lowest priority while the other tests run (cached in $LLMTUI_CACHE/gguf after), installs it, and
-# the GGUF tests run last. The 25 slowest tests are listed at the end (the tier is to stay under 40 min).
+# the GGUF tests run last. The 25 slowest tests are listed at the end (the tier is to stay under 30 min).
 test: install
 	@date +%s > $(VENV)/.test-started
 	$(BIN)/python tools/gguf_setup.py start

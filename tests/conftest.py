@@ -24,6 +24,12 @@ from tuiapp.core.plan.launcher import torch_extensions_dir
 # PYTHONDONTWRITEBYTECODE=1 it would rewrite all ~200 test modules on every run (~4 s of the fast tier)
 sys.dont_write_bytecode = False
 
+# One OpenMP thread per process the tests start (ranks, servers, tools), unless the caller says otherwise.
+# The tiny model gains ~0.7 s in 60 steps from a second thread, but idle OpenMP threads spin: two runs side
+# by side (the suite's two workers) burned 24.6 CPU-s in 12.5 s with two threads each, 12.6 CPU-s in 6.5 s
+# with one. The launcher's own default (cores / ranks) is tested in tests/core/test_launcher.py.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
