@@ -297,3 +297,11 @@ def test_detect_gpus_without_nvml_is_empty():
     if _nvml_works():
         pytest.skip("this machine has NVML")
     assert detect_gpus() == []
+
+
+def test_eval_on_start_needs_evals_to_be_read_against():
+    alone = recipe(train={"eval_on_start": True})
+    assert keys(recipe_rules(alone)) == ["train.eval_on_start"]
+    finding = next(f for f in recipe_rules(alone) if f.key == "train.eval_on_start")
+    assert "train.eval_steps > 0" in finding.fix
+    assert keys(recipe_rules(recipe(train={"eval_on_start": True, "eval_steps": 10}))) == []

@@ -110,3 +110,20 @@ def test_the_rows_of_a_real_tiny_grpo_run_that_hacked_its_format_reward_are_flag
     assert "step 16: '666666666666' format 1.00 · answer 0.00" in out
     healthy = [{**row, "rewards/answer/mean": row["rewards/format/mean"] * 0.6} for row in real["metrics"]]
     assert reward_health.reward_hacking(healthy, RECIPE) == []  # the same run had the answer followed
+
+
+def test_the_held_out_line_reads_the_primary_on_the_eval_rows_from_the_base_on(tmp_path, capsys):
+    """train.eval_on_start: the eval row of step 0 is the base's, the last the trained model's; grpo's
+    eval rows carry TRL's eval_rewards/NAME/mean (written by the trainer's recorder)."""
+    run = online_run(tmp_path, lambda step: 0.5, lambda step: min(0.9, 0.05 * step))
+    with JsonlWriter(run.metrics_path) as rows:
+        for step, answer in ((0, 0.1), (8, 0.3), (16, 0.45)):
+            rows.write({"split": "eval", "step": step, "eval_loss": 0.0, "eval_reward": answer + 0.1,
+                        "eval_rewards/answer/mean": answer, "eval_rewards/format/mean": 0.5})
+    assert main(["--runs-dir", str(tmp_path), "show", run.id]) == 0
+    out = capsys.readouterr().out
+    assert "held out  answer (primary) 0.100 (step 0, before training) -> 0.450 (step 16)" in out
+    assert "primary   answer (primary) 0.050 -> 0.800" in out  # the train rows' line is the train rows'
+    rows = [{"split": "eval", "step": 4, "eval_reward": 0.2}]  # no primary reward: the total
+    assert reward_health.held_out_summary(rows, {"method": {"rewards": [REWARDS[0]]}}) == "total 0.200 (step 4)"
+    assert reward_health.held_out_summary([], RECIPE) is None

@@ -58,7 +58,9 @@ def test_tiny_grpo_across_a_stop_and_resume(runs_dir, one_thread):
     for key in ("rewards/format/mean", "rewards/format/std", "rewards/answer/mean", "reward", "completions/mean_length",
                 "completions/clipped_ratio", "entropy", "tokens"):
         assert key in rows[-1], key
-    done = lines(run / "completions.jsonl")
+    evals = [r["step"] for r in metrics(run) if r.get("split") == "eval"]
+    assert evals == [0, 16], evals  # train.eval_on_start: the base's, once (not again on resume), and the last
+    done = [d for d in lines(run / "completions.jsonl") if d.get("split") != "eval"]
     assert len(done) == 16 * 16 and {d["step"] for d in done} == set(range(1, 17))  # none twice after the resume
     assert set(done[0]["rewards"]) == {"format", "answer"} and " odd" in done[0]["prompt"]
     assert all(d["tokens"] <= 4 and isinstance(d["completion"], str) for d in done)
@@ -90,7 +92,8 @@ def test_rloo_lora_with_a_user_function_and_a_reward_run_then_a_failure_at_step_
     reward_file = tmp_path / "rewards.py"
     reward_file.write_text(REWARDS_PY)
     recipe = (ROOT / "recipes" / "tiny-rloo.toml").read_text().replace("max_steps = 40", "max_steps = 5").replace(
-        'name = "run:tiny-rl-format"', 'name = "tiny"').replace("micro_batch = 64", "micro_batch = 16")
+        'name = "run:tiny-rl-format"', 'name = "tiny"').replace("micro_batch = 64", "micro_batch = 16").replace(
+        "eval_on_start = true", "eval_on_start = false").replace("eval_steps = 40", "eval_steps = 0")  # no evals
     recipe += f"""
 [[method.rewards]]
 kind = "python"

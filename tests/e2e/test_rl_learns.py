@@ -2,7 +2,8 @@
 tiny-rl-format (SFT: one digit, then the end of the turn, right 1 time in 10) -> tiny-grpo and tiny-rloo on
 demo:digits raise the answer reward >= 3x from the first fifth of the logged steps to the last, are not
 flagged for reward hacking, and answer demo:digits-heldout (phrasings never trained on) better than their
-base (`llmtui eval`'s exact match); a recipe built to hack (a format reward that any digit string fills,
+base: in the run's own evaluations (train.eval_on_start: step 0 is the base), which `llmtui show` reports,
+and in `llmtui eval`'s exact match; a recipe built to hack (a format reward that any digit string fills,
 from the random tiny model) is flagged."""
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ def _held_out(run: Path, runs_dir: Path) -> tuple[float, float]:
     return out["models"]["base"]["exact_match"], out["models"]["tuned"]["exact_match"]
 
 
+def _held_out_in_run(run: Path) -> list[tuple[int, float]]:
+    """(step, answer reward on demo:digits-heldout) of the run's eval rows."""
+    return [(r["step"], r["eval_rewards/answer/mean"]) for r in metrics(run) if r.get("split") == "eval"]
+
+
 def test_the_rl_presets_raise_their_primary_reward_and_beat_their_base_held_out(runs_dir, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # many small generate calls: one thread per rank is faster here
     sft = _run("recipes/tiny-rl-format.toml", runs_dir, "tiny-rl-format")
@@ -82,12 +88,16 @@ def test_the_rl_presets_raise_their_primary_reward_and_beat_their_base_held_out(
         run = _run(f"recipes/{preset}.toml", runs_dir, preset)
         assert Path(run_info(run)["model"]) == sft / "final"
         first, last = _fifths(run, "rewards/answer/mean")
-        base, tuned = _held_out(run, runs_dir)
-        figures[preset] = (first, last, base, tuned)
+        evals = _held_out_in_run(run)
+        assert [step for step, _ in evals] == [0, 40], evals  # before training (the base), after the last step
+        base, tuned = (_held_out(run, runs_dir) if preset == "tiny-grpo" else
+                       (evals[0][1], evals[-1][1]))  # llmtui eval's greedy exact match, or the run's own evals
+        figures[preset] = (first, last, evals, base, tuned)
         assert last >= 3 * first and last >= 0.25, (preset, first, last)  # the task's reward, not the format's
         shown = llmtui("show", run.name, runs_dir=runs_dir)
         assert shown.returncode == 0 and "answer (primary)" in shown.stdout and "reward hacking" not in shown.stdout
-        assert tuned > base, (preset, base, tuned)
+        assert f"held out  answer (primary) {evals[0][1]:.3f} (step 0, before training) -> " in shown.stdout
+        assert evals[-1][1] > evals[0][1] and tuned > base, (preset, evals, base, tuned)
     print(figures)
     (runs_dir / "hack.toml").write_text(HACK)
     hack = _run(str(runs_dir / "hack.toml"), runs_dir, "hack")

@@ -176,6 +176,9 @@ def _print_online_rewards(run, rows: list[dict]) -> None:
         headline = reward_health.component_summary(rows, run.record.recipe)  # the task's reward first
         if headline:
             print(f"  primary   {headline}")
+        held_out = reward_health.held_out_summary(run.metrics(), run.record.recipe)  # eval rows: held-out prompts
+        if held_out:
+            print(f"  held out  {held_out}")
         for line in reward_health.hacking_lines(rows, run.record.recipe, run.path):
             print(("  ! " if not line.startswith(" ") else "    ") + line.strip())
 

@@ -236,6 +236,7 @@ def training_kwargs(recipe: Recipe, run_dir: Path, precision: str, has_eval: boo
         logging_nan_inf_filter=False,  # its isnan check read the loss on the host every micro batch
         eval_strategy=("steps" if train.eval_steps else "no") if has_eval else "no",
         eval_steps=train.eval_steps or None,
+        eval_on_start=bool(train.eval_on_start and train.eval_steps and has_eval),
         save_strategy="steps" if train.save_steps else "no",
         save_steps=train.save_steps or 500,
         save_total_limit=train.save_total_limit,
@@ -533,6 +534,8 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
             ckpt_root.rmdir()  # the Trainer makes it up front; a run that saves nothing leaves none
         except OSError:
             pass  # holds checkpoints
+    if resume_from is not None:
+        trainer.args.eval_on_start = False  # the base's evaluation is in the rows kept from the first attempt
     trainer.train(resume_from_checkpoint=resume_from)
 
     if stopper.stopped:

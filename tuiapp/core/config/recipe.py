@@ -667,6 +667,9 @@ class TrainSpec(Section):
     logging_steps: int = Field(1, ge=1, description="Write a metrics line every N steps.")
     eval_steps: int = Field(0, ge=0, description="Evaluate every N steps and after the last one (0 = no "
                             "evaluation, but for one at the end when sample_prompts asks for answers).")
+    eval_on_start: bool = Field(False, description="Evaluate once before the first step as well (needs eval_steps): "
+                                "the base's figures on the held-out data, what the later evals are read against "
+                                "(grpo/rloo: the held-out task reward before RL). Not again on resume.")
     eval_max_samples: int = Field(EVAL_MAX_SAMPLES, ge=0, description="Examples an evaluation reads at most: a "
                                   "fixed random subset of the held-out data, the same at every eval (0 = all).")
     save_steps: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")

@@ -15,7 +15,7 @@ from tuiapp.core.common.errors import DatasetError, did_you_mean
 from tuiapp.core.data import demo_shapes
 
 # Bump when the generated records change, so cached tokenized data is rebuilt.
-DEMO_VERSION = "5"
+DEMO_VERSION = "6"
 
 CAPITALS = [
     ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"),
@@ -367,8 +367,10 @@ def digits_records(count: int = 1000, heldout: bool = False) -> list[dict]:
 
 
 def digits_heldout_records() -> list[dict]:
-    """demo:digits-heldout as alpaca records (instruction -> 1 or 0), for `llmtui eval`'s exact match."""
-    return [{"instruction": r["prompt"], "input": "", "output": r["answer"]} for r in digits_records(200, heldout=True)]
+    """demo:digits-heldout: alpaca records (instruction -> 1 or 0) for `llmtui eval`'s exact match, which
+    keep demo:digits' prompt and answer columns for the RL presets' evaluations (dataset.eval_split)."""
+    return [{"instruction": r["prompt"], "input": "", "output": r["answer"], "prompt": r["prompt"],
+             "answer": r["answer"]} for r in digits_records(200, heldout=True)]
 
 
 def arith_preference_records(count: int = 600) -> list[dict]:

@@ -37,6 +37,10 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
         out.append(Finding("error", "train.early_stopping_patience", "early stopping watches the eval loss, but "
                            "this run never evaluates before its end", "set train.eval_steps > 0 and dataset.eval_split "
                            "(a fraction or a file), or early_stopping_patience = 0"))
+    if train.eval_on_start and not train.eval_steps:
+        out.append(Finding("error", "train.eval_on_start", "an evaluation before the first step is read against the "
+                           "later ones, and this run has none (train.eval_steps = 0)",
+                           "set train.eval_steps > 0, or eval_on_start = false"))
     if is_quantized(kind) and launch.zero_stage == 3:
         out.append(Finding("error", "launch.zero_stage", "ZeRO-3 cannot partition the 4-bit base "
                            "weights of qlora", "set launch.zero_stage = 2 or lower"))

@@ -184,6 +184,23 @@ def component_summary(rows: list[dict], recipe: dict | None) -> str | None:
     return " · ".join(parts) or None
 
 
+def held_out_summary(rows: list[dict], recipe: dict | None) -> str | None:
+    """The headline reward on the held-out prompts (the eval rows), first evaluation -> last; the first is
+    the base's when train.eval_on_start evaluated before step 1:
+    'answer (primary) 0.102 (step 0, before training) -> 0.488 (step 40)'."""
+    key = "eval_" + primary_reward_key(recipe)
+    scored = [r for r in rows if r.get("split") == "eval" and _series([r], key)]
+    if not scored:
+        return None
+    first, last = scored[0], scored[-1]
+
+    def at(row: dict) -> str:
+        return f"{row[key]:.3f} (step {row.get('step')}{', before training' if row.get('step') == 0 else ''})"
+
+    label = f"{primary_label(recipe)} (primary)" if key != "eval_" + TOTAL_KEY else "total"
+    return f"{label} {at(first)}" + (f" -> {at(last)}" if last is not first else "")
+
+
 TAIL_BYTES = 512 * 1024  # the end of completions.jsonl read for the samples
 
 

@@ -270,6 +270,13 @@ def preference_metrics(logs: dict, prefix: str = "") -> dict:
     return out
 
 
+def online_eval_rewards(logs: dict) -> dict:
+    """grpo/rloo's rewards on the held-out prompts (TRL logs them as eval_reward, eval_rewards/NAME/mean...
+    in the eval's log call, not in the metrics handed to on_evaluate)."""
+    return {k: v for k, v in logs.items() if (k in ("eval_reward", "eval_reward_std") or k.startswith("eval_rewards/"))
+            and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 MEMORY_EVERY_S = 2.0  # how often a rank rewrites its ranks/memory-<rank>.json
 MEMORY_SAMPLE_S = 1.0  # how often a rank reads its own memory (a metrics row carries the latest)
 END_EVENTS = ev.END_KINDS  # the trainer writes no metrics row after these
@@ -403,8 +410,9 @@ class RunRecorder(TrainerCallback):
         sources = self.agreement.source_totals() if train_row and self.source_keys and self.agreement else None
         if not self._is_writer(state) or self.metrics is None:
             return
-        if not train_row:
-            return  # eval rows are written in on_evaluate; the final summary is not a step
+        if not train_row:  # eval rows are written in on_evaluate; the final summary is not a step
+            self.extra_eval.update(online_eval_rewards(logs))  # grpo/rloo log their eval rewards just before it
+            return
         row: TrainRow = {
             "step": state.global_step,
             "max_steps": state.max_steps,

@@ -64,6 +64,9 @@ def build_datasets(recipe: Recipe, base_dir: Path):
     elif data.eval_fraction(spec) > 0 and evals:
         parts = train_set.train_test_split(test_size=data.eval_fraction(spec), seed=recipe.train.seed)
         train_set, eval_set = parts["train"], parts["test"]
+    limit = recipe.train.eval_max_samples
+    if eval_set is not None and limit and len(eval_set) > limit:  # the same random subset at every eval
+        eval_set = eval_set.shuffle(seed=recipe.train.seed).select(range(limit))
     return train_set, eval_set
 
 

@@ -164,7 +164,8 @@ def step_recipe(data: dict, model_folder: Path) -> dict:
     train["grad_accum"] = 1
     train.update(max_steps=1, micro_batch=2 if micro == "auto" else min(int(micro), 2),
                  eval_steps=0, save_steps=0, sample_prompts=[], logging_steps=1, early_stopping_patience=0,
-                 max_seq_len=min(int(train.get("max_seq_len", STEP_SEQ_LEN)), STEP_SEQ_LEN), report_to=[])
+                 eval_on_start=False, max_seq_len=min(int(train.get("max_seq_len", STEP_SEQ_LEN)), STEP_SEQ_LEN),
+                 report_to=[])
     if train.get("tokens_per_batch"):
         train["tokens_per_batch"] = max(train["max_seq_len"], 0)
     data["launch"] = {"gpus": 1}
