@@ -32,7 +32,8 @@ def test_a_reward_that_hangs_in_training_fails_the_run_within_its_timeout(runs_d
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     (tmp_path / "rewards.py").write_text(HANGS_AT_STEP_2)
     recipe = (ROOT / "recipes" / "tiny-grpo.toml").read_text().replace("max_steps = 40", "max_steps = 3").replace(
-        'name = "run:tiny-rl-format"', 'name = "tiny"').replace("micro_batch = 64", "micro_batch = 16")
+        'name = "run:tiny-rl-format"', 'name = "tiny"').replace("micro_batch = 64", "micro_batch = 16").replace(
+        "eval_on_start = true", "eval_on_start = false").replace("eval_steps = 40", "eval_steps = 0")  # no evals
     recipe += f'\n[[method.rewards]]\nkind = "python"\nfunction = "{tmp_path / "rewards.py"}:stuck"\ntimeout_s = 3\n'
     path = tmp_path / "grpo.toml"
     path.write_text(recipe)

@@ -175,8 +175,8 @@ def test_a_real_grpo_run_in_the_generations_pane_and_the_history(tmp_path, monke
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     root = tmp_path / "runs"
     llmtui("run", "recipes/tiny-grpo.toml", "--set", "train.max_steps=3", "--set", "train.save_steps=0",
-           "--set", "model.name=tiny", "--set", "train.micro_batch=16",
-           runs_dir=root, timeout=600, check=True)
+           "--set", "model.name=tiny", "--set", "train.micro_batch=16", "--set", "train.eval_steps=0",
+           "--set", "train.eval_on_start=false", runs_dir=root, timeout=600, check=True)
     run = only_run(root)
     last = [r for r in read_jsonl(run / "metrics.jsonl") if "reward" in r][-1]
     written = [json.loads(line) for line in completions_path(run).read_text().splitlines()]
