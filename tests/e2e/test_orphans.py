@@ -41,11 +41,14 @@ def _clean(reason: str) -> None:
 
 
 def test_orphaned_ranks_end_succeeded_or_stopped_as_they_did(runs_dir):
-    done = _start(runs_dir, "finishes", 40)
     stopped = _start(runs_dir, "stopped", 100000)
-    wait_for(lambda: steps_reached(done, 2) and steps_reached(stopped, 2), timeout=300, what="training steps")
+    wait_for(lambda: steps_reached(stopped, 2), timeout=300, what="training steps")
     # the supervisor records `running` at its next look after the first steps (a loaded machine: seconds later)
     wait_for(lambda: run_info(stopped)["status"] == "running", timeout=60, what="the supervisor to record running")
+    # started last, so that it still trains when both supervisors are killed (40 steps could all be done while
+    # the other run started on a loaded machine); 200 steps of the tiny model take 10-30 s
+    done = _start(runs_dir, "finishes", 200)
+    wait_for(lambda: steps_reached(done, 2), timeout=300, what="training steps")
     done_group, stopped_group = _kill_supervisor(done), _kill_supervisor(stopped)
 
     shown = llmtui("show", stopped.name, runs_dir=runs_dir)
