@@ -144,6 +144,18 @@ def kill_runs(runs_dir: Path) -> None:
             kill_group(run_dir)
 
 
+def short_rl_preset(preset: str, max_steps: int) -> str:
+    """recipes/PRESET.toml (tiny-grpo, tiny-rloo) on the bundled tiny model: max_steps of 16 completions,
+    without its evaluations (tests that watch training steps or count reward calls)."""
+    text = (ROOT / "recipes" / f"{preset}.toml").read_text()
+    for old, new in (("max_steps = 40", f"max_steps = {max_steps}"), ('name = "run:tiny-rl-format"', 'name = "tiny"'),
+                     ("micro_batch = 64", "micro_batch = 16"), ("eval_on_start = true", "eval_on_start = false"),
+                     ("eval_steps = 40", "eval_steps = 0")):
+        assert old in text, (preset, old)
+        text = text.replace(old, new)
+    return text
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -4,15 +4,12 @@ real TRL trainer on a CPU rank."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.e2e.helpers import kill_group, llmtui, only_run, run_info
+from tests.e2e.helpers import kill_group, llmtui, only_run, run_info, short_rl_preset
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 
 HANGS_AT_STEP_2 = '''\
 import time
@@ -31,9 +28,7 @@ def stuck(completions, **kwargs):
 def test_a_reward_that_hangs_in_training_fails_the_run_within_its_timeout(runs_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     (tmp_path / "rewards.py").write_text(HANGS_AT_STEP_2)
-    recipe = (ROOT / "recipes" / "tiny-grpo.toml").read_text().replace("max_steps = 40", "max_steps = 3").replace(
-        'name = "run:tiny-rl-format"', 'name = "tiny"').replace("micro_batch = 64", "micro_batch = 16").replace(
-        "eval_on_start = true", "eval_on_start = false").replace("eval_steps = 40", "eval_steps = 0")  # no evals
+    recipe = short_rl_preset("tiny-grpo", 3)
     recipe += f'\n[[method.rewards]]\nkind = "python"\nfunction = "{tmp_path / "rewards.py"}:stuck"\ntimeout_s = 3\n'
     path = tmp_path / "grpo.toml"
     path.write_text(recipe)

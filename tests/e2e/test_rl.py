@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import kill_group, llmtui, metrics, only_run, run_info, steps_reached, wait_for
+from tests.e2e.helpers import (
+    kill_group,
+    llmtui,
+    metrics,
+    only_run,
+    run_info,
+    short_rl_preset,
+    steps_reached,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -91,9 +100,7 @@ def test_rloo_lora_with_a_user_function_and_a_reward_run_then_a_failure_at_step_
     assert rm.returncode == 0, rm.stdout[-3000:] + rm.stderr[-2000:]
     reward_file = tmp_path / "rewards.py"
     reward_file.write_text(REWARDS_PY)
-    recipe = (ROOT / "recipes" / "tiny-rloo.toml").read_text().replace("max_steps = 40", "max_steps = 5").replace(
-        'name = "run:tiny-rl-format"', 'name = "tiny"').replace("micro_batch = 64", "micro_batch = 16").replace(
-        "eval_on_start = true", "eval_on_start = false").replace("eval_steps = 40", "eval_steps = 0")  # no evals
+    recipe = short_rl_preset("tiny-rloo", 5)
     recipe += f"""
 [[method.rewards]]
 kind = "python"

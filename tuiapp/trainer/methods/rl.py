@@ -29,6 +29,7 @@ from tuiapp.core.run_folder import events as ev
 from tuiapp.core.run_folder.atomic import atomic_write_text
 from tuiapp.core.run_folder.metrics import JsonlWriter, read_jsonl
 from tuiapp.core.run_folder.rundir import RunDir
+from tuiapp.trainer.dataset.data import bounded_eval
 from tuiapp.trainer.methods import reward_clock
 from tuiapp.trainer.methods.adapters import lora_config
 from tuiapp.trainer.methods.environments import import_user_file
@@ -64,9 +65,8 @@ def build_datasets(recipe: Recipe, base_dir: Path):
     elif data.eval_fraction(spec) > 0 and evals:
         parts = train_set.train_test_split(test_size=data.eval_fraction(spec), seed=recipe.train.seed)
         train_set, eval_set = parts["train"], parts["test"]
-    limit = recipe.train.eval_max_samples
-    if eval_set is not None and limit and len(eval_set) > limit:  # the same random subset at every eval
-        eval_set = eval_set.shuffle(seed=recipe.train.seed).select(range(limit))
+    if eval_set is not None:  # train.eval_max_samples: the same random subset at every eval
+        eval_set = bounded_eval(eval_set, recipe, shuffle=True)
     return train_set, eval_set
 
 
