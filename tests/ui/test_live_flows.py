@@ -73,9 +73,10 @@ def test_launch_a_tiny_cpu_run_from_the_app(tmp_path):
                                "dataset.max_samples": "32", "launch.gpus": "1", "method.rank": "4"}.items():
                 form.set_field(key, value)
             await pilot.pause(0.4)
+            verdict = form.query_one("#ne-verdict")  # held: a quick launch may replace the form during the press
             await pilot.press("ctrl+r")
             # the checks before launch say so, with their clock, until the run view opens
-            assert str(form.query_one("#ne-verdict").render()).startswith(f"{CHECKING_LINE} 0:0")
+            assert str(verdict.render()).startswith(f"{CHECKING_LINE} 0:0")
             launched = lambda: isinstance(app.screen, RunViewScreen)  # noqa: E731
             await wait_for(pilot, lambda: launched() or not form.launching, timeout=60, what="the launch")
             assert launched(), [n.message for n in app._notifications]  # refused: say why
