@@ -40,8 +40,7 @@ gguf: install
 	$(BIN)/python tools/gguf_setup.py install
 
 # The long end-to-end tests kept out of `make test` for time (marked extended): the dry step's families,
-# kills at each resume edge, two runs sharing a cache entry, hostile serve requests, sequence parallelism,
-# a real agent run whose tool raises, hangs and returns garbage.
+# kills at each resume edge, two runs sharing a cache entry, hostile serve requests, sequence parallelism.
 test-extended: install
 	$(BIN)/python -m pytest -q --durations=10 -m extended
 

@@ -103,7 +103,7 @@ def test_images_and_async_generation_are_refused_with_the_reason_tools_on_the_ti
     assert found[0].key == "method.kind" and "rloo on images is not supported" in found[0].message
     tiny = recipe_from_dict({"name": "t", "model": {"name": "tiny"}, "method": {"kind": "grpo", "environment":
                                                                               {"builtin": "calculator"}}})
-    assert agent.rules(tiny) == []  # it takes TRL's Qwen2.5 template for tools (trainer.methods.rl.tool_template)
+    assert agent.rules(tiny) == []  # its template writes Qwen-style calls, which TRL parses (trainer.methods.rl.tool_template)
     with pytest.raises(Exception, match="tools"):  # rloo: RLOOTrainer takes no tools
         recipe_from_dict({"name": "r", "method": {"kind": "rloo", "tools": [{"function": "t.py:f"}]}})
 

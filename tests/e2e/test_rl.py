@@ -131,6 +131,48 @@ weight = 0.5
     assert {"rewards/mine/mean", "rewards/model/mean"} <= set(rows[0])
 
 
+ENV_PY = """\
+class Counter:
+    def reset(self, **row):
+        self.answer = row["answer"]
+
+    def add(self, a: int, b: int) -> str:
+        \"\"\"Add two numbers.
+
+        Args:
+            a: the first number
+            b: the second number
+        \"\"\"
+        return str(a + b)
+
+    def get_reward(self) -> float:
+        return 0.25  # the environment's own score of its rollout: fixed, so the test can find it
+"""
+
+
+def test_an_environment_that_scores_its_rollouts_is_logged_under_its_class_beside_the_recipes_rewards(
+        runs_dir, tmp_path, one_thread):
+    """TRL adds a user environment's get_reward after the recipe's rewards: its column keeps the class's name
+    in the metrics and completions.jsonl, and the recipe's rewards keep theirs."""
+    (tmp_path / "env.py").write_text(ENV_PY)
+    recipe = short_rl_preset("tiny-grpo", 2)
+    recipe += f"""
+[method.environment]
+class = "{tmp_path / 'env.py'}:Counter"
+"""
+    recipe = recipe.replace("max_completion_length = 4", "max_completion_length = 16")
+    path = tmp_path / "grpo-env.toml"
+    path.write_text(recipe)
+    result = llmtui("run", str(path), runs_dir=runs_dir, timeout=600)
+    run = only_run(runs_dir)
+    assert result.returncode == 0, said(result, run)
+    done = lines(run / "completions.jsonl")
+    assert done and all(set(d["rewards"]) == {"answer", "format", "Counter"} for d in done), done[:2]
+    assert all(d["rewards"]["Counter"] == 0.25 for d in done)
+    rows = [r for r in metrics(run) if r.get("split", "train") == "train"]
+    assert rows and all(r["rewards/Counter/mean"] == 0.25 and "rewards/answer/mean" in r for r in rows), rows
+
+
 @pytest.mark.parametrize("source, words", [
     ("def my_reward(completions, **kw)\n    return [0.0] * len(completions)\n", ["rewards.py:1", "SyntaxError"]),
     ("def other(completions, **kw):\n    return []\n", ["no function 'my_reward'", "other"]),

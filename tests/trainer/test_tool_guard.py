@@ -125,19 +125,53 @@ def test_trl_builds_the_guarded_tools_schema_and_masks_tool_results_out_of_the_l
     assert "loss_mask = completion_mask if tool_mask is None else completion_mask * tool_mask" in source
 
 
-def test_the_tiny_models_chatml_takes_trls_qwen_template_whose_tool_calls_trl_parses(tiny_model):
-    """TRL's add_response_schema knows a template by its text: the tiny model's own ChatML is not one, so
-    its tool calls would never be read; swapped for TRL's Qwen2.5 copy, a generated call parses."""
+def test_the_tiny_models_chatml_writes_tool_calls_that_trl_parses_as_its_datasets_write_them(tiny_model):
+    """The tiny model's ChatML renders a tool-calling conversation (TRL checks it before a tool run) and is
+    prefix-preserving (TRL would swap it otherwise); a call from TRL's loop (tool_calls) is the same text as a
+    dataset's `tool_call` turn, so an SFT step teaches what GRPO generates; TRL knows a template by its text, so
+    tool_template gives it the Qwen response parser, and a generated call parses back."""
     from transformers import AutoTokenizer
-    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
 
     from tuiapp.trainer.methods.rl import tool_template
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    assert not supports_tool_calling(tokenizer)
-    assert tool_template(tokenizer) and supports_tool_calling(tokenizer)
-    assert not tool_template(tokenizer)  # another template is left alone
-    tokenizer = add_response_schema(tokenizer)
-    call = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "2 + 3"}}\n</tool_call><|im_end|>'
-    parsed = tokenizer.parse_response(tokenizer(call, add_special_tokens=False)["input_ids"], prefix="")
-    assert parsed["tool_calls"][0]["function"] == {"name": "calculate", "arguments": {"expression": "2 + 3"}}
+    assert supports_tool_calling(tokenizer) and is_chat_template_prefix_preserving(tokenizer)
+    call = {"name": "calculate", "arguments": {"expression": "2 + 3"}}
+    user = {"role": "user", "content": "What is 2 + 3?"}
+    from_loop = tokenizer.apply_chat_template(
+        [user, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": call}]},
+         {"role": "tool", "name": "calculate", "content": "5"}], tokenize=False)
+    from_data = tokenizer.apply_chat_template(
+        [user, {"role": "tool_call", "content": json.dumps(call)}, {"role": "tool", "content": "5"}], tokenize=False)
+    assert from_loop == from_data and '<tool_call>\n{"name": "calculate", "arguments": ' in from_loop
+    assert tool_template(tokenizer) and tokenizer.response_template is not None
+    other = AutoTokenizer.from_pretrained(tiny_model)
+    other.chat_template = other.chat_template.replace("# Tools", "Tools")
+    assert not tool_template(other)  # another template is left alone
+    generated = json.dumps(call).join(["<tool_call>\n", "\n</tool_call><|im_end|>"])
+    parsed = tokenizer.parse_response(tokenizer(generated, add_special_tokens=False)["input_ids"], prefix="")
+    assert parsed["tool_calls"][0]["function"] == call
+
+
+def test_demo_calc_tools_shows_the_calculator_as_trl_does_and_its_transcripts_as_trl_writes_them(tiny_model):
+    """demo:calc-tools (the SFT step before tiny-agent) holds the calculator's schema as transformers makes it
+    from the environment's method, and its tool transcripts render as TRL's tool loop writes a rollout, so the
+    SFT step teaches the RL step's prompts and calls token for token."""
+    from transformers import AutoTokenizer
+    from transformers.utils import get_json_schema
+
+    from tuiapp.core.config.tools import CALCULATOR_SCHEMA
+    from tuiapp.core.data.demo_data import demo_records
+
+    assert get_json_schema(environments.CalculatorEnv().calculate) == CALCULATOR_SCHEMA
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    record = next(r for r in demo_records("demo:calc-tools") if len(r["messages"]) == 4)
+    user, call, result, answer = record["messages"]
+    rollout = [user, {"role": "assistant", "content": "",
+                      "tool_calls": [{"type": "function", "function": json.loads(call["content"])}]},
+               {"role": "tool", "name": "calculate", "content": result["content"]}, answer]
+    env = environments.CalculatorEnv()
+    assert env.calculate(json.loads(call["content"])["arguments"]["expression"]) == result["content"] == answer["content"]
+    assert (tokenizer.apply_chat_template(record["messages"], tools=json.loads(record["tools"]), tokenize=False)
+            == tokenizer.apply_chat_template(rollout, tools=[env.calculate], tokenize=False))

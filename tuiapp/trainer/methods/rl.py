@@ -110,8 +110,11 @@ def _reward_model(spec, trust_remote_code: bool):
 
 
 def _text(completion) -> str:
-    if isinstance(completion, list):  # conversational: [{"role": "assistant", "content": ...}]
-        return "".join(str(turn.get("content", "")) for turn in completion if isinstance(turn, dict))
+    """What the model wrote: a conversational completion's assistant turns, never a tool's result (a rollout
+    that ends on the calculator's output has not answered)."""
+    if isinstance(completion, list):  # conversational: [{"role": "assistant", "content": ...}, {"role": "tool"...}]
+        return "".join(str(turn.get("content") or "") for turn in completion
+                       if isinstance(turn, dict) and turn.get("role", "assistant") == "assistant")
     return str(completion)
 
 
@@ -347,18 +350,16 @@ def trainer_class(kind: str, mixins: tuple = ()):
 
 
 def tool_template(tokenizer) -> bool:
-    """The bundled tiny model's ChatML template writes a tool call as a `tool_call` turn, which TRL's tool loop
-    cannot parse (TRL knows the response format of the Qwen, Llama 3.1... templates, matched by their text).
-    Its tokens are ChatML's, so for tools it takes TRL's own copy of Qwen2.5's template, whose
-    <tool_call>{"name", "arguments"}</tool_call> calls TRL parses (saved with the trained model). True when
-    swapped."""
-    from trl.chat_template_utils import qwen2_5_chat_template
+    """llmtui's ChatML templates (the bundled tiny model's and dataset.template `chatml`, see models.tiny) write
+    tool calls as Qwen does (<tool_call>{"name", "arguments"}</tool_call>), but TRL knows a template's calls by its
+    text: such a tokenizer is given TRL's Qwen response parser. True when set."""
+    from trl.chat_template_utils import qwen3_template
 
-    from tuiapp.trainer.models.tiny import CHATML_TEMPLATE
+    from tuiapp.trainer.models.tiny import CHATML_TEMPLATE, TINY_TEMPLATE
 
-    if getattr(tokenizer, "chat_template", None) != CHATML_TEMPLATE:
+    if getattr(tokenizer, "chat_template", None) not in (CHATML_TEMPLATE, TINY_TEMPLATE):
         return False
-    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer.response_template = qwen3_template
     return True
 
 
@@ -384,7 +385,10 @@ def build_trainer(recipe: Recipe, run_dir: Path, model, peft_config, kwargs: dic
                   peft_config=peft_config, **agent)
     trainer.tool_guard = guard
     trainer_ref.append(trainer)
-    trainer.reward_func_names = [r.label() for r in recipe.method.rewards]  # TRL names a model by its folder
+    # TRL names a reward model by its folder: the recipe's labels instead; an environment's own get_reward,
+    # which TRL adds after the recipe's rewards, keeps TRL's name (its class)
+    labels = [r.label() for r in recipe.method.rewards]
+    trainer.reward_func_names = labels + list(trainer.reward_func_names[len(labels):])
     trainer.run_dir = Path(run_dir)
     trainer.log_completions_file = recipe.method.log_completions
     return trainer

@@ -25,15 +25,20 @@ SPECIAL_TOKENS = [EOS, PAD, IM_START, IM_END]
 
 # ChatML. Assistant and tool_call turns sit inside {% generation %} so that
 # apply_chat_template(..., return_assistant_tokens_mask=True) marks them, <|im_end|> included.
-# A tool_call is an assistant turn wrapped in <tool_call> tags; tool results are a "tool" turn.
-CHATML_TEMPLATE = (
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\n# Tools\\n' + (tools | tojson) + '<|im_end|>\\n' }}"
-    "{%- endif %}"
+# A tool call is written as Qwen's: <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>, from an
+# assistant turn's tool_calls (TRL's tool loop) or from a "tool_call" turn whose content is that JSON (datasets);
+# TRL parses it with its Qwen response template (trainer.methods.rl.tool_template). Tool results are a "tool" turn.
+_TURNS = (
     "{%- for message in messages %}"
     "{%- if message.role == 'assistant' %}"
     "{{- '<|im_start|>assistant\\n' }}"
-    "{%- generation %}{{- message.content + '<|im_end|>' }}{%- endgeneration %}"
+    "{%- generation %}{{- message.content or '' }}"
+    "{%- for call in message.tool_calls or [] %}"
+    "{%- set f = call.function if call.function is defined else call %}"
+    "{{- ('\\n' if message.content or not loop.first else '') + '<tool_call>\\n{\"name\": ' + (f.name | tojson)"
+    " + ', \"arguments\": ' + (f.arguments if f.arguments is string else (f.arguments | tojson)) + '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>' }}{%- endgeneration %}"
     "{{- '\\n' }}"
     "{%- elif message.role == 'tool_call' %}"
     "{{- '<|im_start|>assistant\\n' }}"
@@ -46,11 +51,29 @@ CHATML_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+# The `chatml` template of dataset.template: tools as their JSON schemas, as Qwen and Hermes show them.
+CHATML_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n# Tools\\n' + (tools | tojson) + '<|im_end|>\\n' }}"
+    "{%- endif %}" + _TURNS
+)
+# The bundled tiny model's: a tool as one line, `name(arguments): description` (its JSON schema would be
+# ~220 of the tiny tokenizer's tokens in every prompt and every training example).
+TINY_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n# Tools\\n' }}"
+    "{%- for tool in tools %}{%- set f = tool.function if tool.function is defined else tool %}"
+    "{{- f.name + '(' + ((f.parameters.properties if f.parameters is defined else {}) | list | join(', ')) + '): '"
+    " + (f.description or '') + '\\n' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}" + _TURNS
+)
 
 
 def definition_version() -> str:
     """Changes whenever anything that shapes the built folder changes."""
-    parts = [TINY_VERSION, SEED, SPECIAL_TOKENS, CHATML_TEMPLATE, TINY_CONFIG, demo_data.DEMO_VERSION]
+    parts = [TINY_VERSION, SEED, SPECIAL_TOKENS, TINY_TEMPLATE, TINY_CONFIG, demo_data.DEMO_VERSION]
     return TINY_VERSION + "-" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -115,7 +138,7 @@ def build_tokenizer():
     backend.train_from_iterator(_corpus(), trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, eos_token=EOS, pad_token=PAD,
-        extra_special_tokens=[IM_START, IM_END], chat_template=CHATML_TEMPLATE,
+        extra_special_tokens=[IM_START, IM_END], chat_template=TINY_TEMPLATE,
         model_max_length=TINY_CONFIG["max_position_embeddings"],
     )
 
