@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -103,3 +104,20 @@ def test_digits_ask_whether_a_digit_is_odd_and_hold_out_two_phrasings():
                       for r in records)}
     assert trained == set(range(len(demo_data.DIGIT_PHRASINGS) - 2))
     assert not {r["instruction"] for r in held} & {r["prompt"] for r in records}
+
+
+def test_calc_problems_are_right_and_the_held_out_ones_never_trained_on():
+    problems = demo_records("demo:calc")
+    held = demo_records("demo:calc-heldout")
+    transcripts = demo_records("demo:calc-tools")
+    assert len(problems) == 1000 and len(held) == 200 and len(transcripts) == 16000
+    for row in problems + held:
+        a, op, b = row["prompt"].removeprefix("What is ").removesuffix("?").split()
+        assert 10 <= int(a) <= 99 and 10 <= int(b) <= 99
+        assert row["answer"] == str(demo_data.CALC_OPS[op](int(a), int(b)))
+    trained = {r["prompt"] for r in problems} | {t["messages"][0]["content"] for t in transcripts}
+    assert not trained & {r["prompt"] for r in held}
+    user, call, result, answer = transcripts[0]["messages"]
+    assert [t["role"] for t in (user, call, result, answer)] == ["user", "tool_call", "tool", "assistant"]
+    assert json.loads(call["content"])["arguments"]["expression"] == user["content"][len("What is "):-1]
+    assert result["content"] == answer["content"]

@@ -111,6 +111,19 @@ def calculate(expression: str) -> float:
     return value(tree.body)
 
 
+# The calculator environment's one tool as TRL shows it to the model (transformers' get_json_schema of
+# trainer.methods.environments.CalculatorEnv.calculate; a test holds them equal): demo:calc-tools' schema.
+CALCULATOR_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "calculate", "description": "Compute an arithmetic expression.",
+        "parameters": {"type": "object", "properties": {"expression": {
+            "type": "string", "description": 'Numbers with + - * / and parentheses, e.g. "12 * (3 + 4)".'}},
+            "required": ["expression"]},
+        "return": {"type": "string"}},
+}
+
+
 def number_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 

@@ -8,14 +8,16 @@ a fine-tuned model answers better than its base. Everything is deterministic.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 
 from tuiapp.core.common.errors import DatasetError, did_you_mean
+from tuiapp.core.config.tools import CALCULATOR_SCHEMA
 from tuiapp.core.data import demo_shapes
 
 # Bump when the generated records change, so cached tokenized data is rebuilt.
-DEMO_VERSION = "6"
+DEMO_VERSION = "7"
 
 CAPITALS = [
     ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"),
@@ -373,6 +375,52 @@ def digits_heldout_records() -> list[dict]:
              "answer": r["answer"]} for r in digits_records(200, heldout=True)]
 
 
+CALC_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+def _calc_problems() -> tuple[list[tuple[int, str, int]], list[tuple[int, str, int]]]:
+    """(training, held-out) problems `a op b` over two-digit numbers: too big for the tiny model to work out,
+    so only the calculator answers them; 200 of them are never trained on."""
+    problems = [(a, op, b) for a in range(10, 100) for b in range(10, 100) for op in CALC_OPS]
+    random.Random(4321).shuffle(problems)
+    return problems[200:], problems[:200]
+
+
+def _calc_row(a: int, op: str, b: int) -> dict:
+    return {"prompt": f"What is {a} {op} {b}?", "answer": str(CALC_OPS[op](a, b))}
+
+
+def calc_records(count: int = 1000) -> list[dict]:
+    """demo:calc: {"prompt": "What is 56 * 39?", "answer": "2184"}, for tool-using online RL with the calculator
+    environment (tiny-agent)."""
+    rng = random.Random(8642)
+    training, _ = _calc_problems()
+    return [_calc_row(*rng.choice(training)) for _ in range(count)]
+
+
+def calc_heldout_records() -> list[dict]:
+    """demo:calc-heldout: the 200 problems never trained on, the tool-using runs' evaluations (dataset.eval_split)."""
+    return [_calc_row(*problem) for problem in _calc_problems()[1]]
+
+
+def calc_tool_records(count: int = 16000) -> list[dict]:
+    """demo:calc-tools: transcripts (messages + tools) of demo:calc's training problems in which the assistant
+    calls the calculator with the problem and answers its result, rendered as TRL's tool loop writes a rollout:
+    an SFT step on them teaches a model the call before tool-using RL."""
+    rng = random.Random(9753)
+    training, _ = _calc_problems()
+    tools = json.dumps([CALCULATOR_SCHEMA])
+    records = []
+    for _ in range(count):
+        a, op, b = rng.choice(training)
+        row = _calc_row(a, op, b)
+        call = {"name": "calculate", "arguments": {"expression": f"{a} {op} {b}"}}
+        turns = [{"role": "user", "content": row["prompt"]}, {"role": "tool_call", "content": json.dumps(call)},
+                 {"role": "tool", "content": row["answer"]}, {"role": "assistant", "content": row["answer"]}]
+        records.append({"messages": turns, "tools": tools})
+    return records
+
+
 def arith_preference_records(count: int = 600) -> list[dict]:
     """demo:arith's problems as preference pairs, to train a reward model that an RL run then uses:
     {"prompt", "chosen": the answer, "rejected": a wrong number or a sentence instead of the number}."""
@@ -399,6 +447,11 @@ DEMO_DATASETS = {
     "demo:digits": "1000 questions whether a digit is odd, answered 1 or 0 (prompt + answer + guess, a random digit "
                    "for a format-only SFT step), for online RL the tiny model improves on, on CPU.",
     "demo:digits-heldout": "200 demo:digits questions in phrasings never trained on (alpaca), for `llmtui eval`.",
+    "demo:calc": "1000 problems `a + b`, `a - b`, `a * b` over two-digit numbers (prompt + answer), for tool-using "
+                 "online RL with the calculator environment.",
+    "demo:calc-heldout": "200 demo:calc problems never trained on, for the evaluations of a tool-using run.",
+    "demo:calc-tools": "16000 transcripts of demo:calc problems (messages + tools) that call the calculator and "
+                       "answer its result, for an SFT step before tool-using RL.",
     "demo:arith-prefs": "600 of those problems as preference pairs (prompt/chosen/rejected): the bare answer vs a "
                         "wrong number or a sentence, for a reward model an RL run scores with.",
     "demo:facts-heldout": "alpaca questions about the demo facts in phrasings never trained on, for `llmtui eval`.",
@@ -417,7 +470,8 @@ _BUILDERS = {"demo:facts": facts_records, "demo:chat": chat_records, "demo:text"
              "demo:prefs": preference_records, "demo:feedback": feedback_records,
              "demo:facts-heldout": facts_heldout_records, "demo:arith": arith_records,
              "demo:arith-prefs": arith_preference_records, "demo:digits": digits_records,
-             "demo:digits-heldout": digits_heldout_records,
+             "demo:digits-heldout": digits_heldout_records, "demo:calc": calc_records,
+             "demo:calc-heldout": calc_heldout_records, "demo:calc-tools": calc_tool_records,
              "demo:shapes": demo_shapes.shapes_records,
              "demo:shapes-heldout": lambda: demo_shapes.shapes_records(heldout=True)}
 
