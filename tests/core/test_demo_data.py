@@ -1,4 +1,5 @@
 import json
+import operator
 import subprocess
 import sys
 
@@ -114,7 +115,7 @@ def test_calc_problems_are_right_and_the_held_out_ones_never_trained_on():
     for row in problems + held:
         a, op, b = row["prompt"].removeprefix("What is ").removesuffix("?").split()
         assert 10 <= int(a) <= 99 and 10 <= int(b) <= 99
-        assert row["answer"] == str(demo_data.CALC_OPS[op](int(a), int(b)))
+        assert row["answer"] == str({"+": operator.add, "-": operator.sub, "*": operator.mul}[op](int(a), int(b)))
     trained = {r["prompt"] for r in problems} | {t["messages"][0]["content"] for t in transcripts}
     assert not trained & {r["prompt"] for r in held}
     user, call, result, answer = transcripts[0]["messages"]

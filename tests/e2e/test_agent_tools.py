@@ -95,14 +95,11 @@ gpus = 1
 def tool_schemas(tools_py: Path) -> str:
     """The `tools` column of the SFT data: the tool's schema as TRL shows it to the model (from its docstring),
     so the SFT run's prompts are the GRPO run's, token for token."""
-    import importlib.util
-
     from transformers.utils import get_json_schema
 
-    spec = importlib.util.spec_from_file_location("agent_tools_for_test", tools_py)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return json.dumps([get_json_schema(module.flaky)])
+    from tuiapp.trainer.methods.environments import import_user_file
+
+    return json.dumps([get_json_schema(import_user_file(tools_py, "agent_tools_for_test_").flaky)])
 
 
 def test_a_tool_that_raises_hangs_and_returns_garbage_fails_the_agent_run_past_its_limit(runs_dir, tmp_path,

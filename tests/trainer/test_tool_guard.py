@@ -155,7 +155,7 @@ def test_the_tiny_models_chatml_writes_tool_calls_that_trl_parses_as_its_dataset
 
 
 def test_demo_calc_tools_shows_the_calculator_as_trl_does_and_its_transcripts_as_trl_writes_them(tiny_model):
-    """demo:calc-tools (the SFT step before tiny-agent) holds the calculator's schema as transformers makes it
+    """demo:calc-tools (data for an SFT step before tool-using RL) holds the calculator's schema as transformers makes it
     from the environment's method, and its tool transcripts render as TRL's tool loop writes a rollout, so the
     SFT step teaches the RL step's prompts and calls token for token."""
     from transformers import AutoTokenizer
@@ -166,7 +166,7 @@ def test_demo_calc_tools_shows_the_calculator_as_trl_does_and_its_transcripts_as
 
     assert get_json_schema(environments.CalculatorEnv().calculate) == CALCULATOR_SCHEMA
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    record = next(r for r in demo_records("demo:calc-tools") if len(r["messages"]) == 4)
+    record = demo_records("demo:calc-tools")[0]
     user, call, result, answer = record["messages"]
     rollout = [user, {"role": "assistant", "content": "",
                       "tool_calls": [{"type": "function", "function": json.loads(call["content"])}]},

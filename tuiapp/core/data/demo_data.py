@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 
 from tuiapp.core.common.errors import DatasetError, did_you_mean
-from tuiapp.core.config.tools import CALCULATOR_SCHEMA
+from tuiapp.core.config.tools import CALCULATOR_SCHEMA, calculate, number_text
 from tuiapp.core.data import demo_shapes
 
 # Bump when the generated records change, so cached tokenized data is rebuilt.
@@ -375,7 +375,7 @@ def digits_heldout_records() -> list[dict]:
              "answer": r["answer"]} for r in digits_records(200, heldout=True)]
 
 
-CALC_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+CALC_OPS = ("+", "-", "*")
 
 
 def _calc_problems() -> tuple[list[tuple[int, str, int]], list[tuple[int, str, int]]]:
@@ -387,12 +387,13 @@ def _calc_problems() -> tuple[list[tuple[int, str, int]], list[tuple[int, str, i
 
 
 def _calc_row(a: int, op: str, b: int) -> dict:
-    return {"prompt": f"What is {a} {op} {b}?", "answer": str(CALC_OPS[op](a, b))}
+    """The problem and its answer, as the calculator environment computes it."""
+    return {"prompt": f"What is {a} {op} {b}?", "answer": number_text(calculate(f"{a} {op} {b}"))}
 
 
 def calc_records(count: int = 1000) -> list[dict]:
     """demo:calc: {"prompt": "What is 56 * 39?", "answer": "2184"}, for tool-using online RL with the calculator
-    environment (tiny-agent)."""
+    environment."""
     rng = random.Random(8642)
     training, _ = _calc_problems()
     return [_calc_row(*rng.choice(training)) for _ in range(count)]
