@@ -57,3 +57,20 @@ def test_the_header_names_the_optimizer():
     table = RunRecord(status="running", name="x", method="sft", recipe={"train": {"optimizer": {"kind": "lion"}}})
     assert "sft with lion on" in status_text(table, RunData(), now=0.0)
     assert " with " not in status_text(RunRecord(status="running", name="x", method="sft"), RunData(), now=0.0)
+
+
+def test_an_rl_run_heads_with_its_held_out_task_reward_not_its_eval_loss():
+    """TRL's GRPO logs an eval_loss that says nothing of the task: the header shows the primary reward on the
+    held-out prompts, the base's (step 0) -> the last evaluation's; an SFT run keeps its best eval loss."""
+    recipe = {"method": {"kind": "grpo", "rewards": [{"kind": "answer", "column": "answer", "primary": True},
+                                                      {"kind": "format", "pattern": "\\d"}]}}
+    rows = [{"step": 1, "max_steps": 40, "time": 1.0, "loss": 0.0, "rewards/answer/mean": 0.1},
+            {"split": "eval", "step": 0, "eval_loss": 0.0, "eval_rewards/answer/mean": 0.102,
+             "eval_rewards/format/mean": 0.9},
+            {"split": "eval", "step": 40, "eval_loss": 0.0, "eval_rewards/answer/mean": 0.488}]
+    data = RunData()
+    data.extend(rows)
+    rl = status_text(RunRecord(status="succeeded", name="x", method="grpo", recipe=recipe), data, now=2.0)
+    assert "held out answer 0.102 → 0.488" in rl and "best eval" not in rl
+    sft = status_text(RunRecord(status="succeeded", name="x", method="sft"), data, now=2.0)
+    assert "best eval 0.0000" in sft and "held out" not in sft

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from tuiapp.core.run_folder import benchmarks
+from tuiapp.core.common.methods import is_rl
+from tuiapp.core.run_folder import benchmarks, reward_health
 from tuiapp.core.run_folder.evals import perplexity_text
 from tuiapp.core.run_folder.metrics import as_number, source_tokens_text
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number
@@ -89,7 +90,10 @@ def _progress_parts(record: RunRecord, data: RunData, now: float, key: str, afte
         parts.append(f"epoch {as_number(row.get('epoch')):.2f}")
     if data.loss.last() is not None:
         parts.append(f"loss {data.loss.last():.4f}")
-    if data.best_eval() is not None:
+    held_out = reward_health.held_out_brief(data.eval_records, record.recipe) if is_rl(record.method) else None
+    if held_out:  # an RL run's eval_loss says nothing: its task reward on the held-out prompts does
+        parts.append(held_out)
+    elif data.best_eval() is not None and not is_rl(record.method):
         parts.append(f"best eval {data.best_eval():.4f}")
     spent = duration_s(record, now)  # every attempt, the live one up to now
     if spent is not None:

@@ -184,21 +184,39 @@ def component_summary(rows: list[dict], recipe: dict | None) -> str | None:
     return " · ".join(parts) or None
 
 
-def held_out_summary(rows: list[dict], recipe: dict | None) -> str | None:
-    """The headline reward on the held-out prompts (the eval rows), first evaluation -> last; the first is
-    the base's when train.eval_on_start evaluated before step 1:
-    'answer (primary) 0.102 (step 0, before training) -> 0.488 (step 40)'."""
+def _held_out(rows: list[dict], recipe: dict | None) -> tuple[str, str, dict, dict] | None:
+    """(label, key, first eval row, last eval row) of the headline reward on the held-out prompts."""
     key = "eval_" + primary_reward_key(recipe)
     scored = [r for r in rows if r.get("split") == "eval" and _series([r], key)]
     if not scored:
         return None
-    first, last = scored[0], scored[-1]
+    label = f"{primary_label(recipe)} (primary)" if key != "eval_" + TOTAL_KEY else "total"
+    return label, key, scored[0], scored[-1]
+
+
+def held_out_summary(rows: list[dict], recipe: dict | None) -> str | None:
+    """The headline reward on the held-out prompts (the eval rows), first evaluation -> last; the first is
+    the base's when train.eval_on_start evaluated before step 1:
+    'answer (primary) 0.102 (step 0, before training) -> 0.488 (step 40)'."""
+    found = _held_out(rows, recipe)
+    if found is None:
+        return None
+    label, key, first, last = found
 
     def at(row: dict) -> str:
         return f"{row[key]:.3f} (step {row.get('step')}{', before training' if row.get('step') == 0 else ''})"
 
-    label = f"{primary_label(recipe)} (primary)" if key != "eval_" + TOTAL_KEY else "total"
     return f"{label} {at(first)}" + (f" -> {at(last)}" if last is not first else "")
+
+
+def held_out_brief(rows: list[dict], recipe: dict | None) -> str | None:
+    """The same in a few words, for the run view's header: 'held out answer 0.102 → 0.488'."""
+    found = _held_out(rows, recipe)
+    if found is None:
+        return None
+    label, key, first, last = found
+    label = label.removesuffix(" (primary)")
+    return f"held out {label} {first[key]:.3f}" + (f" → {last[key]:.3f}" if last is not first else "")
 
 
 TAIL_BYTES = 512 * 1024  # the end of completions.jsonl read for the samples
