@@ -122,3 +122,19 @@ def test_calc_problems_are_right_and_the_held_out_ones_never_trained_on():
     assert [t["role"] for t in (user, call, result, answer)] == ["user", "tool_call", "tool", "assistant"]
     assert json.loads(call["content"])["arguments"]["expression"] == user["content"][len("What is "):-1]
     assert result["content"] == answer["content"]
+
+
+def test_calc_guesses_answer_at_once_and_are_almost_never_right():
+    """demo:calc-guess: the problems answered without the calculator, by another problem's answer (tiny-agent-mix
+    mixes them with demo:calc-tools, so its base seldom calls the tool)."""
+    guesses = demo_records("demo:calc-guess")
+    held = {r["prompt"] for r in demo_records("demo:calc-heldout")}
+    assert len(guesses) == 4000 and all(json.loads(g["tools"])[0]["function"]["name"] == "calculate" for g in guesses)
+    right = 0
+    for record in guesses:
+        user, answer = record["messages"]
+        assert (user["role"], answer["role"]) == ("user", "assistant") and user["content"] not in held
+        a, op, b = user["content"].removeprefix("What is ").removesuffix("?").split()
+        right += answer["content"] == str({"+": operator.add, "-": operator.sub, "*": operator.mul}[op](int(a), int(b)))
+        int(answer["content"])  # a number, as the calculator writes it
+    assert right / len(guesses) < 0.01

@@ -156,6 +156,29 @@ def short_rl_preset(preset: str, max_steps: int) -> str:
     return text
 
 
+def run_preset(recipe: str, runs_dir: Path, name: str, timeout: float = 900) -> Path:
+    """`llmtui run RECIPE` to the end; the new run folder whose name holds `name`, asserted succeeded."""
+    before = set(runs_dir.iterdir()) if runs_dir.exists() else set()
+    result = llmtui("run", recipe, runs_dir=runs_dir, timeout=timeout)
+    run = next(p for p in runs_dir.iterdir() if p not in before and p.is_dir() and name in p.name)
+    log = (run / "stdout.log").read_text(errors="replace")[-3000:] if (run / "stdout.log").exists() else ""
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + log
+    assert run_info(run)["status"] == "succeeded"
+    return run
+
+
+def reward_fifths(run: Path, key: str) -> tuple[float, float]:
+    """The mean of a train metric over the first fifth of the logged steps, and over the last fifth."""
+    values = [r[key] for r in metrics(run) if r.get("split", "train") == "train" and key in r]
+    fifth = len(values) // 5
+    return sum(values[:fifth]) / fifth, sum(values[-fifth:]) / fifth
+
+
+def held_out_evals(run: Path, key: str = "eval_rewards/answer/mean") -> list[tuple[int, float]]:
+    """(step, reward on the held-out prompts) of the run's eval rows."""
+    return [(r["step"], r[key]) for r in metrics(run) if r.get("split") == "eval"]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import llmtui, metrics, run_info
+from tests.e2e.helpers import held_out_evals, llmtui, reward_fifths, run_info, run_preset
 
 pytestmark = pytest.mark.slow
 
@@ -50,22 +50,6 @@ gpus = 1
 """
 
 
-def _run(recipe: str, runs_dir: Path, name: str) -> Path:
-    before = set(runs_dir.iterdir()) if runs_dir.exists() else set()
-    result = llmtui("run", recipe, runs_dir=runs_dir, timeout=900)
-    run = next(p for p in runs_dir.iterdir() if p not in before and p.is_dir() and name in p.name)
-    log = (run / "stdout.log").read_text(errors="replace")[-3000:] if (run / "stdout.log").exists() else ""
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + log
-    assert run_info(run)["status"] == "succeeded"
-    return run
-
-
-def _fifths(run: Path, key: str) -> tuple[float, float]:
-    values = [r[key] for r in metrics(run) if r.get("split", "train") == "train" and key in r]
-    fifth = len(values) // 5
-    return sum(values[:fifth]) / fifth, sum(values[-fifth:]) / fifth
-
-
 def _held_out(run: Path, runs_dir: Path) -> tuple[float, float]:
     """(base, tuned) exact match on demo:digits-heldout: the default data of a demo:digits run."""
     result = llmtui("eval", run.name, "--gen-limit", "100", "--json", runs_dir=runs_dir, timeout=600)
@@ -75,20 +59,15 @@ def _held_out(run: Path, runs_dir: Path) -> tuple[float, float]:
     return out["models"]["base"]["exact_match"], out["models"]["tuned"]["exact_match"]
 
 
-def _held_out_in_run(run: Path) -> list[tuple[int, float]]:
-    """(step, answer reward on demo:digits-heldout) of the run's eval rows."""
-    return [(r["step"], r["eval_rewards/answer/mean"]) for r in metrics(run) if r.get("split") == "eval"]
-
-
 def test_the_rl_presets_raise_their_primary_reward_and_beat_their_base_held_out(runs_dir, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # many small generate calls: one thread per rank is faster here
-    sft = _run("recipes/tiny-rl-format.toml", runs_dir, "tiny-rl-format")
+    sft = run_preset("recipes/tiny-rl-format.toml", runs_dir, "tiny-rl-format")
     figures = {}
     for preset in ("tiny-grpo", "tiny-rloo"):
-        run = _run(f"recipes/{preset}.toml", runs_dir, preset)
+        run = run_preset(f"recipes/{preset}.toml", runs_dir, preset)
         assert Path(run_info(run)["model"]) == sft / "final"
-        first, last = _fifths(run, "rewards/answer/mean")
-        evals = _held_out_in_run(run)
+        first, last = reward_fifths(run, "rewards/answer/mean")
+        evals = held_out_evals(run)
         assert [step for step, _ in evals] == [0, 40], evals  # before training (the base), after the last step
         base, tuned = (_held_out(run, runs_dir) if preset == "tiny-grpo" else
                        (evals[0][1], evals[-1][1]))  # llmtui eval's greedy exact match, or the run's own evals
@@ -100,6 +79,6 @@ def test_the_rl_presets_raise_their_primary_reward_and_beat_their_base_held_out(
         assert evals[-1][1] > evals[0][1] and tuned > base, (preset, evals, base, tuned)
     print(figures)
     (runs_dir / "hack.toml").write_text(HACK)
-    hack = _run(str(runs_dir / "hack.toml"), runs_dir, "hack")
+    hack = run_preset(str(runs_dir / "hack.toml"), runs_dir, "hack")
     shown = llmtui("show", hack.name, runs_dir=runs_dir)
     assert "! reward hacking? format rose" in shown.stdout, shown.stdout

@@ -175,3 +175,40 @@ def test_demo_calc_tools_shows_the_calculator_as_trl_does_and_its_transcripts_as
     assert env.calculate(json.loads(call["content"])["arguments"]["expression"]) == result["content"] == answer["content"]
     assert (tokenizer.apply_chat_template(record["messages"], tools=json.loads(record["tools"]), tokenize=False)
             == tokenizer.apply_chat_template(rollout, tools=[env.calculate], tokenize=False))
+
+
+def test_a_tool_rollout_is_the_token_stream_the_sft_transcript_is(tiny_model, tmp_path):
+    """TRL builds a tool rollout by concatenation: prompt ids + the generated call (ending at a stop token) + the
+    tool's turn + the answer. With the tiny model's stop token <|im_end|> beside its EOS <|endoftext|>, TRL's own
+    cut dropped the '\\n' after <|im_end|>, so every rollout differed from the SFT transcripts the call was taught
+    with, and the tuned model answered nonsense after the tool. The run's trainer renders it token for token."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    from tuiapp.core.data.demo_data import demo_records
+    from tuiapp.trainer.methods import rl
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    rl.tool_template(tokenizer)
+    env = environments.CalculatorEnv()
+    record = demo_records("demo:calc-tools")[0]
+    user, call, result, answer = record["messages"]
+    config = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
+                        max_completion_length=32, report_to=[], use_cpu=True)
+    trainer = rl.trainer_class("grpo")(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model), reward_funcs=[lambda completions, **_: [0.0]],
+        args=config, train_dataset=Dataset.from_list([{"prompt": [user]}] * 2), processing_class=tokenizer,
+        tools=[env.calculate])
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") in trainer.eos_token_ids != [tokenizer.eos_token_id]
+
+    def ids(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    prompt = tokenizer.apply_chat_template([user], tools=[env.calculate], add_generation_prompt=True, tokenize=False)
+    generated = ids(f"<tool_call>\n{call['content']}\n</tool_call><|im_end|>")  # the call, up to the stop token
+    tool_turn = trainer._get_tool_suffix_ids([{"role": "tool", "name": "calculate", "content": result["content"]}])
+    rollout = ids(prompt) + generated + tool_turn + ids(answer["content"] + "<|im_end|>")
+    transcript = tokenizer.apply_chat_template(record["messages"], tools=json.loads(record["tools"]), tokenize=False)
+    assert tokenizer.decode(rollout) == transcript.removesuffix("\n")
+    assert rollout == ids(transcript.removesuffix("\n"))

@@ -17,7 +17,7 @@ from tuiapp.core.config.tools import CALCULATOR_SCHEMA, calculate, number_text
 from tuiapp.core.data import demo_shapes
 
 # Bump when the generated records change, so cached tokenized data is rebuilt.
-DEMO_VERSION = "7"
+DEMO_VERSION = "8"
 
 CAPITALS = [
     ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"),
@@ -422,6 +422,22 @@ def calc_tool_records(count: int = 16000) -> list[dict]:
     return records
 
 
+def calc_guess_records(count: int = 4000) -> list[dict]:
+    """demo:calc-guess: demo:calc's training problems answered at once, without the calculator, by a guess: the
+    answer of another problem (a number that looks right and almost never is), as a model that does sums in its
+    head would. Mixed with demo:calc-tools in an SFT step, the tuned model calls the tool only sometimes, so
+    tool-using RL has to learn when the calculator pays (tiny-agent-mix)."""
+    rng = random.Random(8642 + 1)
+    training, _ = _calc_problems()
+    tools = json.dumps([CALCULATOR_SCHEMA])
+    records = []
+    for _ in range(count):
+        row, other = _calc_row(*rng.choice(training)), _calc_row(*rng.choice(training))
+        turns = [{"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": other["answer"]}]
+        records.append({"messages": turns, "tools": tools})
+    return records
+
+
 def arith_preference_records(count: int = 600) -> list[dict]:
     """demo:arith's problems as preference pairs, to train a reward model that an RL run then uses:
     {"prompt", "chosen": the answer, "rejected": a wrong number or a sentence instead of the number}."""
@@ -453,6 +469,9 @@ DEMO_DATASETS = {
     "demo:calc-heldout": "200 demo:calc problems never trained on, for the evaluations of a tool-using run.",
     "demo:calc-tools": "16000 transcripts of demo:calc problems (messages + tools) that call the calculator and "
                        "answer its result, for an SFT step before tool-using RL.",
+    "demo:calc-guess": "4000 transcripts of demo:calc problems (messages + tools) answered at once by a guess (another "
+                       "problem's answer), without the calculator: mixed with demo:calc-tools, a base that seldom "
+                       "calls the tool.",
     "demo:arith-prefs": "600 of those problems as preference pairs (prompt/chosen/rejected): the bare answer vs a "
                         "wrong number or a sentence, for a reward model an RL run scores with.",
     "demo:facts-heldout": "alpaca questions about the demo facts in phrasings never trained on, for `llmtui eval`.",
@@ -473,6 +492,7 @@ _BUILDERS = {"demo:facts": facts_records, "demo:chat": chat_records, "demo:text"
              "demo:arith-prefs": arith_preference_records, "demo:digits": digits_records,
              "demo:digits-heldout": digits_heldout_records, "demo:calc": calc_records,
              "demo:calc-heldout": calc_heldout_records, "demo:calc-tools": calc_tool_records,
+             "demo:calc-guess": calc_guess_records,
              "demo:shapes": demo_shapes.shapes_records,
              "demo:shapes-heldout": lambda: demo_shapes.shapes_records(heldout=True)}
 

@@ -248,6 +248,30 @@ class _OnlineRun:
             trim_completions(self.run_dir, step)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
+    def _get_tool_suffix_ids(self, tool_messages):
+        """The tokens between a tool call and the model's next turn (the tool's turn, then the assistant's header).
+        TRL cuts the rendered call at the tokenizer's EOS; where a template ends turns with another of the
+        generation's stop tokens (ChatML's <|im_end|> beside an <|endoftext|> EOS, as the tiny model has; Llama 3's
+        <|eot_id|>), that cut kept the turn's tail ('\n') out of the suffix, and the model saw
+        `<|im_end|><|im_start|>tool` where its template, and any SFT on it, writes `<|im_end|>\n<|im_start|>tool`.
+        Here the cut is after the last stop token the generation ends a turn with, whichever it is."""
+        if self._is_vlm:  # a processor's batched output: TRL's own
+            return super()._get_tool_suffix_ids(tool_messages)
+        calls = [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]
+        call = [{"role": "user", "content": "dummy"}, {"role": "assistant", "content": "", "tool_calls": calls}]
+
+        def render(messages, generation_prompt):
+            return self.processing_class.apply_chat_template(
+                messages, add_generation_prompt=generation_prompt, tokenize=True, chat_template=self.chat_template,
+                return_dict=False, **self.chat_template_kwargs)
+
+        prefix, full = render(call, False), render(call + tool_messages, True)
+        ends = [i for i, token in enumerate(prefix) if token in self.eos_token_ids]
+        prefix = prefix[: ends[-1] + 1] if ends else prefix
+        if full[: len(prefix)] != prefix:
+            raise ValueError("the chat template renders a tool call differently once a tool's result follows it")
+        return full[len(prefix):]
+
     def _generate_and_score_completions(self, inputs):
         from accelerate.utils import gather_object
 
