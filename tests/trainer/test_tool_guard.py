@@ -48,22 +48,29 @@ def junk(x: int) -> object:
 
 
 def test_a_raising_hanging_or_garbage_tool_gives_an_error_turn_then_fails_the_run_past_the_limit(tmp_path):
+    """Past `limit` failed calls in a row the run fails; a call that works starts the count again (a policy's odd
+    bad expression is not a broken tool); arguments the tool does not take are the model's mistake, never counted."""
     guard = Guard(timeout_s=0.3, output_tokens=4, limit=3, run_dir=tmp_path)
     tools = [guard.wrap(f) for f in (divide, slow, junk)]
     assert tools[0](a=6, b=3) == "2.0" and tools[0].__doc__ == divide.__doc__
     assert tools[0](a=1, b=0).startswith("error: raised ZeroDivisionError")
     assert tools[1](seconds=2) == "error: did not return within 0.3s"
     assert tools[2](x=1).startswith("error: returned object")
-    guard.check()  # three errors: at the limit, not past it
-    assert tools[1](seconds=0.01) == "late" and guard.calls == 5
+    guard.check()  # three in a row: at the limit, not past it
+    assert tools[0](a=1, c=2).startswith("error: bad arguments: ") and guard.in_a_row == 3  # the model's call
+    guard.check()
+    assert tools[1](seconds=0.01) == "late" and guard.calls == 6 and guard.in_a_row == 0  # a call that works
+    for _ in range(3):
+        assert tools[0](a=1, b=0).startswith("error:")
+    guard.check()  # three in a row again, after one that worked
     errors = [json.loads(line) for line in (tmp_path / TOOL_ERRORS_FILE).read_text().splitlines()]
-    assert [e["kind"] for e in errors] == ["raised", "timeout", "garbage"]
+    assert [e["kind"] for e in errors] == ["raised", "timeout", "garbage", "bad call", "raised", "raised", "raised"]
     assert errors[0]["at"].endswith("test_tool_guard.py:28")  # the line that raised
     assert tools[0](a=1, b=0).startswith("error:")
     with pytest.raises(ToolError) as failed:
         guard.check()
     assert "tool divide" in str(failed.value) and "test_tool_guard.py:28" in str(failed.value)
-    assert "past method.tool_error_limit (3)" in str(failed.value)
+    assert "4 tool calls in a row failed, past method.tool_error_limit (3)" in str(failed.value)
     assert guard.cut("x" * 100) == "x" * 16 + "…"  # 4 tokens ~ 16 characters without a tokenizer
 
 

@@ -547,8 +547,10 @@ class GrpoMethod(_OnlineRl):
                                   "it the call ends with a recorded error.")
     tool_output_tokens: int = Field(TOOL_OUTPUT_TOKENS, ge=1, le=32768, description="Tokens of a tool's result the "
                                     "model reads at most (the rest is cut, marked '…').")
-    tool_error_limit: int = Field(TOOL_ERROR_LIMIT, ge=1, le=100000, description="Tool calls that raise, time out "
-                                  "or return garbage before the run fails naming the tool and its file:line.")
+    tool_error_limit: int = Field(TOOL_ERROR_LIMIT, ge=1, le=100000, description="Tool calls in a row that raise, "
+                                  "time out or return garbage before the run fails naming the tool and its file:line "
+                                  "(a call that works starts the count again; a call with arguments the tool does not "
+                                  "take is the model's mistake and never counts).")
     async_generation: bool = Field(False, description="Generation overlapped with training (TRL's experimental "
                                    "AsyncGRPOTrainer); refused before launch where the setup does not support it.")
 

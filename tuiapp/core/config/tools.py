@@ -12,7 +12,7 @@ TRL's GRPOTrainer gets them as `tools=` and `environment_factory=`; the tool cal
 turns of the completion, the results masked out of the loss (TRL's tool_mask). Each call runs under
 the method's tool_timeout_s, its output cut to tool_output_tokens; a call that raises, hangs or returns
 something that is not text/number/JSON ends with a recorded error, and past tool_error_limit such
-errors the run fails naming the tool and its file:line.
+errors in a row the run fails naming the tool and its file:line.
 """
 
 from __future__ import annotations

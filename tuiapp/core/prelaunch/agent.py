@@ -155,7 +155,7 @@ def check_tool_source(reference: str, kind: str, row: dict, timeout_s: float, ba
                         "text, a number or JSON data", "return a str (or a number, or JSON-able data)")]
     raised = [t for t in result.get("ok", []) if t.get("raised")]
     return [Finding("warning", key, f"tool {t['tool']} raised {t['raised']} on sample arguments {t['args']} (in "
-                    "training the model reads the error and the call counts towards method.tool_error_limit)",
+                    "training the model reads the error; method.tool_error_limit such calls in a row fail the run)",
                     "check it handles the arguments the model may send") for t in raised]
 
 

@@ -1,9 +1,12 @@
 """Tools under a clock: each call of a recipe's tool (a `[[method.tools]]` function or an environment's
 method) in training runs with a timeout, its result cut to the token budget; a call that raises, hangs
 or returns garbage ends with an error turn (`error: ...`, what the model reads) and a line in the run
-folder's tool_errors.jsonl, and the run goes on. Past `limit` such calls the guard holds a fatal message
-naming the tool and its file:line, which the trainer raises after the step's generation (TRL catches
-what a tool raises, so the run cannot be failed from inside the call).
+folder's tool_errors.jsonl, and the run goes on. Past `limit` such calls in a row (a broken tool fails call
+after call; a sampled bad expression between good calls is the policy's mistake, which it learns from) the
+guard holds a fatal message naming the tool and its file:line, which the trainer raises after the step's
+generation (TRL catches what a tool raises, so the run cannot be failed from inside the call). A call whose
+arguments do not fit the tool's signature is the model's alone: an error turn and a line ("bad call"), never
+counted towards the limit.
 
 Each call runs in its own daemon thread that is never joined: a tool that hangs forever is left behind
 and cannot hold the rank's exit (concurrent.futures joins its workers at interpreter exit) nor the
@@ -25,6 +28,7 @@ from tuiapp.core.run_folder import rundir
 from tuiapp.core.run_folder.rundir import RunDir
 
 TOOL_ERRORS_FILE = rundir.TOOL_ERRORS_JSONL
+BAD_CALL = "bad call"  # tool_errors.jsonl's kind of a call whose arguments do not fit the tool
 
 
 class ToolError(RuntimeError):
@@ -72,7 +76,7 @@ def _call_detached(func, args: tuple, kwargs: dict, timeout_s: float) -> _Outcom
 
 
 class Guard:
-    """One run's tool calls: the clock, the budget, the error count and its limit."""
+    """One run's tool calls: the clock, the budget, the failures in a row and their limit."""
 
     def __init__(self, timeout_s: float, output_tokens: int, limit: int, run_dir: Path | None = None,
                  tokenizer=None) -> None:
@@ -81,7 +85,8 @@ class Guard:
         self.limit = limit
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.tokenizer = tokenizer
-        self.errors = 0
+        self.errors = 0  # every failed call
+        self.in_a_row = 0  # failed calls since the last that worked
         self.calls = 0
         self.fatal: str | None = None
         self.step: int | str = "?"
@@ -100,8 +105,9 @@ class Guard:
     def _record(self, name: str, func, kind: str, message: str, at: str) -> str:
         with self._lock:
             self.errors += 1
-            if self.errors > self.limit and self.fatal is None:
-                self.fatal = (f"tool {name} ({at}) {message}; {self.errors} tool calls failed, past "
+            self.in_a_row += kind != BAD_CALL
+            if self.in_a_row > self.limit and self.fatal is None:
+                self.fatal = (f"tool {name} ({at}) {message}; {self.in_a_row} tool calls in a row failed, past "
                               f"method.tool_error_limit ({self.limit})")
             if self.run_dir is not None:
                 record = {"time": time.time(), "step": self.step, "tool": name, "kind": kind, "error": message,
@@ -114,6 +120,10 @@ class Guard:
         """The tool's result as text, or an error turn."""
         with self._lock:
             self.calls += 1
+        try:
+            inspect.signature(func, follow_wrapped=False).bind(*args, **kwargs)  # a method: without self
+        except TypeError as exc:  # the model's call, not the tool: what it reads, and learns from
+            return self._record(name, func, BAD_CALL, f"bad arguments: {exc}", where(func))
         outcome = _call_detached(func, args, kwargs, self.timeout_s)
         if outcome is None:  # the thread stays behind, a daemon: it cannot hold the process
             return self._record(name, func, "timeout", f"did not return within {self.timeout_s:g}s", where(func))
@@ -127,6 +137,8 @@ class Guard:
         if text is None:
             return self._record(name, func, "garbage", f"returned {type(value).__name__} {repr(value)[:80]}, not "
                                 "text, a number or JSON data", where(func))
+        with self._lock:
+            self.in_a_row = 0
         return self.cut(text)
 
     def wrap(self, func, name: str | None = None):
