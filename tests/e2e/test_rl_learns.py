@@ -75,6 +75,7 @@ def test_the_rl_presets_raise_their_primary_reward_and_beat_their_base_held_out(
         assert last >= 3 * first and last >= 0.25, (preset, first, last)  # the task's reward, not the format's
         shown = llmtui("show", run.name, runs_dir=runs_dir)
         assert shown.returncode == 0 and "answer (primary)" in shown.stdout and "reward hacking" not in shown.stdout
+        assert "best eval" not in shown.stdout  # TRL's eval loss of an RL run says nothing of the task
         assert f"held out  answer (primary) {evals[0][1]:.3f} (step 0, before training) -> " in shown.stdout
         assert evals[-1][1] > evals[0][1] and tuned > base, (preset, evals, base, tuned)
     print(figures)
@@ -82,3 +83,31 @@ def test_the_rl_presets_raise_their_primary_reward_and_beat_their_base_held_out(
     hack = run_preset(str(runs_dir / "hack.toml"), runs_dir, "hack")
     shown = llmtui("show", hack.name, runs_dir=runs_dir)
     assert "! reward hacking? format rose" in shown.stdout, shown.stdout
+
+
+@pytest.mark.extended  # three runs, ~11 min on 2 cores: over the full tier's budget
+def test_tiny_agent_learns_that_the_calculator_pays(runs_dir, monkeypatch):
+    """tiny-agent-sft (the call and copying numbers, every transcript calling the calculator) -> tiny-agent-mix
+    (1 transcript in 6 calls it, the others guess: the base calls it ~1 time in 6) -> tiny-agent (GRPO with the
+    built-in calculator environment): the answer reward (primary) rises >= 3x from the first fifth of the steps
+    to the last, because the model calls the tool more (TRL's tools/call_frequency); the held-out problems are
+    answered better than by the base, in the run's own evaluations; not flagged for reward hacking; rollouts
+    are logged as turns (call, tool, model)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the SFT steps: large enough batches for two threads
+    sft = run_preset("recipes/tiny-agent-sft.toml", runs_dir, "tiny-agent-sft")
+    mix = run_preset("recipes/tiny-agent-mix.toml", runs_dir, "tiny-agent-mix")
+    assert Path(run_info(mix)["model"]) == sft / "final"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # many small generate calls
+    run = run_preset("recipes/tiny-agent.toml", runs_dir, "tiny-agent")
+    assert Path(run_info(run)["model"]) == mix / "final"
+    first, last = reward_fifths(run, "rewards/answer/mean")
+    calls = reward_fifths(run, "tools/call_frequency")
+    evals = held_out_evals(run)
+    print({"answer": (first, last), "calls": calls, "held out": evals})
+    assert last >= 3 * first and last >= 0.3, (first, last)
+    assert calls[1] > 2 * calls[0], calls  # it learned to use the tool
+    assert [step for step, _ in evals] == [0, 40] and evals[1][1] >= 2 * evals[0][1], evals
+    shown = llmtui("show", run.name, "--generations", "2", runs_dir=runs_dir)
+    assert shown.returncode == 0 and "answer (primary)" in shown.stdout and "reward hacking" not in shown.stdout
+    assert f"held out  answer (primary) {evals[0][1]:.3f} (step 0, before training) -> " in shown.stdout
+    assert "call" in shown.stdout and "calculate" in shown.stdout, shown.stdout[-3000:]

@@ -12,6 +12,7 @@ from tuiapp.cli.shared import print_err
 from tuiapp.core.after import judging
 from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document, write_document
+from tuiapp.core.common.methods import is_rl
 from tuiapp.core.config.recipe import batching_label
 from tuiapp.core.prelaunch import rl
 from tuiapp.core.run_folder import benchmarks, distill_line, provenance, reward_health, runstate, sequence_line
@@ -143,7 +144,8 @@ def _print_show(run, row: dict, rows: list[dict]) -> None:
         print(f"  progress  {progress_line(rows[-1], rows, eta=run.status in ACTIVE)}")
         if source_tokens_text(rows[-1]):  # a mixture: each source's tokens so far
             print(f"  sources   {source_tokens_text(rows[-1])}")
-    print(f"  best eval {fmt_number(row['best_eval_loss'], '.4f')}")
+    if not is_rl(run.record.method):  # an RL run's eval loss says nothing: its held-out reward follows
+        print(f"  best eval {fmt_number(row['best_eval_loss'], '.4f')}")
     if row["best_reward_accuracy"] is not None:
         print(f"  rewards   best accuracy {fmt_number(row['best_reward_accuracy'], '.3f')} · "
               f"best margin {fmt_number(row['best_reward_margin'], '.3f')}")
