@@ -40,7 +40,8 @@ gguf: install
 	$(BIN)/python tools/gguf_setup.py install
 
 # The long end-to-end tests kept out of `make test` for time (marked extended): the dry step's families,
-# kills at each resume edge, two runs sharing a cache entry, hostile serve requests, sequence parallelism.
+# kills at each resume edge, two runs sharing a cache entry, hostile serve requests, sequence parallelism,
+# the tiny-agent chain (SFT, SFT, tool-using GRPO: ~7 min).
 test-extended: install
 	$(BIN)/python -m pytest -q --durations=10 -m extended
 

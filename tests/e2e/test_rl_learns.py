@@ -85,7 +85,7 @@ def test_the_rl_presets_raise_their_primary_reward_and_beat_their_base_held_out(
     assert "! reward hacking? format rose" in shown.stdout, shown.stdout
 
 
-@pytest.mark.extended  # three runs, ~11 min on 2 cores: over the full tier's budget
+@pytest.mark.extended  # three runs, ~7 min on 2 cores: over the full tier's budget
 def test_tiny_agent_learns_that_the_calculator_pays(runs_dir, monkeypatch):
     """tiny-agent-sft (the call and copying numbers, every transcript calling the calculator) -> tiny-agent-mix
     (1 transcript in 6 calls it, the others guess: the base calls it ~1 time in 6) -> tiny-agent (GRPO with the
