@@ -104,6 +104,8 @@ def test_the_built_in_environments_compute_and_look_up_offline_through_the_guard
     env.reset(answer="84")
     assert env.calculate(expression="12 * (3 + 4)") == "84" and env.calculate(expression="7 / 2") == "3.5"
     assert env.calculate(expression="__import__('os')").startswith("error: raised ValueError: not arithmetic")
+    assert env.calculate(expr="1 + 1") == "error: bad arguments: missing a required argument: 'expression'"
+    assert guard.in_a_row == 1  # the model's bad call is not the tool's failure
     search = calculator.model_copy(update={"method": calculator.method.model_copy(update={
         "environment": calculator.method.environment.model_copy(update={"builtin": "kv_search",
                                                                         "file": "facts.json"})})})
@@ -111,7 +113,7 @@ def test_the_built_in_environments_compute_and_look_up_offline_through_the_guard
     env.reset()
     assert env.search(key="capital of france") == "Paris"
     assert env.search(key="capital") == "not found; keys like it: capital of france, capital of peru"
-    assert guard.errors == 1
+    assert guard.errors == 2
 
 
 @pytest.mark.slow

@@ -75,6 +75,19 @@ def _call_detached(func, args: tuple, kwargs: dict, timeout_s: float) -> _Outcom
     return outcome if outcome.done.wait(timeout_s) else None
 
 
+def _bad_arguments(func, args: tuple, kwargs: dict) -> str:
+    """Why the arguments do not fit func's signature ('' when they do, or it has none to read)."""
+    try:
+        signature = inspect.signature(func, follow_wrapped=False)  # a bound method's: without self
+    except (TypeError, ValueError):
+        return ""
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        return str(exc)
+    return ""
+
+
 class Guard:
     """One run's tool calls: the clock, the budget, the failures in a row and their limit."""
 
@@ -120,10 +133,9 @@ class Guard:
         """The tool's result as text, or an error turn."""
         with self._lock:
             self.calls += 1
-        try:
-            inspect.signature(func, follow_wrapped=False).bind(*args, **kwargs)  # a method: without self
-        except TypeError as exc:  # the model's call, not the tool: what it reads, and learns from
-            return self._record(name, func, BAD_CALL, f"bad arguments: {exc}", where(func))
+        mistake = _bad_arguments(func, args, kwargs)
+        if mistake:  # the model's call, not the tool: what it reads, and learns from
+            return self._record(name, func, BAD_CALL, f"bad arguments: {mistake}", where(func))
         outcome = _call_detached(func, args, kwargs, self.timeout_s)
         if outcome is None:  # the thread stays behind, a daemon: it cannot hold the process
             return self._record(name, func, "timeout", f"did not return within {self.timeout_s:g}s", where(func))
