@@ -107,15 +107,21 @@ def test_digits_ask_whether_a_digit_is_odd_and_hold_out_two_phrasings():
     assert not {r["instruction"] for r in held} & {r["prompt"] for r in records}
 
 
+def _solved(prompt: str) -> str:
+    """The answer of 'What is A OP B?', worked out here (not by the calculator the data comes from)."""
+    a, op, b = prompt.removeprefix("What is ").removesuffix("?").split()
+    return str({"+": operator.add, "-": operator.sub, "*": operator.mul}[op](int(a), int(b)))
+
+
 def test_calc_problems_are_right_and_the_held_out_ones_never_trained_on():
     problems = demo_records("demo:calc")
     held = demo_records("demo:calc-heldout")
     transcripts = demo_records("demo:calc-tools")
     assert len(problems) == 1000 and len(held) == 200 and len(transcripts) == 16000
     for row in problems + held:
-        a, op, b = row["prompt"].removeprefix("What is ").removesuffix("?").split()
+        a, _, b = row["prompt"].removeprefix("What is ").removesuffix("?").split()
         assert 10 <= int(a) <= 99 and 10 <= int(b) <= 99
-        assert row["answer"] == str({"+": operator.add, "-": operator.sub, "*": operator.mul}[op](int(a), int(b)))
+        assert row["answer"] == _solved(row["prompt"])
     trained = {r["prompt"] for r in problems} | {t["messages"][0]["content"] for t in transcripts}
     assert not trained & {r["prompt"] for r in held}
     user, call, result, answer = transcripts[0]["messages"]
@@ -134,7 +140,6 @@ def test_calc_guesses_answer_at_once_and_are_almost_never_right():
     for record in guesses:
         user, answer = record["messages"]
         assert (user["role"], answer["role"]) == ("user", "assistant") and user["content"] not in held
-        a, op, b = user["content"].removeprefix("What is ").removesuffix("?").split()
-        right += answer["content"] == str({"+": operator.add, "-": operator.sub, "*": operator.mul}[op](int(a), int(b)))
+        right += answer["content"] == _solved(user["content"])
         int(answer["content"])  # a number, as the calculator writes it
     assert right / len(guesses) < 0.01

@@ -90,10 +90,10 @@ def _progress_parts(record: RunRecord, data: RunData, now: float, key: str, afte
         parts.append(f"epoch {as_number(row.get('epoch')):.2f}")
     if data.loss.last() is not None:
         parts.append(f"loss {data.loss.last():.4f}")
-    held_out = reward_health.held_out_brief(data.eval_records, record.recipe) if is_rl(record.method) else None
-    if held_out:  # an RL run's eval_loss says nothing: its task reward on the held-out prompts does
-        parts.append(held_out)
-    elif data.best_eval() is not None and not is_rl(record.method):
+    if is_rl(record.method):  # an RL run's eval_loss says nothing: its task reward on the held-out prompts does
+        held_out = reward_health.held_out_brief(data.eval_records, record.recipe)
+        parts += [held_out] if held_out else []
+    elif data.best_eval() is not None:
         parts.append(f"best eval {data.best_eval():.4f}")
     spent = duration_s(record, now)  # every attempt, the live one up to now
     if spent is not None:

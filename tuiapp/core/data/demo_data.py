@@ -404,22 +404,27 @@ def calc_heldout_records() -> list[dict]:
     return [_calc_row(*problem) for problem in _calc_problems()[1]]
 
 
+def _calc_transcripts(count: int, seed: int, turns) -> list[dict]:
+    """`count` records {"messages": turns(rng, training problems), "tools": the calculator's schema}."""
+    rng = random.Random(seed)
+    training, _ = _calc_problems()
+    tools = json.dumps([CALCULATOR_SCHEMA])
+    return [{"messages": turns(rng, training), "tools": tools} for _ in range(count)]
+
+
+def _tool_turns(a: int, op: str, b: int) -> list[dict]:
+    """The problem, the calculator's call with it, the tool's result and the answer, which is that result."""
+    row = _calc_row(a, op, b)
+    call = {"name": "calculate", "arguments": {"expression": f"{a} {op} {b}"}}
+    return [{"role": "user", "content": row["prompt"]}, {"role": "tool_call", "content": json.dumps(call)},
+            {"role": "tool", "content": row["answer"]}, {"role": "assistant", "content": row["answer"]}]
+
+
 def calc_tool_records(count: int = 16000) -> list[dict]:
     """demo:calc-tools: transcripts (messages + tools) of demo:calc's training problems in which the assistant
     calls the calculator with the problem and answers its result, rendered as TRL's tool loop writes a rollout:
     an SFT step on them teaches a model the call before tool-using RL."""
-    rng = random.Random(9753)
-    training, _ = _calc_problems()
-    tools = json.dumps([CALCULATOR_SCHEMA])
-    records = []
-    for _ in range(count):
-        a, op, b = rng.choice(training)
-        row = _calc_row(a, op, b)
-        call = {"name": "calculate", "arguments": {"expression": f"{a} {op} {b}"}}
-        turns = [{"role": "user", "content": row["prompt"]}, {"role": "tool_call", "content": json.dumps(call)},
-                 {"role": "tool", "content": row["answer"]}, {"role": "assistant", "content": row["answer"]}]
-        records.append({"messages": turns, "tools": tools})
-    return records
+    return _calc_transcripts(count, 9753, lambda rng, training: _tool_turns(*rng.choice(training)))
 
 
 def calc_guess_records(count: int = 4000) -> list[dict]:
@@ -427,15 +432,12 @@ def calc_guess_records(count: int = 4000) -> list[dict]:
     answer of another problem (a number that looks right and almost never is), as a model that does sums in its
     head would. Mixed with demo:calc-tools in an SFT step, the tuned model calls the tool only sometimes, so
     tool-using RL has to learn when the calculator pays (tiny-agent-mix)."""
-    rng = random.Random(8642 + 1)
-    training, _ = _calc_problems()
-    tools = json.dumps([CALCULATOR_SCHEMA])
-    records = []
-    for _ in range(count):
+
+    def turns(rng: random.Random, training: list) -> list[dict]:
         row, other = _calc_row(*rng.choice(training)), _calc_row(*rng.choice(training))
-        turns = [{"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": other["answer"]}]
-        records.append({"messages": turns, "tools": tools})
-    return records
+        return [{"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": other["answer"]}]
+
+    return _calc_transcripts(count, 8643, turns)
 
 
 def arith_preference_records(count: int = 600) -> list[dict]:

@@ -185,13 +185,13 @@ def component_summary(rows: list[dict], recipe: dict | None) -> str | None:
 
 
 def _held_out(rows: list[dict], recipe: dict | None) -> tuple[str, str, dict, dict] | None:
-    """(label, key, first eval row, last eval row) of the headline reward on the held-out prompts."""
+    """(name, key, first eval row, last eval row) of the headline reward on the held-out prompts; the name is
+    the primary reward's, or 'total'."""
     key = "eval_" + primary_reward_key(recipe)
     scored = [r for r in rows if r.get("split") == "eval" and _series([r], key)]
     if not scored:
         return None
-    label = f"{primary_label(recipe)} (primary)" if key != "eval_" + TOTAL_KEY else "total"
-    return label, key, scored[0], scored[-1]
+    return primary_label(recipe) if key != "eval_" + TOTAL_KEY else "total", key, scored[0], scored[-1]
 
 
 def held_out_summary(rows: list[dict], recipe: dict | None) -> str | None:
@@ -201,11 +201,12 @@ def held_out_summary(rows: list[dict], recipe: dict | None) -> str | None:
     found = _held_out(rows, recipe)
     if found is None:
         return None
-    label, key, first, last = found
+    name, key, first, last = found
 
     def at(row: dict) -> str:
         return f"{row[key]:.3f} (step {row.get('step')}{', before training' if row.get('step') == 0 else ''})"
 
+    label = name if key == "eval_" + TOTAL_KEY else f"{name} (primary)"
     return f"{label} {at(first)}" + (f" -> {at(last)}" if last is not first else "")
 
 
@@ -214,9 +215,8 @@ def held_out_brief(rows: list[dict], recipe: dict | None) -> str | None:
     found = _held_out(rows, recipe)
     if found is None:
         return None
-    label, key, first, last = found
-    label = label.removesuffix(" (primary)")
-    return f"held out {label} {first[key]:.3f}" + (f" → {last[key]:.3f}" if last is not first else "")
+    name, key, first, last = found
+    return f"held out {name} {first[key]:.3f}" + (f" → {last[key]:.3f}" if last is not first else "")
 
 
 TAIL_BYTES = 512 * 1024  # the end of completions.jsonl read for the samples
