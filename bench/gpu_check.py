@@ -10,6 +10,8 @@ model's tokenizer, and the data is generated. Stages (docs/gpu.md says what each
 
   methods    every method 20 steps in bf16 on a ~0.5 B Qwen-like model, from the tiny-<method>
              presets (QLoRA: nf4 with double quantization); a few at once (--parallel)
+  rl         the presets' chain tiny-rl-format -> tiny-grpo, tiny-rloo as they are (the bundled tiny
+             model): the primary reward rises >= 3x and the held-out reward beats the base's
   attention  eager, sdpa and flash_attention_2 (when flash_attn is installed) on the same packed
              batches: losses equal within --loss-rtol, tokens/s and peak memory each
   liger      Liger kernels off and on: loss parity, tokens/s, peak memory
@@ -64,12 +66,13 @@ from common import fmt, md_table  # noqa: E402
 ROOT = common.ROOT
 RESULTS = common.BENCH / "GPU_RESULTS.md"
 EXIT_OK, EXIT_FAILED, EXIT_BAD_ARGS = 0, 1, 2
-STAGES = ("mfu", "attention", "methods", "zero", "liger", "fp8", "probe")  # in order of value
+STAGES = ("mfu", "attention", "methods", "rl", "zero", "liger", "fp8", "probe")  # in order of value
 # Each stage's time budget on a GPU, seconds: one call under 10 minutes in all (a stage cut short says so;
 # the report is rewritten after every stage). --budget scales them; the CPU smoke has none.
-# On the H200 (2026-11-28) a run took 45-90 s, 10-15 of them training: mfu holds its run and the baseline's,
-# attention its three first kernels.
-STAGE_BUDGET_S = {"mfu": 180, "attention": 150, "methods": 100, "zero": 40, "liger": 20, "fp8": 20, "probe": 30}
+# On the H200 (2026-11-28, 11-30) a run took 45-90 s, 10-25 of them training: mfu holds its run and the
+# baseline's, attention its three first kernels (eager, torch_varlen, sdpa: 183 s on 11-30), rl the tiny chain.
+STAGE_BUDGET_S = {"mfu": 170, "attention": 130, "methods": 80, "rl": 90, "zero": 25, "liger": 15, "fp8": 10,
+                  "probe": 20}
 # Stages run only when named (--stages mfu,batching,...), each with its budget: batching = the mfu run with every
 # micro batch filled to a token budget (the H200's default-batching run held 45 % of its tokens per step)
 EXTRA_STAGE_BUDGET_S = {"batching": 90}
@@ -308,7 +311,7 @@ def method_recipe(kind: str, model: Path, profile: Profile, data: Path | None = 
         data["method"]["teacher"] = str(model)  # teacher, shares its tokenizer (the KL starts near 0)
     data["dataset"]["eval_split"] = 0.0
     data["train"].update(max_steps=profile.steps, precision=profile.precision, eval_steps=0, save_steps=0,
-                         sample_prompts=[], learning_rate=1e-4, logging_steps=1)
+                         eval_on_start=False, sample_prompts=[], learning_rate=1e-4, logging_steps=1)
     data["launch"] = {"gpus": 1}
     return data
 
@@ -457,6 +460,20 @@ class Run:
         """Seconds from `llmtui run` to the first step's row: preflight, launch, model, data."""
         times = [r["time"] for r in self.rows if isinstance(r.get("time"), (int, float))]
         return min(times) - self.started if times and self.started else None
+
+    def start_phases(self) -> list[float] | None:
+        """first_step_after in parts, from the run's events: checks, model, data and engine, step 1."""
+        if self.run_dir is None or not self.started:
+            return None
+        at = {}
+        for event in common.read_jsonl(self.run_dir / "events.jsonl"):
+            if event.get("event") in ("launched", "model_plan", "started") and isinstance(event.get("time"), (int, float)):
+                at.setdefault(event["event"], event["time"])
+        first = self.first_step_after()
+        if first is None or len(at) < 3:
+            return None
+        marks = [self.started, at["launched"], at["model_plan"], at["started"], self.started + first]
+        return [b - a for a, b in zip(marks, marks[1:], strict=False)]
 
     def memory(self, key: str) -> int | None:
         values = [((r.get("mem") or {}).get("rank0") or {}).get(key) for r in self.rows]
@@ -661,12 +678,13 @@ def _planned_attention(run_dir: Path | None) -> str | None:
     return None
 
 
-def _reward_ends(rewards: list[float]) -> tuple[float | None, float | None]:
-    """Mean reward of the first and the last quarter of the logged steps (single steps are noisy)."""
-    if len(rewards) < 2:
+def _fifths(values: list) -> tuple[float | None, float | None]:
+    """Mean of the first and of the last fifth of the logged steps' values (single steps are noisy)."""
+    values = [v for v in values if _finite(v)]
+    if len(values) < 2:
         return None, None
-    k = max(1, len(rewards) // 4)
-    return sum(rewards[:k]) / k, sum(rewards[-k:]) / k
+    k = max(1, len(values) // 5)
+    return sum(values[:k]) / k, sum(values[-k:]) / k
 
 
 def _common_steps(losses: list, reference: list) -> tuple[list, list]:
@@ -777,13 +795,49 @@ class Check:
             if run.skipped is None:
                 self.verdict("methods", f"{run.recipe['method']['kind']} trains {p.steps} steps", run.ok,
                              "; ".join(run.problems))
-            rewards = [r.get("reward") for r in run.rows if _finite(r.get("reward"))]
             if run.recipe["method"]["kind"] in ("grpo", "rloo") and run.rows:
-                run.extra["reward"] = (rewards[0], rewards[-1]) if rewards else None
-                first, last = _reward_ends(rewards)
-                self.verdict("methods", f"{run.recipe['method']['kind']}: the reward rises (mean of the first vs "
-                             "the last quarter of the steps)", first is not None and last > first,
-                             f"{fmt(first, '.3f')} -> {fmt(last, '.3f')}")
+                # a random-weight model earns ~0 reward, so whether RL learns is the rl stage's (its tiny chain)
+                logged = [r for r in run.rows if _finite(r.get("reward"))]
+                self.verdict("methods", f"{run.recipe['method']['kind']}: a reward logged at every step",
+                             len(logged) == len(run.rows), f"{len(logged)} of {len(run.rows)} steps")
+
+    def stage_rl(self) -> None:
+        """tiny-rl-format -> tiny-grpo and tiny-rloo, the presets as they are (the bundled tiny model, the
+        demo data, their own held-out evaluations): what the CPU test holds them to, on this GPU. The CPU
+        smoke runs each for the profile's few steps, without the evaluations."""
+        p = self.profile
+        short = {"max_steps": p.steps, "eval_steps": 0, "eval_on_start": False} if not p.cuda else {}
+        sft = Run("rl-format", "rl", preset("rl-format"))
+        sft.recipe["train"].update(short)
+        self.runs += self.runner.run_all([sft])
+        if not sft.ok:
+            self.verdict("rl", "tiny-rl-format (the RL presets' base) trains", False,
+                         sft.skipped or "; ".join(sft.problems))
+            return
+        runs = []
+        for kind in ("grpo", "rloo"):
+            run = Run(f"rl-{kind}", "rl", preset(kind))
+            run.recipe["train"].update(short)
+            run.recipe["model"]["name"] = str(sft.run_dir / "final")  # the preset's run:tiny-rl-format
+            runs.append(run)
+        self.runs += self.runner.run_all(runs, parallel=2)
+        for run in [r for r in runs if r.skipped is None]:
+            kind = run.recipe["method"]["kind"]
+            self.verdict("rl", f"tiny-{kind} trains {run.recipe['train']['max_steps']} steps", run.ok,
+                         "; ".join(run.problems))
+            if not p.cuda or not run.ok:
+                continue
+            first, last = _fifths([r.get("rewards/answer/mean") for r in run.rows])
+            run.extra["reward"] = (first, last)
+            self.verdict("rl", f"tiny-{kind}: the primary (answer) reward rises >= 3x, first fifth of the steps "
+                         "-> last", first is not None and last >= 3 * first and last > 0,
+                         f"{fmt(first, '.3f')} -> {fmt(last, '.3f')}")
+            evals = [r.get("eval_rewards/answer/mean") for r in common.read_jsonl(run.run_dir / "metrics.jsonl")
+                     if r.get("split") == "eval"]
+            run.extra["held_out"] = (evals[0], evals[-1]) if len(evals) >= 2 else None
+            self.verdict("rl", f"tiny-{kind}: held-out answer reward after training above the base's",
+                         len(evals) >= 2 and evals[-1] > evals[0],
+                         " -> ".join(fmt(e, ".3f") for e in evals) or "no evaluations logged")
 
     def _compare(self, stage: str, runs: list[Run], label: str, rtol: float | None = None) -> None:
         """Loss parity of runs over the same batches, against the first."""
@@ -1069,7 +1123,10 @@ class Check:
                   f"non-padding tokens after step {self._warmup()}; peak = torch's max_memory_allocated "
                   "(on CPU: peak RSS); NVML = the rank's memory as NVML reports it (the device's rise when it ran "
                   "alone); estimate = `llmtui estimate` of the same recipe, error = (estimate − peak) / peak; batch fill "
-                  "= a median step's tokens / (max_seq_len × micro_batch), the batch the estimate assumes.", ""]
+                  "= a median step's tokens / (max_seq_len × micro_batch), the batch the estimate assumes; to step 1 = "
+                  "seconds from `llmtui run` to the first step's row, in parts: the checks before launch (the dry step "
+                  "among them), the rank's start to its model plan (imports, the model loaded), to its start event "
+                  "(data, the engine), to step 1's row.", ""]
         rows = []
         for run in self.runs:
             if run.skipped:
@@ -1082,7 +1139,7 @@ class Check:
                 fmt(run.tokens_per_s(self._warmup()), ".0f"), _gib(run.peak), _gib(run.nvml_peak()),
                 _gib(run.estimate), fmt(run.extra.get("estimate_error"), "+.1f") + ("%" if run.extra.get(
                     "estimate_error") is not None else ""), _pct(run.extra.get("fill")),
-                _seconds(run.first_step_after()),
+                _seconds(run.first_step_after()) + _phases(run.start_phases()),
                 f"{run.ended - run.started:.0f} s" + ("" if run.alone else ", shared GPU"),
             ])
         lines += [md_table(["stage", "run", "result", "first loss", "last loss", "tokens/s", "peak GiB", "NVML GiB",
@@ -1153,11 +1210,14 @@ class Check:
             worst = max(ratios)
             rows.append(["torch reserved / allocated peak, worst run alone on the GPU", f"≤ {RESERVED_GOAL:g}",
                          f"{worst:.2f}", _met(worst <= RESERVED_GOAL, worst)])
-        rl = [r for r in self.runs if r.extra.get("reward")]
-        for r in rl:
+        for r in [r for r in self.runs if r.extra.get("reward")]:
             first, last = r.extra["reward"]
-            rows.append([f"{r.name}: reward rises", "last > first", f"{first:.3f} -> {last:.3f}",
-                         _met(last > first, last)])
+            rows.append([f"{r.name}: primary reward, first fifth -> last", "≥ 3×", f"{fmt(first, '.3f')} -> "
+                         f"{fmt(last, '.3f')}", _met(first is not None and last >= 3 * first and last > 0, last)])
+            if r.extra.get("held_out"):
+                base, tuned = r.extra["held_out"]
+                rows.append([f"{r.name}: held-out answer reward, base -> trained", "above the base's",
+                             f"{base:.3f} -> {tuned:.3f}", _met(tuned > base, tuned)])
         f8 = self.info.get("fp8")
         if f8:
             rows.append(["fp8 against bf16: tokens/s, loss gap", "faster, gap ≤ 0.05",
@@ -1189,6 +1249,14 @@ def _seconds(value) -> str:
     return f"{value:.0f} s" if value is not None else ""
 
 
+def _phases(parts: list[float] | None) -> str:
+    """' (checks 20 · model 25 · data 10 · step 18)' of a run's start, or ''."""
+    if not parts:
+        return ""
+    names = ("checks", "model", "data", "step")
+    return " (" + " · ".join(f"{name} {value:.0f}" for name, value in zip(names, parts, strict=True)) + ")"
+
+
 def _pct(value) -> str:
     return f"{100 * value:.1f}%" if isinstance(value, (int, float)) else "—"
 
@@ -1214,8 +1282,9 @@ def parse_args(argv=None):
     p.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the GPU, for MFU "
                    "(default: from its NVML name)")
     p.add_argument("--budget", type=float, default=None,
-                   help=f"seconds for every stage together, shared in STAGE_BUDGET_S's proportions (default "
-                   f"{sum(STAGE_BUDGET_S.values())} on a GPU, none in the CPU smoke; 0 = no budget)")
+                   help=f"seconds for the stages named, shared in their budgets' proportions (default: each "
+                   f"its own, {sum(STAGE_BUDGET_S.values())} for every stage, on a GPU; none in the CPU smoke; "
+                   "0 = no budget)")
     p.add_argument("--wheels", type=Path, default=WHEELS, help="folder of wheels to install first when their "
                    "package is missing (make gpu-wheels: liger-kernel, torchao, bitsandbytes)")
     p.add_argument("--build-model", help=argparse.SUPPRESS)
@@ -1258,7 +1327,7 @@ def main(argv=None) -> int:
     if args.cpu_smoke:
         env["LLMTUI_FORCE_CPU"] = "1"
     check = Check(profile, work, env, methods, stages, peak_tflops=args.peak_tflops,
-                  budget_scale=stage_budget_scale(args.budget, args.cpu_smoke))
+                  budget_scale=stage_budget_scale(args.budget, args.cpu_smoke, stages))
     if not args.cpu_smoke:
         for what, why in install_wheels(args.wheels):
             check.skip(what, why)
@@ -1300,11 +1369,13 @@ def main(argv=None) -> int:
             common.remove(work)
 
 
-def stage_budget_scale(budget: float | None, cpu_smoke: bool) -> float | None:
-    """STAGE_BUDGET_S's scale for --budget (None: no budgets; the CPU smoke has none unless asked)."""
+def stage_budget_scale(budget: float | None, cpu_smoke: bool, stages=STAGES) -> float | None:
+    """The stage budgets' scale for --budget, shared among the stages named (None: no budgets; the CPU smoke has
+    none unless asked)."""
     if budget is None:
         return None if cpu_smoke else 1.0
-    return budget / sum(STAGE_BUDGET_S.values()) if budget > 0 else None
+    budgets = {**STAGE_BUDGET_S, **EXTRA_STAGE_BUDGET_S}
+    return budget / sum(budgets[stage] for stage in stages) if budget > 0 else None
 
 
 def install_wheels(folder: Path) -> list[tuple[str, str]]:

@@ -138,11 +138,12 @@ def test_loss_parity_and_estimate_error(gpu_check):
 
 @pytest.mark.slow
 def test_cpu_smoke_runs_the_stages_for_real(tmp_path):
-    """--cpu-smoke: two attention implementations (eager, torch_varlen's CPU fallback) on the same packed batches and the MFU stage with its
-    plain-Trainer baseline, through the real `llmtui run` and bench/baseline_train.py, 2-3 steps each."""
+    """--cpu-smoke: two attention implementations (eager, torch_varlen's CPU fallback) on the same packed batches, the MFU stage with its
+    plain-Trainer baseline, and the rl stage's preset chain (its base's final model the RL runs' model), through
+    the real `llmtui run` and bench/baseline_train.py, 2-3 steps each."""
     before = results_state()
     out = tmp_path / "GPU_RESULTS.md"
-    done = script("--cpu-smoke", "--stages", "attention,mfu", "--out", str(out), "--work", str(tmp_path / "work"),
+    done = script("--cpu-smoke", "--stages", "attention,mfu,rl", "--out", str(out), "--work", str(tmp_path / "work"),
                   timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     report = out.read_text()
@@ -150,24 +151,29 @@ def test_cpu_smoke_runs_the_stages_for_real(tmp_path):
     for line in ("| attention | torch_varlen trains on packed batches | pass |",
                  "| attention | eager trains on packed batches | pass |",
                  "| attention | torch_varlen loss matches eager | pass |",
-                 "| mfu | the plain Trainer baseline trains | pass |"):
+                 "| mfu | the plain Trainer baseline trains | pass |",
+                 "| rl | tiny-grpo trains 2 steps | pass |", "| rl | tiny-rloo trains 2 steps | pass |"):
         assert line in report, report
+    assert " (checks " in report and " · step " in report  # each run's start in its parts
     assert "flash_attention_2: needs CUDA" in report and "NVML readings: needs an NVIDIA GPU" in report
     assert "llmtui / plain Trainer: **" in report and "**—×**" not in report
     recipes = sorted(p.name for p in (tmp_path / "work" / "recipes").iterdir())
-    assert recipes == ["attention-eager.toml", "attention-torch_varlen.toml", "mfu-llmtui.toml"]
+    assert recipes == ["attention-eager.toml", "attention-torch_varlen.toml", "mfu-llmtui.toml", "rl-format.toml",
+                       "rl-grpo.toml", "rl-rloo.toml"]
+    base = next((tmp_path / "work" / "runs" / "rl-format").iterdir()) / "final"
+    assert load_recipe(tmp_path / "work" / "recipes" / "rl-grpo.toml").model.name == str(base)
     assert "Stages, in the order they ran:" in report
     assert results_state() == before
 
 
 def test_one_call_runs_the_stages_in_order_of_value_within_10_minutes(gpu_check):
-    assert gpu_check.STAGES == ("mfu", "attention", "methods", "zero", "liger", "fp8", "probe")
+    assert gpu_check.STAGES == ("mfu", "attention", "methods", "rl", "zero", "liger", "fp8", "probe")
     assert set(gpu_check.STAGE_BUDGET_S) == set(gpu_check.STAGES)
     # a device call's limit is 10 minutes: a minute of it for the wheels and building the models
     assert sum(gpu_check.STAGE_BUDGET_S.values()) <= 9 * 60
 
 
-def test_methods_take_full_batches_and_rl_reward_is_judged_over_quarters(gpu_check, tmp_path):
+def test_methods_take_full_batches_and_rl_reward_is_judged_over_fifths(gpu_check, tmp_path):
     import tomli_w
 
     for kind in ("sft", "lora", "dpo", "grpo"):
@@ -178,9 +184,9 @@ def test_methods_take_full_batches_and_rl_reward_is_judged_over_quarters(gpu_che
         assert (recipe.dataset.name == str(tmp_path / "sft.jsonl")) == full
         if full:
             assert recipe.train.packing is True and recipe.train.max_seq_len == gpu_check.GPU.seq_len
-    assert gpu_check._reward_ends([0.1, 0.2, 0.3, 0.9, 0.1, 0.5, 0.6, 0.8]) == (pytest.approx(0.15),
-                                                                                pytest.approx(0.7))
-    assert gpu_check._reward_ends([0.5]) == (None, None)
+    assert gpu_check._fifths([0.1, 0.2, 0.3, 0.9, 0.1, 0.5, 0.6, 0.8, None, 0.9, 0.7]) == (
+        pytest.approx(0.15), pytest.approx(0.8))
+    assert gpu_check._fifths([0.5]) == (None, None)
     assert gpu_check._common_steps([1.0, 2.0], [1.0, 2.0, 3.0]) == ([1.0, 2.0], [1.0, 2.0])
 
 
@@ -210,3 +216,8 @@ def test_stage_budgets_on_a_gpu_by_default_and_in_the_smoke_only_when_asked(gpu_
     assert gpu_check.stage_budget_scale(None, cpu_smoke=True) is None
     assert gpu_check.stage_budget_scale(total / 2, cpu_smoke=True) == 0.5
     assert gpu_check.stage_budget_scale(0, cpu_smoke=False) is None
+    # --budget is shared among the stages named, in their budgets' proportions
+    named = ("mfu", "batching")
+    scale = gpu_check.stage_budget_scale(300, cpu_smoke=False, stages=named)
+    budgets = {**gpu_check.STAGE_BUDGET_S, **gpu_check.EXTRA_STAGE_BUDGET_S}
+    assert sum(budgets[stage] * scale for stage in named) == pytest.approx(300)
