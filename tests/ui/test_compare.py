@@ -269,7 +269,9 @@ def test_grad_norm_and_eval_curves(tmp_path):
 def test_online_rl_runs_get_task_and_total_reward_charts(tmp_path):
     """An online RL run among the compared ones adds two charts: the task's reward (its answer reward,
     or the one marked primary) and the weighted total, which a format reward can lift alone; a run
-    without an answer reward charts its total in both. Runs of other methods alone get neither."""
+    without an answer reward charts its total in both. Runs of other methods alone get neither. The
+    summary leaves their (TRL) eval loss out of `best eval` and shows the task's reward on the held-out
+    prompts instead."""
     from rl_fixtures import rl_run
     from ui_fixtures import synthetic_run
 
@@ -288,6 +290,9 @@ def test_online_rl_runs_get_task_and_total_reward_charts(tmp_path):
     with JsonlWriter(graded.metrics_path) as writer:
         for row in rows:
             writer.write({**row, "rewards/answer/mean": row["step"] / 100})
+            if row["step"] % 3 == 0:  # TRL's eval rows: an eval loss that says nothing, and the held-out rewards
+                writer.write({"split": "eval", "step": row["step"], "eval_loss": 0.01 * row["step"],
+                              "eval_reward": 1.0, "eval_rewards/answer/mean": row["step"] / 10})
 
     async def scenario():
         app = test_app(root, tmp_path, live=False)
@@ -301,6 +306,11 @@ def test_online_rl_runs_get_task_and_total_reward_charts(tmp_path):
                                                               [0.0, 0.1, 0.1, 0.3]]  # rloo-b: no answer reward
             titles = {key: title for key, (title, _) in screen.chart_metrics().items()}
             assert titles["task_reward"] == "Task reward" and titles["reward"] == "Total reward"
+            table = screen.query_one("#cmp-summary", DataTable)
+            headers = [str(column.label) for column in table.columns.values()]
+            summary = {run.label: dict(zip(headers, map(str, table.get_row(run.id)), strict=True)) for run in screen.runs}
+            assert summary["grpo-a"]["best eval"] == "-" and summary["grpo-a"]["held out"] == "0.600"
+            assert summary["rloo-b"]["held out"] == "-"  # no eval rows
         app = test_app(root, tmp_path, live=False)
         async with app.run_test(size=(120, 36)) as pilot:
             screen = await open_compare(pilot, root, ["plain"])

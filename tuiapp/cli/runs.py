@@ -57,7 +57,7 @@ def _row(run) -> dict:
         "step": summary["step"],
         "max_steps": summary["max_steps"],
         "last_loss": summary["last_loss"],
-        "best_eval_loss": summary["best_eval_loss"],
+        "best_eval_loss": None if is_rl(record.method) else summary["best_eval_loss"],  # an RL run's says nothing
         "best_reward_accuracy": summary.get("best_accuracy"),  # preference methods
         "best_reward_margin": summary.get("best_margin"),
         "tokens_per_s": summary["tokens_per_s"],

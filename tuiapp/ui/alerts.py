@@ -32,6 +32,7 @@ def run_alerts(before: dict[str, RunRow], after: list[RunRow], quiet: set[str] =
         if old.status in ACTIVE and row.status in FINAL:
             why = row.why() if row.status != "succeeded" else None
             best = f" · best eval loss {row.best_eval_loss:.4f}" if row.best_eval_loss is not None else ""
+            best = f" · {row.held_out_text()}" if row.held_out is not None else best  # grpo/rloo: no eval loss
             text = f"{row.title}: {row.status}" + (f": {why}" if why else best)
             out.append(Alert(f"Run {row.status}", text, SEVERITY[row.status]))
         elif row.hang and not old.hang and row.status in ACTIVE:

@@ -25,7 +25,7 @@ from tuiapp.core.store import meta
 from tuiapp.core.store.runs import Run
 from tuiapp.ui.downsample import numpy_module
 from tuiapp.ui.groups import compare_labels
-from tuiapp.ui.history import RunRow, bench_summary, row_from_record
+from tuiapp.ui.history import RunRow, bench_summary, eval_loss_of, held_out_reward, row_from_record
 from tuiapp.ui.primary_reward import TOTAL_KEY
 
 # metric id -> (title, where it lives)
@@ -161,7 +161,8 @@ def summary_row(row: RunRow, data: RunData) -> RunRow:
         step=data.steps[-1] if data.steps else None,
         max_steps=_number(last.get("max_steps")),
         last_loss=data.loss.last(),
-        best_eval_loss=data.best_eval(),
+        best_eval_loss=eval_loss_of(row, data.best_eval()),  # None for grpo/rloo: their held-out reward instead
+        held_out=held_out_reward(row, data.eval_records),
         eval_ppl=evals.number(evaluated, "tuned", "perplexity"),
         eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
         tokens_per_s=speed,

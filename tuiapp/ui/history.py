@@ -20,6 +20,7 @@ from tuiapp.core.run_folder.metrics import (
     JsonlReader,
     as_number,
     dedupe_steps,
+    eval_rows,
     peak_memory,
     preference_best,
     recent_mean,
@@ -75,6 +76,7 @@ class RunRow:
     best_margin: float | None = None
     reward: float | None = None  # grpo/rloo runs: the mean reward of the last 10% of steps (metrics.recent_mean)
     reward_key: str = TOTAL_KEY  # which: the task's reward (primary_reward), else the total
+    held_out: float | None = None  # grpo/rloo runs: that reward on the held-out prompts at the last evaluation
     tokens_per_s: float | None = None
     peak_mem: float | None = None
     last_time: float | None = None
@@ -103,6 +105,13 @@ class RunRow:
         if self.step is None and not self.losses:
             return f"metrics unreadable ({lines} of metrics.jsonl are not JSON records)"
         return f"{lines} of metrics.jsonl unreadable"
+
+    def held_out_text(self) -> str:
+        """'held out answer 0.730': an RL run's headline reward on its held-out prompts ('' when none)."""
+        if self.held_out is None:
+            return ""
+        name = self.reward_key.removeprefix("rewards/").removesuffix("/mean") if self.reward_key != TOTAL_KEY else "total"
+        return f"held out {name} {self.held_out:.3f}"
 
     @property
     def group_id(self) -> str | None:
@@ -222,7 +231,7 @@ def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
         step=summary["step"],
         max_steps=summary["max_steps"],
         last_loss=summary["last_loss"],
-        best_eval_loss=summary["best_eval_loss"],
+        best_eval_loss=eval_loss_of(row, summary["best_eval_loss"]),
         eval_ppl=evals.number(evaluated, "tuned", "perplexity"),
         eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
         best_accuracy=summary["best_accuracy"],
@@ -230,6 +239,7 @@ def with_metrics(row: RunRow, records: list[dict]) -> RunRow:
         reward=(summary["recent_reward"] if row.reward_key == TOTAL_KEY else recent_mean(
             [v for v in (as_number(r.get(row.reward_key)) for r in train) if v is not None and math.isfinite(v)]))
         if is_rl(row.method) else None,
+        held_out=held_out_reward(row, eval_rows(records)),
         tokens_per_s=summary["tokens_per_s"],
         peak_mem=summary["peak_mem"],
         last_time=summary["last_time"],
@@ -254,13 +264,14 @@ def with_run_data(row: RunRow, data: RunData) -> RunRow:
         step=data.steps[-1] if data.steps else None,
         max_steps=as_number(last.get("max_steps")),
         last_loss=as_number(last.get("loss")),
-        best_eval_loss=data.best_eval(),
+        best_eval_loss=eval_loss_of(row, data.best_eval()),
         eval_ppl=evals.number(evaluated, "tuned", "perplexity"),
         eval_base_ppl=evals.number(evaluated, "base", "perplexity"),
         best_accuracy=best.get("best_accuracy"),
         best_margin=best.get("best_margin"),
         # the task's reward (its rewards/NAME/mean series), the total for a run that logged no such key
         reward=recent_mean(data.series.get(row.reward_key, data.series[TOTAL_KEY]).ys) if is_rl(row.method) else None,
+        held_out=held_out_reward(row, data.eval_records),
         tokens_per_s=_upper_median(data.series["tokens_per_s"].ys),
         peak_mem=max(peaks) * 1e9 if peaks else None,
         last_time=as_number(last.get("time")),
@@ -269,6 +280,23 @@ def with_run_data(row: RunRow, data: RunData) -> RunRow:
         bench=bench_summary(row.path, data.eval_records),
         summarized=True,
     )
+
+
+def eval_loss_of(row: RunRow, best: float | None) -> float | None:
+    """The best eval loss a row shows: None for a grpo/rloo run, whose eval loss (TRL's, on the
+    held-out prompts) says nothing about the task; its held-out reward is its headline (`held_out`)."""
+    return None if is_rl(row.method) else best
+
+
+def held_out_reward(row: RunRow, eval_records: list[dict]) -> float | None:
+    """A grpo/rloo run's headline reward (row.reward_key) on the held-out prompts: its value in the
+    last eval row that scored it (reward_health.held_out_brief's last figure); None for other runs."""
+    if not is_rl(row.method):
+        return None
+    key = "eval_" + row.reward_key
+    values = [as_number(r.get(key)) for r in eval_records]
+    found = [v for v in values if v is not None and math.isfinite(v)]
+    return found[-1] if found else None
 
 
 def bench_summary(path: Path | None, eval_records: list[dict]) -> dict:
@@ -316,6 +344,7 @@ class LiveSummary:
         self.preference = PreferenceBest()
         self.rewards: list[float] = []  # an online RL run's total reward per step (a float a step)
         self.each_reward: dict[str, list[float]] = {}  # and each reward's mean, by metrics key
+        self.held_out: dict[str, float] = {}  # the last eval row's value of each reward, by metrics key (eval_...)
 
     @classmethod
     def from_data(cls, data: RunData) -> "LiveSummary":
@@ -334,6 +363,8 @@ class LiveSummary:
         live.times.extend(t for t in data.times[-STALL_WINDOW:] if not math.isnan(t))
         live.preference = PreferenceBest.from_data(data)
         live.rewards = list(data.series["reward"].ys)
+        for record in data.eval_records:
+            live._held_out(record)
         return live
 
     def add(self, records: list[dict]) -> None:
@@ -344,8 +375,16 @@ class LiveSummary:
                 value = as_number(record.get("eval_loss"))
                 if value is not None and math.isfinite(value):
                     self.best_eval = value if self.best_eval is None else min(self.best_eval, value)
+                self._held_out(record)
             elif split == "train" and "step" in record:
                 self._train(record)
+
+    def _held_out(self, record: dict) -> None:
+        for key, value in record.items():
+            if key == "eval_" + TOTAL_KEY or key.startswith("eval_rewards/"):
+                number = as_number(value)
+                if number is not None and math.isfinite(number):
+                    self.held_out[key] = number
 
     def _train(self, record: dict) -> None:
         self.last = record
@@ -381,10 +420,11 @@ class LiveSummary:
             step=as_number(last.get("step")),
             max_steps=as_number(last.get("max_steps")),
             last_loss=as_number(last.get("loss")),
-            best_eval_loss=self.best_eval,
+            best_eval_loss=eval_loss_of(row, self.best_eval),
             best_accuracy=self.preference.best("best_accuracy"),
             best_margin=self.preference.best("best_margin"),
             reward=recent_mean(self.each_reward.get(row.reward_key, self.rewards)) if is_rl(row.method) else None,
+            held_out=self.held_out.get("eval_" + row.reward_key) if is_rl(row.method) else None,
             tokens_per_s=speeds[len(speeds) // 2] if speeds else None,
             peak_mem=self.peak,
             last_time=as_number(last.get("time")),

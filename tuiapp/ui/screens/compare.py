@@ -639,12 +639,15 @@ class CompareScreen(PaneDeckActions, Screen):
         headers = ["run", "status", "best eval", "last loss", "tok/s", "peak mem", "duration", "steps"]
         if self.preference:
             headers += ["best acc", "best margin"]
+        if self.online_rl:  # grpo/rloo: no best eval (their eval loss says nothing); the task's held-out reward
+            headers += ["held out"]
         now = self.app.config.clock()
         self._shown_statuses = self._statuses(now)
         rows = []
         for run in self.runs:
             row = run.row
             extra = [fmt_number(row.best_accuracy, ".3f"), fmt_number(row.best_margin, ".3f")] if self.preference else []
+            extra += [fmt_number(row.held_out, ".3f")] if self.online_rl else []
             rows.append((run.id, [
                 run.label, row.view(now).short, fmt_number(row.best_eval_loss, ".4f"), fmt_number(row.last_loss, ".4f"),
                 fmt_number(row.tokens_per_s, ".0f"), fmt_bytes(row.peak_mem), row.time_text(now) or "-",
