@@ -156,10 +156,11 @@ def short_rl_preset(preset: str, max_steps: int) -> str:
     return text
 
 
-def run_preset(recipe: str, runs_dir: Path, name: str, timeout: float = 900) -> Path:
-    """`llmtui run RECIPE` to the end; the new run folder whose name holds `name`, asserted succeeded."""
+def run_preset(recipe: str, runs_dir: Path, name: str, *extra: str, timeout: float = 900) -> Path:
+    """`llmtui run RECIPE [EXTRA...]` (`--set` overrides, say) to the end; the new run folder whose name
+    holds `name`, asserted succeeded."""
     before = set(runs_dir.iterdir()) if runs_dir.exists() else set()
-    result = llmtui("run", recipe, runs_dir=runs_dir, timeout=timeout)
+    result = llmtui("run", recipe, *extra, runs_dir=runs_dir, timeout=timeout)
     run = next(p for p in runs_dir.iterdir() if p not in before and p.is_dir() and name in p.name)
     log = (run / "stdout.log").read_text(errors="replace")[-3000:] if (run / "stdout.log").exists() else ""
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + log

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.after_runs import lora_run, sft_run
-from tests.e2e.helpers import run_info
+from tests.e2e.helpers import run_info, run_preset
 
 pytestmark = pytest.mark.slow
 
@@ -25,13 +25,6 @@ SHORT = ["--set", "train.max_steps=6", "--set", "train.eval_steps=0", "--set", "
 def llmtui(runs_dir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tuiapp.cli", "--runs-dir", str(runs_dir), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
-
-
-def trained(runs_dir: Path, preset: str, *extra: str) -> str:
-    before = set(runs_dir.iterdir()) if runs_dir.exists() else set()
-    done = llmtui(runs_dir, "run", f"recipes/{preset}.toml", *SHORT, *extra)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return next(p for p in runs_dir.iterdir() if p not in before and not p.name.startswith(".")).name
 
 
 def copied(runs_dir: Path, source: Path) -> str:
@@ -46,7 +39,8 @@ def visible(runs_dir: Path) -> set[str]:
 
 def test_two_lora_runs_merge_into_a_run_that_eval_and_chat_take(runs_dir, tmp_path_factory):
     a = copied(runs_dir, lora_run(tmp_path_factory))  # tiny-lora, 6 steps
-    b = trained(runs_dir, "tiny-lora", "--set", "train.seed=2", "--set", "train.learning_rate=5e-3")
+    b = run_preset("recipes/tiny-lora.toml", runs_dir, "tiny-lora", *SHORT, "--set", "train.seed=2",
+                   "--set", "train.learning_rate=5e-3").name
     done = llmtui(runs_dir, "merge", a, b, "--name", "facts-merged", "--weights", "0.7,0.3")
     assert done.returncode == 0, done.stdout + done.stderr
     assert ".merging-" not in done.stdout + done.stderr  # the work folder, gone once the run exists, is not named
@@ -70,7 +64,7 @@ def test_two_lora_runs_merge_into_a_run_that_eval_and_chat_take(runs_dir, tmp_pa
 
 def test_full_weight_runs_merge_with_ties_and_bad_merges_are_refused_before_any_work(runs_dir, tmp_path_factory):
     a = copied(runs_dir, sft_run(tmp_path_factory))  # tiny-sft, 60 steps
-    b = trained(runs_dir, "tiny-sft", "--set", "train.seed=2")
+    b = run_preset("recipes/tiny-sft.toml", runs_dir, "tiny-sft", *SHORT, "--set", "train.seed=2").name
     lora = copied(runs_dir, lora_run(tmp_path_factory))
     before = visible(runs_dir)
     for args, words in (
