@@ -561,6 +561,7 @@ def activation_bytes(
     bytes_per_value: int = 2,
     fused_attention: bool = True,
     fused_loss: bool = False,
+    kept: float = 1.0,
 ) -> int:
     """Activation memory of one micro batch (Korthikanti et al. 2022, no tensor parallelism).
 
@@ -572,17 +573,75 @@ def activation_bytes(
     The logits for the loss are added: LOSS_BYTES_PER_LOGIT for each of the s*b*vocab logits, the
     three fp32 copies the loss's backward holds; a fused linear cross-entropy (Liger) computes the
     loss chunk by chunk and never holds them (`fused_loss`).
+    `kept` scales the 34*s*b*h term: the share of it that fused kernels keep (`liger_kept`).
     """
     sbh = seq_len * micro_batch * hidden
     scale = bytes_per_value / 2
     scores = 0 if fused_attention else 5 * heads * seq_len * seq_len * micro_batch
-    full_layer = (34 * sbh + scores) * scale
+    full_layer = (34 * sbh * kept + scores) * scale
     if checkpointing:
         body = layers * 2 * sbh * scale + full_layer
     else:
         body = layers * full_layer
     logits = 0 if fused_loss else seq_len * micro_batch * vocab * LOSS_BYTES_PER_LOGIT
     return int(body + logits)
+
+
+def layer_values(shape: ModelShape, liger: bool = False) -> int:
+    """16-bit values a llama-style layer keeps for its backward per token (sdpa/flash attention).
+    transformers' modules: each RMSNorm its input upcast to fp32 (2 values a channel), the normalized
+    16-bit tensor its weight multiplies, and its output (the next linears' input); attention q, k, v
+    after RoPE and its output (RoPE's products by cos/sin keep only cos/sin); the MLP gate, up, silu(gate)
+    and their product (down_proj's input). Liger's kernels: RMSNorm keeps its 16-bit input (and a
+    per-row rstd), not the fp32 copy nor the normalized tensor; SwiGLU keeps gate and up and recomputes
+    silu(gate); its RoPE keeps what transformers' does. tests/core/test_estimate_h200.py checks the
+    transformers count against the tensors a real layer saves."""
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    attention = 2 * q + 2 * kv
+    if liger:
+        return 2 * 2 * shape.hidden + attention + 3 * shape.intermediate
+    return 2 * 4 * shape.hidden + attention + 4 * shape.intermediate
+
+
+def liger_kept(shape: ModelShape) -> float:
+    """The share of a layer's activations that Liger's RMSNorm/SwiGLU keep: the 34*s*b*h term stands for
+    transformers' layer (it is what the measured peaks without Liger follow), so it is scaled by what
+    Liger keeps of what transformers' modules keep (layer_values). 0.69 for the ~1.1 B llama shape,
+    0.71 for Qwen2.5-0.5B. Only llama-style models (RMSNorm, SwiGLU) get Liger's kernels."""
+    if shape.family != "llama" or shape.experts > 1:
+        return 1.0
+    return layer_values(shape, liger=True) / layer_values(shape)
+
+
+def liger_loss_bytes(tokens: int, hidden: int, vocab: int, head_trains: bool, value: int = 2) -> int:
+    """Liger's fused linear cross-entropy holds no logits but computes the gradients in its forward and
+    keeps them until the backward: the head's (vocab x hidden, when it trains) and the hidden states'
+    (tokens x hidden), beside a chunk of logits (tokens / ceil(vocab / hidden) rows rounded up to a power
+    of two: up to 2 x tokens x hidden values)."""
+    return value * (vocab * hidden * int(head_trains) + 3 * tokens * hidden)
+
+
+# TRL's chunked log-prob head (trl/kernels/chunked_logprob.py): token rows and vocabulary columns per tile
+RL_HEAD_TOKENS, RL_HEAD_VOCAB = 4096, 32768
+
+
+def rl_head_bytes(tokens: int, hidden: int, vocab: int, head_trains: bool, value: int = 2) -> int:
+    """GRPO/RLOO score completions through TRL's fused LM head (`add_fused_lm_head`): the hidden states of
+    the `tokens` completion positions are kept (16-bit), never the logits; its backward accumulates the
+    head's gradient in fp32 (vocab x hidden, then cast to 16 bits) and the hidden states' (fp32, then
+    16 bits) beside one tile of logits. That backward runs first, while every layer's activations live."""
+    head = vocab * hidden * (4 + value) if head_trains else 0
+    tile = min(tokens, RL_HEAD_TOKENS) * min(vocab, RL_HEAD_VOCAB) * value
+    return head + tokens * hidden * (value + 4 + value) + tile
+
+
+def generation_bytes(shape: ModelShape, sequences: int, seq_len: int, value: int = 2) -> int:
+    """The peak of an RL step's generation (model.generate, no gradients) beside the model states: the KV
+    cache of `sequences` sequences of seq_len tokens, one layer's MLP of the prompt prefill (gate, up,
+    silu(gate)), and the last position's logits with their fp32 copies for sampling."""
+    kv = sequences * seq_len * shape.layers * 2 * shape.kv_heads * shape.head_dim * value
+    prefill = 3 * sequences * seq_len * shape.intermediate * value
+    return kv + prefill + sequences * shape.vocab * LOSS_BYTES_PER_LOGIT
 
 
 # ---------------------------------------------------------------- recipe estimate
@@ -727,13 +786,27 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         rows = -(-tokens_per_batch(recipe) // recipe.train.max_seq_len)
     from tuiapp.core.plan import long_context  # here: long_context reads pipeline_plan, which reads this module
 
+    value, liger, rl = 2 if _half(precision) else 4, recipe.train.liger_kernel, is_rl(knobs.method.kind)
     acts = long_context.activations(  # train.sequence_parallel (1/N of the sequence), tiled MLP, offload
         recipe, activation_bytes, cuda=precision != "fp32",
         seq_len=seq, micro_batch=rows * sequences, hidden=shape.hidden, heads=shape.heads,
         layers=shape.layers, vocab=shape.vocab, checkpointing=knobs.gradient_checkpointing,
-        bytes_per_value=2 if _half(precision) else 4,
-        fused_attention=recipe.model.attn_implementation != "eager", fused_loss=recipe.train.liger_kernel or recipe.train.tiled_loss,
+        bytes_per_value=value, fused_attention=recipe.model.attn_implementation != "eager",
+        fused_loss=rl or liger or recipe.train.tiled_loss, kept=liger_kept(shape) if liger else 1.0,
     )
+    if rl:  # TRL trains on micro_batch completions (prompt + completion, padded to the batch's longest:
+        # max_seq_len at most) and scores only the completion positions, through its fused head
+        completion = min(knobs.method.max_completion_length, seq)
+        acts += rl_head_bytes(rows * completion, shape.hidden, shape.vocab, full, value)
+        if knobs.method.generation_backend == "transformers":  # vLLM's memory is its share of the GPU
+            # TRL generates for micro_batch x grad_accum completions at once (steps_per_generation)
+            gen = generation_bytes(shape, rows * recipe.train.grad_accum, seq, value)
+            if knobs.zero_stage == 3:  # generate gathers the whole 16-bit model in each rank
+                gen += max(0, base * value - states.params)
+            acts = max(acts, gen)
+    elif liger:
+        tokens = -(-seq * rows * sequences // long_context.degree(recipe))
+        acts += liger_loss_bytes(tokens, shape.hidden, shape.vocab, full, value)
     if vision and vision_plan.trained_parts(recipe)["vision_tower"]:  # the tower's own, per image
         tower = config["vision_config"]
         acts += activation_bytes(
@@ -957,7 +1030,9 @@ def kernels_text(recipe: Recipe) -> str:
     if recipe.model.attn_implementation == "eager":
         parts.append("eager attention (stores attention scores)")
     if recipe.train.liger_kernel:
-        parts.append("liger fused loss (no logits held)")
+        parts.append("liger fused loss (no logits held), RMSNorm and SwiGLU")
+    if is_rl(recipe.method.kind):
+        parts.append("logits of the completion tokens only (TRL's fused head)")
     if recipe.train.batching == "tokens":
         parts.append(f"token batches of {tokens_per_batch(recipe)}")
     return ", ".join(parts)
