@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tuiapp.core.common.errors import RecipeError
-from tuiapp.core.config.recipe import Recipe, batching_label
+from tuiapp.core.config.recipe import Recipe, batch_fill_hint, batching_label
 from tuiapp.core.plan.estimate import estimate_recipe, format_estimate
 from tuiapp.core.plan.launcher import torch_extensions_dir
 from tuiapp.core.prelaunch.machine_rules import machine_rules
@@ -91,6 +91,23 @@ def test_batching_label_of_recorded_recipes():
     assert batching_label({"train": {"batching": "tokens", "tokens_per_batch": 4096}}) == "tokens (4096 per micro batch)"
     assert batching_label({"train": {"batching": "tokens", "micro_batch": 8, "max_seq_len": 512}}) \
         == "tokens (4096 per micro batch)"
+
+
+def test_a_packed_run_whose_steps_held_little_is_told_of_token_batches():
+    sft = {"method": {"kind": "sft"}, "train": {"micro_batch": 8, "max_seq_len": 1024, "grad_accum": 2}}
+    room = 8 * 1024 * 2 * 4  # a step's tokens on 4 ranks
+    hint = batch_fill_hint(sft, [0.3 * room, 0.45 * room, 0.9 * room], world=4)  # the median step: 45 %
+    assert hint.startswith("steps held 45% of their room (8 x 1024 tokens a micro batch") and \
+        'train.batching = "tokens" fills' in hint
+    assert batch_fill_hint(sft, [0.7 * room], world=4) is None  # full enough
+    assert batch_fill_hint(sft, [0.45 * room], world=2) is None  # on 2 ranks those steps were 90 % full
+    for other in ({"train": {**sft["train"], "batching": "tokens"}},  # already filled
+                  {"train": {**sft["train"], "packing": False}},  # unpacked: rows are padded, not filled
+                  {"method": {"kind": "pretrain"}},  # full blocks already
+                  {"method": {"kind": "dpo"}},  # pairs are never packed
+                  {"train": {**sft["train"], "micro_batch": "auto"}}):
+        assert batch_fill_hint({**sft, **other}, [0.1 * room], world=4) is None, other
+    assert batch_fill_hint(sft, [], world=4) is None and batch_fill_hint(None, [1.0], world=1) is None
 
 
 def test_token_budget_batches_cover_every_example_once_within_budget():

@@ -13,9 +13,9 @@ from tuiapp.core.after import judging
 from tuiapp.core.common.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.common.methods import is_rl
-from tuiapp.core.config.recipe import batching_label
+from tuiapp.core.config.recipe import batch_fill_hint, batching_label
 from tuiapp.core.prelaunch import rl
-from tuiapp.core.run_folder import benchmarks, distill_line, provenance, reward_health, runstate, sequence_line
+from tuiapp.core.run_folder import benchmarks, distill_line, events, provenance, reward_health, runstate, sequence_line
 from tuiapp.core.run_folder.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
 from tuiapp.core.run_folder.rundir import attempt_count, duration_s, first_started
@@ -132,10 +132,24 @@ def _show_document(run, row: dict, rows: list[dict]) -> dict:
             "provenance": provenance.read(run.path)}
 
 
+def _step_tokens(rows: list[dict]) -> list[float]:
+    """Tokens a step between each two logged rows (their running totals apart, over the steps between)."""
+    marks = [(r["step"], r["tokens"]) for r in rows if isinstance(r.get("tokens"), (int, float))]
+    return [(b - a) / (s1 - s0) for (s0, a), (s1, b) in zip(marks, marks[1:], strict=False) if s1 > s0]
+
+
+def _world_size(run) -> int:
+    started = [e for e in run.events() if events.kind(e) == events.STARTED]
+    return started[-1].get("world_size") or 0 if started else 0
+
+
 def _print_show(run, row: dict, rows: list[dict]) -> None:
     print(f"{run.id}  [{run.status}]  {run.record.method} on {row['model']}  data {row['dataset']}")
     print(f"  path      {run.path}")
     print(f"  batching  {row['batching']}")
+    hint = batch_fill_hint(run.record.recipe, _step_tokens(rows), _world_size(run))
+    for line in (hint or "").splitlines():
+        print(f"            {line}")
     attempts = f"   attempts {row['attempts']}" if row["attempts"] > 1 else ""
     print(f"  started   {fmt_time(row['started'])}   duration {fmt_duration(row['duration_s'])}{attempts}")
     if row["phase"]:
