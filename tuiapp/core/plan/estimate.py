@@ -767,20 +767,8 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
     )
     seq = recipe.train.max_seq_len + (method.virtual_tokens if virtual_at(method.kind) == "input" else 0)
     # preference batches hold two sequences per example: chosen + rejected (KTO: answer + KL answer)
-    row = METHODS[knobs.method.kind]
-    sequences = row.sequences
-    reference, reference_cpu = 0, 0
-    copies = row.extra_copies if not is_rl(knobs.method.kind) or knobs.method.beta > 0 else 0  # grpo/rloo: KL only
-    if full and copies:  # with an adapter: the base, adapters off
-        reference, reference_cpu = reference_bytes(base, knobs.zero_stage, world, knobs.offload_params, precision)
-        states = dataclasses.replace(states, reference=reference,
-                                     cpu_offload_total=states.cpu_offload_total + reference_cpu * per_node)
-    if is_distill(knobs.method.kind):  # the frozen teacher's weights (teacher_parameters), whole in a rank
-        teacher, _ = reference_bytes(teacher_parameters(knobs.method.teacher), 0, 1, "none", precision)
-        if knobs.method.mode == "online":  # beside the student at every step
-            states = dataclasses.replace(states, reference=states.reference + teacher)
-        else:  # offline: loaded for the top-k pass and freed before the student loads
-            states = dataclasses.replace(states, teacher_pass=teacher)
+    sequences = METHODS[knobs.method.kind].sequences
+    states = _with_frozen_models(states, knobs, base, full, world, per_node, precision)
     rows = knobs.micro_batch
     if recipe.train.batching == "tokens":  # a micro batch is a token budget, packed in rows of seq tokens
         rows = -(-tokens_per_batch(recipe) // recipe.train.max_seq_len)
@@ -794,16 +782,9 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
         bytes_per_value=value, fused_attention=recipe.model.attn_implementation != "eager",
         fused_loss=rl or liger or recipe.train.tiled_loss, kept=liger_kept(shape) if liger else 1.0,
     )
-    if rl:  # TRL trains on micro_batch completions (prompt + completion, padded to the batch's longest:
-        # max_seq_len at most) and scores only the completion positions, through its fused head
-        completion = min(knobs.method.max_completion_length, seq)
-        acts += rl_head_bytes(rows * completion, shape.hidden, shape.vocab, full, value)
-        if knobs.method.generation_backend == "transformers":  # vLLM's memory is its share of the GPU
-            # TRL generates for micro_batch x grad_accum completions at once (steps_per_generation)
-            gen = generation_bytes(shape, rows * recipe.train.grad_accum, seq, value)
-            if knobs.zero_stage == 3:  # generate gathers the whole 16-bit model in each rank
-                gen += max(0, base * value - states.params)
-            acts = max(acts, gen)
+    if rl:
+        acts = _rl_step_bytes(acts, shape, recipe, knobs, rows, seq, full, value,
+                              gathered=max(0, base * value - states.params) if knobs.zero_stage == 3 else 0)
     elif liger:
         tokens = -(-seq * rows * sequences // long_context.degree(recipe))
         acts += liger_loss_bytes(tokens, shape.hidden, shape.vocab, full, value)
@@ -816,6 +797,39 @@ def _memory(config: dict, recipe: Recipe, knobs: Knobs, world: int, per_node: in
             layers=int(tower.get("num_hidden_layers") or tower.get("depth") or 1), vocab=0,
             checkpointing=knobs.gradient_checkpointing, bytes_per_value=2 if _half(precision) else 4)
     return total, trainable, dataclasses.replace(states, activations=acts)
+
+
+def _with_frozen_models(states, knobs: Knobs, base: int, full: bool, world: int, per_node: int, precision: str):
+    """The model states with the frozen models a method keeps beside them: a reference copy of a fully
+    trained model (preference methods; grpo/rloo only for a KL term), a distillation teacher."""
+    copies = METHODS[knobs.method.kind].extra_copies
+    copies = copies if not is_rl(knobs.method.kind) or knobs.method.beta > 0 else 0
+    if full and copies:  # with an adapter: the base, adapters off
+        reference, reference_cpu = reference_bytes(base, knobs.zero_stage, world, knobs.offload_params, precision)
+        states = dataclasses.replace(states, reference=reference,
+                                     cpu_offload_total=states.cpu_offload_total + reference_cpu * per_node)
+    if is_distill(knobs.method.kind):  # the frozen teacher's weights (teacher_parameters), whole in a rank
+        teacher, _ = reference_bytes(teacher_parameters(knobs.method.teacher), 0, 1, "none", precision)
+        if knobs.method.mode == "online":  # beside the student at every step
+            states = dataclasses.replace(states, reference=states.reference + teacher)
+        else:  # offline: loaded for the top-k pass and freed before the student loads
+            states = dataclasses.replace(states, teacher_pass=teacher)
+    return states
+
+
+def _rl_step_bytes(acts: int, shape: ModelShape, recipe: Recipe, knobs: Knobs, rows: int, seq: int, full: bool,
+                   value: int, gathered: int) -> int:
+    """A GRPO/RLOO step's peak beyond the model states: training (the layers' activations and TRL's fused head
+    over the completion positions) or generation, whichever is larger. `gathered`: the 16-bit weights ZeRO-3
+    gathers whole for generate."""
+    # TRL trains on micro_batch completions (prompt + completion, padded to the batch's longest: max_seq_len
+    # at most) and scores only the completion positions, through its fused head
+    completion = min(knobs.method.max_completion_length, seq)
+    acts += rl_head_bytes(rows * completion, shape.hidden, shape.vocab, full, value)
+    if knobs.method.generation_backend != "transformers":  # vLLM's memory is its share of the GPU
+        return acts
+    # TRL generates for micro_batch x grad_accum completions at once (steps_per_generation)
+    return max(acts, generation_bytes(shape, rows * recipe.train.grad_accum, seq, value) + gathered)
 
 
 def vision_parts(config: dict) -> dict[str, int] | None:
