@@ -17,8 +17,9 @@ from typing import Any, Sequence
 import tomllib
 from rich.cells import cell_len
 
+from tuiapp.core.common.methods import is_rl
 from tuiapp.core.run_folder import benchmarks, evals, provenance
-from tuiapp.core.run_folder.metrics import JsonlReader, preference_best
+from tuiapp.core.run_folder.metrics import JsonlReader, as_number, preference_best
 from tuiapp.core.run_folder.rundata import RunData, Series, columns_cache, read_run_data
 from tuiapp.core.run_folder.runstate import STALL_WINDOW
 from tuiapp.core.store import meta
@@ -45,6 +46,9 @@ PREFERENCE_CHARTS = {
 RL_CHARTS = {"task_reward": ("Task reward", "train"), "reward": ("Total reward", "train")}
 """The task's reward (primary_reward: the reward marked primary, else the answer reward) beside the weighted
 total, which a format reward a degenerate completion satisfies can lift alone."""
+# grpo/rloo runs compared alone: in place of the eval loss (TRL's, which says nothing about the task), the
+# task's reward on the held-out prompts at each evaluation (eval_<the task reward's key>; RunRow.held_out)
+HELD_OUT_CHART = ("held_out", ("Held-out reward", "eval"))
 # distill runs: the KL to the teacher, shown when a compared run is one
 DISTILL_CHARTS = {"kl": ("KL to teacher", "train")}
 # runs with [[eval.benchmarks]]: the first task's main metric at each evaluation (bench/<task>/<metric>)
@@ -84,7 +88,11 @@ class CompareRun:
         if metric == "task_reward":
             task = self.data.series.get(self.row.reward_key)  # the history's choice (primary_reward)
             return task if task is not None else self.data.series[TOTAL_KEY]
-        return self.data.eval_loss if metric == "eval_loss" else self.data.series[metric]
+        if metric == "held_out":
+            return eval_series(self.data, "eval_" + self.row.reward_key)
+        if metric == "eval_loss":  # a grpo/rloo run's says nothing about its task: not charted
+            return Series() if is_rl(self.row.method) else self.data.eval_loss
+        return self.data.series[metric]
 
 
 def bench_key(data: RunData) -> str | None:
@@ -102,6 +110,14 @@ def bench_series(data: RunData) -> Series:
     key = bench_key(data)
     for step, value in benchmarks.curves(data.eval_records).get(key, []) if key else []:
         series.append(step, value)
+    return series
+
+
+def eval_series(data: RunData, key: str) -> Series:
+    """An eval rows' metric by step (rows without it skipped)."""
+    series = Series()
+    for record in data.eval_records:
+        series.append(as_number(record.get("step")), as_number(record.get(key)))
     return series
 
 

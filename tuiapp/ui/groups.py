@@ -4,6 +4,11 @@ screen's ranking, table and heat map. No Textual here (rich Text at most).
 A thin reader over the files tuiapp.core.config.sweep writes: runs/.groups/<id>.json ({id, name, keys,
 runs, total, metric, halving_step}); each run's own run.json names its group ({id, name, index,
 keys, values}), so a run whose group file is missing still groups with its sweep.
+
+What ranks a sweep (`sweep_metric`, the one place that decides it): the best eval loss, or the final
+train loss with `[sweep] metric = "loss"`; lower is better. A sweep whose runs are all online RL
+(grpo, rloo), whose TRL eval loss says nothing about the task, ranks by the task's reward on the
+held-out prompts (RunRow.held_out), higher is better.
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ from pathlib import Path
 
 from rich.text import Text
 
+from tuiapp.core.common.methods import is_rl
 from tuiapp.core.config.sweep_groups import list_groups
 from tuiapp.core.run_folder.rundir import ACTIVE, FINAL
 from tuiapp.ui.history import RunRow
 
 GROUP_PREFIX = "group:"  # a group row's id in the history table
-METRIC_LABELS = {"eval_loss": "eval loss", "loss": "loss"}
+METRIC_LABELS = {"eval_loss": "eval loss", "loss": "loss", "held_out": "held-out reward"}
+HIGHER_IS_BETTER = {"held_out"}  # the other metrics are losses
 SHADES = "░▒▓█"  # worse → better
 
 
@@ -34,9 +41,20 @@ def metric_of(record: dict | None) -> str:
     return "loss" if (record or {}).get("metric") == "loss" else "eval_loss"
 
 
+def sweep_metric(requested: str, rows: list[RunRow]) -> str:
+    """What ranks these runs of a sweep: the held-out reward when they are all grpo/rloo runs,
+    else the metric its record asks for (a mixed sweep then ranks only its other runs)."""
+    return "held_out" if rows and all(is_rl(r.method) for r in rows) else requested
+
+
 def metric_value(row: RunRow, metric: str) -> float | None:
-    value = row.last_loss if metric == "loss" else row.best_eval_loss
+    value = {"loss": row.last_loss, "held_out": row.held_out}.get(metric, row.best_eval_loss)
     return value if value is not None and math.isfinite(value) else None
+
+
+def ranking_key(value: float, metric: str) -> float:
+    """The value as a sort key, smallest best: a reward's sign flipped."""
+    return -value if metric in HIGHER_IS_BETTER else value
 
 
 def short_key(key: str) -> str:
@@ -174,14 +192,15 @@ def build_groups(rows: list[RunRow], records: dict[str, dict], expanded: set[str
         group.runs.append(row)
     for group in out.values():
         group.runs.sort(key=lambda r: (run_index(r), r.id))
+        group.metric = sweep_metric(group.metric, group.runs)
     return out
 
 
 def rank_runs(rows: list[RunRow], metric: str) -> list[RunRow]:
-    """Best first by the metric (lowest); runs without it last, in sweep order."""
+    """Best first by the metric (lowest loss, highest reward); runs without it last, in sweep order."""
     def key(row: RunRow):
         value = metric_value(row, metric)
-        return (value is None, value if value is not None else 0.0, run_index(row), row.id)
+        return (value is None, ranking_key(value, metric) if value is not None else 0.0, run_index(row), row.id)
 
     return sorted(rows, key=key)
 
@@ -191,18 +210,19 @@ def rank_runs(rows: list[RunRow], metric: str) -> list[RunRow]:
 
 def table_rows(rows: list[RunRow], keys: list[str], metric: str, now: float) -> list[tuple[str, ...]]:
     """The group screen's table, best first: rank, each varied key's value, status, step,
-    final loss, best eval loss."""
+    final loss, best eval loss (the held-out reward when that ranks the sweep)."""
     out = []
     for place, row in enumerate(rank_runs(rows, metric), start=1):
         values = run_values(row)
         step = f"{row.step:.0f}" + (f"/{row.max_steps:.0f}" if row.max_steps else "") if row.step is not None else ""
+        last = metric_value(row, "held_out" if metric == "held_out" else "eval_loss")
         out.append((
             str(place) if metric_value(row, metric) is not None else "-",
             *(show_value(values.get(k)) for k in keys),
             row.view(now).cell,
             step,
             f"{row.last_loss:.4f}" if row.last_loss is not None else "",
-            f"{row.best_eval_loss:.4f}" if row.best_eval_loss is not None else "",
+            f"{last:.4f}" if last is not None else "",
         ))
     return out
 
@@ -232,14 +252,14 @@ def heat_grid(rows: list[RunRow], keys: list[str], metric: str) -> tuple[list, l
             continue
         values = run_values(row)
         at = (json.dumps(values.get(first), sort_keys=True), json.dumps(values.get(second), sort_keys=True))
-        cells[at] = min(value, cells.get(at, value))
+        cells[at] = min(value, cells.get(at, value), key=lambda v: ranking_key(v, metric))
     return down, across, cells
 
 
-def shade(value: float, found: list[float]) -> str:
+def shade(value: float, found: list[float], metric: str = "eval_loss") -> str:
     """Darker is better: by the value's rank among those found (ties alike), so a small grid
     uses every shade."""
-    ranks = sorted(set(found))
+    ranks = sorted(set(found), key=lambda v: ranking_key(v, metric))
     if len(ranks) < 2:
         return SHADES[-1]
     place = ranks.index(value) / (len(ranks) - 1)  # 0 best .. 1 worst
@@ -256,7 +276,7 @@ def heat_map(rows: list[RunRow], keys: list[str], metric: str) -> Text:
     left = max([len(x) for x in labels_down] + [len(short_key(first))]) + 2
     width = max([len(x) for x in labels_across] + [10]) + 2
     found = list(cells.values())
-    low = min(found) if found else None
+    low = min(found, key=lambda v: ranking_key(v, metric)) if found else None
     text = Text(no_wrap=True, overflow="crop")
     text.append(f"{METRIC_LABELS[metric]}: {short_key(first)} ↓ × {short_key(second)} →   █ best … ░ worst\n", style="dim")
     text.append(" " * left + "".join(label.rjust(width) for label in labels_across) + "\n", style="bold")
@@ -269,7 +289,7 @@ def heat_map(rows: list[RunRow], keys: list[str], metric: str) -> Text:
                 text.append("—".rjust(width), style="dim")
                 continue
             best = metric_at == low
-            cell = f"{shade(metric_at, found) * 2} {metric_at:.4f}{'★' if best else ' '}"
+            cell = f"{shade(metric_at, found, metric) * 2} {metric_at:.4f}{'★' if best else ' '}"
             text.append(cell.rjust(width), style="bold" if best else "")
         text.append("\n")
     text.rstrip()

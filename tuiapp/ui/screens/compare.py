@@ -34,6 +34,7 @@ from tuiapp.ui.comparing import (
     BENCH_CHARTS,
     COLORS,
     DISTILL_CHARTS,
+    HELD_OUT_CHART,
     MARKERS,
     METRICS,
     PREFERENCE_CHARTS,
@@ -176,7 +177,7 @@ class CompareScreen(PaneDeckActions, Screen):
         self.cursor: float | None = None  # None: at the right end of the range, following new points
         self.picked = 0  # the run the side table highlights (h hides it)
         self.only_differing = True
-        self.preference = self.online_rl = False  # set from the runs' methods in compose
+        self.preference = self.online_rl = self.only_rl = False  # set from the runs' methods in compose
         self.loaded = False
         self.reading: dict[str, str] = {}  # long runs without columns: run id -> queued / reading / read
         self._redraw_pending = False
@@ -198,6 +199,7 @@ class CompareScreen(PaneDeckActions, Screen):
         yield Static("", id="cmp-title")
         methods = self._methods()
         self.preference, self.online_rl = any(map(is_preference, methods)), any(map(is_rl, methods))
+        self.only_rl = bool(methods) and all(map(is_rl, methods))  # their held-out reward in the eval loss's place
         self.benchmarked = self._benchmarked()
         self.distilled = any(map(is_distill, methods))  # a KL-to-teacher chart
         panes = [Pane(title, CompareChart(title.lower(), id=f"cmp-chart-{chart_id(key)}"), id=f"cmp-{chart_id(key)}")
@@ -216,9 +218,11 @@ class CompareScreen(PaneDeckActions, Screen):
         yield KeyFooter(compact=True)
 
     def chart_metrics(self) -> dict[str, tuple[str, str]]:
-        """The metrics charted: the usual ones, and reward curves when a preference or an online RL run
-        is compared."""
-        return {**METRICS, **(PREFERENCE_CHARTS if self.preference else {}), **(RL_CHARTS if self.online_rl else {}),
+        """The metrics charted: the usual ones (grpo/rloo runs alone: their held-out reward in the eval
+        loss's place), and reward curves when a preference or an online RL run is compared."""
+        charts = dict(HELD_OUT_CHART if key == "eval_loss" and self.only_rl else (key, value)
+                      for key, value in METRICS.items())
+        return {**charts, **(PREFERENCE_CHARTS if self.preference else {}), **(RL_CHARTS if self.online_rl else {}),
                 **(BENCH_CHARTS if getattr(self, "benchmarked", False) else {}),
                 **(DISTILL_CHARTS if getattr(self, "distilled", False) and not self.preference else {})}
 
