@@ -146,6 +146,24 @@ def test_halving_keeps_the_better_half():
     assert worse is False and median == 2.0  # of 3, the better 2 go on
 
 
+def test_halving_ranks_rl_runs_by_their_primary_reward_not_their_loss():
+    """grpo/rloo's loss is ~0 whatever the run learned: the halving rule takes the primary reward's mean over
+    the last steps up to the halving step (higher better, kept as its negative); other runs their loss."""
+    grpo = {"method": {"kind": "grpo", "rewards": [{"kind": "format", "pattern": "x"},
+                                                   {"kind": "answer", "column": "answer", "primary": True}]}}
+    rows = [{"step": s, "loss": 0.0, "rewards/answer/mean": s / 10, "rewards/format/mean": 1.0} for s in range(1, 9)]
+    rows.insert(3, {"step": 3, "split": "eval", "eval_rewards/answer/mean": 0.9})  # an eval row counts for nothing
+    assert sweep.halving_value(rows, 7, grpo) == pytest.approx(-(0.3 + 0.4 + 0.5 + 0.6 + 0.7) / 5)
+    assert sweep.halving_value(rows, 2, grpo) == pytest.approx(-(0.1 + 0.2) / 2)
+    assert sweep.halving_value(rows, 9, grpo) is None  # not there yet
+    better = sweep.halving_value([{**r, "rewards/answer/mean": 0.9} for r in rows if "loss" in r], 7, grpo)
+    assert sweep.in_worse_half(sweep.halving_value(rows, 7, grpo), {"a": better, "b": -0.5})[0] is True
+    assert sweep.halving_text(-0.5, grpo) == "answer reward 0.5000 (mean of its last 5 steps)"
+    sft = {"method": {"kind": "sft"}}
+    assert sweep.halving_value(rows, 7, sft) == 0.0 and sweep.halving_text(1.25, sft) == "loss 1.2500"
+    assert sweep.halving_value([{"step": 7, "loss": 2.5}, {"step": 8, "loss": 1.0}], 7, sft) == 2.5
+
+
 def test_sweep_cli_refuses_bad_values_before_anything_exists(tmp_path):
     result = llmtui("sweep", "recipes/tiny-lora.toml", "--grid", "train.learning_rate=1e-3,abc",
                     "--grid", "method.rank=4", runs_dir=tmp_path / "runs")

@@ -23,7 +23,8 @@ from tuiapp.ui.history import HistoryLoader, LiveSummary, with_metrics, with_run
 from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.screens.group import GroupScreen
 from tuiapp.ui.widgets.charts import CompareChart
-from tuiapp.ui.widgets.runs_table import cells
+from tuiapp.ui.history_model import GROUP_SORT_KEYS
+from tuiapp.ui.widgets.runs_table import cells, group_cells
 
 HELD_OUT = {3: 0.109, 6: 0.42, 9: 0.73}  # eval_rewards/answer/mean at each evaluation
 GROUP = {"id": "g1", "name": "rl-sweep", "keys": ["train.learning_rate"]}
@@ -125,6 +126,13 @@ def test_a_sweep_of_rl_runs_ranks_by_held_out_reward_and_compare_charts_it_in_pl
     assert group.metric == "held_out" and [r.name for r in rank_runs(group.runs, group.metric)] == ["grpo-high", "grpo-low"]
     assert group.best.name == "grpo-high" and group.best_text() == "best held-out reward 0.9000 · learning_rate=3e-05"
     assert shade(0.9, [0.35, 0.9], "held_out") == "█" and shade(0.35, [0.35, 0.9], "held_out") == "░"
+    # the history's sweep line before any evaluation, and its sort by the best value: the better sweep first
+    assert group_cells(replace(group, runs=[]))[2] == "no held-out reward yet"
+    worse = replace(group, group_id="g2", runs=[group.runs[0] if group.runs[0].name == "grpo-low"
+                                                       else group.runs[1]])
+    assert worse.best_value == 0.35 and group.best_value == 0.9
+    by_best = GROUP_SORT_KEYS["best_eval"]
+    assert sorted([worse, group], key=lambda g: by_best(g, 0.0))[0] is group
 
     async def scenario():
         app = test_app(root, tmp_path, live=False)
@@ -136,6 +144,7 @@ def test_a_sweep_of_rl_runs_ranks_by_held_out_reward_and_compare_charts_it_in_pl
             assert [r.id for r in screen.ranked] == [high.id, low.id]
             text = screen_text(app)
             assert "ranked by held-out reward · best held-out reward 0.9000 · learning_rate=3e-05" in text
+            assert "held-out reward ▲" in text and "best eval" not in text  # the ranked column says what it is
             lines = [line.split() for line in text.splitlines()]
             assert ["1", "3e-05", "✓", "succeeded", "9/9"] == next(line for line in lines if line[:1] == ["1"])[:5]
             assert lines[[line[:1] for line in lines].index(["1"])][-1] == "0.9000"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tuiapp.core.run_folder.rundir import ACTIVE
-from tuiapp.ui.groups import GroupRow, build_groups, run_index
+from tuiapp.ui.groups import GroupRow, build_groups, ranking_key, run_index
 from tuiapp.ui.history import RunRow
 
 FLAGGED = "flagged"  # the status filter of runs that need a look: stalled, hung, orphaned
@@ -35,11 +35,16 @@ SORT_KEYS: dict[str, Callable[[RunRow, float], object]] = {
 }
 SORT_KEYS["name"] = lambda r, now: r.title.lower()
 # a sweep's row sorts by what it sums up: its name, its best metric, its start
+def _best(group: GroupRow) -> float | None:
+    """A sweep's best as a sort key, better first (a held-out reward's sign flipped, as its ranking does)."""
+    return None if group.best_value is None else ranking_key(group.best_value, group.metric)
+
+
 GROUP_SORT_KEYS: dict[str, Callable[[GroupRow, float], object]] = {
     "name": lambda g, now: g.name.lower(),
-    "best_eval": lambda g, now: g.best_value,
-    "last_loss": lambda g, now: g.best_value,
-    "spark": lambda g, now: g.best_value,
+    "best_eval": lambda g, now: _best(g),
+    "last_loss": lambda g, now: _best(g),
+    "spark": lambda g, now: _best(g),
     "started": lambda g, now: g.started,
 }
 

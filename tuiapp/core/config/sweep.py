@@ -16,8 +16,10 @@ from pathlib import Path
 import tomllib
 
 from tuiapp.core.common.errors import RecipeError, UserError
+from tuiapp.core.common.methods import is_rl
 from tuiapp.core.config.recipe import Recipe, SweepSpec, apply_override, recipe_from_dict, require_model
 from tuiapp.core.config.sweep_groups import groups_dir
+from tuiapp.core.run_folder import reward_health
 from tuiapp.core.run_folder.atomic import atomic_write_text
 
 
@@ -183,6 +185,33 @@ def halving_values(runs_root: Path, group_id: str) -> dict[str, float]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
+
+
+HALVING_WINDOW = 5  # an RL run at the halving step: its primary reward's mean over its last rows (a step is noisy)
+
+
+def halving_value(rows: list[dict], step: int, recipe: dict | None) -> float | None:
+    """What the halving rule ranks a run by once its train rows reach `step`, lower better (None before):
+    the loss there; for grpo/rloo, whose loss says nothing of the task, the primary reward's mean over the
+    last HALVING_WINDOW rows up to it, its sign flipped (halving_text says it the right way up)."""
+    method = (recipe or {}).get("method") or {}
+    key = reward_health.primary_reward_key(recipe) if is_rl(method.get("kind")) else "loss"
+    rows = [r for r in rows if r.get("split", "train") == "train" and isinstance(r.get("step"), (int, float))
+            and isinstance(r.get(key), (int, float))]
+    reached = next((i for i, r in enumerate(rows) if r["step"] >= step), None)
+    if reached is None:
+        return None
+    if key == "loss":
+        return float(rows[reached]["loss"])
+    window = rows[max(0, reached + 1 - HALVING_WINDOW):reached + 1]
+    return -sum(r[key] for r in window) / len(window)
+
+
+def halving_text(value: float, recipe: dict | None) -> str:
+    """A halving value as the run's metric: 'loss 1.2345', or 'answer reward 0.4000' for grpo/rloo."""
+    if is_rl(((recipe or {}).get("method") or {}).get("kind")):
+        return f"{reward_health.primary_label(recipe)} reward {-value:.4f} (mean of its last {HALVING_WINDOW} steps)"
+    return f"loss {value:.4f}"
 
 
 def in_worse_half(mine: float, values: dict[str, float]) -> tuple[bool, float | None]:

@@ -591,21 +591,18 @@ class Supervisor:
         if not step:
             self.halving_done = True
             return
-        rows = [r for r in read_jsonl(self.run.metrics_path)
-                if r.get("split", "train") == "train" and isinstance(r.get("step"), (int, float))
-                and isinstance(r.get("loss"), (int, float))]
-        reached = [r for r in rows if r["step"] >= step]
-        if not reached:
+        recipe = self.run.record.recipe
+        mine = sweep.halving_value(read_jsonl(self.run.metrics_path), step, recipe)
+        if mine is None:
             return
         self.halving_done = True
-        mine = float(reached[0]["loss"])
         sweep.record_halving(self.runs_root, group["id"], self.run.id, mine)
         if ended:
             return
         worse, median = sweep.in_worse_half(mine, sweep.halving_values(self.runs_root, group["id"]))
         if worse:
-            self.halted = (f"stopped by the sweep's halving rule at step {step}: loss {mine:.4f} is in the worse half "
-                           f"of the sweep's runs so far (median {median:.4f})")
+            self.halted = (f"stopped by the sweep's halving rule at step {step}: {sweep.halving_text(mine, recipe)} "
+                           f"is in the worse half of the sweep's runs so far (median {sweep.halving_text(median, recipe)})")
             self._on_stop_signal(signal.SIGTERM, None)
 
     def _notify_sweep_end(self) -> None:

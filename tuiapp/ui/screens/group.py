@@ -121,7 +121,8 @@ class GroupScreen(Screen):
         table.add_column("#", key="place")
         for key in group.keys:
             table.add_column(short_key(key), key=key)
-        for label, key in (("status", "status"), ("step", "step"), ("final loss", "last_loss"), ("best eval", "best_eval")):
+        best = "held-out reward" if group.metric == "held_out" else "best eval"  # the last column: what ranks
+        for label, key in (("status", "status"), ("step", "step"), ("final loss", "last_loss"), (best, "best_eval")):
             table.add_column(label + (" ▲" if key == ("last_loss" if group.metric == "loss" else "best_eval") else ""),
                              key=key)
         for row, cells in zip(self.ranked, table_rows(group.runs, group.keys, group.metric, self.app.config.clock()),

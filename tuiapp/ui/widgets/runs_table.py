@@ -27,7 +27,7 @@ from textual.strip import Strip
 from tuiapp.core.run_folder.evals import perplexity_text as eval_cell
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_number, fmt_time
 from tuiapp.core.run_folder.runstate import FLAGS
-from tuiapp.ui.groups import GroupRow, combination
+from tuiapp.ui.groups import METRIC_LABELS, GroupRow, combination
 from tuiapp.ui.history import RunRow
 from tuiapp.ui.widgets.sparkline import BLOCKS, WEB_BLOCKS, sparkline
 
@@ -81,8 +81,7 @@ def tags_text(row: RunRow) -> str:
 def group_cells(group: GroupRow) -> tuple[str, str, str]:
     """A sweep's line: name (with ▸ folded / ▾ unfolded), progress, best metric and combination."""
     best = group.best
-    rest = f"best {group.best_value:.4f} · {combination(best)}" if best else "no " + (
-        "eval loss" if group.metric == "eval_loss" else "loss") + " yet"
+    rest = f"best {group.best_value:.4f} · {combination(best)}" if best else f"no {METRIC_LABELS[group.metric]} yet"
     return ("▾ " if group.expanded else "▸ ") + group.name, f"▦ {group.progress()}", rest
 
 
