@@ -186,38 +186,62 @@ def test_demo_calc_tools_shows_the_calculator_as_trl_does_and_its_transcripts_as
             == tokenizer.apply_chat_template(rollout, tools=[env.calculate], tokenize=False))
 
 
-def test_a_tool_rollout_is_the_token_stream_the_sft_transcript_is(tiny_model, tmp_path):
-    """TRL builds a tool rollout by concatenation: prompt ids + the generated call (ending at a stop token) + the
-    tool's turn + the answer. With the tiny model's stop token <|im_end|> beside its EOS <|endoftext|>, TRL's own
+# the bundled tiny model (Llama, whose generation config stops at <|im_end|> as a chat model's does) and zoo models of
+# other families: the bundled tokenizer and template, each family's own config, whose generation stops only at EOS
+# (like a base model given dataset.template "chatml", or Qwen2.5's base model with its own ChatML template).
+# ~0.5-1.4 s each once TRL is imported: the bundled model's stays in the quick suite, the zoo's are slow
+ROLLOUT_FAMILIES = ["tiny", *(pytest.param(f, marks=pytest.mark.slow) for f in ("qwen2", "mistral", "gemma2", "phi3"))]
+
+
+@pytest.mark.parametrize("family", ROLLOUT_FAMILIES)
+def test_a_tool_rollout_is_the_token_stream_the_sft_transcript_is(family, tiny_model, tmp_path):
+    """TRL builds a tool rollout by concatenation: prompt ids + the generated call (cut at the first stop token) +
+    the tool's turn + the answer. With the tiny model's stop token <|im_end|> beside its EOS <|endoftext|>, TRL's own
     cut dropped the '\\n' after <|im_end|>, so every rollout differed from the SFT transcripts the call was taught
-    with, and the tuned model answered nonsense after the tool. The run's trainer renders it token for token."""
+    with, and the tuned model answered nonsense after the tool; where the model's generation config does not stop at
+    <|im_end|> at all, the call ran on past its turn. Here TRL's own loop (parse, call the tool, its turn, generate
+    again) runs on scripted generations that go on past <|im_end|>, and the rollout is the transcript token for token."""
+    import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
 
     from tuiapp.core.data.demo_data import demo_records
     from tuiapp.trainer.methods import rl
+    from tuiapp.trainer.models.zoo import ensure_zoo_model
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    path = tiny_model if family == "tiny" else ensure_zoo_model(family)
+    tokenizer = AutoTokenizer.from_pretrained(path)
     rl.tool_template(tokenizer)
     env = environments.CalculatorEnv()
     record = demo_records("demo:calc-tools")[0]
     user, call, result, answer = record["messages"]
+    model = AutoModelForCausalLM.from_pretrained(path)
     config = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
-                        max_completion_length=32, report_to=[], use_cpu=True)
+                        max_completion_length=256, report_to=[], use_cpu=True)
     trainer = rl.trainer_class("grpo")(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model), reward_funcs=[lambda completions, **_: [0.0]],
-        args=config, train_dataset=Dataset.from_list([{"prompt": [user]}] * 2), processing_class=tokenizer,
+        model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)], args=config,
+        train_dataset=Dataset.from_list([{"prompt": [user]}] * 2), processing_class=tokenizer,
         tools=[env.calculate])
-    assert tokenizer.convert_tokens_to_ids("<|im_end|>") in trainer.eos_token_ids != [tokenizer.eos_token_id]
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert im_end in trainer.eos_token_ids and im_end != tokenizer.eos_token_id
 
     def ids(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    prompt = tokenizer.apply_chat_template([user], tools=[env.calculate], add_generation_prompt=True, tokenize=False)
-    generated = ids(f"<tool_call>\n{call['content']}\n</tool_call><|im_end|>")  # the call, up to the stop token
-    tool_turn = trainer._get_tool_suffix_ids([{"role": "tool", "name": "calculate", "content": result["content"]}])
-    rollout = ids(prompt) + generated + tool_turn + ids(answer["content"] + "<|im_end|>")
+    turns = iter([f"<tool_call>\n{call['content']}\n</tool_call><|im_end|>", answer["content"] + "<|im_end|>"])
+
+    def generate(input_ids, **_):  # the policy's turn, then what a model goes on with unless generation stops
+        turn = ids(next(turns) + "\n<|im_start|>user\nagain")
+        return torch.cat([input_ids, torch.tensor([turn] * len(input_ids))], dim=1)
+
+    model.generate = generate
+    out = trainer._generate_and_score_completions([{"prompt": [user]}] * 2)
+    prompt = out["prompt_ids"][0][out["prompt_mask"][0].bool()].tolist()
+    completion = out["completion_ids"][0][out["completion_mask"][0].bool()].tolist()
     transcript = tokenizer.apply_chat_template(record["messages"], tools=json.loads(record["tools"]), tokenize=False)
-    assert tokenizer.decode(rollout) == transcript.removesuffix("\n")
-    assert rollout == ids(transcript.removesuffix("\n"))
+    assert tokenizer.decode(prompt + completion) == transcript.removesuffix("\n")
+    assert prompt + completion == ids(transcript.removesuffix("\n"))
+    tool_turn = ids(f"\n<|im_start|>tool\n{result['content']}<|im_end|>\n<|im_start|>assistant\n")
+    masked = [t for t, m in zip(completion, out["tool_mask"][0].tolist(), strict=False) if not m]
+    assert masked == tool_turn  # the tool's turn, whole, is out of the loss

@@ -233,6 +233,22 @@ class _OnlineRun:
     reward_labels: list[str] = []
     _completions = None
 
+    def __init__(self, model, *args, processing_class=None, **kwargs):
+        """TRL stops a generation at the tokenizer's EOS and the ids the model's generation config declares. A model
+        whose config stops only at EOS (a base model given dataset.template, Qwen2.5's base with its own ChatML) ran
+        each answer on past its turn's end: the tool call was never cut, the tool's turn followed the run-on text.
+        The turn ends of llmtui's templates that the chat template writes are declared too, as inference stops."""
+        from tuiapp.trainer.models.templates import END_OF_TURN
+
+        tokenizer = getattr(processing_class, "tokenizer", processing_class)
+        config = getattr(model, "generation_config", None)
+        if tokenizer is not None and config is not None and isinstance(tokenizer.chat_template, str):
+            stops = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+            ends = [tokenizer.convert_tokens_to_ids(end) for end in dict.fromkeys(END_OF_TURN.values())
+                    if end in tokenizer.chat_template and end in tokenizer.get_vocab()]
+            config.eos_token_id = [t for t in dict.fromkeys([*stops, *ends]) if t is not None]
+        super().__init__(model, *args, processing_class=processing_class, **kwargs)
+
     def _send_telemetry(self):
         return None
 
