@@ -142,7 +142,7 @@ SMOKE = Profile(
     big=dict(hidden_size=96, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=2048, tie_word_embeddings=False, max_position_embeddings=512,
              rope_theta=10000.0, rms_norm_eps=1e-6),
-    seq_len=128, micro_batch=2, mfu_seq_len=128, mfu_micro_batch=2, mfu_steps=3, mfu_warmup=1,
+    seq_len=128, micro_batch=2, mfu_seq_len=128, mfu_micro_batch=2, mfu_steps=5, mfu_warmup=4,
     records=48, words=(8, 60), parallel=1, loss_rtol=1e-3, timeout=600,
 )
 
@@ -963,6 +963,8 @@ class Check:
         run = Run("mfu-llmtui", "mfu", sft_recipe("gpu-check-mfu", self.big_dir, self.data, p, steps=p.mfu_steps,
                                                  seq_len=p.mfu_seq_len, micro_batch=p.mfu_micro_batch,
                                                  attention=attention, liger=liger))
+        # torch.profiler over steps 4..3+N, inside the warm-up the tokens/s leaves out: where a step's time goes
+        run.recipe["train"]["profile_steps"] = min(3, max(0, p.mfu_warmup - 3))
         run.extra.update(attention=attention, liger=liger)
         self.runs += self.runner.run_all([run])
         run.extra["kernel"] = _planned_attention(run.run_dir)
@@ -1017,7 +1019,8 @@ class Check:
         budget = p.mfu_micro_batch * p.mfu_seq_len
         recipe = sft_recipe("gpu-check-mfu-tokens", self.big_dir, self.data, p, steps=p.mfu_steps,
                             seq_len=p.mfu_seq_len, micro_batch=p.mfu_micro_batch, liger=liger)
-        recipe["train"].update(batching="tokens", tokens_per_batch=budget)
+        recipe["train"].update(batching="tokens", tokens_per_batch=budget,
+                               profile_steps=min(3, max(0, p.mfu_warmup - 3)))
         run = Run("mfu-llmtui-tokens", "batching", recipe)
         self.runs += self.runner.run_all([run])
         if run.skipped is None:
@@ -1177,6 +1180,7 @@ class Check:
                                [[r["what"], fmt(r["tokens_per_s"], ".0f"), _pct(r["mfu"]), _gib(r["peak"]),
                                  _gib(r["nvml"])] for r in self.mfu_rows]),
                       "", f"llmtui / plain Trainer: **{fmt(m['ratio'], '.2f')}×**", ""]
+        lines += self._profiles()
         no_estimate = [r for r in self.runs if r.extra.get("estimate_failed")]
         if no_estimate:
             lines += ["`llmtui estimate` failed for: " + "; ".join(
@@ -1190,6 +1194,26 @@ class Check:
                   "make gpu-check ARGS='--stages mfu'  # one stage; --methods sft,qlora; --keep keeps the runs",
                   "```", ""]
         return "\n".join(lines)
+
+    def _profiles(self) -> list[str]:
+        """The profiled steps of the mfu and batching runs (train.profile_steps): where a step's time goes."""
+        from tuiapp.core.run_folder import profile_lines
+
+        out = []
+        for run in [r for r in self.runs if r.run_dir is not None and r.stage in ("mfu", "batching")]:
+            figures = profile_lines.read(run.run_dir)
+            if not figures:
+                continue
+            busy = figures.get("device_busy")
+            out += [f"### Profile of {run.name}", "",
+                    f"Steps {figures['first_step']}-{figures['first_step'] + figures['steps'] - 1} under torch.profiler: "
+                    f"{figures['step_s']:.3f} s a step" + (f", the GPU busy {busy:.0%} of it (its kernels' time over "
+                                                            "the wall time)." if busy is not None else " (CPU clock)."),
+                    "",
+                    md_table(["op", "calls", "ms", "share of the steps' wall time"],
+                             [[op["name"][:70], op["calls"], f"{op['self_us'] / 1e3:.1f}", _pct(op["share"])]
+                              for op in figures["ops"][:12]]), ""]
+        return out
 
     def _warmup(self) -> int:
         return 2 if self.profile.cuda else 0

@@ -20,10 +20,10 @@ from tuiapp.ui.alerts import run_alerts, sweep_alerts
 from tuiapp.ui.comparing import load_compare_run
 from tuiapp.ui.groups import build_groups, rank_runs, shade, table_rows
 from tuiapp.ui.history import HistoryLoader, LiveSummary, with_metrics, with_run_data
+from tuiapp.ui.history_model import GROUP_SORT_KEYS
 from tuiapp.ui.screens.compare import CompareScreen
 from tuiapp.ui.screens.group import GroupScreen
 from tuiapp.ui.widgets.charts import CompareChart
-from tuiapp.ui.history_model import GROUP_SORT_KEYS
 from tuiapp.ui.widgets.runs_table import cells, group_cells
 
 HELD_OUT = {3: 0.109, 6: 0.42, 9: 0.73}  # eval_rewards/answer/mean at each evaluation

@@ -15,13 +15,23 @@ from tuiapp.core.common.jsonout import error_document, write_document
 from tuiapp.core.common.methods import is_rl
 from tuiapp.core.config.recipe import batch_fill_hint, batching_label
 from tuiapp.core.prelaunch import rl
-from tuiapp.core.run_folder import benchmarks, distill_line, events, provenance, reward_health, runstate, sequence_line
+from tuiapp.core.run_folder import (
+    benchmarks,
+    distill_line,
+    events,
+    profile_lines,
+    provenance,
+    reward_health,
+    runstate,
+    sequence_line,
+)
 from tuiapp.core.run_folder.metrics import dedupe_steps, source_tokens, source_tokens_text, summarize, train_rows
 from tuiapp.core.run_folder.progress import fmt_bytes, fmt_duration, fmt_number, fmt_time, plural, progress_line
 from tuiapp.core.run_folder.rundir import attempt_count, duration_s, first_started
 from tuiapp.core.store import meta, queue
 from tuiapp.core.store.runs import ACTIVE, RunStore
 
+PROFILE_OPS = 15  # show --profile: the ops listed
 # how the CLI acts on a flagged status (core.run_folder.runstate's hint says what is wrong)
 FLAG_COMMANDS = {
     "orphaned": "`llmtui resume {id}` watches them again (a new supervisor adopts them), `llmtui stop {id}` ends them",
@@ -118,7 +128,7 @@ def cmd_show(args) -> int:
     if args.json:
         print(json.dumps(_show_document(run, row, rows), indent=2, default=str))
         return EXIT_OK
-    _print_show(run, row, rows)
+    _print_show(run, row, rows, profile=getattr(args, "profile", False))
     if getattr(args, "generations", None):
         print_generations(run.path, args.generations)
     return EXIT_OK
@@ -129,7 +139,7 @@ def _show_document(run, row: dict, rows: list[dict]) -> dict:
     return {"run": run.record.to_json(), "summary": row, "metrics_rows": len(rows),
             "source_tokens": source_tokens(rows[-1]) if rows else {},
             "benchmarks": benchmarks.latest_scores(run.metrics()), "bench_eval": benchmarks.latest(run.path),
-            "provenance": provenance.read(run.path)}
+            "provenance": provenance.read(run.path), "profile": profile_lines.read(run.path)}
 
 
 def _step_tokens(rows: list[dict]) -> list[float]:
@@ -143,7 +153,7 @@ def _world_size(run) -> int:
     return started[-1].get("world_size") or 0 if started else 0
 
 
-def _print_show(run, row: dict, rows: list[dict]) -> None:
+def _print_show(run, row: dict, rows: list[dict], profile: bool = False) -> None:
     print(f"{run.id}  [{run.status}]  {run.record.method} on {row['model']}  data {row['dataset']}")
     print(f"  path      {run.path}")
     print(f"  batching  {row['batching']}")
@@ -169,6 +179,8 @@ def _print_show(run, row: dict, rows: list[dict]) -> None:
     for line in scale.show_lines(run):  # strategy, nodes, SLURM job
         print(line)
     for line in sequence_line.show_lines(run.path):  # train.sequence_parallel: degree, per-rank sequence
+        print(line)
+    for line in profile_lines.show_lines(run.path, ops=PROFILE_OPS if profile else 0):  # train.profile_steps
         print(line)
     if run.record.trust_remote_code:
         print("  trust_remote_code = true (the model's own code runs)")
@@ -273,6 +285,8 @@ def add_show(add) -> None:
     p = add("show", cmd_show, "show one run")
     p.add_argument("run")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--profile", action="store_true", help="train.profile_steps: the profiled steps' top ops, "
+                   "their calls, time and share of the steps' wall time")
     p.add_argument("--generations", nargs="?", const=1, type=numbers.count(), metavar="STEPS",
                    help="grpo/rloo: the last STEPS logged steps' generations (default 1), each rollout's turns "
                         "(model, tool call, tool result), rewards and advantage, as the run view's Generations pane")

@@ -31,7 +31,7 @@ from tuiapp.core.run_folder.rundir import (
 )
 from tuiapp.trainer import phases
 from tuiapp.trainer.dataset import buckets, loader, mixture, sampling, streaming
-from tuiapp.trainer.loop import checkpoints, cpu_dropout, optimizers, strategies, trained_logits
+from tuiapp.trainer.loop import checkpoints, cpu_dropout, optimizers, profiling, strategies, trained_logits
 from tuiapp.trainer.loop import resume as resume_edges
 from tuiapp.trainer.loop.callbacks import EvalSamples, GracefulStop, RunRecorder
 from tuiapp.trainer.loop.early_stop import early_stopping
@@ -536,6 +536,8 @@ def _train_and_save(trainer, recorder, stopper, recipe: Recipe, run_dir: Path, m
             pass  # holds checkpoints
     if resume_from is not None:
         trainer.args.eval_on_start = False  # the base's evaluation is in the rows kept from the first attempt
+    if recipe.train.profile_steps:
+        trainer.add_callback(profiling.StepProfiler(run_dir, recipe.train.profile_steps, recorder))
     trainer.train(resume_from_checkpoint=resume_from)
 
     if stopper.stopped:

@@ -595,6 +595,7 @@ Method = Annotated[
     ],
     Field(discriminator="kind"),
 ]
+PROFILE_AFTER = 3  # train.profile_steps: the profiled steps come after these (compiling, autotuning done)
 METHOD_KINDS = list(METHODS)  # core/common/methods.py: one row of traits per kind
 
 
@@ -653,6 +654,11 @@ class TrainSpec(Section):
     tokens_per_batch: int = Field(
         0, ge=0, description="batching 'tokens': the token budget of a micro batch per rank "
         "(0 = micro_batch x max_seq_len).",
+    )
+    profile_steps: int = Field(
+        0, ge=0, le=20, description="Record this many steps with torch.profiler, after the first "
+        f"{PROFILE_AFTER} (compiling and autotuning done): runs/<id>/profile/ holds the ops by time (`llmtui show RUN "
+        "--profile`) and a Chrome trace for Perfetto. Rank 0 only; 0 = off.",
     )
     liger_kernel: bool = Field(
         False, description="Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, cross-entropy): less "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tuiapp.core.common.findings import Finding
 from tuiapp.core.common.methods import METHODS, is_lora, is_quantized, is_trl, trains_on_text
-from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, Recipe
+from tuiapp.core.config.recipe import AUTO_EVAL_SPLIT, PROFILE_AFTER, Recipe
 from tuiapp.core.plan import pipeline_plan
 from tuiapp.core.plan.estimate import targeted_linears
 from tuiapp.core.prelaunch.cluster_checks import scale_rules
@@ -41,6 +41,7 @@ def recipe_rules(recipe: Recipe) -> list[Finding]:
         out.append(Finding("error", "train.eval_on_start", "an evaluation before the first step is read against the "
                            "later ones, and this run has none (train.eval_steps = 0)",
                            "set train.eval_steps > 0, or eval_on_start = false"))
+    out += profile_rules(recipe)
     if is_quantized(kind) and launch.zero_stage == 3:
         out.append(Finding("error", "launch.zero_stage", "ZeRO-3 cannot partition the 4-bit base "
                            "weights of qlora", "set launch.zero_stage = 2 or lower"))
@@ -136,6 +137,21 @@ def _is_number(value) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def profile_rules(recipe: Recipe) -> list[Finding]:
+    """train.profile_steps: steps after the first PROFILE_AFTER, in the Trainer's loop."""
+    steps, train = recipe.train.profile_steps, recipe.train
+    if not steps:
+        return []
+    if recipe.launch.strategy == "pipeline":
+        return [Finding("error", "train.profile_steps", "the pipeline strategy's own step loop is not profiled",
+                        "set train.profile_steps = 0, or launch.strategy = 'deepspeed'")]
+    if train.max_steps and train.max_steps < PROFILE_AFTER + steps:
+        return [Finding("warning", "train.profile_steps", f"the profile starts after step {PROFILE_AFTER}; max_steps "
+                        f"{train.max_steps} leaves {max(0, train.max_steps - PROFILE_AFTER)} of the {steps} steps "
+                        f"asked for", f"set train.max_steps >= {PROFILE_AFTER + steps} for the whole profile")]
+    return []
 
 
 def batching_rules(recipe: Recipe) -> list[Finding]:

@@ -35,12 +35,13 @@ STOP_CHECKPOINT = "stop_checkpoint"  # {step}: a stop request saved a checkpoint
 FINISHED = "finished"  # {step}: training ended and final/ was written
 METRICS_TRIMMED = "metrics_trimmed"  # {step, rows}: a resume cut metrics past its checkpoint
 CACHE_DAMAGED = "cache_damaged"  # {path, reason, action}: a tokenize-cache entry was rebuilt
+PROFILED = "profiled"  # {first_step, steps, wall_s, device_busy}: train.profile_steps' steps were recorded
 ERROR = "error"  # {rank, type, message, log}: a rank raised
 
 KINDS = frozenset({
     LAUNCHED, GENERATION_SERVER, PROBED, STOPPED, SUCCEEDED, FAILED, STARTED, MODEL_PLAN, REFERENCE, GENERATION, PIPELINE,
     FIRST_STEP, EVAL_PROGRESS, EVAL, CHECKPOINT, EARLY_STOP, STOP_CHECKPOINT, FINISHED, METRICS_TRIMMED,
-    CACHE_DAMAGED, ERROR,
+    CACHE_DAMAGED, PROFILED, ERROR,
 })
 END_KINDS = (FINISHED, STOP_CHECKPOINT)  # the trainer writes no metrics row after these
 

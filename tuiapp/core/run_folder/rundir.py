@@ -48,6 +48,10 @@ NOTIFY_LOG = "notify.log"  # the notify command's output (core.machine.notify)
 VLLM_SERVER_LOG = "vllm-server.log"  # grpo/rloo's vLLM generation server's output (core.plan.generation_server)
 COMPLETIONS_JSONL = "completions.jsonl"  # online RL: every generation (core.run_folder.completions)
 TOOL_ERRORS_JSONL = "tool_errors.jsonl"  # RL tools: each tool call that raised (trainer.tool_guard)
+PROFILE_DIR = "profile"  # train.profile_steps: torch.profiler's record of a few steps (trainer.loop.profiling)
+PROFILE_SUMMARY_JSON = "summary.json"  # in profile/: the steps, their wall and device time, the top ops
+PROFILE_OPS_TXT = "ops.txt"  # in profile/: torch's table of the ops, by self time
+PROFILE_TRACE = "trace.json.gz"  # in profile/: the Chrome trace (Perfetto, chrome://tracing open it)
 
 
 class RunDir:
@@ -137,6 +141,22 @@ class RunDir:
     @property
     def probe(self) -> Path:
         return self.path / PROBE_JSON
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.path / PROFILE_DIR
+
+    @property
+    def profile_summary(self) -> Path:
+        return self.profile_dir / PROFILE_SUMMARY_JSON
+
+    @property
+    def profile_ops(self) -> Path:
+        return self.profile_dir / PROFILE_OPS_TXT
+
+    @property
+    def profile_trace(self) -> Path:
+        return self.profile_dir / PROFILE_TRACE
 
     @property
     def probe_dir(self) -> Path:
