@@ -90,7 +90,7 @@ class StepProfiler(TrainerCallback):
         self.folder.profile_ops.write_text(averages.table(sort_by=sort_by, row_limit=60), encoding="utf-8")
         figures = summary(averages, wall_s, steps, self.first_step, on_device)
         self.folder.profile_summary.write_text(json.dumps(figures, indent=1), encoding="utf-8")
-        plain = folder / "trace.json"
+        plain = self.folder.profile_trace.with_suffix("")  # torch writes it plain, gzipped below
         profiler.export_chrome_trace(str(plain))
         with open(plain, "rb") as source, gzip.open(self.folder.profile_trace, "wb") as target:
             shutil.copyfileobj(source, target)
