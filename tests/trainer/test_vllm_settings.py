@@ -27,7 +27,10 @@ def test_trls_config_takes_the_server_settings(monkeypatch, tmp_path):
         monkeypatch.setenv(key, value)
     config = trainer_config(recipe, {"output_dir": str(tmp_path), "per_device_train_batch_size": 8,
                                      "use_cpu": True, "report_to": []})
-    assert config.use_vllm and config.vllm_mode == "server"
+    assert config.use_vllm and config.vllm_mode == "server" and config.generation_kwargs is None
+    stopping = trainer_config(recipe, {"output_dir": str(tmp_path), "per_device_train_batch_size": 8,
+                                       "use_cpu": True, "report_to": []}, stop_ids=[3])
+    assert stopping.generation_kwargs == {"stop_token_ids": [3]}  # vLLM stops at the turn end (SamplingParams)
     assert config.vllm_server_base_url == "http://127.0.0.1:8123" and config.vllm_group_port == 51300
     event = generation_event(recipe)
     assert event["vllm_mode"] == "server" and event["vllm_server"] == "http://127.0.0.1:8123"

@@ -191,8 +191,23 @@ def reward_functions(recipe: Recipe, base_dir: Path, trainer_ref: list):
 # ---------------------------------------------------------------- trainer
 
 
-def trainer_config(recipe: Recipe, kwargs: dict):
+def turn_end_ids(tokenizer) -> list[int]:
+    """The ids of llmtui's turn-end tokens (templates.END_OF_TURN) that the tokenizer's chat template writes."""
+    from tuiapp.trainer.models.templates import END_OF_TURN
+
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):
+        return []
+    return [tokenizer.convert_tokens_to_ids(end) for end in dict.fromkeys(END_OF_TURN.values())
+            if end in template and end in tokenizer.get_vocab()]
+
+
+def trainer_config(recipe: Recipe, kwargs: dict, stop_ids: list[int] = ()):
+    """TRL's GRPOConfig/RLOOConfig. `stop_ids`: the turn ends vLLM stops at too (its SamplingParams; the
+    transformers backend reads them from the model's generation config, _OnlineRun)."""
     method = recipe.method
+    if method.generation_backend == "vllm" and stop_ids:
+        kwargs = {**kwargs, "generation_kwargs": {"stop_token_ids": list(stop_ids)}}
     common = dict(
         kwargs, num_generations=method.num_generations, max_completion_length=method.max_completion_length,
         temperature=method.temperature, top_p=method.top_p, beta=method.beta, epsilon=method.epsilon,
@@ -238,15 +253,11 @@ class _OnlineRun:
         whose config stops only at EOS (a base model given dataset.template, Qwen2.5's base with its own ChatML) ran
         each answer on past its turn's end: the tool call was never cut, the tool's turn followed the run-on text.
         The turn ends of llmtui's templates that the chat template writes are declared too, as inference stops."""
-        from tuiapp.trainer.models.templates import END_OF_TURN
-
         tokenizer = getattr(processing_class, "tokenizer", processing_class)
         config = getattr(model, "generation_config", None)
-        if tokenizer is not None and config is not None and isinstance(tokenizer.chat_template, str):
+        if tokenizer is not None and config is not None:
             stops = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
-            ends = [tokenizer.convert_tokens_to_ids(end) for end in dict.fromkeys(END_OF_TURN.values())
-                    if end in tokenizer.chat_template and end in tokenizer.get_vocab()]
-            config.eos_token_id = [t for t in dict.fromkeys([*stops, *ends]) if t is not None]
+            config.eos_token_id = [t for t in dict.fromkeys([*stops, *turn_end_ids(tokenizer)]) if t is not None]
         super().__init__(model, *args, processing_class=processing_class, **kwargs)
 
     def _send_telemetry(self):
@@ -409,7 +420,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, model, peft_config, kwargs: dic
     tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
     trainer_ref: list = []
     funcs, classes, _ = reward_functions(recipe, base_dir, trainer_ref)
-    config = trainer_config(recipe, kwargs)
+    config = trainer_config(recipe, kwargs, turn_end_ids(tokenizer))
     cls = trainer_class(recipe.method.kind, mixins)
     guard, agent = None, {}
     if getattr(recipe.method, "tools", None) or getattr(recipe.method, "environment", None):
