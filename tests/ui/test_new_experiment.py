@@ -38,8 +38,9 @@ async def open_form(pilot):
     assert isinstance(app.screen, NewExperimentScreen)
     # the models are found once every section is filled: waited for, so that a test's own
     # ModelsFound comes after the form's
+    # (the check runs in a worker beside the test's other workers: on 2 busy cores it took over 10 s)
     await wait_for(pilot, lambda: app.screen.last_check is not None and app.screen.filled and app.screen.model_names,
-                   what="first check, every section, the models found")
+                   timeout=30, what="first check, every section, the models found")
     return app.screen
 
 
@@ -47,7 +48,7 @@ async def settled(pilot, screen) -> None:
     """Wait for the check of the form as it is now."""
     await pilot.pause(0.35)  # the debounce
     await wait_for(pilot, lambda: not screen.check_pending and screen.last_check is not None
-                   and screen.last_check.generation == screen.generation, what="check")
+                   and screen.last_check.generation == screen.generation, timeout=30, what="check")
 
 
 @pytest.mark.slow  # types a dozen fields key by key: ~9 s on 2 cores
