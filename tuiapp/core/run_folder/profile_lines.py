@@ -27,17 +27,14 @@ def show_lines(run_path, ops: int = 0) -> list[str]:
     line = (f"  profile   steps {first}-{first + steps - 1}: {summary.get('step_s', 0):.3f} s a step"
             + (f", the GPU busy {busy:.0%} of it" if busy is not None else " (CPU clock)")
             + (f"; top {top['name']} {top['share']:.0%}" if top.get("name") else ""))
-    lines = [line]
-    if ops:
-        clock = "GPU" if summary.get("clock") == "device" else "CPU"
-        lines.append(f"            {'op':<44} {'calls':>7} {clock + ' ms':>9} {'share':>6}")
-        for op in (summary.get("ops") or [])[:ops]:
-            lines.append(f"            {_fit(op['name'], 44):<44} {op['calls']:>7} {op['self_us'] / 1e3:>9.2f} "
-                         f"{op['share']:>6.1%}")
-        lines.append(f"            all ops: {RunDir(run_path).profile_ops}; trace (Perfetto): "
-                     f"{RunDir(run_path).profile_trace}")
-    elif lines:
-        lines[-1] += " (show --profile: the ops)"
+    if not ops:
+        return [line + " (show --profile: the ops)"]
+    clock = "GPU" if summary.get("clock") == "device" else "CPU"
+    lines = [line, f"            {'op':<44} {'calls':>7} {clock + ' ms':>9} {'share':>6}"]
+    for op in (summary.get("ops") or [])[:ops]:
+        lines.append(f"            {_fit(op['name'], 44):<44} {op['calls']:>7} {op['self_us'] / 1e3:>9.2f} "
+                     f"{op['share']:>6.1%}")
+    lines.append(f"            all ops: {RunDir(run_path).profile_ops}; trace (Perfetto): {RunDir(run_path).profile_trace}")
     return lines
 
 
